@@ -1,0 +1,118 @@
+"""Symbolic dimensions.
+
+A ``Dim`` is an ``int`` or a string naming a symbol (``"B"``, ``"T"``, ``"P"``) or a small
+polynomial of symbols with integer coefficients (``"P+T"``, ``"B*T"``, ``"2*P+3"``).
+Strings are kept canonical (terms sorted, like terms merged), so two dims are equal
+exactly when their canonical strings are equal. Symbols bind to ints only when something
+runs (``evaluate``). No sympy: sums and products of symbols are all shapes need.
+"""
+from __future__ import annotations
+
+import re
+from typing import Mapping, Union
+
+Dim = Union[int, str]
+Shape = tuple  # tuple[Dim, ...]
+
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+# polynomial: {tuple of sorted symbol names (a monomial): coefficient}
+_Poly = dict
+
+
+def _parse(dim: Dim) -> _Poly:
+    if isinstance(dim, bool):
+        raise ValueError(f"bad dimension {dim!r}")
+    if isinstance(dim, int):
+        return {(): dim} if dim else {}
+    if not isinstance(dim, str) or not dim.strip():
+        raise ValueError(f"bad dimension {dim!r}")
+    poly: _Poly = {}
+    for term in dim.replace(" ", "").split("+"):
+        coeff, symbols = 1, []
+        for factor in term.split("*"):
+            if factor.isdigit():
+                coeff *= int(factor)
+            elif _SYMBOL.match(factor):
+                symbols.append(factor)
+            else:
+                raise ValueError(f"bad dimension {dim!r}: cannot read {factor!r}")
+        key = tuple(sorted(symbols))
+        poly[key] = poly.get(key, 0) + coeff
+    return {k: v for k, v in poly.items() if v}
+
+
+def _format(poly: _Poly) -> Dim:
+    if not poly:
+        return 0
+    if set(poly) == {()}:
+        return poly[()]
+    terms = []
+    # symbolic terms first (by degree then name), constant last: "P+T+1", "B*T"
+    for monomial in sorted(poly, key=lambda m: (len(m) == 0, -len(m), m)):
+        coeff = poly[monomial]
+        parts = ([str(coeff)] if coeff != 1 or not monomial else []) + list(monomial)
+        terms.append("*".join(parts))
+    return "+".join(terms)
+
+
+def canonical(dim: Dim) -> Dim:
+    """Canonical form of ``dim``; raises ValueError on malformed text or negative ints."""
+    if isinstance(dim, int) and not isinstance(dim, bool) and dim < 0:
+        raise ValueError(f"negative dimension {dim}")
+    return _format(_parse(dim))
+
+
+def add(a: Dim, b: Dim) -> Dim:
+    pa, pb = _parse(a), _parse(b)
+    for k, v in pb.items():
+        pa[k] = pa.get(k, 0) + v
+    return _format({k: v for k, v in pa.items() if v})
+
+
+def mul(a: Dim, b: Dim) -> Dim:
+    out: _Poly = {}
+    for ka, va in _parse(a).items():
+        for kb, vb in _parse(b).items():
+            key = tuple(sorted(ka + kb))
+            out[key] = out.get(key, 0) + va * vb
+    return _format({k: v for k, v in out.items() if v})
+
+
+def product(dims) -> Dim:
+    result: Dim = 1
+    for d in dims:
+        result = mul(result, d)
+    return result
+
+
+def symbols(dim: Dim) -> set[str]:
+    return {s for monomial in _parse(dim) for s in monomial}
+
+
+def evaluate(dim: Dim, bindings: Mapping[str, int]) -> int:
+    """The int value of ``dim`` with every symbol bound; KeyError names a missing one."""
+    if isinstance(dim, int):
+        return dim
+    total = 0
+    for monomial, coeff in _parse(dim).items():
+        value = coeff
+        for s in monomial:
+            if s not in bindings:
+                raise KeyError(f"symbol {s!r} is not bound (dimension {dim!r})")
+            value *= bindings[s]
+        total += value
+    return total
+
+
+def evaluate_shape(shape: Shape, bindings: Mapping[str, int]) -> tuple[int, ...]:
+    return tuple(evaluate(d, bindings) for d in shape)
+
+
+def format_shape(shape: Shape) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def parse_dim(text: str) -> Dim:
+    text = text.strip()
+    return int(text) if text.isdigit() else canonical(text)
