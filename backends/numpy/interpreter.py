@@ -1,0 +1,157 @@
+"""The reference interpreter: runs any graph on NumPy through each op's reference.
+
+Every other result in irc is held against this. ``run`` binds symbolic dims from the
+arrays it is given, materialises weights (present, lazy, or seeded by name when absent)
+and evaluates nodes in order. ``Interpreter.run_node`` can be overridden (as in torch.fx)
+to observe or replace single ops.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import numpy as np
+
+from irc import dims, ops
+from irc.errors import IRCError
+from irc.graph import Graph, Node, Param, Value
+from irc.weights import seed_absent
+
+
+class Interpreter:
+    def __init__(self, graph: Graph, seed: int = 0):
+        self.graph = graph
+        seed_absent(graph, seed)
+        self._weights: dict[str, np.ndarray] = {}
+
+    def weight(self, param: Param) -> np.ndarray:
+        if param.name not in self._weights:
+            self._weights[param.name] = np.asarray(param.array())
+        return self._weights[param.name]
+
+    def bind(self, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
+        return bind_symbols(self.graph, feeds)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        bindings = self.bind(feeds)
+        env: dict[int, np.ndarray] = {}
+        for value in self.graph.inputs:
+            env[id(value)] = np.asarray(feeds[value.name])
+        for node in self.graph.nodes:
+            args = [None if v is None else (self.weight(v) if isinstance(v, Param) else env[id(v)])
+                    for v in node.inputs]
+            results = self.run_node(node, args, bindings)
+            for value, result in zip(node.outputs, results):
+                expected = dims.evaluate_shape(value.shape, bindings)
+                if tuple(result.shape) != expected:
+                    raise IRCError(f"reference of {node.op} returned shape {list(result.shape)}, "
+                                   f"inference says {list(expected)}", location=f"node %{node.name}")
+                env[id(value)] = result
+        return {v.name: env[id(v)] for v in self.graph.outputs}
+
+    def run_node(self, node: Node, args: list, bindings: Mapping[str, int]) -> list[np.ndarray]:
+        opdef = ops.get_op(node.op)
+        attrs = node.attrs
+        if opdef.shape_attrs:
+            attrs = dict(attrs)
+            for key in opdef.shape_attrs:
+                attrs[key] = [dims.evaluate(d, bindings) for d in attrs[key]]
+        return opdef.reference(args, attrs)
+
+
+def bind_symbols(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
+    """Bind the symbols of the graph inputs' shapes to the fed arrays' sizes.
+
+    Plain symbols bind first; compound dims (``P+T``) are then checked against them.
+    """
+    bindings: dict[str, int] = {}
+    missing = [v.name for v in graph.inputs if v.name not in feeds]
+    if missing:
+        raise IRCError(f"missing inputs: {', '.join(missing)}", location=f"graph {graph.name}")
+    for value in graph.inputs:
+        array = np.asarray(feeds[value.name])
+        if array.ndim != value.rank:
+            raise IRCError(f"input %{value.name} has rank {array.ndim}, expected {value.rank}")
+        for dim, size in zip(value.shape, array.shape):
+            if isinstance(dim, str) and dims.symbols(dim) == {dim}:
+                if bindings.setdefault(dim, size) != size:
+                    raise IRCError(f"symbol {dim} bound to {bindings[dim]} and {size} "
+                                   f"(input %{value.name})")
+    for value in graph.inputs:
+        shape = np.asarray(feeds[value.name]).shape
+        for dim, size in zip(value.shape, shape):
+            if dims.symbols(dim) <= set(bindings) and dims.evaluate(dim, bindings) != size:
+                raise IRCError(f"input %{value.name}: dim {dim} should be {dims.evaluate(dim, bindings)}, "
+                               f"got {size}")
+    # a compound dim with one unbound symbol (P in P+T when only the mask tells it)
+    for value in graph.inputs:
+        shape = np.asarray(feeds[value.name]).shape
+        for dim, size in zip(value.shape, shape):
+            unbound = dims.symbols(dim) - set(bindings)
+            if len(unbound) == 1:
+                (symbol,) = unbound
+                rest = dims.evaluate(dim, {**bindings, symbol: 0})
+                bindings[symbol] = size - rest
+    return bindings
+
+
+def run(graph: Graph, feeds: Mapping[str, np.ndarray], seed: int = 0) -> dict[str, np.ndarray]:
+    return Interpreter(graph, seed).run(feeds)
+
+
+# ---- inputs for LLM graphs ---------------------------------------------------------------
+
+def cache_inputs(graph: Graph) -> list[Value]:
+    """Graph inputs that hold a past cache: those with the past-length symbol P in their shape."""
+    return [v for v in graph.inputs if any("P" in dims.symbols(d) for d in v.shape) and v.name != "attention_mask"]
+
+
+def random_feeds(graph: Graph, batch: int = 2, tokens: int = 5, past: int = 0, seed: int = 0,
+                 vocab: Optional[int] = None) -> dict[str, np.ndarray]:
+    """Seeded inputs for any graph: ids below the vocabulary, an all-ones mask, positions
+    continuing after the past, random past caches; other inputs standard normal."""
+    rng = np.random.default_rng(seed)
+    bindings = {"B": batch, "T": tokens, "P": past}
+    vocab = vocab or int(graph.meta.get("vocab_size", 2))
+    feeds = {}
+    for value in graph.inputs:
+        shape = dims.evaluate_shape(value.shape, bindings)
+        if value.name == "input_ids":
+            feeds[value.name] = rng.integers(0, vocab, size=shape, dtype=np.int64)
+        elif value.name == "attention_mask":
+            feeds[value.name] = np.ones(shape, dtype=np.int64)
+        elif value.name == "position_ids":
+            feeds[value.name] = np.broadcast_to(np.arange(past, past + tokens, dtype=np.int64), shape).copy()
+        elif value.dtype.is_float:
+            feeds[value.name] = rng.standard_normal(shape).astype(value.dtype.numpy)
+        else:
+            feeds[value.name] = rng.integers(0, 2, size=shape).astype(value.dtype.numpy)
+    return feeds
+
+
+def generate(graph: Graph, prompt: list[int], max_new_tokens: int, seed: int = 0) -> tuple[list[int], np.ndarray]:
+    """Greedy decoding with the KV cache: one prefill over the prompt, then one step per
+    token feeding each ``present.*`` output back as the matching ``past_key_values.*``.
+    Returns the new tokens and the logits of the last step."""
+    interp = Interpreter(graph, seed)
+    caches = cache_inputs(graph)
+    state = {v.name: np.zeros(dims.evaluate_shape(v.shape, {"B": 1, "P": 0}), v.dtype.numpy) for v in caches}
+    ids = np.asarray([prompt], dtype=np.int64)
+    past, tokens, last = 0, [], None
+    for _ in range(max_new_tokens):
+        t = ids.shape[1]
+        feeds = {"input_ids": ids, "attention_mask": np.ones((1, past + t), np.int64),
+                 "position_ids": np.arange(past, past + t, dtype=np.int64)[None, :], **state}
+        outputs = interp.run({k: v for k, v in feeds.items() if k in {i.name for i in graph.inputs}})
+        last = outputs["logits"][0, -1]
+        token = int(np.argmax(last))
+        tokens.append(token)
+        for v in caches:
+            state[v.name] = outputs[present_name(v.name)]
+        past += t
+        ids = np.asarray([[token]], dtype=np.int64)
+    return tokens, last
+
+
+def present_name(past_name: str) -> str:
+    """``past_key_values.3.key`` -> ``present.3.key`` (onnxruntime-genai's names)."""
+    return "present." + past_name[len("past_key_values."):] if past_name.startswith("past_key_values.") else past_name

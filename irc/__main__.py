@@ -1,0 +1,5 @@
+import sys
+
+from irc.cli import main
+
+sys.exit(main())

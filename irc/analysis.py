@@ -1,0 +1,185 @@
+"""Model analysis: parameters, FLOPs per token and KV-cache size, read off the graph.
+
+Everything is computed from the ops' own cost rules and the graph's cache inputs, so the
+numbers stay exact after every pass (an absorbed MLA cache or a quantized cache shows up
+as soon as the graph says so).
+
+Accounting (``../shared/seeds`` §5): a matmul costs 2 FLOPs per weight per token, the LM
+head is counted and the embedding lookup is not; attention adds 2·S·d for the scores and
+2·S·d for the weighted sum per layer, S being the keys a query sees (the context, capped
+by a sliding window). FLOPs per token are those of decoding one token at context S:
+B = 1, T = 1, P = S - 1. Elementwise work is reported apart (``other_flops_per_token``).
+
+A cache input is a graph input whose shape holds the past-length symbol ``P``; its
+elements per token are the product of its other dims, batch excluded.
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from irc import dims, ops
+from irc.dtypes import DType
+from irc.graph import Graph, Node, Param, Value
+from irc.ops.registry import Cost, TensorType
+
+_LAYER = re.compile(r"(?:past_key_values|layers)\.(\d+)\.")
+
+
+def layer_of(name: str) -> Optional[int]:
+    match = _LAYER.match(name)
+    return int(match.group(1)) if match else None
+
+
+def cache_inputs(graph: Graph) -> list[Value]:
+    return [v for v in graph.inputs
+            if v.name != "attention_mask" and any("P" in dims.symbols(d) for d in v.shape)]
+
+
+def elements_per_token(value: Value) -> int:
+    """Elements one cached token takes in ``value`` (dims other than batch and past)."""
+    n = 1
+    for d in value.shape:
+        if isinstance(d, int):
+            n *= d
+        elif d not in ("B", "P"):
+            raise ValueError(f"cache %{value.name} has an unexpected symbolic dim {d!r}")
+    return n
+
+
+def _window(node: Optional[Node]) -> Optional[int]:
+    return node.attrs.get("window") if node is not None else None
+
+
+def _param_fractions(graph: Graph) -> dict[str, float]:
+    """For each param, the largest fraction of it one token touches."""
+    fractions: dict[str, float] = {}
+    for node in graph.nodes:
+        opdef = ops.get_op(node.op)
+        names = opdef.operand_names(len(node.inputs))
+        for name, value in zip(names, node.inputs):
+            if isinstance(value, Param):
+                f = opdef.active_fraction(node.attrs, name) if opdef.active_fraction else 1.0
+                fractions[value.name] = max(fractions.get(value.name, 0.0), f)
+    return fractions
+
+
+def node_cost(node: Node, bindings: dict) -> Cost:
+    opdef = ops.get_op(node.op)
+    window = _window(node)
+    if window is not None and "P" in bindings:  # a local layer sees at most `window` keys
+        bindings = {**bindings, "P": min(bindings["P"], window - bindings.get("T", 1))}
+        bindings["P"] = max(bindings["P"], 0)
+
+    def concrete(v):
+        return None if v is None else TensorType(v.dtype, dims.evaluate_shape(v.shape, bindings))
+
+    ins = [concrete(v) for v in node.inputs]
+    outs = [concrete(v) for v in node.outputs]
+    if opdef.cost is None:
+        return Cost(bytes_read=sum(t.nbytes for t in ins if t), bytes_written=sum(t.nbytes for t in outs))
+    return opdef.cost(ins, outs, node.attrs)
+
+
+def graph_cost(graph: Graph, bindings: dict) -> Cost:
+    total = Cost()
+    for node in graph.nodes:
+        total = total + node_cost(node, bindings)
+    return total
+
+
+def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = None) -> dict:
+    """The summary ``irc show`` prints. ``context``: keys seen by the decoded token."""
+    if cache_dtype is None:
+        cache_dtype = DType.parse(graph.meta.get("dtype", "bf16"))
+    fractions = _param_fractions(graph)
+    params_total = sum(p.numel for p in graph.params.values())
+    params_active = round(sum(p.numel * fractions.get(p.name, 1.0) for p in graph.params.values()))
+    cost = graph_cost(graph, {"B": 1, "T": 1, "P": context - 1})
+
+    layers: dict[int, dict] = {}
+    for index in sorted({layer_of(n) for n in graph.params} - {None}):
+        layers[index] = {"index": index, "params": 0, "kv_cache_elements_per_token": 0, "window": None,
+                         "attention": None, "mlp": None}
+    for p in graph.params.values():
+        i = layer_of(p.name)
+        if i is not None:
+            layers[i]["params"] += p.numel
+    for node in graph.nodes:
+        i = layer_of(node.name)
+        if i is None:
+            i = next((layer_of(v.name) for v in node.inputs if isinstance(v, Param) and layer_of(v.name) is not None),
+                     None)
+        if i is None or i not in layers:
+            continue
+        if node.op in ("attention", "mla_attention"):
+            layers[i]["attention"] = node.op
+            layers[i]["window"] = node.attrs.get("window")
+        elif node.op in ("swiglu", "geglu", "gelu_mlp", "moe"):
+            layers[i]["mlp"] = "moe" if node.op == "moe" else "dense"
+
+    kv_elements = 0
+    kv_bytes_at_context = 0
+    for cache in cache_inputs(graph):
+        n = elements_per_token(cache)
+        kv_elements += n
+        i = layer_of(cache.name)
+        if i is not None and i in layers:
+            layers[i]["kv_cache_elements_per_token"] += n
+        window = next((_window(u) for u in cache.uses if _window(u) is not None), None)
+        kv_bytes_at_context += cache_dtype.nbytes(n * (min(context, window) if window else context))
+    per_layer = sorted({v["kv_cache_elements_per_token"] for v in layers.values() if v["kv_cache_elements_per_token"]})
+
+    summary = {
+        "name": graph.name,
+        "params_total": params_total,
+        "params_active": params_active,
+        "param_bytes": sum(p.nbytes for p in graph.params.values()),
+        "context": context,
+        "flops_per_token": cost.flops,
+        "other_flops_per_token": cost.other_flops,
+        "cache_dtype": str(cache_dtype),
+        "kv_cache_elements_per_token": kv_elements,
+        "kv_cache_elements_per_token_per_layer": per_layer[-1] if per_layer else 0,
+        "kv_cache_bytes_per_token": cache_dtype.nbytes(kv_elements),
+        "kv_cache_bytes_at_context": kv_bytes_at_context,
+        "kv_cache_bytes_mha_equivalent_per_token": cache_dtype.nbytes(_mha_elements(graph)),
+        "n_layers": len(layers),
+        "nodes": len(graph.nodes),
+        "layers": list(layers.values()),
+    }
+    latent = _mla_latent_elements(graph)
+    if latent:
+        summary["kv_cache_latent_elements_per_token_per_layer"] = latent
+        mla_layers = sum(1 for n in graph.nodes if n.op == "mla_attention")
+        summary["kv_cache_latent_bytes_per_token"] = cache_dtype.nbytes(latent * mla_layers)
+    return summary
+
+
+def _mha_elements(graph: Graph) -> int:
+    """Cache elements per token if every attention layer kept one K and one V per query
+    head (MHA-shaped). For MLA this is 2·H·d_h with d_h = v_head_dim, the DeepSeek-V2
+    paper's comparison."""
+    total = 0
+    for node in graph.nodes:
+        a = node.attrs
+        if node.op == "attention":
+            total += a["heads"] * (a["head_dim"] + (a["v_head_dim"] or a["head_dim"]))
+        elif node.op == "mla_attention":
+            total += 2 * a["heads"] * a["v_head_dim"]
+    return total
+
+
+def _mla_latent_elements(graph: Graph) -> int:
+    """d_c + d_rope: what an absorbed MLA layer caches per token."""
+    for node in graph.nodes:
+        if node.op == "mla_attention":
+            return node.attrs["kv_lora_rank"] + node.attrs["qk_rope_head_dim"]
+    return 0
+
+
+def stats_line(graph: Graph, context: int = 4096) -> dict:
+    """The per-pass stats the pass manager writes into dumps."""
+    s = analyze(graph, context)
+    return {k: s[k] for k in ("nodes", "params_total", "param_bytes", "flops_per_token",
+                              "kv_cache_bytes_per_token", "context")}

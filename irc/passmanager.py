@@ -1,0 +1,193 @@
+"""Passes and the pass manager.
+
+A pass is a small class: a kebab-case ``name``, a docstring saying what it rewrites and
+why, optional ``options`` (from ``name{key=value}`` in a pipeline string), and
+``run(graph) -> bool`` that rewrites in place and returns True only when it changed
+something. ``precondition(graph)`` returns a reason string when the pass cannot run.
+
+The manager owns the instruments: verify after every pass, timing, dumps
+(``NN-<pass>.ir``, ``.dot`` and a stats line), print-after-all / print-after-change, and
+the numeric check, which runs the reference interpreter before and after each pass on the
+same seeded inputs and weights and stops at the first pass whose outputs move.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, TextIO
+
+from irc.errors import IRCError, PassError, VerifyError
+from irc.graph import Graph
+from irc.verify import verify
+
+
+class Pass:
+    name: str = ""
+    options: dict = {}          # option name -> default; values come from the pipeline string
+    exact: bool = True          # False: the numeric check reports the error instead of failing
+
+    def __init__(self, **options):
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            known = ", ".join(sorted(self.options)) or "none"
+            raise PassError(f"pass {self.name} has no option {unknown[0]!r} (options: {known})")
+        self.config = {**self.options, **options}
+
+    def precondition(self, graph: Graph) -> Optional[str]:
+        """A reason the pass cannot run on ``graph``, or None."""
+        return None
+
+    def run(self, graph: Graph) -> bool:
+        raise NotImplementedError
+
+    @classmethod
+    def summary(cls) -> str:
+        doc = (cls.__doc__ or "").strip()
+        return doc.splitlines()[0] if doc else ""
+
+    def __repr__(self) -> str:
+        opts = ",".join(f"{k}={v}" for k, v in sorted(self.config.items()) if self.options.get(k) != v)
+        return self.name + (f"{{{opts}}}" if opts else "")
+
+
+PASSES: dict[str, type[Pass]] = {}
+
+
+def register_pass(cls: type[Pass]) -> type[Pass]:
+    if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", cls.name or ""):
+        raise ValueError(f"pass name {cls.name!r} is not kebab-case")
+    if cls.name in PASSES:
+        raise ValueError(f"pass {cls.name!r} registered twice")
+    PASSES[cls.name] = cls
+    return cls
+
+
+def _option_value(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_pipeline(text: str) -> list[Pass]:
+    """``"dce,cse,quantize{bits=4,group=64}"`` -> pass instances."""
+    passes = []
+    for match in re.finditer(r"\s*([^,{\s]+)\s*(\{[^}]*\})?\s*(,|$)", text.strip()):
+        name, opts = match.group(1), match.group(2)
+        if not name:
+            continue
+        if name not in PASSES:
+            raise PassError(f"unknown pass {name!r}", hint=f"known passes: {', '.join(sorted(PASSES))}")
+        options = {}
+        for item in filter(None, (opts or "{}")[1:-1].split(",")):
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise PassError(f"pass {name}: option {item!r} needs key=value")
+            options[key.strip()] = _option_value(value.strip())
+        passes.append(PASSES[name](**options))
+    return passes
+
+
+# ---- the manager -----------------------------------------------------------------------
+
+@dataclass
+class PassRecord:
+    index: int
+    name: str
+    changed: bool
+    seconds: float
+    stats: dict = field(default_factory=dict)
+    check_error: Optional[float] = None  # max relative error against the previous graph
+
+
+Checker = Callable[[Graph, Graph], float]  # (before, after) -> max relative error
+
+
+@dataclass
+class PassManager:
+    passes: list
+    dump_dir: Optional[str] = None
+    print_after_all: bool = False
+    print_after_change: bool = False
+    checker: Optional[Checker] = None      # the reference interpreter's comparison, when --check
+    tolerance: float = 1e-5
+    stats: Optional[Callable[[Graph], dict]] = None
+    dot: Optional[Callable[[Graph], str]] = None
+    out: TextIO = sys.stdout
+    records: list = field(default_factory=list)
+
+    def run(self, graph: Graph) -> Graph:
+        from irc.printer import print_graph
+
+        verify(graph)
+        if self.dump_dir:
+            os.makedirs(self.dump_dir, exist_ok=True)
+            self._dump(graph, 0, "input", print_graph(graph))
+        done: list[str] = []
+        for index, p in enumerate(self.passes, start=1):
+            reason = p.precondition(graph)
+            if reason:
+                raise PassError(f"pass {p!r} cannot run: {reason}", location=_after(done))
+            before = graph.clone() if self.checker else None
+            start = time.perf_counter()
+            try:
+                changed = bool(p.run(graph))
+            except IRCError as err:
+                raise PassError(f"pass {p!r} failed: {err}", location=_after(done)) from None
+            seconds = time.perf_counter() - start
+            try:
+                verify(graph)
+            except VerifyError as err:
+                raise PassError(f"pass {p!r} broke the graph: {err}", location=_after(done)) from None
+            record = PassRecord(index, repr(p), changed, seconds)
+            if self.checker and changed:
+                record.check_error = self.checker(before, graph)
+                if p.exact and not record.check_error <= self.tolerance:
+                    raise PassError(f"numeric check failed after pass {p!r}: outputs moved by "
+                                    f"{record.check_error:.3g} (relative), tolerance {self.tolerance:g}",
+                                    location=_after(done),
+                                    hint="the pass's rewrite does not preserve the reference semantics")
+            text = print_graph(graph)
+            if self.stats:
+                record.stats = self.stats(graph)
+            self.records.append(record)
+            done.append(repr(p))
+            if self.dump_dir:
+                self._dump(graph, index, p.name, text, record)
+            if self.print_after_all or (self.print_after_change and changed):
+                self.out.write(f"// ----- after {p!r} ({'changed' if changed else 'unchanged'}) -----\n{text}")
+        return graph
+
+    def _dump(self, graph: Graph, index: int, name: str, text: str, record: Optional[PassRecord] = None) -> None:
+        stem = os.path.join(self.dump_dir, f"{index:02d}-{name}")
+        stats = self.stats(graph) if self.stats else {}
+        line = {"pass": name, "changed": record.changed if record else None, **stats}
+        if record and record.check_error is not None:
+            line["check_error"] = record.check_error
+        write_atomic(stem + ".ir", text)
+        write_atomic(stem + ".stats.json", json.dumps(line, sort_keys=True) + "\n")
+        if self.dot:
+            write_atomic(stem + ".dot", self.dot(graph))
+
+
+def _after(done: list[str]) -> str:
+    return "pipeline start" if not done else "after " + ", ".join(done)
+
+
+def write_atomic(path: str, text: str | bytes) -> None:
+    """Write to a temporary file beside ``path`` and rename: no half-written outputs."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode() if isinstance(text, str) else text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

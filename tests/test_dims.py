@@ -1,0 +1,34 @@
+import pytest
+
+from irc import dims
+
+
+def test_canonical_sorts_and_merges_terms():
+    assert dims.canonical("T+P") == "P+T"
+    assert dims.canonical("P+P") == "2*P"
+    assert dims.canonical("T*B") == "B*T"
+    assert dims.canonical("3+P") == "P+3"
+    assert dims.canonical(7) == 7
+
+
+def test_add_and_mul():
+    assert dims.add("P", "T") == "P+T"
+    assert dims.add("P", 0) == "P"
+    assert dims.add(3, 4) == 7
+    assert dims.mul("B", "T") == "B*T"
+    assert dims.mul(2, "T") == "2*T"
+    assert dims.product(["B", "T", 64]) == "64*B*T"
+    assert dims.product([2, 3]) == 6
+
+
+def test_evaluate():
+    assert dims.evaluate("P+T", {"P": 3, "T": 5}) == 8
+    assert dims.evaluate("64*B*T", {"B": 2, "T": 5}) == 640
+    with pytest.raises(KeyError, match="'T'"):
+        dims.evaluate("P+T", {"P": 1})
+
+
+@pytest.mark.parametrize("bad", [-1, "", "P-T", "2x", True])
+def test_rejects_malformed(bad):
+    with pytest.raises(ValueError):
+        dims.canonical(bad)
