@@ -131,6 +131,14 @@ class Graph:
         self._names.add(name)
         return name
 
+    def rename(self, value: Value, name: str) -> None:
+        """Give ``value`` the exact ``name`` (freed by a removed value, say)."""
+        if name == value.name:
+            return
+        self._claim(name)
+        self._names.discard(value.name)
+        value.name = name
+
     def new_value(self, hint: str, dtype: DType, shape) -> Value:
         return Value(self.unique_name(hint), dtype, shape)
 

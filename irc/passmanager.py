@@ -127,8 +127,10 @@ class PassManager:
         verify(graph)
         if self.dump_dir:
             os.makedirs(self.dump_dir, exist_ok=True)
-            self._dump(graph, 0, "input", print_graph(graph))
         done: list[str] = []
+        text = print_graph(graph)
+        if self.dump_dir:
+            self._dump(graph, 0, "input", text)
         for index, p in enumerate(self.passes, start=1):
             reason = p.precondition(graph)
             if reason:
@@ -145,14 +147,22 @@ class PassManager:
             except VerifyError as err:
                 raise PassError(f"pass {p!r} broke the graph: {err}", location=_after(done)) from None
             record = PassRecord(index, repr(p), changed, seconds)
-            if self.checker and changed:
-                record.check_error = self.checker(before, graph)
+            if self.checker:  # unchanged passes are held too: `changed` must be honest
+                try:
+                    record.check_error = self.checker(before, graph)
+                except (IRCError, ValueError, KeyError) as err:
+                    raise PassError(f"numeric check could not run after pass {p!r}: {err}",
+                                    location=_after(done)) from None
                 if p.exact and not record.check_error <= self.tolerance:
                     raise PassError(f"numeric check failed after pass {p!r}: outputs moved by "
                                     f"{record.check_error:.3g} (relative), tolerance {self.tolerance:g}",
                                     location=_after(done),
                                     hint="the pass's rewrite does not preserve the reference semantics")
-            text = print_graph(graph)
+            previous, text = text, print_graph(graph)
+            if changed != (text != previous):
+                said = "a change" if changed else "no change"
+                raise PassError(f"pass {p!r} reported {said} but the printed graph "
+                                f"{'did not change' if changed else 'changed'}", location=_after(done))
             if self.stats:
                 record.stats = self.stats(graph)
             self.records.append(record)
@@ -160,12 +170,12 @@ class PassManager:
             if self.dump_dir:
                 self._dump(graph, index, p.name, text, record)
             if self.print_after_all or (self.print_after_change and changed):
-                self.out.write(f"// ----- after {p!r} ({'changed' if changed else 'unchanged'}) -----\n{text}")
+                self.out.write(f"# ----- after {p!r} ({'changed' if changed else 'unchanged'}) -----\n{text}")
         return graph
 
     def _dump(self, graph: Graph, index: int, name: str, text: str, record: Optional[PassRecord] = None) -> None:
         stem = os.path.join(self.dump_dir, f"{index:02d}-{name}")
-        stats = self.stats(graph) if self.stats else {}
+        stats = record.stats if record else (self.stats(graph) if self.stats else {})
         line = {"pass": name, "changed": record.changed if record else None, **stats}
         if record and record.check_error is not None:
             line["check_error"] = record.check_error

@@ -106,11 +106,16 @@ def cache_inputs(graph: Graph) -> list[Value]:
 
 
 def random_feeds(graph: Graph, batch: int = 2, tokens: int = 5, past: int = 0, seed: int = 0,
-                 vocab: Optional[int] = None) -> dict[str, np.ndarray]:
+                 vocab: Optional[int] = None, sizes: Optional[Mapping[str, int]] = None) -> dict[str, np.ndarray]:
     """Seeded inputs for any graph: ids below the vocabulary, an all-ones mask, positions
-    continuing after the past, random past caches; other inputs standard normal."""
+    continuing after the past, random past caches; other inputs standard normal.
+    Symbols other than B, T and P take their size from ``sizes`` (default 3)."""
     rng = np.random.default_rng(seed)
     bindings = {"B": batch, "T": tokens, "P": past}
+    for value in graph.inputs:
+        for d in value.shape:
+            for symbol in sorted(dims.symbols(d) - set(bindings)):
+                bindings[symbol] = (sizes or {}).get(symbol, 3)
     vocab = vocab or int(graph.meta.get("vocab_size", 2))
     feeds = {}
     for value in graph.inputs:

@@ -1,0 +1,60 @@
+"""Shared test configuration.
+
+``pytest --update-golden`` rewrites the golden dumps under ``tests/golden/`` instead of
+comparing against them (``irc.testing.golden``); review the diff before committing.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import irc.testing
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite golden files under tests/golden/ instead of comparing")
+
+
+def pytest_configure(config):
+    irc.testing.golden.directory = Path(__file__).resolve().parent / "golden"
+    irc.testing.golden.update = bool(config.getoption("--update-golden"))
+
+
+# ---- shared graphs ---------------------------------------------------------------------
+
+import pytest  # noqa: E402
+
+from irc.build import emit1  # noqa: E402
+from irc.dtypes import DType  # noqa: E402
+from irc.graph import Graph  # noqa: E402
+from irc.weights import seed_absent  # noqa: E402
+
+
+def build_tiny_llama(layers: int = 2, d: int = 16, d_ff: int = 24, vocab: int = 32) -> Graph:
+    """A Llama-shaped decoder without attention (a linear stands in for it): embedding,
+    per layer rms_norm + linear residual and rms_norm + swiglu residual, final norm,
+    lm_head. Params carry seeded lazy data, so ``fold`` can fold them."""
+    f32 = DType.f32
+    g = Graph("tiny_llama")
+    g.meta = {"d_model": d, "n_layers": layers, "vocab_size": vocab}
+    ids = g.add_input("input_ids", DType.i64, ("B", "T"))
+    x = emit1(g, "embedding", [ids, g.add_param("embed", f32, (vocab, d))], name="x")
+    for i in range(layers):
+        p = f"layers.{i}"
+        h = emit1(g, "rms_norm", [x, g.add_param(f"{p}.attn_norm", f32, (d,))], {"eps": 1e-5}, f"{p}.h")
+        mixed = emit1(g, "linear", [h, g.add_param(f"{p}.attn.wo", f32, (d, d))], None, f"{p}.mixed")
+        x = emit1(g, "add", [x, mixed], None, f"{p}.x")
+        h = emit1(g, "rms_norm", [x, g.add_param(f"{p}.mlp_norm", f32, (d,))], {"eps": 1e-5}, f"{p}.h_mlp")
+        w = [g.add_param(f"{p}.mlp.{n}", f32, s) for n, s in
+             (("w_gate", (d_ff, d)), ("w_up", (d_ff, d)), ("w_down", (d, d_ff)))]
+        mlp = emit1(g, "swiglu", [h] + w, None, f"{p}.mlp")
+        x = emit1(g, "add", [x, mlp], None, f"{p}.x")
+    h = emit1(g, "rms_norm", [x, g.add_param("norm", f32, (d,))], {"eps": 1e-5}, "h")
+    g.outputs = [emit1(g, "linear", [h, g.add_param("lm_head", f32, (vocab, d))], None, "logits")]
+    seed_absent(g)
+    return g
+
+
+@pytest.fixture
+def tiny_llama() -> Graph:
+    return build_tiny_llama()

@@ -1,0 +1,104 @@
+"""The pass-test harness itself: it must catch what it promises to catch."""
+import numpy as np
+import pytest
+
+import irc.testing
+from irc.build import emit1
+from irc.dtypes import DType
+from irc.graph import Graph
+from irc.passmanager import Pass
+from irc.testing import assert_pass, assert_unchanged, check_golden, relative_error
+from passes.dce import DeadCodeElimination
+from passes.rewrite import constant, replace_node
+
+F32 = DType.f32
+
+
+def small_graph() -> Graph:
+    g = Graph("small")
+    x = g.add_input("x", F32, ("B", 4))
+    g.outputs = [emit1(g, "add", [emit1(g, "tanh", [x], name="t"), x], None, "y")]
+    return g
+
+
+class MultiplyByOne(Pass):
+    """Wraps the first output in ``* 1.0`` on every run: exact, but never done."""
+
+    name = "multiply-by-one"
+
+    def run(self, graph):
+        out = graph.outputs[0]
+        one = constant(graph, 1.0, F32, "one")
+        graph.outputs[0] = emit1(graph, "mul", [out, one], None, f"{out.name}.times_one")
+        return True
+
+
+class AddToSub(Pass):
+    """Replaces ``add`` by ``sub``: wrong numbers."""
+
+    name = "add-to-sub"
+
+    def run(self, graph):
+        changed = False
+        for node in list(graph.nodes):
+            if node.op == "add":
+                replace_node(graph, node, [emit1(graph, "sub", node.inputs, None, node.name, before=node)])
+                changed = True
+        return changed
+
+
+class QuietRewrite(Pass):
+    """Changes the graph but says it did not."""
+
+    name = "quiet-rewrite"
+
+    def run(self, graph):
+        AddToSub().run(graph)
+        return False
+
+
+def test_relative_error():
+    a = np.array([1.0, -2.0, 4.0])
+    assert relative_error(a, a) == 0.0
+    assert relative_error(a + [0.0, 0.0, 0.4], a) == pytest.approx(0.1)
+    assert relative_error(np.zeros(3), np.zeros(3)) == 0.0
+    assert relative_error(np.ones(2), np.ones(3)) == float("inf")
+    assert relative_error([np.nan, 1.0], [np.nan, 1.0]) == 0.0
+    assert relative_error([np.nan, 1.0], [0.0, 1.0]) == float("inf")
+    assert relative_error([np.inf, 1.0], [np.inf, 1.0]) == 0.0
+
+
+def test_assert_pass_catches_a_pass_that_never_settles():
+    with pytest.raises(AssertionError, match="renamed the graph outputs|not idempotent"):
+        assert_pass(MultiplyByOne(), small_graph())
+
+
+def test_assert_pass_catches_wrong_numbers():
+    with pytest.raises(AssertionError, match="add-to-sub moved the outputs"):
+        assert_pass(AddToSub(), small_graph())
+
+
+def test_assert_pass_catches_a_dishonest_changed_flag():
+    with pytest.raises(AssertionError, match="returned False but changed"):
+        assert_pass(QuietRewrite(), small_graph())
+
+
+def test_assert_unchanged_catches_a_change():
+    with pytest.raises(AssertionError, match="reported a change"):
+        g = small_graph()
+        g.add_param("unused", F32, (2,))
+        assert_unchanged(DeadCodeElimination(), g)
+
+
+def test_golden_files_compare_and_update(tmp_path, monkeypatch):
+    monkeypatch.setattr(irc.testing.golden, "directory", tmp_path)
+    monkeypatch.setattr(irc.testing.golden, "update", False)
+    with pytest.raises(AssertionError, match="--update-golden"):
+        check_golden("g.ir", "one\n")
+    monkeypatch.setattr(irc.testing.golden, "update", True)
+    check_golden("g.ir", "one\n")
+    assert (tmp_path / "g.ir").read_text() == "one\n"
+    monkeypatch.setattr(irc.testing.golden, "update", False)
+    check_golden("g.ir", "one\n")
+    with pytest.raises(AssertionError, match=r"(?s)differs.*-one\n\+two"):
+        check_golden("g.ir", "two\n")
