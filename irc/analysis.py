@@ -144,6 +144,7 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
         "kv_cache_bytes_per_token": cache_dtype.nbytes(kv_elements),
         "kv_cache_bytes_at_context": kv_bytes_at_context,
         "kv_cache_bytes_mha_equivalent_per_token": cache_dtype.nbytes(_mha_elements(graph)),
+        "kv_cache_bytes_mha_equivalent_at_context": cache_dtype.nbytes(_mha_elements(graph, context)),
         "n_layers": len(layers),
         "nodes": len(graph.nodes),
         "layers": list(layers.values()),
@@ -156,17 +157,21 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
     return summary
 
 
-def _mha_elements(graph: Graph) -> int:
-    """Cache elements per token if every attention layer kept one K and one V per query
-    head (MHA-shaped). For MLA this is 2·H·d_h with d_h = v_head_dim, the DeepSeek-V2
-    paper's comparison."""
+def _mha_elements(graph: Graph, context: int = 1) -> int:
+    """Cache elements for ``context`` tokens if every attention layer kept one K and one V
+    per query head (MHA-shaped), windows kept. For MLA this is 2·H·d_h with d_h =
+    v_head_dim, the DeepSeek-V2 paper's comparison."""
     total = 0
     for node in graph.nodes:
         a = node.attrs
         if node.op == "attention":
-            total += a["heads"] * (a["head_dim"] + (a["v_head_dim"] or a["head_dim"]))
+            per_token = a["heads"] * (a["head_dim"] + (a["v_head_dim"] or a["head_dim"]))
         elif node.op == "mla_attention":
-            total += 2 * a["heads"] * a["v_head_dim"]
+            per_token = 2 * a["heads"] * a["v_head_dim"]
+        else:
+            continue
+        window = a.get("window")
+        total += per_token * (min(context, window) if window else context)
     return total
 
 

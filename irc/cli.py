@@ -85,8 +85,9 @@ def cmd_show(args) -> int:
         (f"FLOPs/token @ {summary['context']:,}", f"{summary['flops_per_token']:,}"),
         (f"KV cache/token ({summary['cache_dtype']})", f"{summary['kv_cache_bytes_per_token']:,} bytes"),
         ("KV elements/token/layer", f"{summary['kv_cache_elements_per_token_per_layer']:,}"),
-        (f"KV cache @ {summary['context']:,} tokens", f"{summary['kv_cache_bytes_at_context']:,} bytes"),
+        (f"KV cache @ {summary['context']:,} tokens", _bytes(summary["kv_cache_bytes_at_context"])),
         ("KV cache/token if MHA", f"{summary['kv_cache_bytes_mha_equivalent_per_token']:,} bytes"),
+        (f"KV cache @ {summary['context']:,} if MHA", _bytes(summary["kv_cache_bytes_mha_equivalent_at_context"])),
     ]
     if "kv_cache_latent_bytes_per_token" in summary:
         rows.append(("MLA latent cache/token", f"{summary['kv_cache_latent_bytes_per_token']:,} bytes "
@@ -95,6 +96,13 @@ def cmd_show(args) -> int:
     for label, value in rows:
         print(f"  {label:<{width}}  {value}")
     return 0
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n:,} bytes ({n / size:.4g} {unit})"
+    return f"{n:,} bytes"
 
 
 def cmd_compile(args) -> int:

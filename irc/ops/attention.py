@@ -1,1 +1,346 @@
-"""(being written)"""
+"""Attention ops: ``attention`` (MHA/GQA/MQA with window, softcap, KV cache) and
+``mla_attention`` (DeepSeek-V2/V3 multi-head latent attention, un-absorbed).
+
+Layouts: activations [B, T, features]; caches [B, K, P, D] (K kv heads, P past tokens);
+``attention_mask`` i64 [B, P+T], 1 for a real token, 0 for padding (left padding works).
+
+Visibility: the query at row t sits at cache index P+t; key j is visible iff j <= P+t
+(when causal), j > P+t-W (with window W, HF ``sliding_window`` semantics) and
+attention_mask[b, j] == 1. A query row that sees no key outputs zeros, never NaN.
+
+The math lives in module-level functions (``visible_keys``, ``attend``, ``mla_query``,
+``mla_latent``, ``mla_expand_kv``, ...) so passes such as mla-absorb reuse them; the
+registrations at the bottom wire them to the registry.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from irc import dims
+from irc.dtypes import DType
+from irc.ops.nn import f32, linear, rms_norm
+from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, register, same_dims
+from irc.ops.rope import (apply_rope, check_rope_config, rope_cos_sin, rope_inv_freq, rope_seq_len,
+                          yarn_softmax_mscale)
+
+
+# ---- shared math -----------------------------------------------------------------------
+
+def visible_keys(batch: int, seq: int, past: int, attention_mask=None, causal: bool = True,
+                 window: Optional[int] = None) -> np.ndarray:
+    """Bool [B, T, P+T]: may query row t see key j (see the module docstring)."""
+    query = past + np.arange(seq)[:, None]
+    key = np.arange(past + seq)[None, :]
+    visible = np.ones((seq, past + seq), dtype=bool)
+    if causal:
+        visible &= key <= query
+    if window is not None:
+        visible &= key > query - window
+    visible = np.broadcast_to(visible, (batch, seq, past + seq))
+    if attention_mask is not None:
+        visible = visible & (np.asarray(attention_mask) != 0)[:, None, :]
+    return visible
+
+
+def masked_softmax(scores, visible) -> np.ndarray:
+    """Softmax over the last axis restricted to ``visible``; rows with nothing visible are 0."""
+    masked = np.where(visible, scores, -np.inf)
+    peak = masked.max(axis=-1, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0.0)
+    weights = np.where(visible, np.exp(masked - peak), 0.0)
+    total = weights.sum(axis=-1, keepdims=True)
+    return (weights / np.where(total > 0, total, 1.0)).astype(np.float32)
+
+
+def attend(query, key, value, visible, scale: float, softcap: Optional[float] = None) -> np.ndarray:
+    """Grouped scaled-dot-product attention in float32.
+
+    query [B, H, T, D], key [B, K, S, D], value [B, K, S, Dv], visible bool [B, T, S];
+    query head h reads kv head h // (H / K). Returns [B, H, T, Dv]."""
+    q, k, v = f32(query), f32(key), f32(value)
+    batch, heads, seq, _ = q.shape
+    kv_heads = k.shape[1]
+    group = heads // kv_heads
+    q5 = q.reshape(batch, kv_heads, group, seq, q.shape[-1])
+    scores = np.einsum("bkgtd,bksd->bkgts", q5, k) * np.float32(scale)
+    if softcap is not None:
+        scores = np.float32(softcap) * np.tanh(scores / np.float32(softcap))
+    weights = masked_softmax(scores, np.asarray(visible)[:, None, None, :, :])
+    out = np.einsum("bkgts,bksd->bkgtd", weights, v)
+    return out.reshape(batch, heads, seq, v.shape[-1]).astype(np.float32)
+
+
+def split_heads(x, heads: int) -> np.ndarray:
+    """[B, T, H*D] -> [B, H, T, D]."""
+    batch, seq, features = x.shape
+    return np.ascontiguousarray(np.asarray(x).reshape(batch, seq, heads, features // heads).transpose(0, 2, 1, 3))
+
+
+def merge_heads(x) -> np.ndarray:
+    """[B, H, T, D] -> [B, T, H*D]."""
+    batch, heads, seq, width = x.shape
+    return np.ascontiguousarray(np.asarray(x).transpose(0, 2, 1, 3).reshape(batch, seq, heads * width))
+
+
+def with_past(past, new) -> np.ndarray:
+    """present = concat(past, new) along the sequence axis of [B, K, S, D]."""
+    return new if past is None else np.concatenate([f32(past), new], axis=2)
+
+
+def attention(q, k, v, attention_mask=None, past_key=None, past_value=None, *, heads: int, kv_heads: int,
+              head_dim: int, v_head_dim: Optional[int] = None, causal: bool = True,
+              window: Optional[int] = None, softcap: Optional[float] = None,
+              scale: Optional[float] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(out [B, T, H*Dv], present_key [B, K, P+T, D], present_value [B, K, P+T, Dv]), float32."""
+    key = with_past(past_key, split_heads(f32(k), kv_heads))
+    value = with_past(past_value, split_heads(f32(v), kv_heads))
+    batch, seq = q.shape[:2]
+    visible = visible_keys(batch, seq, key.shape[2] - seq, attention_mask, causal, window)
+    scale = head_dim ** -0.5 if scale is None else scale
+    out = attend(split_heads(f32(q), heads), key, value, visible, scale, softcap)
+    return merge_heads(out), key, value
+
+
+# ---- attention: the op -----------------------------------------------------------------
+
+def _check_mask_and_past(op, batch, seq, mask, past_key, past_value, kv_heads, key_dim, value_dim):
+    """Check the optional mask and cache operands; returns the present length P+T."""
+    expect((past_key is None) == (past_value is None), f"{op}: past_key and past_value must be given together")
+    past = 0
+    if past_key is not None:
+        expect(len(past_key.shape) == 4 and len(past_value.shape) == 4, f"{op}: past caches must be [B,K,P,D]")
+        past = past_key.shape[2]
+        for name, cache, width in (("past_key", past_key, key_dim), ("past_value", past_value, value_dim)):
+            want = (batch, kv_heads, past, width)
+            expect(all(same_dims(a, b) for a, b in zip(cache.shape, want)),
+                   f"{op}: {name} {dims.format_shape(cache.shape)} should be {dims.format_shape(want)}")
+    total = dims.add(past, seq)
+    if mask is not None:
+        expect(mask.dtype in (DType.i64, DType.i32, DType.bool),
+               f"{op}: attention_mask must be integer, got {mask.dtype}")
+        expect(len(mask.shape) == 2 and same_dims(mask.shape[0], batch) and same_dims(mask.shape[1], total),
+               f"{op}: attention_mask {dims.format_shape(mask.shape)} should be {dims.format_shape((batch, total))}")
+    return total
+
+
+def _check_activation(op, name, value, batch, seq, width):
+    expect(value.dtype.is_float, f"{op}: {name} must be float, got {value.dtype}")
+    want = (batch, seq, width)
+    expect(len(value.shape) == 3 and all(same_dims(a, b) for a, b in zip(value.shape, want)),
+           f"{op}: {name} {dims.format_shape(value.shape)} should be {dims.format_shape(want)}")
+
+
+def _attention_infer(inputs, attrs):
+    q, k, v, mask, past_key, past_value = (list(inputs) + [None] * 6)[:6]
+    heads, kv_heads, head_dim = attrs["heads"], attrs["kv_heads"], attrs["head_dim"]
+    v_head_dim = head_dim if attrs["v_head_dim"] is None else attrs["v_head_dim"]
+    for name in ("heads", "kv_heads", "head_dim"):
+        expect(isinstance(attrs[name], int) and attrs[name] > 0, f"attention: {name} must be a positive int")
+    expect(heads % kv_heads == 0, f"attention: heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
+    expect(attrs["window"] is None or (isinstance(attrs["window"], int) and attrs["window"] > 0),
+           f"attention: window must be a positive int or None, got {attrs['window']!r}")
+    expect(len(q.shape) == 3, f"attention: q must be [B,T,H*D], got {dims.format_shape(q.shape)}")
+    batch, seq = q.shape[:2]
+    _check_activation("attention", "q", q, batch, seq, heads * head_dim)
+    _check_activation("attention", "k", k, batch, seq, kv_heads * head_dim)
+    _check_activation("attention", "v", v, batch, seq, kv_heads * v_head_dim)
+    expect(q.dtype == k.dtype == v.dtype, "attention: q, k and v dtypes differ")
+    total = _check_mask_and_past("attention", batch, seq, mask, past_key, past_value, kv_heads, head_dim, v_head_dim)
+    out = [TensorType(q.dtype, (batch, seq, heads * v_head_dim))]
+    if past_key is not None:
+        out += [TensorType(past_key.dtype, (batch, kv_heads, total, head_dim)),
+                TensorType(past_value.dtype, (batch, kv_heads, total, v_head_dim))]
+    return out
+
+
+def _attention_reference(inputs, attrs):
+    """Scaled-dot-product attention with grouped KV heads, causal/window/padding masks,
+    optional Gemma-2 softcap on the scores, and past/present KV cache."""
+    q, k, v, mask, past_key, past_value = (list(inputs) + [None] * 6)[:6]
+    out, key, value = attention(q, k, v, mask, past_key, past_value, **attrs)
+    if past_key is None:
+        return [out.astype(q.dtype)]
+    return [out.astype(q.dtype), key.astype(past_key.dtype), value.astype(past_value.dtype)]
+
+
+def attention_core_cost(batch, seq, total, heads, key_dim, value_dim) -> Cost:
+    """Scores and weighted sum over all P+T keys (no causal or window discount), softmax apart."""
+    flops = 2 * batch * seq * total * heads * key_dim + 2 * batch * seq * total * heads * value_dim
+    return Cost(flops=flops, other_flops=5 * batch * heads * seq * total)
+
+
+def _io(inputs, outputs) -> Cost:
+    return Cost(bytes_read=sum(t.nbytes for t in inputs if t is not None),
+                bytes_written=sum(t.nbytes for t in outputs))
+
+
+def _attention_cost(inputs, outputs, attrs):
+    q = inputs[0]
+    batch, seq = q.shape[:2]
+    total = outputs[1].shape[2] if len(outputs) > 1 else seq
+    v_head_dim = attrs["head_dim"] if attrs["v_head_dim"] is None else attrs["v_head_dim"]
+    return attention_core_cost(batch, seq, total, attrs["heads"], attrs["head_dim"], v_head_dim) + _io(inputs, outputs)
+
+
+register(OpDef("attention", ("q", "k", "v", "attention_mask?", "past_key?", "past_value?"),
+               {"heads": REQUIRED, "kv_heads": REQUIRED, "head_dim": REQUIRED, "v_head_dim": None, "causal": True,
+                "window": None, "softcap": None, "scale": None},
+               _attention_infer, _attention_reference, _attention_cost, level="model"))
+
+
+# ---- MLA: the math ---------------------------------------------------------------------
+
+def mla_query(x, wq=None, q_a=None, q_a_norm=None, q_b=None, *, heads: int, eps: float) -> np.ndarray:
+    """Queries [B, H, T, nope+rope] before RoPE: x @ wq.T, or the low-rank path
+    q_b(rms_norm(q_a(x)))."""
+    q = linear(x, wq) if wq is not None else linear(rms_norm(linear(x, q_a), q_a_norm, eps), q_b)
+    return split_heads(q, heads)
+
+
+def mla_latent(x, kv_a, kv_a_norm, *, kv_lora_rank: int, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """The compressed KV: normalised latent c_kv [B, T, kv_lora_rank] and the shared RoPE key
+    k_rope [B, T, rope] before RoPE (both from kv_a_proj_with_mqa)."""
+    compressed = linear(x, kv_a)
+    return rms_norm(compressed[..., :kv_lora_rank], kv_a_norm, eps), compressed[..., kv_lora_rank:]
+
+
+def mla_expand_kv(c_kv, kv_b, *, heads: int, qk_nope_head_dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-head keys without position k_nope [B, H, T, nope] and values [B, H, T, Dv] from the
+    latent via kv_b_proj."""
+    kv = split_heads(linear(c_kv, kv_b), heads)
+    return kv[..., :qk_nope_head_dim], kv[..., qk_nope_head_dim:]
+
+
+def mla_rope_cos_sin(position_ids, rope_dim: int, rope_config: dict):
+    """cos/sin [B, T, rope/2] for the decoupled RoPE part (attention factor included)."""
+    inv_freq, attention_factor = rope_inv_freq(rope_dim, rope_config["base"], rope_config.get("scaling"),
+                                               rope_seq_len(position_ids))
+    return rope_cos_sin(position_ids, inv_freq, attention_factor)
+
+
+def mla_rotate(x_bhtr, cos, sin, convention: str) -> np.ndarray:
+    """RoPE on [B, H, T, rope] (H may be 1 for the shared key)."""
+    return apply_rope(x_bhtr.transpose(0, 2, 1, 3), cos, sin, convention).transpose(0, 2, 1, 3)
+
+
+def mla_softmax_scale(qk_nope_head_dim: int, qk_rope_head_dim: int, rope_config: dict,
+                      scale: Optional[float] = None) -> float:
+    """(nope + rope) ** -0.5 times DeepSeek's YaRN mscale ** 2, unless ``scale`` is given."""
+    if scale is not None:
+        return scale
+    return (qk_nope_head_dim + qk_rope_head_dim) ** -0.5 * yarn_softmax_mscale(rope_config.get("scaling"))
+
+
+def mla_attention(x, position_ids, attention_mask=None, past_key=None, past_value=None, wq=None, q_a=None,
+                  q_a_norm=None, q_b=None, kv_a=None, kv_a_norm=None, kv_b=None, wo=None, *, heads: int,
+                  q_lora_rank: Optional[int], kv_lora_rank: int, qk_nope_head_dim: int, qk_rope_head_dim: int,
+                  v_head_dim: int, rope: dict, eps: float = 1e-6, scale: Optional[float] = None,
+                  causal: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Un-absorbed MLA: (out [B, T, d], present_key [B, H, P+T, nope+rope],
+    present_value [B, H, P+T, Dv]), float32. The RoPE half of each cached key is stored
+    rotated, in the layout of ``rope["convention"]``."""
+    nope = qk_nope_head_dim
+    convention = rope.get("convention", "half")
+    cos, sin = mla_rope_cos_sin(position_ids, qk_rope_head_dim, rope)
+    query = mla_query(x, wq, q_a, q_a_norm, q_b, heads=heads, eps=eps)
+    query[..., nope:] = mla_rotate(query[..., nope:], cos, sin, convention)
+    c_kv, k_rope = mla_latent(x, kv_a, kv_a_norm, kv_lora_rank=kv_lora_rank, eps=eps)
+    k_rope = mla_rotate(k_rope[:, None], cos, sin, convention)
+    k_nope, value = mla_expand_kv(c_kv, kv_b, heads=heads, qk_nope_head_dim=nope)
+    key = np.concatenate([k_nope, np.broadcast_to(k_rope, k_nope.shape[:3] + (qk_rope_head_dim,))], axis=-1)
+    key, value = with_past(past_key, key), with_past(past_value, value)
+    batch, seq = x.shape[:2]
+    visible = visible_keys(batch, seq, key.shape[2] - seq, attention_mask, causal)
+    out = attend(query, key, value, visible, mla_softmax_scale(nope, qk_rope_head_dim, rope, scale))
+    return linear(merge_heads(out), wo), key, value
+
+
+# ---- MLA: the op -----------------------------------------------------------------------
+
+MLA_OPERANDS = ("x", "position_ids", "attention_mask?", "past_key?", "past_value?", "wq?", "q_a?", "q_a_norm?",
+                "q_b?", "kv_a", "kv_a_norm", "kv_b", "wo")
+
+
+def _unpack_mla(inputs) -> dict:
+    names = [spec.rstrip("?") for spec in MLA_OPERANDS]
+    return dict(zip(names, list(inputs) + [None] * (len(names) - len(inputs))))
+
+
+def _expect_shape(name, value, want):
+    expect(value is not None, f"mla_attention: operand {name!r} is required here")
+    expect(len(value.shape) == len(want) and all(same_dims(a, b) for a, b in zip(value.shape, want)),
+           f"mla_attention: {name} {dims.format_shape(value.shape)} should be {dims.format_shape(want)}")
+
+
+def _mla_infer(inputs, attrs):
+    ops = _unpack_mla(inputs)
+    x, position_ids = ops["x"], ops["position_ids"]
+    for name in ("heads", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        expect(isinstance(attrs[name], int) and attrs[name] > 0, f"mla_attention: {name} must be a positive int")
+    heads, rank, q_rank = attrs["heads"], attrs["kv_lora_rank"], attrs["q_lora_rank"]
+    nope, rope_dim, v_dim = attrs["qk_nope_head_dim"], attrs["qk_rope_head_dim"], attrs["v_head_dim"]
+    rope_config = attrs["rope"]
+    expect(isinstance(rope_config, dict) and "base" in rope_config, "mla_attention: rope must be a dict with a base")
+    check_rope_config("mla_attention", rope_dim, rope_config["base"], rope_config.get("convention", "half"),
+                      rope_config.get("scaling"))
+    expect(x.dtype.is_float and len(x.shape) == 3,
+           f"mla_attention: x must be float [B,T,d], got {x.dtype}{dims.format_shape(x.shape)}")
+    batch, seq, d = x.shape
+    expect(position_ids.dtype in (DType.i64, DType.i32), "mla_attention: position_ids must be integer")
+    _expect_shape("position_ids", position_ids, (batch, seq))
+    q_width = heads * (nope + rope_dim)
+    if q_rank is None:
+        _expect_shape("wq", ops["wq"], (q_width, d))
+        expect(ops["q_a"] is None and ops["q_b"] is None, "mla_attention: q_a/q_b given but q_lora_rank is None")
+    else:
+        expect(ops["wq"] is None, "mla_attention: wq given but q_lora_rank is set")
+        _expect_shape("q_a", ops["q_a"], (q_rank, d))
+        _expect_shape("q_a_norm", ops["q_a_norm"], (q_rank,))
+        _expect_shape("q_b", ops["q_b"], (q_width, q_rank))
+    _expect_shape("kv_a", ops["kv_a"], (rank + rope_dim, d))
+    _expect_shape("kv_a_norm", ops["kv_a_norm"], (rank,))
+    _expect_shape("kv_b", ops["kv_b"], (heads * (nope + v_dim), rank))
+    expect(ops["wo"] is not None and len(ops["wo"].shape) == 2, "mla_attention: wo must be [d_out, H*v_head_dim]")
+    _expect_shape("wo", ops["wo"], (ops["wo"].shape[0], heads * v_dim))
+    total = _check_mask_and_past("mla_attention", batch, seq, ops["attention_mask"], ops["past_key"],
+                                 ops["past_value"], heads, nope + rope_dim, v_dim)
+    out = [TensorType(x.dtype, (batch, seq, ops["wo"].shape[0]))]
+    if ops["past_key"] is not None:
+        out += [TensorType(ops["past_key"].dtype, (batch, heads, total, nope + rope_dim)),
+                TensorType(ops["past_value"].dtype, (batch, heads, total, v_dim))]
+    return out
+
+
+def _mla_reference(inputs, attrs):
+    """DeepSeek multi-head latent attention (un-absorbed): low-rank q, compressed KV latent
+    expanded per head, decoupled RoPE key shared by all heads, YaRN softmax scale."""
+    ops = _unpack_mla(inputs)
+    out, key, value = mla_attention(**ops, **attrs)
+    x, past_key, past_value = ops["x"], ops["past_key"], ops["past_value"]
+    if past_key is None:
+        return [out.astype(x.dtype)]
+    return [out.astype(x.dtype), key.astype(past_key.dtype), value.astype(past_value.dtype)]
+
+
+def _mla_cost(inputs, outputs, attrs):
+    """2 FLOPs per projection weight per token, plus scores and weighted sum over P+T keys."""
+    ops = _unpack_mla(inputs)
+    x = ops["x"]
+    batch, seq = x.shape[:2]
+    tokens = batch * seq
+    total = outputs[1].shape[2] if len(outputs) > 1 else seq
+    heads, rope_dim = attrs["heads"], attrs["qk_rope_head_dim"]
+    weights = sum(ops[name].numel for name in ("wq", "q_a", "q_b", "kv_a", "kv_b", "wo") if ops[name] is not None)
+    norms = sum(ops[name].numel for name in ("q_a_norm", "kv_a_norm") if ops[name] is not None)
+    cost = attention_core_cost(batch, seq, total, heads, attrs["qk_nope_head_dim"] + rope_dim, attrs["v_head_dim"])
+    extra = Cost(flops=2 * tokens * weights, other_flops=4 * tokens * norms + 3 * tokens * (heads + 1) * rope_dim)
+    return cost + extra + _io(inputs, outputs)
+
+
+register(OpDef("mla_attention", MLA_OPERANDS,
+               {"heads": REQUIRED, "q_lora_rank": None, "kv_lora_rank": REQUIRED, "qk_nope_head_dim": REQUIRED,
+                "qk_rope_head_dim": REQUIRED, "v_head_dim": REQUIRED, "eps": 1e-6, "rope": REQUIRED, "scale": None,
+                "causal": True},
+               _mla_infer, _mla_reference, _mla_cost, level="model"))

@@ -1,1 +1,229 @@
-"""(being written)"""
+"""Mixture of experts: the ``moe`` op, its router and two reference implementations.
+
+Routing (``route``), all in float32:
+
+1. scores = softmax or sigmoid of the router logits x @ router.T;
+2. selection scores = scores + router_bias (DeepSeek-V3's correction bias: selection only);
+3. with groups (n_group, topk_group) the experts split into n_group equal groups; a group's
+   score is its max selection score ("max", DeepSeek-V2 group_limited_greedy) or the sum of
+   its top two ("top2_sum", DeepSeek-V3 noaux_tc); only the best topk_group groups stay;
+4. the top_k experts by selection score, ties to the lower expert index, best first;
+5. gating weights are the *unbiased* scores of the chosen experts, divided by their sum
+   (+1e-20, as HF) when norm_topk_prob, times routed_scale.
+
+Experts are gated MLPs: down(act(gate(x)) * up(x)) with weights [E, f, d], [E, f, d],
+[E, d, f] (HF layout per expert). An optional shared expert (same activation) is added to
+the routed sum; Qwen2-MoE scales it by sigmoid(x @ shared_expert_gate.T).
+Mixtral: softmax, top_k, norm_topk_prob=True. DeepSeek-V3: sigmoid, router_bias, groups
+with "top2_sum", routed_scale. Qwen2-MoE: softmax, shared expert with its gate.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from irc import dims
+from irc.ops.nn import f32
+from irc.ops.primitives import gelu, silu
+from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, register, same_dims
+
+SCORINGS = ("softmax", "sigmoid")
+GROUP_SCORES = ("max", "top2_sum")
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
+EXPERT_OPERANDS = ("w_gate", "w_up", "w_down")
+
+
+def activate(x, activation: str) -> np.ndarray:
+    if activation == "silu":
+        return silu(x)
+    if activation == "gelu":
+        return gelu(x)
+    if activation == "gelu_tanh":
+        return gelu(x, "tanh")
+    raise ValueError(f"unknown moe activation {activation!r}")
+
+
+def _top_indices(values, k: int) -> np.ndarray:
+    """Indices of the k largest along the last axis, best first, ties to the lower index."""
+    return np.argsort(-values, axis=-1, kind="stable")[..., :k]
+
+
+def route(x, router, router_bias=None, *, top_k: int, scoring: str = "softmax", norm_topk_prob: bool = True,
+          routed_scale: float = 1.0, n_group: Optional[int] = None, topk_group: Optional[int] = None,
+          group_score: str = "max") -> tuple[np.ndarray, np.ndarray]:
+    """Choose experts for each token of x [..., d]: (expert_ids [N, k] i64, weights [N, k] f32),
+    N the number of tokens, experts best first (see the module docstring)."""
+    router = f32(router)
+    tokens = f32(x).reshape(-1, router.shape[1])
+    logits = tokens @ router.T
+    if scoring == "softmax":
+        exp = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        scores = exp / exp.sum(axis=-1, keepdims=True)
+    elif scoring == "sigmoid":
+        scores = 1.0 / (1.0 + np.exp(-logits))
+    else:
+        raise ValueError(f"unknown moe scoring {scoring!r}")
+    scores = scores.astype(np.float32)
+    choice = scores if router_bias is None else scores + f32(router_bias)
+    if n_group is not None:
+        experts = scores.shape[-1]
+        grouped = choice.reshape(len(choice), n_group, experts // n_group)
+        if group_score == "max":
+            per_group = grouped.max(axis=-1)
+        elif group_score == "top2_sum":
+            per_group = -np.sort(-grouped, axis=-1)[..., :2].sum(axis=-1)
+        else:
+            raise ValueError(f"unknown moe group_score {group_score!r}")
+        keep = np.zeros(per_group.shape, dtype=bool)
+        np.put_along_axis(keep, _top_indices(per_group, topk_group), True, axis=-1)
+        choice = np.where(np.repeat(keep, experts // n_group, axis=-1), choice, -np.inf)
+    expert_ids = _top_indices(choice, top_k)
+    weights = np.take_along_axis(scores, expert_ids, axis=-1)
+    if norm_topk_prob:
+        weights = weights / (weights.sum(axis=-1, keepdims=True) + np.float32(1e-20))
+    weights = weights * np.float32(routed_scale)
+    return expert_ids.astype(np.int64), weights.astype(np.float32)
+
+
+def routing_attrs(attrs: dict) -> dict:
+    """The keyword arguments of ``route`` taken from the op's attributes."""
+    return {key: attrs[key] for key in ("top_k", "scoring", "norm_topk_prob", "routed_scale", "n_group",
+                                        "topk_group", "group_score")}
+
+
+def expert_mlp(x, w_gate, w_up, w_down, activation: str = "silu") -> np.ndarray:
+    """down(act(x @ gate.T) * (x @ up.T)) for one expert (or the shared one), float32."""
+    x = f32(x)
+    return (activate(x @ f32(w_gate).T, activation) * (x @ f32(w_up).T)) @ f32(w_down).T
+
+
+def shared_expert(x, shared_gate=None, shared_up=None, shared_down=None, shared_expert_gate=None,
+                  activation: str = "silu") -> np.ndarray:
+    """The shared expert's contribution for tokens x [N, d] (zeros when absent)."""
+    x = f32(x)
+    if shared_gate is None:
+        return np.zeros_like(x)
+    out = expert_mlp(x, shared_gate, shared_up, shared_down, activation)
+    if shared_expert_gate is not None:
+        out = out / (1.0 + np.exp(-(x @ f32(shared_expert_gate).T)))
+    return out
+
+
+def moe_dense(x, router, w_gate, w_up, w_down, router_bias=None, shared_gate=None, shared_up=None,
+              shared_down=None, shared_expert_gate=None, *, activation: str = "silu", **routing) -> np.ndarray:
+    """Every expert over every token, each output scaled by that token's gating weight for
+    the expert (0 if not chosen). Float32, shape of x."""
+    tokens = f32(x).reshape(-1, x.shape[-1])
+    expert_ids, weights = route(tokens, router, router_bias, **routing)
+    dense = np.zeros((len(tokens), len(w_gate)), dtype=np.float32)
+    np.put_along_axis(dense, expert_ids, weights, axis=-1)
+    out = shared_expert(tokens, shared_gate, shared_up, shared_down, shared_expert_gate, activation)
+    for expert in range(len(w_gate)):
+        out = out + dense[:, expert:expert + 1] * expert_mlp(tokens, w_gate[expert], w_up[expert], w_down[expert],
+                                                            activation)
+    return out.reshape(x.shape).astype(np.float32)
+
+
+def moe_per_token(x, router, w_gate, w_up, w_down, router_bias=None, shared_gate=None, shared_up=None,
+                  shared_down=None, shared_expert_gate=None, *, activation: str = "silu", **routing) -> np.ndarray:
+    """Token by token, only the chosen experts: the definition ``moe_dense`` must equal."""
+    tokens = f32(x).reshape(-1, x.shape[-1])
+    expert_ids, weights = route(tokens, router, router_bias, **routing)
+    out = shared_expert(tokens, shared_gate, shared_up, shared_down, shared_expert_gate, activation)
+    for n, token in enumerate(tokens):
+        for expert, weight in zip(expert_ids[n], weights[n]):
+            out[n] += weight * expert_mlp(token[None], w_gate[expert], w_up[expert], w_down[expert], activation)[0]
+    return out.reshape(x.shape).astype(np.float32)
+
+
+# ---- the op ----------------------------------------------------------------------------
+
+def _shape_is(value, want) -> bool:
+    return len(value.shape) == len(want) and all(same_dims(a, b) for a, b in zip(value.shape, want))
+
+
+def _check(name, value, want):
+    expect(_shape_is(value, want),
+           f"moe: {name} {dims.format_shape(value.shape)} should be {dims.format_shape(want)}")
+
+
+def _check_attrs(attrs) -> None:
+    experts, top_k = attrs["experts"], attrs["top_k"]
+    expect(isinstance(experts, int) and experts > 0, f"moe: experts must be a positive int, got {experts!r}")
+    expect(isinstance(top_k, int) and 0 < top_k <= experts, f"moe: top_k must be in 1..{experts}, got {top_k!r}")
+    expect(attrs["scoring"] in SCORINGS, f"moe: scoring must be one of {', '.join(SCORINGS)}")
+    expect(attrs["group_score"] in GROUP_SCORES, f"moe: group_score must be one of {', '.join(GROUP_SCORES)}")
+    expect(attrs["activation"] in ACTIVATIONS, f"moe: activation must be one of {', '.join(ACTIVATIONS)}")
+    n_group, topk_group = attrs["n_group"], attrs["topk_group"]
+    expect((n_group is None) == (topk_group is None), "moe: n_group and topk_group must be set together")
+    if n_group is not None:
+        expect(isinstance(n_group, int) and n_group > 0 and experts % n_group == 0,
+               f"moe: n_group ({n_group}) must divide experts ({experts})")
+        expect(isinstance(topk_group, int) and 0 < topk_group <= n_group,
+               f"moe: topk_group must be in 1..{n_group}, got {topk_group!r}")
+        expect(top_k <= topk_group * (experts // n_group),
+               f"moe: top_k ({top_k}) exceeds the experts in {topk_group} kept groups")
+
+
+def _moe_infer(inputs, attrs):
+    x, router, w_gate, w_up, w_down, bias, s_gate, s_up, s_down, s_expert_gate = (list(inputs) + [None] * 10)[:10]
+    _check_attrs(attrs)
+    experts = attrs["experts"]
+    expect(x.dtype.is_float and len(x.shape) == 3, f"moe: x must be float [B,T,d], got {dims.format_shape(x.shape)}")
+    d = x.shape[-1]
+    _check("router", router, (experts, d))
+    expect(len(w_gate.shape) == 3, f"moe: w_gate must be [E,f,d], got {dims.format_shape(w_gate.shape)}")
+    f = w_gate.shape[1]
+    _check("w_gate", w_gate, (experts, f, d))
+    _check("w_up", w_up, (experts, f, d))
+    _check("w_down", w_down, (experts, d, f))
+    if bias is not None:
+        _check("router_bias", bias, (experts,))
+    shared = (s_gate, s_up, s_down)
+    expect(all(s is None for s in shared) or all(s is not None for s in shared),
+           "moe: shared_gate, shared_up and shared_down must be given together")
+    if s_gate is not None:
+        expect(len(s_gate.shape) == 2, f"moe: shared_gate must be [fs,d], got {dims.format_shape(s_gate.shape)}")
+        fs = s_gate.shape[0]
+        _check("shared_gate", s_gate, (fs, d))
+        _check("shared_up", s_up, (fs, d))
+        _check("shared_down", s_down, (d, fs))
+    if s_expert_gate is not None:
+        expect(s_gate is not None, "moe: shared_expert_gate needs a shared expert")
+        _check("shared_expert_gate", s_expert_gate, (1, d))
+    return [TensorType(x.dtype, x.shape)]
+
+
+def _moe_reference(inputs, attrs):
+    """Routed gated-MLP experts (top-k of softmax or sigmoid scores, optional bias, groups,
+    renormalisation and scale) plus an optional, optionally gated, shared expert."""
+    x = inputs[0]
+    operands = (list(inputs) + [None] * 10)[:10]
+    return [moe_dense(*operands, activation=attrs["activation"], **routing_attrs(attrs)).astype(x.dtype)]
+
+
+def _moe_active_fraction(attrs: dict, operand: str) -> float:
+    """One token touches top_k of the experts' weights; everything else in full."""
+    return attrs["top_k"] / attrs["experts"] if operand in EXPERT_OPERANDS else 1.0
+
+
+def _moe_cost(inputs, outputs, attrs):
+    """2 FLOPs per weight a token uses: the router, top_k experts and the shared expert."""
+    x, router, w_gate, w_up, w_down = inputs[:5]
+    tokens = x.numel // x.shape[-1]
+    per_expert = (w_gate.numel + w_up.numel + w_down.numel) // attrs["experts"]
+    shared = sum(t.numel for t in inputs[6:10] if t is not None)
+    flops = 2 * tokens * (router.numel + attrs["top_k"] * per_expert + shared)
+    hidden = attrs["top_k"] * w_gate.shape[1] + (inputs[6].shape[0] if len(inputs) > 6 and inputs[6] is not None else 0)
+    other = tokens * (5 * attrs["experts"] + 4 * hidden)
+    return Cost(flops=flops, other_flops=other, bytes_read=sum(t.nbytes for t in inputs if t is not None),
+                bytes_written=outputs[0].nbytes)
+
+
+register(OpDef("moe", ("x", "router", "w_gate", "w_up", "w_down", "router_bias?", "shared_gate?", "shared_up?",
+                       "shared_down?", "shared_expert_gate?"),
+               {"experts": REQUIRED, "top_k": REQUIRED, "scoring": "softmax", "norm_topk_prob": True,
+                "routed_scale": 1.0, "n_group": None, "topk_group": None, "group_score": "max",
+                "activation": "silu"},
+               _moe_infer, _moe_reference, _moe_cost, level="model", active_fraction=_moe_active_fraction))

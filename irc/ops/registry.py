@@ -38,6 +38,10 @@ class TensorType(NamedTuple):
     shape: tuple
 
     @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
     def numel(self) -> int:
         n = 1
         for d in self.shape:

@@ -1,1 +1,241 @@
-"""(being written)"""
+"""Rotary position embedding: the ``rope`` op and the NumPy math behind it.
+
+The frequency formulas follow Hugging Face ``modeling_rope_utils`` exactly (default, linear,
+dynamic NTK, YaRN, Llama 3). Scaling is a plain dict with snake_case keys:
+
+- ``{"kind": "linear", "factor": f}``
+- ``{"kind": "dynamic", "factor": f, "original_max_position": n}``; ``n`` is HF's
+  ``max_position_embeddings`` and the sequence length is ``max(position_ids) + 1``
+  (at least ``n``), as HF's dynamic update computes it
+- ``{"kind": "yarn", "factor": f, "original_max_position": n, "beta_fast": 32,
+  "beta_slow": 1, "mscale": .., "mscale_all_dim": .., "attention_factor": .., "truncate": True}``
+- ``{"kind": "llama3", "factor": f, "low_freq_factor": l, "high_freq_factor": h,
+  "original_max_position": n}``
+
+Conventions: ``"half"`` rotates pairs (i, i + R/2) of each head (HF ``rotate_half``);
+``"interleaved"`` rotates pairs (2i, 2i + 1) and keeps that layout (GPT-J, Cohere, the complex
+form of DeepSeek-V2). With ``rotary_dim`` R < head_dim only the first R dims of each head
+rotate; the rest pass through.
+
+``cos`` and ``sin`` here hold one angle per rotated pair: shape [B, T, R/2], not the
+duplicated [B, T, R] tensors HF builds; ``apply_rope`` places them for either convention.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from irc import dims
+from irc.dtypes import DType
+from irc.ops.nn import f32
+from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, register, same_dims
+
+CONVENTIONS = ("half", "interleaved")
+SCALING_KEYS = {
+    "linear": ("factor",),
+    "dynamic": ("factor", "original_max_position"),
+    "yarn": ("factor", "original_max_position"),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position"),
+}
+
+
+# ---- frequencies -----------------------------------------------------------------------
+
+def _base_inv_freq(dim: int, base: float) -> np.ndarray:
+    exponents = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
+    return (1.0 / (float(base) ** exponents.astype(np.float64))).astype(np.float32)
+
+
+def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's magnitude correction: 0.1 * mscale * ln(scale) + 1 (1 when scale <= 1)."""
+    if scale <= 1:
+        return 1.0
+    return 0.1 * mscale * math.log(scale) + 1.0
+
+
+def _yarn(dim: int, base: float, scaling: dict) -> tuple[np.ndarray, float]:
+    factor = float(scaling["factor"])
+    original = scaling["original_max_position"]
+    attention_factor = scaling.get("attention_factor")
+    mscale, mscale_all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
+    if attention_factor is None:
+        if mscale and mscale_all_dim:
+            attention_factor = yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor, mscale_all_dim)
+        else:
+            attention_factor = yarn_get_mscale(factor)
+    beta_fast = scaling.get("beta_fast") or 32
+    beta_slow = scaling.get("beta_slow") or 1
+
+    def correction_dim(rotations):
+        return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # HF: prevent a zero-width ramp
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - low) / (high - low), 0, 1).astype(np.float32)
+    extrapolation = _base_inv_freq(dim, base)
+    interpolation = (extrapolation.astype(np.float64) / factor).astype(np.float32)
+    keep = 1 - ramp  # share of the unscaled (extrapolated) frequency
+    inv_freq = interpolation * (1 - keep) + extrapolation * keep
+    return inv_freq.astype(np.float32), float(attention_factor)
+
+
+def _llama3(dim: int, base: float, scaling: dict) -> np.ndarray:
+    inv_freq = _base_inv_freq(dim, base).astype(np.float64)
+    factor = scaling["factor"]
+    low_factor, high_factor = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_context = scaling["original_max_position"]
+    low_wavelen, high_wavelen = old_context / low_factor, old_context / high_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_context / wavelen - low_factor) / (high_factor - low_factor)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def rope_inv_freq(dim: int, base: float, scaling: Optional[dict] = None,
+                  seq_len: Optional[int] = None) -> tuple[np.ndarray, float]:
+    """Inverse frequencies [dim/2] (float32) for a rotary width ``dim`` and the attention
+    factor that multiplies cos and sin (1.0 except for YaRN). ``seq_len`` matters only for
+    dynamic NTK scaling."""
+    kind = (scaling or {}).get("kind", "default")
+    if kind == "default":
+        return _base_inv_freq(dim, base), 1.0
+    if kind == "linear":
+        return (_base_inv_freq(dim, base) / np.float32(scaling["factor"])).astype(np.float32), 1.0
+    if kind == "dynamic":
+        original = scaling["original_max_position"]
+        factor = scaling["factor"]
+        length = original if seq_len is None else max(int(seq_len), original)
+        base = base * ((factor * length / original) - (factor - 1)) ** (dim / (dim - 2))
+        return _base_inv_freq(dim, base), 1.0
+    if kind == "yarn":
+        return _yarn(dim, base, scaling)
+    if kind == "llama3":
+        return _llama3(dim, base, scaling), 1.0
+    raise ValueError(f"unknown rope scaling kind {kind!r}")
+
+
+def yarn_softmax_mscale(scaling: Optional[dict]) -> float:
+    """DeepSeek's extra softmax scale: mscale(factor, mscale_all_dim) ** 2 when the scaling
+    sets ``mscale_all_dim``, else 1.0 (HF ``yarn_apply_mscale``)."""
+    if not scaling or not scaling.get("mscale_all_dim"):
+        return 1.0
+    m = yarn_get_mscale(float(scaling["factor"]), scaling["mscale_all_dim"])
+    return m * m
+
+
+def rope_seq_len(position_ids) -> int:
+    """Sequence length dynamic scaling sees: max(position_ids) + 1, as HF computes it."""
+    return int(np.max(position_ids)) + 1 if np.size(position_ids) else 0
+
+
+# ---- rotation --------------------------------------------------------------------------
+
+def rope_cos_sin(position_ids, inv_freq, attention_factor: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin [B, T, R/2] of position * inv_freq, times the attention factor (float32)."""
+    angles = np.asarray(position_ids).astype(np.float32)[..., None] * np.asarray(inv_freq, np.float32)
+    factor = np.float32(attention_factor)
+    return (np.cos(angles) * factor).astype(np.float32), (np.sin(angles) * factor).astype(np.float32)
+
+
+def apply_rope(x4, cos, sin, convention: str = "half", rotary_dim: Optional[int] = None) -> np.ndarray:
+    """Rotate x4 [B, T, N, D] by cos/sin [B, T, R/2]; float32 result.
+
+    "half": (x1, x2) = (x[:R/2], x[R/2:R]) -> (x1 cos - x2 sin, x2 cos + x1 sin).
+    "interleaved": the same on (x[0:R:2], x[1:R:2]), written back to the even/odd slots.
+    """
+    x = f32(x4)
+    rotary = x.shape[-1] if rotary_dim is None else rotary_dim
+    half = rotary // 2
+    cos = np.asarray(cos, np.float32)[:, :, None, :]
+    sin = np.asarray(sin, np.float32)[:, :, None, :]
+    out = x.copy()
+    if convention == "half":
+        x1, x2 = x[..., :half], x[..., half:rotary]
+        out[..., :half] = x1 * cos - x2 * sin
+        out[..., half:rotary] = x2 * cos + x1 * sin
+    elif convention == "interleaved":
+        x1, x2 = x[..., 0:rotary:2], x[..., 1:rotary:2]
+        out[..., 0:rotary:2] = x1 * cos - x2 * sin
+        out[..., 1:rotary:2] = x2 * cos + x1 * sin
+    else:
+        raise ValueError(f"unknown rope convention {convention!r}")
+    return out
+
+
+def rope(x, position_ids, head_dim: int, base: float, rotary_dim: Optional[int] = None,
+         convention: str = "half", scaling: Optional[dict] = None) -> np.ndarray:
+    """The whole op on x [B, T, N*D]: frequencies, cos/sin, rotation; float32 result."""
+    rotary = head_dim if rotary_dim is None else rotary_dim
+    inv_freq, attention_factor = rope_inv_freq(rotary, base, scaling, rope_seq_len(position_ids))
+    cos, sin = rope_cos_sin(position_ids, inv_freq, attention_factor)
+    batch, seq = x.shape[:2]
+    x4 = np.asarray(x).reshape(batch, seq, -1, head_dim)
+    return apply_rope(x4, cos, sin, convention, rotary).reshape(batch, seq, -1)
+
+
+# ---- the op ----------------------------------------------------------------------------
+
+def check_rope_config(op: str, dim, base, convention, scaling) -> None:
+    """Plain ShapeErrors for a bad rotary width, base, convention or scaling dict."""
+    expect(isinstance(dim, int) and dim > 0 and dim % 2 == 0,
+           f"{op}: rotary dim must be a positive even int, got {dim!r}")
+    expect(isinstance(base, (int, float)) and base > 0, f"{op}: rope base must be a positive number, got {base!r}")
+    expect(convention in CONVENTIONS,
+           f"{op}: rope convention must be one of {', '.join(CONVENTIONS)}, got {convention!r}")
+    if scaling is None:
+        return
+    expect(isinstance(scaling, dict), f"{op}: rope scaling must be a dict or None, got {scaling!r}")
+    kind = scaling.get("kind")
+    expect(kind in SCALING_KEYS, f"{op}: rope scaling kind must be one of {', '.join(SCALING_KEYS)}, got {kind!r}")
+    missing = [key for key in SCALING_KEYS[kind] if scaling.get(key) is None]
+    expect(not missing, f"{op}: {kind} rope scaling needs {', '.join(missing)}")
+    if kind == "dynamic":
+        expect(dim > 2, f"{op}: dynamic rope scaling needs a rotary dim above 2, got {dim}")
+
+
+def _rope_infer(inputs, attrs):
+    x, position_ids = inputs
+    head_dim = attrs["head_dim"]
+    rotary = head_dim if attrs["rotary_dim"] is None else attrs["rotary_dim"]
+    expect(isinstance(head_dim, int) and head_dim > 0, f"rope: head_dim must be a positive int, got {head_dim!r}")
+    check_rope_config("rope", rotary, attrs["base"], attrs["convention"], attrs["scaling"])
+    expect(rotary <= head_dim, f"rope: rotary_dim {rotary} exceeds head_dim {head_dim}")
+    expect(x.dtype.is_float, f"rope: x must be float, got {x.dtype}")
+    expect(len(x.shape) == 3, f"rope: x must be [B,T,N*D], got {dims.format_shape(x.shape)}")
+    expect(not isinstance(x.shape[-1], int) or x.shape[-1] % head_dim == 0,
+           f"rope: features {x.shape[-1]} are not a multiple of head_dim {head_dim}")
+    expect(position_ids.dtype in (DType.i64, DType.i32),
+           f"rope: position_ids must be integer, got {position_ids.dtype}")
+    expect(len(position_ids.shape) == 2 and all(same_dims(a, b) for a, b in zip(position_ids.shape, x.shape[:2])),
+           f"rope: position_ids {dims.format_shape(position_ids.shape)} do not match x {dims.format_shape(x.shape)}")
+    return [TensorType(x.dtype, x.shape)]
+
+
+def _rope_reference(inputs, attrs):
+    """Rotate each head of x [B, T, N*D] by its position (HF RoPE, scaling and all)."""
+    x, position_ids = inputs
+    out = rope(x, position_ids, attrs["head_dim"], attrs["base"], attrs["rotary_dim"], attrs["convention"],
+               attrs["scaling"])
+    return [out.astype(x.dtype)]
+
+
+def _rope_cost(inputs, outputs, attrs):
+    """About 3 operations (two multiplies, one add) per rotated element."""
+    x = inputs[0]
+    rotary = attrs["head_dim"] if attrs["rotary_dim"] is None else attrs["rotary_dim"]
+    rotated = x.numel // attrs["head_dim"] * rotary
+    return Cost(other_flops=3 * rotated, bytes_read=sum(t.nbytes for t in inputs),
+                bytes_written=outputs[0].nbytes)
+
+
+register(OpDef("rope", ("x", "position_ids"),
+               {"head_dim": REQUIRED, "rotary_dim": None, "base": REQUIRED, "convention": "half", "scaling": None},
+               _rope_infer, _rope_reference, _rope_cost, level="model"))
