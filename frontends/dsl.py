@@ -1,0 +1,623 @@
+"""The model DSL: a builder whose calls read like the model code.
+
+    m = Model("tiny-llama", vocab=256, d_model=64)
+    x = m.embed(m.input_ids())
+    for layer in m.layers(2):
+        x = x + layer.attention(layer.rms_norm(x, name="attn_norm"), heads=4, kv_heads=2,
+                                rope=Rope(base=1e4))
+        x = x + layer.swiglu(layer.rms_norm(x, name="mlp_norm"), d_ff=160)
+    m.logits(m.rms_norm(x, name="norm"))
+    graph = m.graph
+
+The YAML architecture form (``frontends.yaml_spec``) expands through this builder, so both
+give the same graph for the same model.
+
+Conventions the backends and analyses rely on:
+
+- Graph inputs: ``input_ids`` i64[B,T], ``attention_mask`` i64[B,P+T], ``position_ids``
+  i64[B,T] (all three made by ``input_ids()``), then per layer ``past_key_values.{i}.key``
+  [B,K,P,D] and ``.value`` [B,K,P,Dv] (made by the layer's attention). Outputs: ``logits``
+  f32[B,T,V], then ``present.{i}.key`` / ``.value`` per layer. Every graph is in KV-cache
+  form; bind P to 0 for prefill. MLA caches per head: [B,H,P,nope+rope] and [B,H,P,v].
+- Weights are params with dotted checkpoint-like names (``layers.3.attn.wq``), data absent,
+  dtype ``Model(dtype=...)`` (default ``"f32"``). Activations and the KV cache are always
+  f32: when the embedding table is not f32, a ``cast`` to f32 follows the lookup.
+- Value names are layer-prefixed hints (``layers.0.q``, ``layers.0.attn_out``,
+  ``layers.0.x`` for the residual stream); the graph suffixes ``_N`` on collision.
+- A node's ``origin`` is the call site outside this module (``model.py:12``), or the
+  location set with ``Model.at(...)`` (the YAML form passes its key's ``file:line``).
+- Float arguments are stored as floats (``1e4`` and ``10000`` give the same graph).
+- Mistakes raise ``ArgError`` (a ``SpecError``) at the call site naming the argument.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from typing import Iterator, Optional
+
+from irc import build, dims
+from irc.dtypes import DType
+from irc.errors import ShapeError, SpecError
+from irc.graph import Graph, Param, Value
+from irc.ops import rope as rope_op
+
+ACTIVATION = DType.f32
+PAST = "P"
+TOTAL = dims.add("P", "T")
+
+ROPE_CONVENTIONS = rope_op.CONVENTIONS
+SCALING_NEEDS = rope_op.SCALING_KEYS  # kind -> the fields it needs
+SCALING_KINDS = tuple(SCALING_NEEDS)
+SCALING_FIELDS = {"factor": float, "original_max_position": int, "low_freq_factor": float,
+                  "high_freq_factor": float, "beta_fast": float, "beta_slow": float, "mscale": float,
+                  "mscale_all_dim": float, "attention_factor": float, "truncate": bool}
+MOE_SCORING = ("softmax", "sigmoid")
+GROUP_SCORES = ("max", "top2_sum")
+
+
+class ArgError(SpecError):
+    """A DSL call got a bad argument; ``arg`` names it, ``detail`` says what is wrong."""
+
+    def __init__(self, arg: str, detail: str, location: Optional[str] = None, hint: Optional[str] = None):
+        super().__init__(f"{arg}: {detail}", location=location, hint=hint)
+        self.arg, self.detail = arg, detail
+
+
+def call_site() -> str:
+    """``file.py:line`` of the innermost frame outside this module."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    if frame is None:
+        return "<dsl>"
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def _positive(arg: str, value, location: Optional[str] = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ArgError(arg, f"expected a positive integer, got {value!r}", location or call_site())
+    return value
+
+
+def _positive_float(arg: str, value, location: Optional[str] = None) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ArgError(arg, f"expected a positive number, got {value!r}", location or call_site())
+    return float(value)
+
+
+def _one_of(arg: str, value, options, location: Optional[str] = None):
+    if value not in options:
+        raise ArgError(arg, f"expected one of {', '.join(options)}, got {value!r}", location or call_site())
+    return value
+
+
+class Rope:
+    """Rotary position embedding settings: ``base`` (theta), ``convention`` ("half":
+    rotate-half as in Llama; "interleaved": adjacent pairs as in GPT-J/DeepSeek),
+    ``scaling`` (None or a dict with ``kind`` linear|dynamic|yarn|llama3 and its fields)
+    and ``rotary_dim`` (partial rotary; None rotates the whole head)."""
+
+    def __init__(self, base: float = 10000.0, convention: str = "half", scaling: Optional[dict] = None,
+                 rotary_dim: Optional[int] = None):
+        self.base = _positive_float("rope.base", base)
+        self.convention = _one_of("rope.convention", convention, ROPE_CONVENTIONS)
+        self.rotary_dim = None if rotary_dim is None else _positive("rope.rotary_dim", rotary_dim)
+        self.scaling = None if scaling is None else self._scaling(scaling)
+
+    @staticmethod
+    def _scaling(scaling: dict) -> dict:
+        if not isinstance(scaling, dict):
+            raise ArgError("rope.scaling", f"expected a dict, got {scaling!r}", call_site())
+        kind = _one_of("rope.scaling.kind", scaling.get("kind"), SCALING_KINDS)
+        out = {"kind": kind}
+        for key in sorted(scaling):
+            if key == "kind":
+                continue
+            if key not in SCALING_FIELDS:
+                raise ArgError(f"rope.scaling.{key}", "unknown scaling field", call_site(),
+                               hint=f"fields: {', '.join(SCALING_FIELDS)}")
+            if SCALING_FIELDS[key] is bool:
+                if not isinstance(scaling[key], bool):
+                    raise ArgError(f"rope.scaling.{key}", f"expected True or False, got {scaling[key]!r}", call_site())
+                out[key] = scaling[key]
+            elif SCALING_FIELDS[key] is int:
+                out[key] = _positive(f"rope.scaling.{key}", scaling[key])
+            else:
+                out[key] = _positive_float(f"rope.scaling.{key}", scaling[key])
+        for key in SCALING_NEEDS[kind]:
+            if key not in out:
+                raise ArgError(f"rope.scaling.{key}", f"{kind} scaling needs {key}", call_site())
+        return dict(sorted(out.items()))
+
+    def attrs(self, head_dim: int) -> dict:
+        """Attributes of the ``rope`` op for heads of ``head_dim``."""
+        return {"head_dim": head_dim, "rotary_dim": self.rotary_dim, "base": self.base,
+                "convention": self.convention, "scaling": _copy(self.scaling)}
+
+    def mla_attrs(self) -> dict:
+        """The ``rope`` attribute of ``mla_attention``."""
+        return {"base": self.base, "convention": self.convention, "scaling": _copy(self.scaling)}
+
+    def meta(self) -> dict:
+        return {"base": self.base, "convention": self.convention, "rotary_dim": self.rotary_dim,
+                "scaling": _copy(self.scaling)}
+
+
+def _copy(value):
+    return None if value is None else dict(value)
+
+
+class Tensor:
+    """A graph value in the builder; ``a + b`` adds (named after the residual stream)."""
+
+    __slots__ = ("model", "value")
+
+    def __init__(self, model: "Model", value: Value):
+        self.model, self.value = model, value
+
+    @property
+    def shape(self) -> tuple:
+        return self.value.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.value.dtype
+
+    @property
+    def name(self) -> str:
+        return self.value.name
+
+    def __add__(self, other: "Tensor") -> "Tensor":
+        return self.model.add(self, other)
+
+    def __mul__(self, other: "Tensor") -> "Tensor":
+        return self.model.mul(self, other)
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.value!r})"
+
+
+class Model:
+    """Builds one decoder graph; see the module docstring for the conventions."""
+
+    def __init__(self, name: str, vocab: int, d_model: int, dtype: str = "f32"):
+        if not isinstance(name, str) or not name:
+            raise ArgError("name", f"expected a non-empty string, got {name!r}", call_site())
+        self.vocab = _positive("vocab", vocab)
+        self.d_model = _positive("d_model", d_model)
+        try:
+            self.dtype = DType.parse(dtype)
+        except ValueError as err:
+            raise ArgError("dtype", str(err), call_site()) from None
+        if not self.dtype.is_float:
+            raise ArgError("dtype", f"weights must be a float type, got {dtype}", call_site())
+        self._graph = Graph(name)
+        self._graph.meta = {
+            "name": name, "dtype": str(self.dtype), "vocab_size": vocab, "d_model": d_model, "n_layers": 0,
+            "attention": None, "n_heads": None, "n_kv_heads": None, "head_dim": None, "v_head_dim": None,
+            "window": [], "attn_softcap": None, "attn_scale": None, "qkv_bias": False, "qk_norm": False,
+            "rope": None, "mla": None, "norm": None, "sandwich_norm": False, "mlp": None, "d_ff": None,
+            "moe": None, "tied_embeddings": False, "embedding_scale": None, "final_softcap": None,
+        }
+        self._origin_override: Optional[str] = None
+        self._scope = ""
+        self._n_layers = 0
+        self._windows: dict[int, Optional[int]] = {}
+        self._ids: Optional[Tensor] = None
+        self._mask: Optional[Value] = None
+        self._positions: Optional[Value] = None
+        self._presents: list[Value] = []
+
+    # ---- plumbing ----------------------------------------------------------------------
+    @property
+    def graph(self) -> Graph:
+        meta = self._graph.meta
+        meta["n_layers"] = self._n_layers
+        meta["window"] = [self._windows.get(i) for i in range(self._n_layers)]
+        return self._graph
+
+    @property
+    def meta(self) -> dict:
+        return self._graph.meta
+
+    @contextmanager
+    def at(self, origin: str):
+        """Attribute every node made inside the block to ``origin`` (e.g. ``spec.yaml:12``)."""
+        saved, self._origin_override = self._origin_override, origin
+        try:
+            yield
+        finally:
+            self._origin_override = saved
+
+    def origin(self) -> str:
+        return self._origin_override or call_site()
+
+    def error(self, arg: str, detail: str, hint: Optional[str] = None) -> ArgError:
+        return ArgError(arg, detail, self.origin(), hint)
+
+    def emit(self, op: str, inputs, attrs: Optional[dict], names) -> list[Tensor]:
+        values = [t.value if isinstance(t, Tensor) else t for t in inputs]
+        while values and values[-1] is None:  # omitted trailing optionals are left off
+            values.pop()
+        origin = self.origin()
+        try:
+            outs = build.emit(self._graph, op, values, attrs, names, origin=origin)
+        except ShapeError as err:
+            raise SpecError(err.message, location=origin, hint=err.hint) from None
+        return [Tensor(self, v) for v in outs]
+
+    def param(self, name: str, shape) -> Param:
+        if name in self._graph.params:
+            raise self.error("name", f"param @{name} already exists", hint="give this weight another name")
+        return self._graph.add_param(name, self.dtype, shape)
+
+    def _features(self, x: Tensor) -> int:
+        d = x.shape[-1]
+        if not isinstance(d, int):
+            raise self.error("x", f"feature dimension must be a number, got {d!r}")
+        return d
+
+    def _past(self, layer: int, heads: int, key_dim: int, value_dim: int) -> tuple[Value, Value]:
+        prefix = f"past_key_values.{layer}"
+        if any(v.name == f"{prefix}.key" for v in self._graph.inputs):
+            raise self.error("layer", f"layer {layer} already has an attention cache")
+        key = self._graph.add_input(f"{prefix}.key", ACTIVATION, ("B", heads, PAST, key_dim))
+        value = self._graph.add_input(f"{prefix}.value", ACTIVATION, ("B", heads, PAST, value_dim))
+        return key, value
+
+    def _context(self) -> tuple[Value, Value]:
+        if self._mask is None:
+            raise self.error("x", "call m.input_ids() first: attention needs the mask and positions")
+        return self._mask, self._positions
+
+    # ---- model-level calls -------------------------------------------------------------
+    def input_ids(self) -> Tensor:
+        """The token ids; also declares ``attention_mask`` and ``position_ids``."""
+        if self._ids is None:
+            g = self._graph
+            self._ids = Tensor(self, g.add_input("input_ids", DType.i64, ("B", "T")))
+            self._mask = g.add_input("attention_mask", DType.i64, ("B", TOTAL))
+            self._positions = g.add_input("position_ids", DType.i64, ("B", "T"))
+        return self._ids
+
+    def embed(self, ids: Tensor, scale: Optional[float] = None) -> Tensor:
+        """Token embedding ``@embed`` [V, d], times ``scale`` (Gemma: sqrt(d)) when set."""
+        scale = _positive_float("scale", scale, self.origin())
+        table = self.param("embed", (self.vocab, self.d_model))
+        self.meta["embedding_scale"] = scale
+        if self.dtype == ACTIVATION:
+            return self.emit("embedding", [ids, table], {"scale": scale}, "x")[0]
+        looked_up = self.emit("embedding", [ids, table], {"scale": scale}, "embed_out")[0]
+        return self.emit("cast", [looked_up], {"to": str(ACTIVATION)}, "x")[0]
+
+    def add(self, a: Tensor, b: Tensor, name: Optional[str] = None) -> Tensor:
+        return self.emit("add", [a, b], None, name or f"{self._scope}x")[0]
+
+    def mul(self, a: Tensor, b: Tensor, name: Optional[str] = None) -> Tensor:
+        return self.emit("mul", [a, b], None, name or f"{self._scope}y")[0]
+
+    def norm(self, x: Tensor, pname: str, kind: str = "rms", eps: Optional[float] = None,
+             offset: float = 0.0, bias: bool = True) -> Tensor:
+        """An RMS or layer norm with weight ``@pname`` [d] (layer norm: and bias ``@pname.bias``)."""
+        _one_of("kind", kind, ("rms", "layer"), self.origin())
+        d = self._features(x)
+        eps = _positive_float("eps", (1e-6 if kind == "rms" else 1e-5) if eps is None else eps, self.origin())
+        if self.meta["norm"] is None:
+            self.meta["norm"] = {"kind": kind, "eps": eps, "offset": float(offset)}
+        if pname.rsplit(".", 1)[-1] in ("post_attn_norm", "post_mlp_norm"):
+            self.meta["sandwich_norm"] = True
+        weight = self.param(pname, (d,))
+        out = f"{pname}_out"
+        if kind == "rms":
+            return self.emit("rms_norm", [x, weight], {"eps": eps, "offset": float(offset)}, out)[0]
+        if offset:
+            raise self.error("offset", "layer norm takes no offset")
+        b = self.param(f"{pname}.bias", (d,)) if bias else None
+        return self.emit("layer_norm", [x, weight, b], {"eps": eps}, out)[0]
+
+    def rms_norm(self, x: Tensor, name: str = "norm", eps: float = 1e-6, offset: float = 0.0) -> Tensor:
+        return self.norm(x, name, "rms", eps, offset)
+
+    def layer_norm(self, x: Tensor, name: str = "norm", eps: float = 1e-5, bias: bool = True) -> Tensor:
+        return self.norm(x, name, "layer", eps, bias=bias)
+
+    def layers(self, n: int) -> Iterator["Layer"]:
+        """Yield ``n`` layers, numbered on from the layers made so far."""
+        _positive("n", n, self.origin())
+        for _ in range(n):
+            index = self._n_layers
+            self._n_layers += 1
+            self._scope = f"layers.{index}."
+            yield Layer(self, index)
+        self._scope = ""
+
+    def logits(self, x: Tensor, tied: bool = False, softcap: Optional[float] = None) -> Tensor:
+        """The LM head (``@lm_head`` [V, d], or ``@embed`` when tied), optionally soft-capped;
+        sets the graph outputs: logits, then the present caches."""
+        softcap = _positive_float("softcap", softcap, self.origin())
+        if tied:
+            if "embed" not in self._graph.params:
+                raise self.error("tied", "tied logits need m.embed() first")
+            weight = self._graph.params["embed"]
+        else:
+            weight = self.param("lm_head", (self.vocab, self.d_model))
+        self.meta["tied_embeddings"] = bool(tied)
+        self.meta["final_softcap"] = softcap
+        logits = self.emit("linear", [x, weight, None], None, "logits_uncapped" if softcap else "logits")[0]
+        if softcap:
+            logits = self.emit("softcap", [logits], {"cap": softcap}, "logits")[0]
+        self._graph.outputs = [logits.value] + self._presents
+        return logits
+
+
+class Layer:
+    """One decoder layer: its weights are ``layers.{i}.*``, its values ``layers.{i}.*``."""
+
+    DEFAULT_NORMS = ("attn_norm", "mlp_norm")
+
+    def __init__(self, model: Model, index: int):
+        self.model, self.index = model, index
+        self.prefix = f"layers.{index}."
+        self._unnamed_norms = 0
+
+    def __repr__(self) -> str:
+        return f"<Layer {self.index}>"
+
+    def _norm_name(self, name: Optional[str]) -> str:
+        if name is not None:
+            return name
+        if self._unnamed_norms >= len(self.DEFAULT_NORMS):
+            raise self.model.error("name", "name this norm (the first two default to attn_norm, mlp_norm)")
+        self._unnamed_norms += 1
+        return self.DEFAULT_NORMS[self._unnamed_norms - 1]
+
+    def rms_norm(self, x: Tensor, name: Optional[str] = None, eps: float = 1e-6, offset: float = 0.0) -> Tensor:
+        """``@layers.{i}.{name}``; unnamed norms are attn_norm, then mlp_norm."""
+        return self.model.norm(x, self.prefix + self._norm_name(name), "rms", eps, offset)
+
+    def layer_norm(self, x: Tensor, name: Optional[str] = None, eps: float = 1e-5, bias: bool = True) -> Tensor:
+        return self.model.norm(x, self.prefix + self._norm_name(name), "layer", eps, bias=bias)
+
+    def _check_rope(self, rope: Optional[Rope], head_dim: int, arg: str) -> None:
+        m = self.model
+        if rope is None:
+            return
+        if not isinstance(rope, Rope):
+            raise m.error("rope", f"expected Rope(...), got {rope!r}")
+        rotary = rope.rotary_dim or head_dim
+        if rope.rotary_dim is not None and rotary > head_dim:
+            raise m.error("rope.rotary_dim", f"rotary_dim {rotary} exceeds head_dim {head_dim}")
+        if rotary % 2:
+            which = "rope.rotary_dim" if rope.rotary_dim is not None else arg
+            raise m.error(which, f"RoPE rotates pairs: needs an even dimension, got {rotary}")
+
+    def _note_attention(self, kind: str, heads: int, kv_heads: int, head_dim: int, v_head_dim: int,
+                        window, softcap, scale, rope: Optional[Rope], **extra) -> None:
+        m = self.model
+        m._windows[self.index] = window
+        if m.meta["attention"] is None:
+            m.meta.update({"attention": kind, "n_heads": heads, "n_kv_heads": kv_heads, "head_dim": head_dim,
+                           "v_head_dim": v_head_dim, "attn_softcap": softcap, "attn_scale": scale,
+                           "rope": rope.meta() if rope else None, **extra})
+
+    def attention(self, x: Tensor, heads: int, kv_heads: Optional[int] = None, head_dim: Optional[int] = None,
+                  rope: Optional[Rope] = None, window: Optional[int] = None, softcap: Optional[float] = None,
+                  scale: Optional[float] = None, qkv_bias: bool = False, qk_norm: bool = False,
+                  qk_norm_eps: float = 1e-6, qk_norm_offset: float = 0.0, causal: bool = True) -> Tensor:
+        """Multi-head attention (MHA; GQA when kv_heads < heads; MQA when kv_heads == 1):
+        q/k/v projections (``attn.wq/wk/wv``, biases ``bq/bk/bv`` with qkv_bias), per-head
+        ``q_norm``/``k_norm`` with qk_norm, RoPE on q and k, the attention op over the
+        layer's past cache, and the output projection ``attn.wo``."""
+        m, p, i = self.model, self.prefix, self.index
+        where = m.origin()
+        d = m._features(x)
+        _positive("heads", heads, where)
+        kv_heads = heads if kv_heads is None else _positive("kv_heads", kv_heads, where)
+        if heads % kv_heads:
+            raise m.error("kv_heads", f"{heads} heads are not divisible by {kv_heads} kv heads")
+        if head_dim is None:
+            if d % heads:
+                raise m.error("heads", f"d_model {d} is not divisible by {heads} heads", hint="give head_dim")
+            head_dim = d // heads
+        _positive("head_dim", head_dim, where)
+        self._check_rope(rope, head_dim, "head_dim")
+        window = None if window is None else _positive("window", window, where)
+        softcap = _positive_float("softcap", softcap, where)
+        scale = _positive_float("scale", scale, where)
+        q_dim, kv_dim = heads * head_dim, kv_heads * head_dim
+        wq = m.param(f"{p}attn.wq", (q_dim, d))
+        wk = m.param(f"{p}attn.wk", (kv_dim, d))
+        wv = m.param(f"{p}attn.wv", (kv_dim, d))
+        bq = bk = bv = None
+        if qkv_bias:
+            bq, bk, bv = (m.param(f"{p}attn.{b}", (n,)) for b, n in (("bq", q_dim), ("bk", kv_dim), ("bv", kv_dim)))
+        q = m.emit("linear", [x, wq, bq], None, f"{p}q")[0]
+        k = m.emit("linear", [x, wk, bk], None, f"{p}k")[0]
+        v = m.emit("linear", [x, wv, bv], None, f"{p}v")[0]
+        if qk_norm:
+            q = self._head_norm(q, "q", heads, head_dim, qk_norm_eps, qk_norm_offset)
+            k = self._head_norm(k, "k", kv_heads, head_dim, qk_norm_eps, qk_norm_offset)
+        if rope is not None:
+            mask, positions = m._context()
+            q = m.emit("rope", [q, positions], rope.attrs(head_dim), f"{p}q_rope")[0]
+            k = m.emit("rope", [k, positions], rope.attrs(head_dim), f"{p}k_rope")[0]
+        mask, _ = m._context()
+        past_key, past_value = m._past(i, kv_heads, head_dim, head_dim)
+        attrs = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "v_head_dim": None,
+                 "causal": bool(causal), "window": window, "softcap": softcap, "scale": scale}
+        out, present_key, present_value = m.emit(
+            "attention", [q, k, v, mask, past_key, past_value], attrs,
+            [f"{p}attn", f"present.{i}.key", f"present.{i}.value"])
+        m._presents += [present_key.value, present_value.value]
+        wo = m.param(f"{p}attn.wo", (d, q_dim))
+        kind = "mha" if kv_heads == heads else "mqa" if kv_heads == 1 else "gqa"
+        self._note_attention(kind, heads, kv_heads, head_dim, head_dim, window, softcap, scale, rope,
+                             qkv_bias=bool(qkv_bias), qk_norm=bool(qk_norm))
+        return m.emit("linear", [out, wo, None], None, f"{p}attn_out")[0]
+
+    def _head_norm(self, t: Tensor, which: str, heads: int, head_dim: int, eps, offset) -> Tensor:
+        """RMS-normalise each head of ``t`` [B,T,N*D] with ``@attn.{which}_norm`` [D]."""
+        m, p = self.model, self.prefix
+        lead = tuple(t.shape[:-1])
+        split = m.emit("reshape", [t], {"shape": list(lead + (heads, head_dim))}, f"{p}{which}_heads")[0]
+        normed = m.norm(split, f"{p}attn.{which}_norm", "rms", eps, offset)
+        return m.emit("reshape", [normed], {"shape": list(lead + (heads * head_dim,))}, f"{p}{which}_normed")[0]
+
+    def mla_attention(self, x: Tensor, heads: int, kv_lora_rank: int, qk_nope_head_dim: int,
+                      qk_rope_head_dim: int, v_head_dim: int, q_lora_rank: Optional[int] = None,
+                      rope: Optional[Rope] = None, eps: float = 1e-6, scale: Optional[float] = None,
+                      causal: bool = True) -> Tensor:
+        """DeepSeek multi-head latent attention: queries direct (``attn.wq``) or low-rank
+        (``q_a``, ``q_a_norm``, ``q_b``), the joint KV latent (``kv_a`` -> ``kv_a_norm`` ->
+        ``kv_b``) plus a decoupled RoPE key, output ``attn.wo``. The cache is per head
+        (K [B,H,P,nope+rope], V [B,H,P,v]); ``mla-absorb`` turns it into the latent.
+        ``rope`` defaults to DeepSeek's (base 10000, interleaved)."""
+        m, p, i = self.model, self.prefix, self.index
+        where = m.origin()
+        d = m._features(x)
+        for arg, value in (("heads", heads), ("kv_lora_rank", kv_lora_rank), ("qk_nope_head_dim", qk_nope_head_dim),
+                           ("qk_rope_head_dim", qk_rope_head_dim), ("v_head_dim", v_head_dim)):
+            _positive(arg, value, where)
+        if q_lora_rank is not None:
+            _positive("q_lora_rank", q_lora_rank, where)
+        rope = Rope(convention="interleaved") if rope is None else rope
+        if isinstance(rope, Rope) and rope.rotary_dim is not None:
+            raise m.error("rope.rotary_dim", "MLA rotates exactly qk_rope_head_dim; leave rotary_dim unset")
+        self._check_rope(rope, qk_rope_head_dim, "qk_rope_head_dim")
+        scale = _positive_float("scale", scale, where)
+        qk_dim = qk_nope_head_dim + qk_rope_head_dim
+        wq = q_a = q_a_norm = q_b = None
+        if q_lora_rank is None:
+            wq = m.param(f"{p}attn.wq", (heads * qk_dim, d))
+        else:
+            q_a = m.param(f"{p}attn.q_a", (q_lora_rank, d))
+            q_a_norm = m.param(f"{p}attn.q_a_norm", (q_lora_rank,))
+            q_b = m.param(f"{p}attn.q_b", (heads * qk_dim, q_lora_rank))
+        kv_a = m.param(f"{p}attn.kv_a", (kv_lora_rank + qk_rope_head_dim, d))
+        kv_a_norm = m.param(f"{p}attn.kv_a_norm", (kv_lora_rank,))
+        kv_b = m.param(f"{p}attn.kv_b", (heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank))
+        wo = m.param(f"{p}attn.wo", (d, heads * v_head_dim))
+        mask, positions = m._context()
+        past_key, past_value = m._past(i, heads, qk_dim, v_head_dim)
+        attrs = {"heads": heads, "q_lora_rank": q_lora_rank, "kv_lora_rank": kv_lora_rank,
+                 "qk_nope_head_dim": qk_nope_head_dim, "qk_rope_head_dim": qk_rope_head_dim,
+                 "v_head_dim": v_head_dim, "eps": _positive_float("eps", eps, where), "rope": rope.mla_attrs(),
+                 "scale": scale, "causal": bool(causal)}
+        out, present_key, present_value = m.emit(
+            "mla_attention", [x, positions, mask, past_key, past_value, wq, q_a, q_a_norm, q_b, kv_a, kv_a_norm,
+                              kv_b, wo], attrs, [f"{p}attn_out", f"present.{i}.key", f"present.{i}.value"])
+        m._presents += [present_key.value, present_value.value]
+        mla = {"q_lora_rank": q_lora_rank, "kv_lora_rank": kv_lora_rank, "qk_nope_head_dim": qk_nope_head_dim,
+               "qk_rope_head_dim": qk_rope_head_dim, "v_head_dim": v_head_dim}
+        self._note_attention("mla", heads, heads, qk_dim, v_head_dim, None, None, scale, rope, mla=mla)
+        return out
+
+    # ---- MLPs --------------------------------------------------------------------------
+    def _note_mlp(self, kind: str, d_ff: int) -> None:
+        meta = self.model.meta
+        if meta["mlp"] is None:
+            meta["mlp"], meta["d_ff"] = kind, d_ff
+
+    def _gated(self, op: str, x: Tensor, d_ff: int, attrs: Optional[dict]) -> Tensor:
+        m, p = self.model, self.prefix
+        d = m._features(x)
+        _positive("d_ff", d_ff, m.origin())
+        w_gate = m.param(f"{p}mlp.w_gate", (d_ff, d))
+        w_up = m.param(f"{p}mlp.w_up", (d_ff, d))
+        w_down = m.param(f"{p}mlp.w_down", (d, d_ff))
+        self._note_mlp(op, d_ff)
+        return m.emit(op, [x, w_gate, w_up, w_down], attrs, f"{p}mlp_out")[0]
+
+    def swiglu(self, x: Tensor, d_ff: int) -> Tensor:
+        """down(silu(gate(x)) * up(x)) with ``mlp.w_gate/w_up`` [d_ff, d], ``mlp.w_down`` [d, d_ff]."""
+        return self._gated("swiglu", x, d_ff, None)
+
+    def geglu(self, x: Tensor, d_ff: int, approximate: str = "tanh") -> Tensor:
+        """down(gelu(gate(x)) * up(x)); approximate "tanh" is gelu_pytorch_tanh (Gemma)."""
+        _one_of("approximate", approximate, ("tanh", "none"), self.model.origin())
+        return self._gated("geglu", x, d_ff, {"approximate": approximate})
+
+    def gelu_mlp(self, x: Tensor, d_ff: int, bias: bool = False, approximate: str = "none") -> Tensor:
+        """down(gelu(up(x) + b_up)) + b_down (GPT-2 style)."""
+        m, p = self.model, self.prefix
+        _one_of("approximate", approximate, ("tanh", "none"), m.origin())
+        d = m._features(x)
+        _positive("d_ff", d_ff, m.origin())
+        w_up = m.param(f"{p}mlp.w_up", (d_ff, d))
+        w_down = m.param(f"{p}mlp.w_down", (d, d_ff))
+        b_up = m.param(f"{p}mlp.b_up", (d_ff,)) if bias else None
+        b_down = m.param(f"{p}mlp.b_down", (d,)) if bias else None
+        self._note_mlp("gelu", d_ff)
+        return m.emit("gelu_mlp", [x, w_up, w_down, b_up, b_down], {"approximate": approximate}, f"{p}mlp_out")[0]
+
+    def moe(self, x: Tensor, experts: int, top_k: int, d_ff: int, shared_experts: int = 0,
+            shared_d_ff: Optional[int] = None, scoring: str = "softmax", router_bias: bool = False,
+            norm_topk_prob: bool = True, routed_scale: float = 1.0, groups: Optional[int] = None,
+            top_groups: Optional[int] = None, group_score: str = "max", shared_expert_gate: bool = False,
+            activation: str = "silu") -> Tensor:
+        """Mixture of SwiGLU experts (fused ``moe.w_gate/w_up`` [E, d_ff, d], ``moe.w_down``
+        [E, d, d_ff]) routed by ``moe.router`` [E, d]: softmax or sigmoid scores, top_k
+        (group-limited when ``groups``/``top_groups`` are set), optional selection bias
+        ``moe.router_bias`` (DeepSeek-V3), ``routed_scale`` on the routed sum, and shared
+        experts of width ``shared_d_ff`` (default shared_experts * d_ff), optionally gated
+        by ``moe.shared_expert_gate`` [1, d] (Qwen-MoE)."""
+        m, p = self.model, self.prefix
+        where = m.origin()
+        d = m._features(x)
+        for arg, value in (("experts", experts), ("top_k", top_k), ("d_ff", d_ff)):
+            _positive(arg, value, where)
+        if isinstance(shared_experts, bool) or not isinstance(shared_experts, int) or shared_experts < 0:
+            raise m.error("shared_experts", f"expected a non-negative integer, got {shared_experts!r}")
+        if top_k > experts:
+            raise m.error("top_k", f"top_k {top_k} exceeds {experts} experts")
+        _one_of("scoring", scoring, MOE_SCORING, where)
+        _one_of("group_score", group_score, GROUP_SCORES, where)
+        routed_scale = _positive_float("routed_scale", routed_scale, where)
+        if (groups is None) != (top_groups is None):
+            raise m.error("groups" if groups is None else "top_groups", "groups and top_groups go together")
+        if groups is not None:
+            _positive("groups", groups, where)
+            _positive("top_groups", top_groups, where)
+            if experts % groups:
+                raise m.error("groups", f"{experts} experts do not split into {groups} groups")
+            if top_groups > groups:
+                raise m.error("top_groups", f"top_groups {top_groups} exceeds {groups} groups")
+            if top_k > top_groups * (experts // groups):
+                raise m.error("top_k", f"top_k {top_k} exceeds the {top_groups * (experts // groups)} experts "
+                                       f"in {top_groups} groups")
+        if shared_d_ff is not None:
+            _positive("shared_d_ff", shared_d_ff, where)
+            if not shared_experts:
+                raise m.error("shared_d_ff", "set shared_experts too")
+        shared = shared_d_ff or shared_experts * d_ff
+        if shared_expert_gate and not shared:
+            raise m.error("shared_expert_gate", "a shared expert gate needs shared experts")
+        router = m.param(f"{p}moe.router", (experts, d))
+        w_gate = m.param(f"{p}moe.w_gate", (experts, d_ff, d))
+        w_up = m.param(f"{p}moe.w_up", (experts, d_ff, d))
+        w_down = m.param(f"{p}moe.w_down", (experts, d, d_ff))
+        bias = m.param(f"{p}moe.router_bias", (experts,)) if router_bias else None
+        s_gate = s_up = s_down = s_sigmoid = None
+        if shared:
+            s_gate = m.param(f"{p}moe.shared_gate", (shared, d))
+            s_up = m.param(f"{p}moe.shared_up", (shared, d))
+            s_down = m.param(f"{p}moe.shared_down", (d, shared))
+        if shared_expert_gate:
+            s_sigmoid = m.param(f"{p}moe.shared_expert_gate", (1, d))
+        attrs = {"experts": experts, "top_k": top_k, "scoring": scoring, "norm_topk_prob": bool(norm_topk_prob),
+                 "routed_scale": routed_scale, "n_group": groups, "topk_group": top_groups,
+                 "group_score": group_score, "activation": activation}
+        out = m.emit("moe", [x, router, w_gate, w_up, w_down, bias, s_gate, s_up, s_down, s_sigmoid], attrs,
+                     f"{p}moe_out")[0]
+        meta = m.meta
+        if meta["moe"] is None:
+            meta["moe"] = {"experts": experts, "top_k": top_k, "d_ff": d_ff, "shared_experts": shared_experts,
+                           "shared_d_ff": shared or None, "scoring": scoring, "router_bias": bool(router_bias),
+                           "norm_topk_prob": bool(norm_topk_prob), "routed_scale": routed_scale,
+                           "groups": groups, "top_groups": top_groups, "group_score": group_score,
+                           "shared_expert_gate": bool(shared_expert_gate), "layers": []}
+        meta["moe"]["layers"].append(self.index)
+        return out

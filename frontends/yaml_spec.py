@@ -1,0 +1,331 @@
+"""The YAML architecture form, expanded through the DSL (``frontends.dsl``).
+
+One top-level key, ``model``; keys follow HF configs and model cards. Defaults in
+brackets; ``null`` is allowed where a default is null.
+
+    model:
+      name: llama3-8b                 # required; the graph's name
+      dtype: bf16                     # weight dtype: f32 | bf16 | f16  [f32]
+      vocab_size: 128256              # required
+      d_model: 4096                   # required (hidden_size)
+      n_layers: 32                    # required
+      norm: {kind: rms, eps: 1.0e-5, offset: 0.0, sandwich: false}
+                                      # kind rms | layer [rms]; eps [1e-6 rms, 1e-5 layer];
+                                      # offset: Gemma's (1 + w) is 1.0 [0.0, rms only];
+                                      # sandwich: post_attn_norm/post_mlp_norm (Gemma 2/3);
+                                      # bias [true, layer only]
+      attention:
+        kind: gqa                     # required: mha | gqa | mqa | mla
+        n_heads: 32                   # required
+        n_kv_heads: 8                 # gqa: required; mha: = n_heads; mqa: 1
+        head_dim: 128                 # [d_model / n_heads]
+        qkv_bias: false               # Qwen2 [false]
+        qk_norm: false                # per-head RMS norm of q and k (Qwen3, Gemma3) [false]
+        rope: {base: 500000, convention: half, rotary_dim: null,
+               scaling: {kind: llama3, factor: 8, low_freq_factor: 1, high_freq_factor: 4,
+                         original_max_position: 8192}}
+                                      # null: no RoPE; convention half | interleaved [half];
+                                      # base [10000]; scaling kinds linear | dynamic | yarn |
+                                      # llama3, fields factor, original_max_position,
+                                      # low_freq_factor, high_freq_factor, beta_fast,
+                                      # beta_slow, mscale, mscale_all_dim, attention_factor,
+                                      # truncate (yarn)
+        window: null                  # sliding window in tokens (Mistral 4096)
+        window_pattern: null          # e.g. [local, global]: layer i is windowed when
+                                      # pattern[i % len] is local; null: every layer
+        softcap: null                 # attention logit soft-cap (Gemma 2: 50)
+        scale: null                   # score scale [head_dim ** -0.5]
+        query_pre_attn_scalar: null   # Gemma: scale = value ** -0.5 (not with scale)
+        # kind mla only (DeepSeek): q_lora_rank [null: direct wq], kv_lora_rank,
+        # qk_nope_head_dim, qk_rope_head_dim, v_head_dim (required); rope [base 10000,
+        # interleaved]; n_kv_heads, head_dim, qkv_bias, qk_norm, window and softcap do not apply
+      mlp: {kind: swiglu, d_ff: 14336}  # kind swiglu | geglu | gelu; approximate tanh | none
+                                      # [geglu tanh, gelu none]; bias [false, gelu only].
+                                      # Required unless every layer is MoE.
+      moe:                            # [null]
+        experts: 160                  # required (n_routed_experts)
+        top_k: 6                      # required (num_experts_per_tok)
+        d_ff: 1536                    # required (moe_intermediate_size)
+        shared_experts: 2             # [0]
+        shared_d_ff: null             # [shared_experts * d_ff] (Qwen-MoE sets its own)
+        router: softmax               # softmax | sigmoid (scoring_func) [softmax]
+        router_bias: false            # selection bias, DeepSeek-V3's e_score_correction_bias
+        norm_topk_prob: true          # renormalise the top-k weights [true]
+        routed_scale: 16.0            # routed_scaling_factor [1.0]
+        group_limited: {groups: 8, top_groups: 3, score: max}   # [null]; score max | top2_sum
+        dense_layers: [0]             # layers that use mlp instead (first_k_dense_replace) [[]]
+        shared_expert_gate: false     # sigmoid gate on the shared expert (Qwen-MoE) [false]
+      tied_embeddings: false          # LM head reuses @embed [false]
+      final_softcap: null             # logit soft-cap (Gemma 2: 30)
+      embedding_scale: null           # a number, or sqrt_d_model (Gemma)
+
+Errors are ``SpecError`` at the offending key's file:line:col, the message starting with
+its key path: ``model.attention.n_kv_heads: 32 heads are not divisible by 5 kv heads``.
+Each node's origin is the ``file:line`` of the key that produced it (norms: ``norm``,
+attention: ``attention``, residual adds: ``n_layers``, embedding: ``vocab_size``, ...).
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from typing import Optional
+
+from frontends import yamlloc
+from frontends.dsl import SCALING_FIELDS, SCALING_KINDS, ArgError, Model, Rope
+from frontends.yamlloc import (Bad, Fields, boolean, choice, non_negative_int, number, optional, positive_int,
+                               positive_number, string)
+from irc.errors import SpecError
+from irc.graph import Graph
+
+MODEL_KEYS = ("name", "dtype", "vocab_size", "d_model", "n_layers", "norm", "attention", "mlp", "moe",
+              "tied_embeddings", "final_softcap", "embedding_scale")
+NORM_KEYS = ("kind", "eps", "offset", "sandwich", "bias")
+MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+NOT_MLA_KEYS = ("n_kv_heads", "head_dim", "qkv_bias", "qk_norm", "window", "window_pattern", "softcap")
+ATTENTION_KEYS = ("kind", "n_heads", "rope", "scale", "query_pre_attn_scalar") + NOT_MLA_KEYS + MLA_KEYS
+ROPE_KEYS = ("base", "convention", "rotary_dim", "scaling")
+MLP_KEYS = ("kind", "d_ff", "approximate", "bias")
+MOE_KEYS = ("experts", "top_k", "d_ff", "shared_experts", "shared_d_ff", "router", "router_bias",
+            "norm_topk_prob", "routed_scale", "group_limited", "dense_layers", "shared_expert_gate")
+GROUP_KEYS = ("groups", "top_groups", "score")
+
+
+def loads(text: str, filename: str = "<string>") -> Graph:
+    return build(yamlloc.loads(text, filename), filename)
+
+
+def load(path) -> Graph:
+    return build(yamlloc.load_file(path), str(path))
+
+
+def build(data, filename: str) -> Graph:
+    """The graph of a parsed architecture spec (``{"model": {...}}``)."""
+    root = Fields(data, "", ("model",), parent_loc=yamlloc.Loc(filename, 1, 1))
+    model = root.sub("model", MODEL_KEYS, required=True)
+    return _Expander(model).run()
+
+
+def _embedding_scale(value):
+    if value == "sqrt_d_model":
+        return value
+    try:
+        return positive_number(value)
+    except Bad:
+        raise Bad(f"expected a positive number or sqrt_d_model, got {value!r}") from None
+
+
+@contextmanager
+def _blame(fields: Fields, table: Optional[dict] = None):
+    """Re-raise a DSL ArgError at the YAML key it came from: ``table`` maps a DSL argument
+    to (Fields, key); other arguments are taken as keys of ``fields``."""
+    try:
+        yield
+    except ArgError as err:
+        owner, key = (table or {}).get(err.arg, (fields, err.arg))
+        raise (owner or fields).error(key, err.detail, hint=err.hint) from None
+
+
+class _Expander:
+    """Reads (validating as it goes) and drives the DSL in the order a DSL author would."""
+
+    def __init__(self, model: Fields):
+        self.f = model
+        self.name = model.get("name", string)
+        self.dtype = model.get("dtype", choice("f32", "bf16", "f16"), "f32")
+        self.vocab = model.get("vocab_size", positive_int)
+        self.d_model = model.get("d_model", positive_int)
+        self.n_layers = model.get("n_layers", positive_int)
+        self.tied = model.get("tied_embeddings", boolean, False)
+        self.final_softcap = model.get("final_softcap", optional(positive_number), None)
+        scale = model.get("embedding_scale", optional(_embedding_scale), None)
+        self.embedding_scale = math.sqrt(self.d_model) if scale == "sqrt_d_model" else scale
+        self._read_norm(model.sub("norm", NORM_KEYS))
+        self._read_attention(model.sub("attention", ATTENTION_KEYS, required=True))
+        self._read_moe(model.sub("moe", MOE_KEYS))
+        self._read_mlp(model.sub("mlp", MLP_KEYS))
+
+    # ---- reading -----------------------------------------------------------------------
+    def _read_norm(self, norm: Optional[Fields]) -> None:
+        self.norm_f = norm or Fields({}, "model.norm", NORM_KEYS, parent_loc=self.f.key_loc)
+        n = self.norm_f
+        self.norm_kind = n.get("kind", choice("rms", "layer"), "rms")
+        self.norm_eps = n.get("eps", positive_number, 1e-6 if self.norm_kind == "rms" else 1e-5)
+        self.norm_offset = n.get("offset", number, 0.0)
+        self.sandwich = n.get("sandwich", boolean, False)
+        self.norm_bias = n.get("bias", boolean, True)
+        if self.norm_kind == "layer" and n.has("offset"):
+            raise n.error("offset", "offset applies to rms norms only")
+        if self.norm_kind == "rms" and n.has("bias"):
+            raise n.error("bias", "bias applies to layer norms only")
+
+    def _read_attention(self, a: Fields) -> None:
+        self.attn_f = a
+        self.kind = a.get("kind", choice("mha", "gqa", "mqa", "mla"))
+        self.heads = a.get("n_heads", positive_int)
+        self.rope_f = a.sub("rope", ROPE_KEYS)
+        self.scaling_f = self.rope_f.sub("scaling", ("kind",) + tuple(SCALING_FIELDS)) if self.rope_f else None
+        self.rope = self._read_rope()
+        self.scale = a.get("scale", optional(positive_number), None)
+        scalar = a.get("query_pre_attn_scalar", optional(positive_number), None)
+        if scalar is not None:
+            if self.scale is not None:
+                raise a.error("query_pre_attn_scalar", "give scale or query_pre_attn_scalar, not both")
+            self.scale = scalar ** -0.5
+        if self.kind == "mla":
+            for key in NOT_MLA_KEYS:
+                if a.has(key):
+                    raise a.error(key, "does not apply to kind mla")
+            self.q_lora_rank = a.get("q_lora_rank", optional(positive_int), None)
+            self.mla = {key: a.get(key, positive_int) for key in MLA_KEYS[1:]}
+            return
+        for key in MLA_KEYS:
+            if a.has(key):
+                raise a.error(key, "applies to kind mla only")
+        kv = a.get("n_kv_heads", positive_int, None)
+        if self.kind == "mha" and kv not in (None, self.heads):
+            raise a.error("n_kv_heads", f"mha has one kv head per head ({self.heads}), got {kv}",
+                          hint="use kind: gqa")
+        if self.kind == "mqa" and kv not in (None, 1):
+            raise a.error("n_kv_heads", f"mqa has a single kv head, got {kv}", hint="use kind: gqa")
+        if self.kind == "gqa" and kv is None:
+            raise a.error("n_kv_heads", "kind gqa needs n_kv_heads")
+        self.kv_heads = {"mha": self.heads, "mqa": 1}.get(self.kind, kv)
+        self.head_dim = a.get("head_dim", positive_int, None)
+        self.qkv_bias = a.get("qkv_bias", boolean, False)
+        self.qk_norm = a.get("qk_norm", boolean, False)
+        self.softcap = a.get("softcap", optional(positive_number), None)
+        self.window = a.get("window", optional(positive_int), None)
+        pattern = a.items("window_pattern", choice("local", "global"))
+        if pattern is not None:
+            if self.window is None:
+                raise a.error("window_pattern", "a window pattern needs window")
+            if not pattern:
+                raise a.error("window_pattern", "expected at least one entry")
+        self.window_pattern = pattern or ["local"]
+
+    def _read_rope(self) -> Optional[Rope]:
+        r = self.rope_f
+        if r is None:
+            return None
+        base = r.get("base", positive_number, 10000.0)
+        convention = r.get("convention", choice("half", "interleaved"), "half")
+        rotary_dim = r.get("rotary_dim", optional(positive_int), None)
+        scaling = None
+        s = self.scaling_f
+        if s is not None:
+            scaling = {"kind": s.get("kind", choice(*SCALING_KINDS))}
+            for key, kind in SCALING_FIELDS.items():
+                if s.has(key):
+                    scaling[key] = s.get(key, {int: positive_int, bool: boolean}.get(kind, positive_number))
+        with _blame(r, self._rope_table()):
+            return Rope(base=base, convention=convention, scaling=scaling, rotary_dim=rotary_dim)
+
+    def _rope_table(self) -> dict:
+        table = {f"rope.{key}": (self.rope_f, key) for key in ROPE_KEYS}
+        if self.scaling_f is not None:
+            table.update({f"rope.scaling.{key}": (self.scaling_f, key) for key in ("kind",) + tuple(SCALING_FIELDS)})
+        return table
+
+    def _read_mlp(self, mlp: Optional[Fields]) -> None:
+        self.mlp_f = mlp
+        if mlp is None:
+            if self.moe_f is None or self.dense_layers:
+                raise (self.f.error("mlp", "missing required key") if self.moe_f is None else
+                       self.moe_f.error("dense_layers", "dense layers need model.mlp"))
+            return
+        self.mlp_kind = mlp.get("kind", choice("swiglu", "geglu", "gelu"))
+        self.d_ff = mlp.get("d_ff", positive_int)
+        default = {"geglu": "tanh"}.get(self.mlp_kind, "none")
+        if self.mlp_kind == "swiglu" and mlp.has("approximate"):
+            raise mlp.error("approximate", "applies to geglu and gelu only")
+        self.approximate = mlp.get("approximate", choice("tanh", "none"), default)
+        if self.mlp_kind != "gelu" and mlp.has("bias"):
+            raise mlp.error("bias", "applies to kind gelu only")
+        self.mlp_bias = mlp.get("bias", boolean, False)
+
+    def _read_moe(self, moe: Optional[Fields]) -> None:
+        self.moe_f, self.dense_layers = moe, []
+        if moe is None:
+            return
+        self.moe = {
+            "experts": moe.get("experts", positive_int), "top_k": moe.get("top_k", positive_int),
+            "d_ff": moe.get("d_ff", positive_int),
+            "shared_experts": moe.get("shared_experts", non_negative_int, 0),
+            "shared_d_ff": moe.get("shared_d_ff", optional(positive_int), None),
+            "scoring": moe.get("router", choice("softmax", "sigmoid"), "softmax"),
+            "router_bias": moe.get("router_bias", boolean, False),
+            "norm_topk_prob": moe.get("norm_topk_prob", boolean, True),
+            "routed_scale": moe.get("routed_scale", positive_number, 1.0),
+            "shared_expert_gate": moe.get("shared_expert_gate", boolean, False),
+        }
+        self.group_f = moe.sub("group_limited", GROUP_KEYS)
+        if self.group_f is not None:
+            g = self.group_f
+            self.moe.update(groups=g.get("groups", positive_int), top_groups=g.get("top_groups", positive_int),
+                            group_score=g.get("score", choice("max", "top2_sum"), "max"))
+        self.dense_layers = moe.items("dense_layers", non_negative_int) or []
+        for i, layer in enumerate(self.dense_layers):
+            if layer >= self.n_layers:
+                raise SpecError(f"model.moe.dense_layers[{i}]: layer {layer} is beyond n_layers "
+                                        f"{self.n_layers}", location=str(yamlloc.where(moe.data["dense_layers"], i)))
+
+    # ---- expanding ---------------------------------------------------------------------
+    def run(self) -> Graph:
+        f = self.f
+        with _blame(f, {"vocab": (f, "vocab_size"), "d_model": (f, "d_model"), "name": (f, "name")}):
+            m = Model(self.name, vocab=self.vocab, d_model=self.d_model, dtype=self.dtype)
+        with m.at(f.origin("vocab_size")), _blame(f, {"scale": (f, "embedding_scale")}):
+            x = m.embed(m.input_ids(), scale=self.embedding_scale)
+        for layer in m.layers(self.n_layers):
+            h = self._norm(m, x, layer.prefix + "attn_norm")
+            with m.at(self.attn_f.origin()), _blame(self.attn_f, self._attention_table()):
+                a = self._attention(layer, h)
+            if self.sandwich:
+                a = self._norm(m, a, layer.prefix + "post_attn_norm")
+            with m.at(f.origin("n_layers")):
+                x = x + a
+            h = self._norm(m, x, layer.prefix + "mlp_norm")
+            h = self._feed_forward(m, layer, h)
+            if self.sandwich:
+                h = self._norm(m, h, layer.prefix + "post_mlp_norm")
+            with m.at(f.origin("n_layers")):
+                x = x + h
+        x = self._norm(m, x, "norm")
+        with m.at(f.origin("final_softcap" if self.final_softcap else "vocab_size")):
+            m.logits(x, tied=self.tied, softcap=self.final_softcap)
+        return m.graph
+
+    def _norm(self, m: Model, x, pname: str):
+        with m.at(self.norm_f.origin()), _blame(self.norm_f):
+            return m.norm(x, pname, self.norm_kind, self.norm_eps, self.norm_offset, self.norm_bias)
+
+    def _attention_table(self) -> dict:
+        a = self.attn_f
+        table = {"heads": (a, "n_heads"), "kv_heads": (a, "n_kv_heads"), "rope": (a, "rope")}
+        if self.rope_f is not None:
+            table.update(self._rope_table())
+        return table
+
+    def _attention(self, layer, h):
+        if self.kind == "mla":
+            return layer.mla_attention(h, self.heads, q_lora_rank=self.q_lora_rank, rope=self.rope,
+                                       eps=self.norm_eps, scale=self.scale, **self.mla)
+        local = self.window_pattern[layer.index % len(self.window_pattern)] == "local"
+        return layer.attention(h, self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim,
+                               rope=self.rope, window=self.window if local else None, softcap=self.softcap,
+                               scale=self.scale, qkv_bias=self.qkv_bias, qk_norm=self.qk_norm,
+                               qk_norm_eps=self.norm_eps, qk_norm_offset=self.norm_offset)
+
+    def _feed_forward(self, m: Model, layer, h):
+        if self.moe_f is not None and layer.index not in self.dense_layers:
+            table = {"scoring": (self.moe_f, "router")}
+            if self.group_f is not None:
+                table.update({"groups": (self.group_f, "groups"), "top_groups": (self.group_f, "top_groups")})
+            with m.at(self.moe_f.origin()), _blame(self.moe_f, table):
+                return layer.moe(h, **self.moe)
+        with m.at(self.mlp_f.origin()), _blame(self.mlp_f):
+            if self.mlp_kind == "swiglu":
+                return layer.swiglu(h, d_ff=self.d_ff)
+            if self.mlp_kind == "geglu":
+                return layer.geglu(h, d_ff=self.d_ff, approximate=self.approximate)
+            return layer.gelu_mlp(h, d_ff=self.d_ff, bias=self.mlp_bias, approximate=self.approximate)
