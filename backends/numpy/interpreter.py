@@ -42,9 +42,9 @@ class Interpreter:
             results = self.run_node(node, args, bindings)
             for value, result in zip(node.outputs, results):
                 expected = dims.evaluate_shape(value.shape, bindings)
-                if tuple(result.shape) != expected:
-                    raise IRCError(f"reference of {node.op} returned shape {list(result.shape)}, "
-                                   f"inference says {list(expected)}", location=f"node %{node.name}")
+                if tuple(result.shape) != expected or result.dtype != value.dtype.numpy:
+                    raise IRCError(f"reference of {node.op} returned {result.dtype}{list(result.shape)}, "
+                                   f"inference says {value.dtype}{list(expected)}", location=f"node %{node.name}")
                 env[id(value)] = result
         return {v.name: env[id(v)] for v in self.graph.outputs}
 

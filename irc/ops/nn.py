@@ -17,6 +17,11 @@ def f32(array):
     return None if array is None else np.asarray(array).astype(np.float32)
 
 
+def float_dtype(dtype):
+    """``dtype`` when it is a float type (bfloat16 included), else float32."""
+    return dtype if dtype.kind == "f" or dtype.name == "bfloat16" else np.dtype(np.float32)
+
+
 def _bytes(inputs, outputs):
     return sum(t.nbytes for t in inputs if t is not None), sum(t.nbytes for t in outputs)
 
@@ -45,7 +50,7 @@ def _embedding_reference(inputs, attrs):
     out = np.take(f32(table), ids, axis=0)
     if attrs["scale"] is not None:
         out = out * np.float32(attrs["scale"])
-    return [out.astype(np.float32)]
+    return [out.astype(float_dtype(table.dtype))]
 
 
 def _embedding_cost(inputs, outputs, attrs):
@@ -92,7 +97,7 @@ register(OpDef("rms_norm", ("x", "weight"), {"eps": 1e-6, "offset": 0.0}, _norm_
 
 def _layer_norm_reference(inputs, attrs):
     """(x - mean) / sqrt(var + eps) * weight + bias."""
-    x, weight, bias = inputs
+    x, weight, bias = (list(inputs) + [None])[:3]
     x32 = f32(x)
     centred = x32 - x32.mean(axis=-1, keepdims=True)
     out = centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + np.float32(attrs["eps"]))

@@ -36,42 +36,72 @@ def _axis(axis: int, rank: int, op: str) -> int:
 
 
 # ---- elementwise -----------------------------------------------------------------------
+# References are module-level functions (no lambdas, no closures) so the NumPy emitter can
+# copy their source into a standalone module.
 
-def _binary(name: str, fn, doc: str, commutative: bool = False) -> None:
+def elementwise_binary(fn, inputs):
+    """fn(a, b) with NumPy broadcasting, in a's dtype."""
+    a, b = inputs
+    return [np.asarray(fn(a, b)).astype(a.dtype, copy=False)]
+
+
+def _add_reference(inputs, attrs):
+    """a + b, broadcasting."""
+    return elementwise_binary(np.add, inputs)
+
+
+def _sub_reference(inputs, attrs):
+    """a - b, broadcasting."""
+    return elementwise_binary(np.subtract, inputs)
+
+
+def _mul_reference(inputs, attrs):
+    """a * b, broadcasting."""
+    return elementwise_binary(np.multiply, inputs)
+
+
+def _div_reference(inputs, attrs):
+    """a / b, broadcasting."""
+    return elementwise_binary(np.divide, inputs)
+
+
+def _maximum_reference(inputs, attrs):
+    """Elementwise maximum."""
+    return elementwise_binary(np.maximum, inputs)
+
+
+def _binary(name: str, reference, commutative: bool = False) -> None:
     def infer(inputs, attrs):
         a, b = inputs
         expect(a.dtype == b.dtype, f"{name}: dtypes differ ({a.dtype} vs {b.dtype})")
         return [TensorType(a.dtype, broadcast_shapes(name, a.shape, b.shape))]
 
-    def reference(inputs, attrs):
-        a, b = inputs
-        return [np.asarray(fn(a, b)).astype(a.dtype, copy=False)]
-
-    register(OpDef(name, ("a", "b"), {}, infer, reference, elementwise_cost, doc=doc,
-                   commutative=commutative))
+    register(OpDef(name, ("a", "b"), {}, infer, reference, elementwise_cost, commutative=commutative))
 
 
-_binary("add", np.add, "a + b, broadcasting.", commutative=True)
-_binary("sub", np.subtract, "a - b, broadcasting.")
-_binary("mul", np.multiply, "a * b, broadcasting.", commutative=True)
-_binary("div", np.divide, "a / b, broadcasting.")
-_binary("maximum", np.maximum, "Elementwise maximum.", commutative=True)
+_binary("add", _add_reference, commutative=True)
+_binary("sub", _sub_reference)
+_binary("mul", _mul_reference, commutative=True)
+_binary("div", _div_reference)
+_binary("maximum", _maximum_reference, commutative=True)
 
 
 def _same_type(inputs, attrs):
     return [TensorType(inputs[0].dtype, inputs[0].shape)]
 
 
-def _float_unary(name: str, fn, doc: str) -> None:
-    def infer(inputs, attrs):
-        expect(inputs[0].dtype.is_float, f"{name}: needs a float operand, got {inputs[0].dtype}")
-        return _same_type(inputs, attrs)
+def float_unary(fn, inputs):
+    """fn(x) computed in float32, returned in x's dtype."""
+    x = inputs[0]
+    return [fn(x.astype(np.float32)).astype(x.dtype)]
 
-    def reference(inputs, attrs):
-        x = inputs[0]
-        return [fn(x.astype(np.float32)).astype(x.dtype)]
 
-    register(OpDef(name, ("x",), {}, infer, reference, elementwise_cost, doc=doc))
+def rsqrt(x):
+    return 1.0 / np.sqrt(x)
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
 
 
 def silu(x):
@@ -85,15 +115,68 @@ def gelu(x, approximate: str = "none"):
     return (0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))).astype(x.dtype)
 
 
-_float_unary("exp", np.exp, "e ** x.")
-_float_unary("tanh", np.tanh, "Hyperbolic tangent.")
-_float_unary("sqrt", np.sqrt, "Square root.")
-_float_unary("rsqrt", lambda x: 1.0 / np.sqrt(x), "1 / sqrt(x).")  # noqa: E731
-_float_unary("sigmoid", lambda x: 1.0 / (1.0 + np.exp(-x)), "1 / (1 + e ** -x).")
-_float_unary("silu", silu, "x * sigmoid(x).")
-_float_unary("cos", np.cos, "Cosine.")
-_float_unary("sin", np.sin, "Sine.")
-_float_unary("neg", np.negative, "-x.")
+def _exp_reference(inputs, attrs):
+    """e ** x."""
+    return float_unary(np.exp, inputs)
+
+
+def _tanh_reference(inputs, attrs):
+    """Hyperbolic tangent."""
+    return float_unary(np.tanh, inputs)
+
+
+def _sqrt_reference(inputs, attrs):
+    """Square root."""
+    return float_unary(np.sqrt, inputs)
+
+
+def _rsqrt_reference(inputs, attrs):
+    """1 / sqrt(x)."""
+    return float_unary(rsqrt, inputs)
+
+
+def _sigmoid_reference(inputs, attrs):
+    """1 / (1 + e ** -x)."""
+    return float_unary(sigmoid, inputs)
+
+
+def _silu_reference(inputs, attrs):
+    """x * sigmoid(x)."""
+    return float_unary(silu, inputs)
+
+
+def _cos_reference(inputs, attrs):
+    """Cosine."""
+    return float_unary(np.cos, inputs)
+
+
+def _sin_reference(inputs, attrs):
+    """Sine."""
+    return float_unary(np.sin, inputs)
+
+
+def _neg_reference(inputs, attrs):
+    """-x."""
+    return float_unary(np.negative, inputs)
+
+
+def _float_unary(name: str, reference) -> None:
+    def infer(inputs, attrs):
+        expect(inputs[0].dtype.is_float, f"{name}: needs a float operand, got {inputs[0].dtype}")
+        return _same_type(inputs, attrs)
+
+    register(OpDef(name, ("x",), {}, infer, reference, elementwise_cost))
+
+
+_float_unary("exp", _exp_reference)
+_float_unary("tanh", _tanh_reference)
+_float_unary("sqrt", _sqrt_reference)
+_float_unary("rsqrt", _rsqrt_reference)
+_float_unary("sigmoid", _sigmoid_reference)
+_float_unary("silu", _silu_reference)
+_float_unary("cos", _cos_reference)
+_float_unary("sin", _sin_reference)
+_float_unary("neg", _neg_reference)
 
 
 def _gelu_reference(inputs, attrs):
@@ -122,32 +205,56 @@ def _where_infer(inputs, attrs):
     return [TensorType(a.dtype, shape)]
 
 
-register(OpDef("where", ("cond", "a", "b"), {}, _where_infer,
-               lambda inputs, attrs: [np.where(*inputs).astype(inputs[1].dtype)], elementwise_cost,
-               doc="cond ? a : b, broadcasting."))
+def _where_reference(inputs, attrs):
+    """cond ? a : b, broadcasting."""
+    return [np.where(*inputs).astype(inputs[1].dtype)]
 
 
-def _compare(name: str, fn, doc: str) -> None:
+register(OpDef("where", ("cond", "a", "b"), {}, _where_infer, _where_reference, elementwise_cost))
+
+
+def compare(fn, inputs):
+    """fn(a, b) with NumPy broadcasting; bool result."""
+    return [np.asarray(fn(*inputs))]
+
+
+def _less_reference(inputs, attrs):
+    """a < b, broadcasting; bool result."""
+    return compare(np.less, inputs)
+
+
+def _equal_reference(inputs, attrs):
+    """a == b, broadcasting; bool result."""
+    return compare(np.equal, inputs)
+
+
+def _compare(name: str, reference) -> None:
     def infer(inputs, attrs):
         a, b = inputs
         expect(a.dtype == b.dtype, f"{name}: dtypes differ ({a.dtype} vs {b.dtype})")
         return [TensorType(DType.bool, broadcast_shapes(name, a.shape, b.shape))]
 
-    register(OpDef(name, ("a", "b"), {}, infer, lambda inputs, attrs: [np.asarray(fn(*inputs))],
-                   elementwise_cost, doc=doc))
+    register(OpDef(name, ("a", "b"), {}, infer, reference, elementwise_cost))
 
 
-_compare("less", np.less, "a < b, broadcasting; bool result.")
-_compare("equal", np.equal, "a == b, broadcasting; bool result.")
+_compare("less", _less_reference)
+_compare("equal", _equal_reference)
+
+# irc dtype text -> NumPy dtype name ("bf16" -> "bfloat16"; ml_dtypes, imported by irc.dtypes,
+# makes NumPy read the bf16/int4 names). Plain strings, so references need no DType.
+NUMPY_DTYPES = {dtype.text: dtype.numpy.name for dtype in DType}
+
+
+def _cast_infer(inputs, attrs):
+    return [TensorType(DType.parse(attrs["to"]), inputs[0].shape)]
 
 
 def _cast_reference(inputs, attrs):
-    return [inputs[0].astype(DType.parse(attrs["to"]).numpy)]
+    """Convert to dtype ``to``."""
+    return [inputs[0].astype(NUMPY_DTYPES[attrs["to"]])]
 
 
-register(OpDef("cast", ("x",), {"to": REQUIRED},
-               lambda inputs, attrs: [TensorType(DType.parse(attrs["to"]), inputs[0].shape)],
-               _cast_reference, elementwise_cost, doc="Convert to dtype ``to``."))
+register(OpDef("cast", ("x",), {"to": REQUIRED}, _cast_infer, _cast_reference, elementwise_cost))
 
 
 # ---- constants -------------------------------------------------------------------------
@@ -158,7 +265,7 @@ def _constant_infer(inputs, attrs):
 
 
 def _constant_reference(inputs, attrs):
-    return [np.asarray(attrs["value"], dtype=DType.parse(attrs["dtype"]).numpy)]
+    return [np.asarray(attrs["value"], dtype=NUMPY_DTYPES[attrs["dtype"]])]
 
 
 register(OpDef("constant", (), {"value": REQUIRED, "dtype": "f32"}, _constant_infer, _constant_reference,
@@ -167,7 +274,35 @@ register(OpDef("constant", (), {"value": REQUIRED, "dtype": "f32"}, _constant_in
 
 # ---- reductions ------------------------------------------------------------------------
 
-def _reduce(name: str, fn, doc: str) -> None:
+def reduce(fn, inputs, attrs):
+    """fn over ``axes`` (float32 for float operands), returned in x's dtype."""
+    x = inputs[0]
+    out = fn(x.astype(np.float32) if x.dtype.kind == "f" else x, axis=tuple(attrs["axes"]),
+             keepdims=attrs["keepdims"])
+    return [np.asarray(out).astype(x.dtype)]
+
+
+def _reduce_sum_reference(inputs, attrs):
+    """Sum over ``axes``."""
+    return reduce(np.sum, inputs, attrs)
+
+
+def _reduce_mean_reference(inputs, attrs):
+    """Mean over ``axes``."""
+    return reduce(np.mean, inputs, attrs)
+
+
+def _reduce_max_reference(inputs, attrs):
+    """Maximum over ``axes``."""
+    return reduce(np.max, inputs, attrs)
+
+
+def _reduce_cost(inputs, outputs, attrs):
+    read, written = _io_bytes(inputs, outputs)
+    return Cost(other_flops=inputs[0].numel, bytes_read=read, bytes_written=written)
+
+
+def _reduce(name: str, reference) -> None:
     def infer(inputs, attrs):
         x = inputs[0]
         axes = {_axis(a, x.rank, name) for a in attrs["axes"]}
@@ -177,22 +312,12 @@ def _reduce(name: str, fn, doc: str) -> None:
             shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
         return [TensorType(x.dtype, shape)]
 
-    def reference(inputs, attrs):
-        x = inputs[0]
-        out = fn(x.astype(np.float32) if x.dtype.kind == "f" else x, axis=tuple(attrs["axes"]),
-                 keepdims=attrs["keepdims"])
-        return [np.asarray(out).astype(x.dtype)]
-
-    def cost(inputs, outputs, attrs):
-        read, written = _io_bytes(inputs, outputs)
-        return Cost(other_flops=inputs[0].numel, bytes_read=read, bytes_written=written)
-
-    register(OpDef(name, ("x",), {"axes": REQUIRED, "keepdims": True}, infer, reference, cost, doc=doc))
+    register(OpDef(name, ("x",), {"axes": REQUIRED, "keepdims": True}, infer, reference, _reduce_cost))
 
 
-_reduce("reduce_sum", np.sum, "Sum over ``axes``.")
-_reduce("reduce_mean", np.mean, "Mean over ``axes``.")
-_reduce("reduce_max", np.max, "Maximum over ``axes``.")
+_reduce("reduce_sum", _reduce_sum_reference)
+_reduce("reduce_mean", _reduce_mean_reference)
+_reduce("reduce_max", _reduce_max_reference)
 
 
 def _softmax_reference(inputs, attrs):
@@ -263,9 +388,12 @@ def _transpose_infer(inputs, attrs):
     return [TensorType(x.dtype, tuple(x.shape[p] for p in perm))]
 
 
-register(OpDef("transpose", ("x",), {"perm": REQUIRED}, _transpose_infer,
-               lambda inputs, attrs: [np.ascontiguousarray(np.transpose(inputs[0], attrs["perm"]))],
-               movement_cost, doc="Permute axes."))
+def _transpose_reference(inputs, attrs):
+    """Permute axes."""
+    return [np.ascontiguousarray(np.transpose(inputs[0], attrs["perm"]))]
+
+
+register(OpDef("transpose", ("x",), {"perm": REQUIRED}, _transpose_infer, _transpose_reference, movement_cost))
 
 
 def _slice_infer(inputs, attrs):
@@ -307,9 +435,12 @@ def _concat_infer(inputs, attrs):
     return [TensorType(first.dtype, first.shape[:axis] + (total,) + first.shape[axis + 1:])]
 
 
-register(OpDef("concat", ("*inputs",), {"axis": REQUIRED}, _concat_infer,
-               lambda inputs, attrs: [np.concatenate(inputs, axis=attrs["axis"])], movement_cost,
-               doc="Join operands along ``axis``."))
+def _concat_reference(inputs, attrs):
+    """Join operands along ``axis``."""
+    return [np.concatenate(inputs, axis=attrs["axis"])]
+
+
+register(OpDef("concat", ("*inputs",), {"axis": REQUIRED}, _concat_infer, _concat_reference, movement_cost))
 
 
 def _gather_infer(inputs, attrs):
@@ -319,9 +450,12 @@ def _gather_infer(inputs, attrs):
     return [TensorType(data.dtype, data.shape[:axis] + indices.shape + data.shape[axis + 1:])]
 
 
-register(OpDef("gather", ("data", "indices"), {"axis": 0}, _gather_infer,
-               lambda inputs, attrs: [np.take(inputs[0], inputs[1], axis=attrs["axis"])], movement_cost,
-               doc="data indexed by ``indices`` along ``axis`` (numpy.take)."))
+def _gather_reference(inputs, attrs):
+    """data indexed by ``indices`` along ``axis`` (numpy.take)."""
+    return [np.take(inputs[0], inputs[1], axis=attrs["axis"])]
+
+
+register(OpDef("gather", ("data", "indices"), {"axis": 0}, _gather_infer, _gather_reference, movement_cost))
 
 
 def _scatter_add_infer(inputs, attrs):
@@ -372,9 +506,12 @@ def _argsort_infer(inputs, attrs):
     return [TensorType(DType.i64, inputs[0].shape)]
 
 
-register(OpDef("argsort", ("x",), {"axis": -1}, _argsort_infer,
-               lambda inputs, attrs: [np.argsort(inputs[0], axis=attrs["axis"], kind="stable").astype(np.int64)],
-               elementwise_cost, doc="Indices that sort x ascending along ``axis``; stable."))
+def _argsort_reference(inputs, attrs):
+    """Indices that sort x ascending along ``axis``; stable."""
+    return [np.argsort(inputs[0], axis=attrs["axis"], kind="stable").astype(np.int64)]
+
+
+register(OpDef("argsort", ("x",), {"axis": -1}, _argsort_infer, _argsort_reference, elementwise_cost))
 
 
 def _expand_infer(inputs, attrs):
