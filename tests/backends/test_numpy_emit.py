@@ -380,3 +380,16 @@ def test_unemittable_reference_names_the_op_and_global_and_writes_nothing(probe_
     with pytest.raises(BackendError, match=r"op 'probe_lambda': .*<lambda> is a lambda"):
         module_source(unary_graph("probe_lambda"))
     assert list(tmp_path.iterdir()) == [tmp_path / "emit_probe.py"]
+
+
+# ---- the examples --------------------------------------------------------------------------
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
+TINY_SPECS = sorted(name for name in os.listdir(EXAMPLES) if name.startswith("tiny-") and name.endswith(".yaml"))
+
+
+@pytest.mark.parametrize("name", TINY_SPECS)
+def test_every_tiny_example_emits_and_matches(name, tmp_path):
+    from frontends import load_spec
+    graph = load_spec(os.path.join(EXAMPLES, name))
+    assert_matches_interpreter(graph, decode_feeds(graph, past=2), tmp_path)
