@@ -23,6 +23,8 @@ from irc.dtypes import DType
 from irc.graph import Graph, Node, Param, Value
 from irc.ops.registry import Cost, TensorType
 
+# multi-head latent attention, before and after ``mla-absorb``
+MLA_OPS = ("mla_attention", "mla_absorbed_attention")
 _LAYER = re.compile(r"(?:past_key_values|layers)\.(\d+)\.")
 
 
@@ -112,7 +114,7 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
                      None)
         if i is None or i not in layers:
             continue
-        if node.op in ("attention", "mla_attention"):
+        if node.op in ("attention", *MLA_OPS):
             layers[i]["attention"] = node.op
             layers[i]["window"] = node.attrs.get("window")
         elif node.op in ("swiglu", "geglu", "gelu_mlp", "moe"):
@@ -152,7 +154,7 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
     latent = _mla_latent_elements(graph)
     if latent:
         summary["kv_cache_latent_elements_per_token_per_layer"] = latent
-        mla_layers = sum(1 for n in graph.nodes if n.op == "mla_attention")
+        mla_layers = sum(1 for n in graph.nodes if n.op in MLA_OPS)
         summary["kv_cache_latent_bytes_per_token"] = cache_dtype.nbytes(latent * mla_layers)
     return summary
 
@@ -166,7 +168,7 @@ def _mha_elements(graph: Graph, context: int = 1) -> int:
         a = node.attrs
         if node.op == "attention":
             per_token = a["heads"] * (a["head_dim"] + (a["v_head_dim"] or a["head_dim"]))
-        elif node.op == "mla_attention":
+        elif node.op in MLA_OPS:
             per_token = 2 * a["heads"] * a["v_head_dim"]
         else:
             continue
@@ -178,7 +180,7 @@ def _mha_elements(graph: Graph, context: int = 1) -> int:
 def _mla_latent_elements(graph: Graph) -> int:
     """d_c + d_rope: what an absorbed MLA layer caches per token."""
     for node in graph.nodes:
-        if node.op == "mla_attention":
+        if node.op in MLA_OPS:
             return node.attrs["kv_lora_rank"] + node.attrs["qk_rope_head_dim"]
     return 0
 

@@ -192,6 +192,7 @@ def _after(done: list[str]) -> str:
 def write_atomic(path: str, text: str | bytes) -> None:
     """Write to a temporary file beside ``path`` and rename: no half-written outputs."""
     directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:

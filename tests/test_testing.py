@@ -3,11 +3,12 @@ import numpy as np
 import pytest
 
 import irc.testing
-from irc.build import emit1
+from backends.numpy.interpreter import random_feeds
+from irc.build import emit, emit1
 from irc.dtypes import DType
 from irc.graph import Graph
 from irc.passmanager import Pass
-from irc.testing import assert_pass, assert_unchanged, check_golden, relative_error
+from irc.testing import assert_pass, assert_unchanged, check_golden, compare_outputs, relative_error
 from passes.dce import DeadCodeElimination
 from passes.rewrite import constant, replace_node
 
@@ -102,3 +103,37 @@ def test_golden_files_compare_and_update(tmp_path, monkeypatch):
     check_golden("g.ir", "one\n")
     with pytest.raises(AssertionError, match=r"(?s)differs.*-one\n\+two"):
         check_golden("g.ir", "two\n")
+
+
+def cached_attention_graph(layout: str = "BKPD", negate_present: bool = False) -> Graph:
+    """Attention over a past cache; with layout "BKDP" the key cache is kept transposed
+    (a pass that changes the cache's type), with ``negate_present`` wrongly so."""
+    g = Graph("cached")
+    q, k, v = (g.add_input(name, F32, ("B", "T", 8)) for name in ("q", "k", "v"))
+    mask = g.add_input("attention_mask", DType.i64, ("B", "P+T"))
+    key_shape = ("B", 2, "P", 4) if layout == "BKPD" else ("B", 2, 4, "P")
+    past_key = g.add_input("past_key_values.0.key", F32, key_shape)
+    past_value = g.add_input("past_key_values.0.value", F32, ("B", 2, "P", 4))
+    if layout == "BKDP":
+        past_key = emit1(g, "transpose", [past_key], {"perm": [0, 1, 3, 2]}, "past_key")
+    out, key, value = emit(g, "attention", [q, k, v, mask, past_key, past_value],
+                           {"heads": 2, "kv_heads": 2, "head_dim": 4}, ["out", "present.0.key", "present.0.value"])
+    if layout == "BKDP":
+        g.rename(key, "key")
+        if negate_present:
+            key = emit1(g, "neg", [key], None, "key.neg")
+        key = emit1(g, "transpose", [key], {"perm": [0, 1, 3, 2]}, "present.0.key")
+    g.outputs = [out, key, value]
+    return g
+
+
+def test_compare_outputs_with_different_cache_types_runs_each_graph_on_its_own_caches():
+    before = cached_attention_graph()
+    after = cached_attention_graph("BKDP")
+    assert [v.type_str() for v in after.inputs] != [v.type_str() for v in before.inputs]
+    assert compare_outputs(before, after) <= 1e-6
+    # feeds built for `before` (a past of 3, as the CLI's --check builds them) set the sizes only
+    assert compare_outputs(before, after, random_feeds(before, batch=2, tokens=5, past=3)) <= 1e-6
+    # a wrong cache is invisible at prefill and caught at the decode step
+    wrong = cached_attention_graph("BKDP", negate_present=True)
+    assert compare_outputs(before, wrong) > 1e-2

@@ -1,0 +1,190 @@
+"""``mla_absorbed_attention``: DeepSeek multi-head latent attention with the up-projections
+absorbed, attending directly over the cached latent (what ``mla-absorb`` produces).
+
+The un-absorbed ``mla_attention`` expands the latent c_kv [S, d_c] per head through
+kv_b = [W^UK_h; W^UV_h] (per head h: W^UK_h [nope, d_c], W^UV_h [v, d_c]) and caches the
+expanded keys and values. Since
+
+    q_nope_h . k_nope_h = q_nope_h . (W^UK_h c_kv) = (W^UK_h^T q_nope_h) . c_kv
+    wo (concat_h W^UV_h P_h c_kv) = sum_h (wo_h W^UV_h) (P_h c_kv)
+
+the query side can take W^UK and the output projection W^UV, and attention becomes MQA
+over one shared "key" [c_kv | k_rope] (width d_c + rope) and one shared "value" c_kv
+(width d_c). The weights this op reads:
+
+- ``q_b_absorbed`` [H*(d_c+rope), q_lora] (or ``wq_absorbed`` [H*(d_c+rope), d] for a
+  direct query): per head, the rows W^UK_h^T q_b_nope_h [d_c, q_lora] followed by that
+  head's unchanged RoPE rows q_b_rope_h [rope, q_lora] (``absorb_query_weight``);
+- ``wo_absorbed`` [d, H*d_c]: column block h is wo_h W^UV_h (``absorb_output_weight``);
+- ``q_a``, ``q_a_norm``, ``kv_a``, ``kv_a_norm`` as in ``mla_attention``.
+
+Caches (the layout transformers' DeepseekV2/V3Attention keep in their ``DynamicCache``):
+``past_latent`` [B, 1, P, d_c] holds c_kv after ``kv_a_norm``; ``past_rope`` [B, 1, P, rope]
+holds the shared RoPE key, stored rotated in the layout of ``rope["convention"]`` (as
+``mla_attention`` stores it). Results are (out, present_latent, present_rope); without
+caches only ``out``. Attributes are those of ``mla_attention``; ``qk_nope_head_dim`` sets
+the softmax scale ((nope + rope) ** -0.5 times the YaRN mscale ** 2, unless ``scale``)
+and ``v_head_dim`` is kept for analysis (the MHA-equivalent cache).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from irc import dims
+from irc.dtypes import DType
+from irc.ops.attention import (_check_mask_and_past, _io, attend, attention_core_cost, merge_heads, mla_latent,
+                               mla_query, mla_rope_cos_sin, mla_rotate, mla_softmax_scale, visible_keys, with_past)
+from irc.ops.nn import linear
+from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, register, same_dims
+from irc.ops.rope import check_rope_config
+
+OP = "mla_absorbed_attention"
+OPERANDS = ("x", "position_ids", "attention_mask?", "past_latent?", "past_rope?", "wq_absorbed?", "q_a?",
+            "q_a_norm?", "q_b_absorbed?", "kv_a", "kv_a_norm", "wo_absorbed")
+WEIGHTS = ("wq_absorbed", "q_a", "q_b_absorbed", "kv_a", "wo_absorbed")
+NORMS = ("q_a_norm", "kv_a_norm")
+
+
+# ---- folding the weights (float64, then the caller's dtype) -----------------------------
+
+def split_kv_b(kv_b, *, heads: int, qk_nope_head_dim: int, v_head_dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """kv_b [H*(nope+v), d_c] -> W^UK [H, nope, d_c] and W^UV [H, v, d_c] (float64)."""
+    per_head = np.asarray(kv_b).astype(np.float64).reshape(heads, qk_nope_head_dim + v_head_dim, -1)
+    return per_head[:, :qk_nope_head_dim], per_head[:, qk_nope_head_dim:]
+
+
+def absorb_query_weight(w_q, kv_b, *, heads: int, qk_nope_head_dim: int, qk_rope_head_dim: int,
+                        v_head_dim: int) -> np.ndarray:
+    """The query weight with W^UK folded in: w_q [H*(nope+rope), in] (q_b or wq) ->
+    [H*(d_c+rope), in], per head W^UK_h^T w_q_nope_h then w_q_rope_h (float64)."""
+    w_uk, _ = split_kv_b(kv_b, heads=heads, qk_nope_head_dim=qk_nope_head_dim, v_head_dim=v_head_dim)
+    per_head = np.asarray(w_q).astype(np.float64).reshape(heads, qk_nope_head_dim + qk_rope_head_dim, -1)
+    latent_rows = np.einsum("hnc,hni->hci", w_uk, per_head[:, :qk_nope_head_dim])
+    rows = np.concatenate([latent_rows, per_head[:, qk_nope_head_dim:]], axis=1)
+    return rows.reshape(-1, rows.shape[-1])
+
+
+def absorb_output_weight(wo, kv_b, *, heads: int, qk_nope_head_dim: int, v_head_dim: int) -> np.ndarray:
+    """The output weight with W^UV folded in: wo [d, H*v] -> [d, H*d_c], column block h
+    being wo_h W^UV_h (float64)."""
+    _, w_uv = split_kv_b(kv_b, heads=heads, qk_nope_head_dim=qk_nope_head_dim, v_head_dim=v_head_dim)
+    wo_heads = np.asarray(wo).astype(np.float64).reshape(-1, heads, v_head_dim)
+    return np.einsum("dhv,hvc->dhc", wo_heads, w_uv).reshape(wo_heads.shape[0], -1)
+
+
+# ---- the math ------------------------------------------------------------------------
+
+def mla_absorbed_attention(x, position_ids, attention_mask=None, past_latent=None, past_rope=None,
+                           wq_absorbed=None, q_a=None, q_a_norm=None, q_b_absorbed=None, kv_a=None, kv_a_norm=None,
+                           wo_absorbed=None, *, heads: int, q_lora_rank, kv_lora_rank: int, qk_nope_head_dim: int,
+                           qk_rope_head_dim: int, v_head_dim: int, rope: dict, eps: float = 1e-6, scale=None,
+                           causal: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Absorbed MLA: (out [B, T, d], present_latent [B, 1, P+T, d_c], present_rope
+    [B, 1, P+T, rope]), float32. Multi-query attention of H query heads of width
+    d_c + rope over the key [latent | rotated rope key] and the value ``latent``."""
+    rank = kv_lora_rank
+    convention = rope.get("convention", "half")
+    cos, sin = mla_rope_cos_sin(position_ids, qk_rope_head_dim, rope)
+    query = mla_query(x, wq_absorbed, q_a, q_a_norm, q_b_absorbed, heads=heads, eps=eps)
+    query[..., rank:] = mla_rotate(query[..., rank:], cos, sin, convention)
+    c_kv, k_rope = mla_latent(x, kv_a, kv_a_norm, kv_lora_rank=rank, eps=eps)
+    latent = with_past(past_latent, c_kv[:, None])
+    rope_key = with_past(past_rope, mla_rotate(k_rope[:, None], cos, sin, convention))
+    batch, seq = x.shape[:2]
+    visible = visible_keys(batch, seq, latent.shape[2] - seq, attention_mask, causal)
+    key = np.concatenate([latent, rope_key], axis=-1)
+    out = attend(query, key, latent, visible, mla_softmax_scale(qk_nope_head_dim, qk_rope_head_dim, rope, scale))
+    return linear(merge_heads(out), wo_absorbed), latent, rope_key
+
+
+# ---- the op --------------------------------------------------------------------------
+
+def _unpack_absorbed(inputs) -> dict:
+    names = [spec.rstrip("?") for spec in OPERANDS]
+    return dict(zip(names, list(inputs) + [None] * (len(names) - len(inputs))))
+
+
+def _expect_shape(name, value, want):
+    expect(value is not None, f"{OP}: operand {name!r} is required here")
+    expect(len(value.shape) == len(want) and all(same_dims(a, b) for a, b in zip(value.shape, want)),
+           f"{OP}: {name} {dims.format_shape(value.shape)} should be {dims.format_shape(want)}")
+
+
+def _mla_absorbed_infer(inputs, attrs):
+    ops = _unpack_absorbed(inputs)
+    x, position_ids = ops["x"], ops["position_ids"]
+    for name in ("heads", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        expect(isinstance(attrs[name], int) and attrs[name] > 0, f"{OP}: {name} must be a positive int")
+    heads, rank, q_rank = attrs["heads"], attrs["kv_lora_rank"], attrs["q_lora_rank"]
+    rope_dim = attrs["qk_rope_head_dim"]
+    rope_config = attrs["rope"]
+    expect(isinstance(rope_config, dict) and "base" in rope_config, f"{OP}: rope must be a dict with a base")
+    check_rope_config(OP, rope_dim, rope_config["base"], rope_config.get("convention", "half"),
+                      rope_config.get("scaling"))
+    expect(x.dtype.is_float and len(x.shape) == 3,
+           f"{OP}: x must be float [B,T,d], got {x.dtype}{dims.format_shape(x.shape)}")
+    batch, seq, d = x.shape
+    expect(position_ids.dtype in (DType.i64, DType.i32), f"{OP}: position_ids must be integer")
+    _expect_shape("position_ids", position_ids, (batch, seq))
+    q_width = heads * (rank + rope_dim)
+    if q_rank is None:
+        _expect_shape("wq_absorbed", ops["wq_absorbed"], (q_width, d))
+        expect(ops["q_a"] is None and ops["q_b_absorbed"] is None,
+               f"{OP}: q_a/q_b_absorbed given but q_lora_rank is None")
+    else:
+        expect(ops["wq_absorbed"] is None, f"{OP}: wq_absorbed given but q_lora_rank is set")
+        _expect_shape("q_a", ops["q_a"], (q_rank, d))
+        _expect_shape("q_a_norm", ops["q_a_norm"], (q_rank,))
+        _expect_shape("q_b_absorbed", ops["q_b_absorbed"], (q_width, q_rank))
+    _expect_shape("kv_a", ops["kv_a"], (rank + rope_dim, d))
+    _expect_shape("kv_a_norm", ops["kv_a_norm"], (rank,))
+    wo = ops["wo_absorbed"]
+    expect(len(wo.shape) == 2, f"{OP}: wo_absorbed must be [d_out, H*kv_lora_rank]")
+    _expect_shape("wo_absorbed", wo, (wo.shape[0], heads * rank))
+    total = _check_mask_and_past(OP, batch, seq, ops["attention_mask"], ops["past_latent"], ops["past_rope"], 1,
+                                 rank, rope_dim)
+    out = [TensorType(x.dtype, (batch, seq, wo.shape[0]))]
+    if ops["past_latent"] is not None:
+        out += [TensorType(ops["past_latent"].dtype, (batch, 1, total, rank)),
+                TensorType(ops["past_rope"].dtype, (batch, 1, total, rope_dim))]
+    return out
+
+
+def _mla_absorbed_reference(inputs, attrs):
+    """DeepSeek multi-head latent attention, absorbed: W^UK folded into the query weight,
+    W^UV into the output weight, multi-query attention over the cached normalised latent
+    plus the shared rotated RoPE key."""
+    ops = _unpack_absorbed(inputs)
+    out, latent, rope_key = mla_absorbed_attention(**ops, **attrs)
+    x, past_latent, past_rope = ops["x"], ops["past_latent"], ops["past_rope"]
+    if past_latent is None:
+        return [out.astype(x.dtype)]
+    return [out.astype(x.dtype), latent.astype(past_latent.dtype), rope_key.astype(past_rope.dtype)]
+
+
+def _mla_absorbed_cost(inputs, outputs, attrs):
+    """2 FLOPs per projection weight per token, plus attention over P+T cached tokens with
+    H heads of width d_c + rope for the scores and d_c for the weighted sum.
+
+    The trade against ``mla_attention``: per decoded token the scores and the weighted sum
+    cost 2·S·H·(d_c+rope) + 2·S·H·d_c instead of 2·S·H·(nope+rope) + 2·S·H·v (more FLOPs
+    when d_c > nope, v; DeepSeek-V2: 576 + 512 against 192 + 128 per head and key), and the
+    absorbed weights are larger than q_b and wo, while the cache read per key is d_c + rope
+    elements instead of H·(nope+rope+v)."""
+    ops = _unpack_absorbed(inputs)
+    batch, seq = ops["x"].shape[:2]
+    tokens = batch * seq
+    total = outputs[1].shape[2] if len(outputs) > 1 else seq
+    heads, rank, rope_dim = attrs["heads"], attrs["kv_lora_rank"], attrs["qk_rope_head_dim"]
+    weights = sum(ops[name].numel for name in WEIGHTS if ops[name] is not None)
+    norms = sum(ops[name].numel for name in NORMS if ops[name] is not None)
+    core = attention_core_cost(batch, seq, total, heads, rank + rope_dim, rank)
+    extra = Cost(flops=2 * tokens * weights, other_flops=4 * tokens * norms + 3 * tokens * (heads + 1) * rope_dim)
+    return core + extra + _io(inputs, outputs)
+
+
+register(OpDef(OP, OPERANDS,
+               {"heads": REQUIRED, "q_lora_rank": None, "kv_lora_rank": REQUIRED, "qk_nope_head_dim": REQUIRED,
+                "qk_rope_head_dim": REQUIRED, "v_head_dim": REQUIRED, "eps": 1e-6, "rope": REQUIRED, "scale": None,
+                "causal": True},
+               _mla_absorbed_infer, _mla_absorbed_reference, _mla_absorbed_cost, level="model"))

@@ -1,0 +1,296 @@
+"""mla-absorb: W^UK into the query weight, W^UV into the output weight, attention over the
+cached latent. The caches change shape, so equivalence is held on prefill and on decoding
+with each graph fed its own caches back."""
+import importlib.util
+import json
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from backends.numpy.emit import emit_module
+from backends.numpy.interpreter import Interpreter, cache_inputs, present_name, random_feeds, run
+from frontends import load_spec
+from irc import dims
+from irc.build import emit, emit1
+from irc.cli import main
+from irc.dtypes import DType
+from irc.graph import Graph
+from irc.parser import parse_graph
+from irc.printer import print_graph
+from irc.testing import (apply_pass, assert_pass, assert_unchanged, compare_outputs, compare_own_caches,
+                         relative_error)
+from irc.weights import Derived, seed_absent
+from passes.mla_absorb import MlaAbsorb
+
+F32 = DType.f32
+YARN = {"kind": "yarn", "factor": 4.0, "original_max_position": 16, "mscale": 1.0, "mscale_all_dim": 0.8}
+
+
+def mla_graph(heads=2, d=32, q_lora_rank=16, kv_lora_rank=12, nope=8, rope=4, v_dim=6, convention="interleaved",
+              scaling=YARN, caches=True) -> Graph:
+    """One mla_attention layer over x [B,T,d], with its caches as graph inputs/outputs
+    unless ``caches`` is False; params seeded."""
+    g = Graph("mla")
+    x = g.add_input("x", F32, ("B", "T", d))
+    mask = g.add_input("attention_mask", DType.i64, ("B", "P+T" if caches else "T"))
+    positions = g.add_input("position_ids", DType.i64, ("B", "T"))
+    past_key = past_value = None
+    if caches:
+        past_key = g.add_input("past_key_values.0.key", F32, ("B", heads, "P", nope + rope))
+        past_value = g.add_input("past_key_values.0.value", F32, ("B", heads, "P", v_dim))
+    shapes = {"kv_a": (kv_lora_rank + rope, d), "kv_a_norm": (kv_lora_rank,),
+              "kv_b": (heads * (nope + v_dim), kv_lora_rank), "wo": (d, heads * v_dim)}
+    if q_lora_rank is None:
+        shapes["wq"] = (heads * (nope + rope), d)
+    else:
+        shapes.update(q_a=(q_lora_rank, d), q_a_norm=(q_lora_rank,), q_b=(heads * (nope + rope), q_lora_rank))
+    p = {name: g.add_param(f"layers.0.attn.{name}", F32, shape) for name, shape in sorted(shapes.items())}
+    seed_absent(g)
+    attrs = {"heads": heads, "q_lora_rank": q_lora_rank, "kv_lora_rank": kv_lora_rank, "qk_nope_head_dim": nope,
+             "qk_rope_head_dim": rope, "v_head_dim": v_dim,
+             "rope": {"base": 10000.0, "convention": convention, "scaling": scaling}}
+    g.outputs = emit(g, "mla_attention", [x, positions, mask, past_key, past_value, p.get("wq"), p.get("q_a"),
+                                          p.get("q_a_norm"), p.get("q_b"), p["kv_a"], p["kv_a_norm"], p["kv_b"],
+                                          p["wo"]],
+                     attrs, ["out", "present.0.key", "present.0.value"])
+    return g
+
+
+def run_chunks(graph: Graph, chunks: list, seed: int = 0) -> list:
+    """Run ``graph`` over successive feeds (no caches in them), starting from empty caches
+    and feeding each ``present.*`` back as ``past_key_values.*``; the outputs per chunk."""
+    interp = Interpreter(graph.clone(), seed)
+    batch = len(next(iter(chunks[0].values())))
+    state = {c.name: np.zeros(dims.evaluate_shape(c.shape, {"B": batch, "P": 0}), c.dtype.numpy)
+             for c in cache_inputs(graph)}
+    results = []
+    for feeds in chunks:
+        outputs = interp.run({**feeds, **state})
+        state = {name: outputs[present_name(name)] for name in state}
+        results.append(outputs)
+    return results
+
+
+def decode_chunks(prompts: list, steps: int, vocab: int, seed: int = 0) -> list:
+    """Left-padded prompts in one batch, then ``steps`` single-token steps of seeded ids."""
+    width = max(len(p) for p in prompts)
+    ids = np.zeros((len(prompts), width), np.int64)
+    mask = np.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = prompt
+        mask[row, width - len(prompt):] = 1
+    positions = np.maximum(np.cumsum(mask, axis=-1) - 1, 0)
+    rng = np.random.default_rng(seed)
+    chunks = [{"input_ids": ids, "attention_mask": mask, "position_ids": positions}]
+    for _ in range(steps):
+        mask = np.concatenate([mask, np.ones((len(prompts), 1), np.int64)], axis=1)
+        positions = positions[:, -1:] + 1
+        chunks.append({"input_ids": rng.integers(0, vocab, (len(prompts), 1)), "attention_mask": mask,
+                       "position_ids": positions})
+    return chunks
+
+
+def assert_same_per_chunk(before: Graph, after: Graph, chunks: list, name: str, rtol: float = 1e-5) -> None:
+    for step, (want, got) in enumerate(zip(run_chunks(before, chunks), run_chunks(after, chunks))):
+        error = relative_error(got[name], want[name])
+        assert error <= rtol, f"step {step}: %{name} moved by {error:.3g}"
+
+
+# ---- the rewrite -------------------------------------------------------------------------
+
+def test_absorbs_q_lora_mla():
+    assert assert_pass(MlaAbsorb(), mla_graph(), golden="mla-absorb")
+
+
+def test_absorbs_direct_query():
+    g = mla_graph(q_lora_rank=None, convention="half", scaling=None)
+    assert assert_pass(MlaAbsorb(), g)
+    after, _ = apply_pass(MlaAbsorb(), g)
+    assert sorted(after.params) == ["layers.0.attn.kv_a", "layers.0.attn.kv_a_norm", "layers.0.attn.wo_absorbed",
+                                    "layers.0.attn.wq_absorbed"]
+    assert after.params["layers.0.attn.wq_absorbed"].shape == (2 * (12 + 4), 32)
+
+
+def test_caches_become_latent_and_rope_key():
+    after, changed = apply_pass(MlaAbsorb(), mla_graph())
+    types = {v.name: v.type_str() for v in [*after.inputs, *after.outputs]}
+    assert changed and [v.name for v in after.inputs] == [v.name for v in mla_graph().inputs]
+    assert types["past_key_values.0.key"] == "f32[B,1,P,12]" and types["past_key_values.0.value"] == "f32[B,1,P,4]"
+    assert types["present.0.key"] == "f32[B,1,P+T,12]" and types["present.0.value"] == "f32[B,1,P+T,4]"
+    assert [n.op for n in after.nodes] == ["mla_absorbed_attention"]
+    assert "layers.0.attn.kv_b" not in after.params and "layers.0.attn.q_b" not in after.params
+    assert print_graph(parse_graph(print_graph(after))) == print_graph(after)
+
+
+def test_absorbed_weights_are_lazy_and_fold_per_head():
+    g = mla_graph()
+    after, _ = apply_pass(MlaAbsorb(), g)
+    q_abs, wo_abs = after.params["layers.0.attn.q_b_absorbed"], after.params["layers.0.attn.wo_absorbed"]
+    assert isinstance(q_abs.data, Derived) and isinstance(wo_abs.data, Derived)
+    q_b, kv_b, wo = (g.params[f"layers.0.attn.{n}"].array().astype(np.float64) for n in ("q_b", "kv_b", "wo"))
+    heads, rank, nope, rope, v_dim = 2, 12, 8, 4, 6
+    q_heads = q_b.reshape(heads, nope + rope, -1)
+    kv_heads = kv_b.reshape(heads, nope + v_dim, rank)
+    for h in range(heads):
+        w_uk, w_uv = kv_heads[h, :nope], kv_heads[h, nope:]
+        rows = q_abs.array()[h * (rank + rope):(h + 1) * (rank + rope)]
+        np.testing.assert_allclose(rows[:rank], w_uk.T @ q_heads[h, :nope], rtol=1e-5)
+        np.testing.assert_array_equal(rows[rank:], q_heads[h, nope:].astype(np.float32))
+        np.testing.assert_allclose(wo_abs.array()[:, h * rank:(h + 1) * rank], wo[:, h * v_dim:(h + 1) * v_dim] @ w_uv,
+                                   rtol=1e-5)
+
+
+def test_absorbs_a_layer_without_caches():
+    g = mla_graph(caches=False)
+    assert [v.name for v in g.outputs] == ["out"]
+    assert assert_pass(MlaAbsorb(), g)
+
+
+def test_shape_only_compile_gives_shapes_and_fails_only_on_load():
+    g = load_spec("examples/deepseek-v2.yaml")
+    after, changed = apply_pass(MlaAbsorb(), g)
+    q_abs = after.params["layers.5.attn.q_b_absorbed"]
+    assert changed and q_abs.shape == (128 * (512 + 64), 1536)
+    assert after.params["layers.5.attn.wo_absorbed"].shape == (5120, 128 * 512)
+    with pytest.raises(ValueError, match="no data"):
+        q_abs.array()
+
+
+def test_leaves_graphs_without_mla_alone(tiny_llama):
+    assert_unchanged(MlaAbsorb(), tiny_llama)
+
+
+def test_refuses_a_computed_kv_b():
+    g = mla_graph()
+    node = g.nodes[0]
+    kv_b = node.inputs[11]
+    node.set_input(11, emit1(g, "mul", [kv_b, emit1(g, "constant", [], {"value": 1.0}, "one", before=node)],
+                             None, "kv_b.scaled", before=node))
+    assert_unchanged(MlaAbsorb(), g)
+
+
+def test_cache_layout_is_transformers_deepseek_v2_cache():
+    """transformers' DeepseekV2Attention caches key = the normalised latent [B,1,S,d_c] and
+    value = the rotated RoPE key [B,1,S,rope] (interleaved); the absorbed presents are those."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.deepseek_v2 import modeling_deepseek_v2 as v2
+    config = transformers.DeepseekV2Config(
+        hidden_size=32, num_attention_heads=2, num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=12,
+        qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, max_position_embeddings=64,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    layer, rotary = v2.DeepseekV2Attention(config, 0).eval(), v2.DeepseekV2RotaryEmbedding(config)
+    g = mla_graph(scaling=None)
+    for ours, theirs in [("q_a", "q_a_proj"), ("q_a_norm", "q_a_layernorm"), ("q_b", "q_b_proj"),
+                         ("kv_a", "kv_a_proj_with_mqa"), ("kv_a_norm", "kv_a_layernorm"), ("kv_b", "kv_b_proj"),
+                         ("wo", "o_proj")]:
+        g.params[f"layers.0.attn.{ours}"].data = getattr(layer, theirs).weight.detach().numpy().copy()
+    after, _ = apply_pass(MlaAbsorb(), g)
+    x = np.random.default_rng(0).standard_normal((2, 5, 32)).astype(np.float32)
+    positions = np.arange(5)[None].repeat(2, axis=0)
+    cache = transformers.DynamicCache()
+    with torch.no_grad():
+        layer(torch.from_numpy(x), attention_mask=None, cache=cache,
+              position_embeddings=rotary(torch.from_numpy(x), torch.from_numpy(positions)))
+    [ours] = run_chunks(after, [{"x": x, "attention_mask": np.ones((2, 5), np.int64), "position_ids": positions}])
+    np.testing.assert_allclose(ours["present.0.key"], cache.layers[0].keys.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours["present.0.value"], cache.layers[0].values.numpy(), rtol=1e-5, atol=1e-5)
+
+
+# ---- numbers: prefill and decoding, each graph with its own caches ------------------------
+
+@pytest.mark.parametrize("spec", ["examples/tiny-deepseek-v2.yaml", "examples/tiny-deepseek-v3.yaml"])
+def test_tiny_deepseek_prefill_and_16_decode_steps_left_padded(spec):
+    """A batch of two uneven prompts (the short one left-padded through attention_mask),
+    prefill, then 16 decode steps: logits equal at every step."""
+    g = load_spec(spec)
+    seed_absent(g)
+    after, changed = apply_pass(MlaAbsorb(), g)
+    assert changed
+    chunks = decode_chunks([[5, 17, 200, 3, 99, 42, 7], [11, 250, 8]], steps=16, vocab=256)
+    assert_same_per_chunk(g, after, chunks, "logits")
+    assert compare_outputs(g, after) <= 1e-5  # the --check path: prefill and one decode step
+
+
+def test_decode_of_one_layer_matches_at_every_step():
+    g = mla_graph()
+    after, _ = apply_pass(MlaAbsorb(), g)
+    rng = np.random.default_rng(1)
+    chunks, past = [], 0
+    mask = np.array([[0, 0, 1], [1, 1, 1]], np.int64)
+    for tokens in (3, 1, 1, 2, 1):
+        mask = mask if not chunks else np.concatenate([mask, np.ones((2, tokens), np.int64)], axis=1)
+        chunks.append({"x": rng.standard_normal((2, tokens, 32)).astype(np.float32), "attention_mask": mask,
+                       "position_ids": np.arange(past, past + tokens)[None].repeat(2, axis=0) + 20})
+        past += tokens
+    assert_same_per_chunk(g, after, chunks, "out")
+
+
+def test_irc_show_reports_the_latent_cache(capsys):
+    def show(*extra):
+        assert main(["show", "examples/deepseek-v2.yaml", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    before, after = show(), show("--passes", "mla-absorb")
+    assert before["kv_cache_elements_per_token_per_layer"] == 128 * (192 + 128)
+    assert after["kv_cache_elements_per_token_per_layer"] == 576
+    assert after["kv_cache_bytes_per_token"] == 69_120 == after["kv_cache_latent_bytes_per_token"]
+    assert after["kv_cache_bytes_mha_equivalent_per_token"] == 3_932_160
+    assert {layer["attention"] for layer in after["layers"]} == {"mla_absorbed_attention"}
+    # attention over the latent: 2·S·H·(576 + 512) instead of 2·S·H·(192 + 128) per layer, plus
+    # the larger absorbed projections (q_b -> q_b_absorbed, wo -> wo_absorbed, kv_b gone)
+    attention = 60 * 2 * 4096 * 128 * ((576 + 512) - (192 + 128))
+    projections = 60 * 2 * (128 * 576 * 1536 - 128 * 192 * 1536 + 5120 * 128 * 512 - 5120 * 128 * 128
+                            - 128 * 256 * 512)
+    assert after["flops_per_token"] - before["flops_per_token"] == attention + projections
+    assert after["params_total"] - before["params_total"] == projections // 2
+
+
+# ---- backends ------------------------------------------------------------------------------
+
+def test_numpy_emitter_runs_the_absorbed_graph(tmp_path):
+    g = load_spec("examples/tiny-deepseek-v2.yaml")
+    seed_absent(g)
+    after, _ = apply_pass(MlaAbsorb(), g)
+    emit_module(after, str(tmp_path / "absorbed_np.py"), source="test")
+    spec = importlib.util.spec_from_file_location("absorbed_np", tmp_path / "absorbed_np.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    feeds = random_feeds(after, batch=2, tokens=3, past=2)
+    got = module.forward(module.load_weights(), **feeds)
+    want = run(after.clone(), feeds)
+    assert list(got) == list(want)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    sys.modules.pop("absorbed_np", None)
+
+
+# ---- property: random small MLA shapes through the check ----------------------------------
+
+@settings(max_examples=40, deadline=None)
+@given(heads=st.integers(1, 3), d=st.integers(4, 12), q_lora=st.one_of(st.none(), st.integers(2, 8)),
+       rank=st.integers(1, 8), nope=st.integers(1, 6), rope=st.sampled_from([2, 4, 6]), v_dim=st.integers(1, 6),
+       convention=st.sampled_from(["half", "interleaved"]), yarn=st.booleans(), tokens=st.integers(1, 3),
+       past=st.integers(0, 3))
+def test_random_mla_shapes_hold_the_check(heads, d, q_lora, rank, nope, rope, v_dim, convention, yarn, tokens, past):
+    g = mla_graph(heads, d, q_lora, rank, nope, rope, v_dim, convention, YARN if yarn else None)
+    after, changed = apply_pass(MlaAbsorb(), g)
+    assert changed and print_graph(after).count("mla_absorbed_attention") == 1
+    # The check: when the caches' types coincide by accident (one head, d_c = nope + rope and
+    # rope = v), compare_outputs cannot tell that they changed; compare_own_caches is what it
+    # runs whenever they differ.
+    same_types = [v.type_str() for v in g.inputs] == [v.type_str() for v in after.inputs]
+    check = compare_own_caches if same_types else compare_outputs
+    assert check(g, after, random_feeds(g, batch=2, tokens=tokens, past=past)) <= 1e-5
+    rng = np.random.default_rng(past * 10 + tokens)
+    chunks = []
+    for start, count in ((0, past), (past, tokens)):
+        if count:
+            chunks.append({"x": rng.standard_normal((2, count, d)).astype(np.float32),
+                           "attention_mask": np.ones((2, start + count), np.int64),
+                           "position_ids": np.arange(start, start + count)[None].repeat(2, axis=0)})
+    assert_same_per_chunk(g, after, chunks, "out")
