@@ -98,14 +98,23 @@ class Rope:
     """Rotary position embedding settings: ``base`` (theta), ``convention`` ("half":
     rotate-half as in Llama; "interleaved": adjacent pairs as in GPT-J/DeepSeek),
     ``scaling`` (None or a dict with ``kind`` linear|dynamic|yarn|llama3 and its fields)
-    and ``rotary_dim`` (partial rotary; None rotates the whole head)."""
+    and ``rotary_dim`` (partial rotary; None rotates the whole head). ``decomposed=True``
+    writes RoPE out as model code does (cos/sin from positions, rotate-half or pairs) instead
+    of one ``rope`` op; ``rope-fuse`` turns it back. It needs fixed frequencies (not dynamic)
+    and applies to ``attention`` only."""
 
     def __init__(self, base: float = 10000.0, convention: str = "half", scaling: Optional[dict] = None,
-                 rotary_dim: Optional[int] = None):
+                 rotary_dim: Optional[int] = None, decomposed: bool = False):
         self.base = _positive_float("rope.base", base)
         self.convention = _one_of("rope.convention", convention, ROPE_CONVENTIONS)
         self.rotary_dim = None if rotary_dim is None else _positive("rope.rotary_dim", rotary_dim)
         self.scaling = None if scaling is None else self._scaling(scaling)
+        if not isinstance(decomposed, bool):
+            raise ArgError("rope.decomposed", f"expected True or False, got {decomposed!r}", call_site())
+        if decomposed and self.scaling and self.scaling["kind"] == "dynamic":
+            raise ArgError("rope.decomposed", "dynamic scaling depends on the sequence length; a decomposed "
+                                              "RoPE needs fixed frequencies", call_site())
+        self.decomposed = decomposed
 
     @staticmethod
     def _scaling(scaling: dict) -> dict:
@@ -210,6 +219,7 @@ class Model:
         self._mask: Optional[Value] = None
         self._positions: Optional[Value] = None
         self._presents: list[Value] = []
+        self._rope_tables: dict[tuple, tuple[Tensor, Tensor]] = {}  # decomposed RoPE's cos/sin
 
     # ---- plumbing ----------------------------------------------------------------------
     @property
@@ -353,6 +363,71 @@ class Model:
         return logits
 
 
+def _rope(m: Model, x: Tensor, positions: Value, rope: Rope, heads: int, head_dim: int, name: str) -> Tensor:
+    """RoPE on x [B, T, heads*head_dim]: one ``rope`` op, or (``rope.decomposed``) the
+    primitives model code writes, on x viewed as [B, T, N, D]:
+
+    half:        x * cos + cat(-x2, x1) * sin,   cos = cos(cat(f, f))     [B, T, 1, R]
+    interleaved: the same on pairs [B, T, N, R/2, 2] (x2 the odd, x1 the even slot),
+                 cos = cos(f)                                             [B, T, 1, R/2, 1]
+
+    with f = position * inv_freq (a constant; YaRN's attention factor multiplies cos and
+    sin) shared by every layer, and the last D - R dims of a partial head passed through."""
+    if not rope.decomposed:
+        return m.emit("rope", [x, positions], rope.attrs(head_dim), name)[0]
+    batch, seq = x.shape[:2]
+    rotary = rope.rotary_dim or head_dim
+    half = rotary // 2
+
+    def op(kind: str, inputs, attrs, role: str) -> Tensor:
+        return m.emit(kind, inputs, attrs, f"{name}.{role}")[0]
+
+    def last(t: Tensor, start: int, end: int, role: str) -> Tensor:
+        return op("slice", [t], {"axis": -1, "start": start, "end": end}, role)
+
+    cos, sin = _rope_tables(m, positions, rope, rotary)
+    split = op("reshape", [x], {"shape": [batch, seq, heads, head_dim]}, "heads")
+    part = split if rotary == head_dim else last(split, 0, rotary, "rotary")
+    if rope.convention == "half":
+        first, second = last(part, 0, half, "x1"), last(part, half, rotary, "x2")
+    else:
+        part = op("reshape", [part], {"shape": [batch, seq, heads, half, 2]}, "pairs")
+        first, second = last(part, 0, 1, "even"), last(part, 1, 2, "odd")
+    rotated = op("concat", [op("neg", [second], None, "neg"), first], {"axis": -1}, "rotated")
+    out = op("add", [op("mul", [part, cos], None, "cos_part"), op("mul", [rotated, sin], None, "sin_part")], None,
+             "sum")
+    if rope.convention == "interleaved":
+        out = op("reshape", [out], {"shape": [batch, seq, heads, rotary]}, "unpaired")
+    if rotary < head_dim:
+        out = op("concat", [out, op("slice", [split], {"axis": -1, "start": rotary}, "pass")], {"axis": -1}, "joined")
+    return m.emit("reshape", [out], {"shape": [batch, seq, heads * head_dim]}, name)[0]
+
+
+def _rope_tables(m: Model, positions: Value, rope: Rope, rotary: int) -> tuple[Tensor, Tensor]:
+    """cos and sin for the decomposed RoPE, made once per model and configuration."""
+    key = (rotary, rope.convention, rope.base, repr(rope.scaling))
+    if key not in m._rope_tables:
+        inv_freq, factor = rope_op.rope_inv_freq(rotary, rope.base, rope.scaling)
+        batch, seq = positions.shape
+        const = m.emit("constant", [], {"value": inv_freq.astype(float).tolist(), "dtype": "f32"}, "rope.inv_freq")[0]
+        pos = m.emit("cast", [positions], {"to": "f32"}, "rope.positions")[0]
+        pos = m.emit("reshape", [pos], {"shape": [batch, seq, 1]}, "rope.positions_BT1")[0]
+        freqs = m.emit("mul", [pos, const], None, "rope.freqs")[0]
+        if rope.convention == "half":
+            angles, shape = m.emit("concat", [freqs, freqs], {"axis": -1}, "rope.angles")[0], [batch, seq, 1, rotary]
+        else:
+            angles, shape = freqs, [batch, seq, 1, rotary // 2, 1]
+        tables = []
+        for fn in ("cos", "sin"):
+            table = m.emit(fn, [angles], None, f"rope.{fn}")[0]
+            if factor != 1.0:
+                scale = m.emit("constant", [], {"value": float(factor), "dtype": "f32"}, "rope.attention_factor")[0]
+                table = m.emit("mul", [table, scale], None, f"rope.{fn}_scaled")[0]
+            tables.append(m.emit("reshape", [table], {"shape": shape}, f"rope.{fn}_heads")[0])
+        m._rope_tables[key] = (tables[0], tables[1])
+    return m._rope_tables[key]
+
+
 class Layer:
     """One decoder layer: its weights are ``layers.{i}.*``, its values ``layers.{i}.*``."""
 
@@ -442,8 +517,8 @@ class Layer:
             k = self._head_norm(k, "k", kv_heads, head_dim, qk_norm_eps, qk_norm_offset)
         if rope is not None:
             mask, positions = m._context()
-            q = m.emit("rope", [q, positions], rope.attrs(head_dim), f"{p}q_rope")[0]
-            k = m.emit("rope", [k, positions], rope.attrs(head_dim), f"{p}k_rope")[0]
+            q = _rope(m, q, positions, rope, heads, head_dim, f"{p}q_rope")
+            k = _rope(m, k, positions, rope, kv_heads, head_dim, f"{p}k_rope")
         mask, _ = m._context()
         past_key, past_value = m._past(i, kv_heads, head_dim, head_dim)
         attrs = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "v_head_dim": None,
@@ -486,6 +561,9 @@ class Layer:
         rope = Rope(convention="interleaved") if rope is None else rope
         if isinstance(rope, Rope) and rope.rotary_dim is not None:
             raise m.error("rope.rotary_dim", "MLA rotates exactly qk_rope_head_dim; leave rotary_dim unset")
+        if isinstance(rope, Rope) and rope.decomposed:
+            raise m.error("rope.decomposed", "mla_attention applies its RoPE inside the op; decomposed RoPE is "
+                                             "for attention")
         self._check_rope(rope, qk_rope_head_dim, "qk_rope_head_dim")
         scale = _positive_float("scale", scale, where)
         qk_dim = qk_nope_head_dim + qk_rope_head_dim

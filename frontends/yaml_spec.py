@@ -29,7 +29,8 @@ brackets; ``null`` is allowed where a default is null.
                                       # llama3, fields factor, original_max_position,
                                       # low_freq_factor, high_freq_factor, beta_fast,
                                       # beta_slow, mscale, mscale_all_dim, attention_factor,
-                                      # truncate (yarn)
+                                      # truncate (yarn); decomposed: true writes RoPE as
+                                      # primitives (cos/sin, rotate-half) for rope-fuse [false]
         window: null                  # sliding window in tokens (Mistral 4096)
         window_pattern: null          # e.g. [local, global]: layer i is windowed when
                                       # pattern[i % len] is local; null: every layer
@@ -83,7 +84,7 @@ NORM_KEYS = ("kind", "eps", "offset", "sandwich", "bias")
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 NOT_MLA_KEYS = ("n_kv_heads", "head_dim", "qkv_bias", "qk_norm", "window", "window_pattern", "softcap")
 ATTENTION_KEYS = ("kind", "n_heads", "rope", "scale", "query_pre_attn_scalar") + NOT_MLA_KEYS + MLA_KEYS
-ROPE_KEYS = ("base", "convention", "rotary_dim", "scaling")
+ROPE_KEYS = ("base", "convention", "rotary_dim", "scaling", "decomposed")
 MLP_KEYS = ("kind", "d_ff", "approximate", "bias")
 MOE_KEYS = ("experts", "top_k", "d_ff", "shared_experts", "shared_d_ff", "router", "router_bias",
             "norm_topk_prob", "routed_scale", "group_limited", "dense_layers", "shared_expert_gate")
@@ -210,6 +211,7 @@ class _Expander:
         base = r.get("base", positive_number, 10000.0)
         convention = r.get("convention", choice("half", "interleaved"), "half")
         rotary_dim = r.get("rotary_dim", optional(positive_int), None)
+        decomposed = r.get("decomposed", boolean, False)
         scaling = None
         s = self.scaling_f
         if s is not None:
@@ -218,7 +220,8 @@ class _Expander:
                 if s.has(key):
                     scaling[key] = s.get(key, {int: positive_int, bool: boolean}.get(kind, positive_number))
         with _blame(r, self._rope_table()):
-            return Rope(base=base, convention=convention, scaling=scaling, rotary_dim=rotary_dim)
+            return Rope(base=base, convention=convention, scaling=scaling, rotary_dim=rotary_dim,
+                        decomposed=decomposed)
 
     def _rope_table(self) -> dict:
         table = {f"rope.{key}": (self.rope_f, key) for key in ROPE_KEYS}

@@ -171,6 +171,9 @@ class PassManager:
                 self._dump(graph, index, p.name, text, record)
             if self.print_after_all or (self.print_after_change and changed):
                 self.out.write(f"# ----- after {p!r} ({'changed' if changed else 'unchanged'}) -----\n{text}")
+            if self.print_after_all or self.print_after_change:
+                for note in getattr(p, "notes", ()):  # why a rule refused, so users learn why nothing fused
+                    self.out.write(f"# {note}\n")
         return graph
 
     def _dump(self, graph: Graph, index: int, name: str, text: str, record: Optional[PassRecord] = None) -> None:
