@@ -12,6 +12,7 @@ same seeded inputs and weights and stops at the first pass whose outputs move.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -169,8 +170,10 @@ class PassManager:
             done.append(repr(p))
             if self.dump_dir:
                 self._dump(graph, index, p.name, text, record)
-            if self.print_after_all or (self.print_after_change and changed):
+            if self.print_after_all:
                 self.out.write(f"# ----- after {p!r} ({'changed' if changed else 'unchanged'}) -----\n{text}")
+            elif self.print_after_change and changed:  # the rewritten region, with context
+                self.out.write(f"# ----- after {p!r} (changed) -----\n{region_diff(previous, text)}")
             if self.print_after_all or self.print_after_change:
                 for note in getattr(p, "notes", ()):  # why a rule refused, so users learn why nothing fused
                     self.out.write(f"# {note}\n")
@@ -186,6 +189,13 @@ class PassManager:
         write_atomic(stem + ".stats.json", json.dumps(line, sort_keys=True) + "\n")
         if self.dot:
             write_atomic(stem + ".dot", self.dot(graph))
+
+
+def region_diff(before: str, after: str, context: int = 2) -> str:
+    """The changed lines of two printed graphs as a unified diff (``-`` old, ``+`` new)."""
+    lines = difflib.unified_diff(before.splitlines(), after.splitlines(), "before", "after", n=context,
+                                 lineterm="")
+    return "\n".join(list(lines)[2:]) + "\n"
 
 
 def _after(done: list[str]) -> str:

@@ -167,3 +167,28 @@ def test_print_after_all_prints_every_pass(tiny_llama):
     PassManager(parse_pipeline("dce,cse"), print_after_all=True, out=out).run(tiny_llama)
     assert re.findall(r"----- after (\S+) \((\w+)\) -----", out.getvalue()) == [
         ("dce", "unchanged"), ("cse", "unchanged")]
+
+
+def test_print_after_change_shows_only_the_rewritten_region(tiny_llama):
+    out = io.StringIO()
+    PassManager(parse_pipeline("lower-norms"), print_after_change=True, out=out).run(tiny_llama)
+    text = out.getvalue()
+    removed = [line for line in text.splitlines() if line.startswith("-  %")]
+    added = [line for line in text.splitlines() if line.startswith("+  %")]
+    assert removed and all(" rms_norm " in line for line in removed)
+    assert added and not any(" rms_norm " in line for line in added)
+    assert "graph " not in text and "meta {" not in text  # regions far from a rewrite are not shown
+
+
+def test_refusal_notes_are_printed_after_change(tiny_llama):
+    class Refuses(Pass):
+        """Test-only: finds nothing it may rewrite and says why."""
+        name = "test-refuses"
+
+        def run(self, graph):
+            self.notes = ["test-refuses: left %x unfused: odd dimension"]
+            return False
+
+    out = io.StringIO()
+    PassManager([Refuses()], print_after_change=True, out=out).run(tiny_llama)
+    assert out.getvalue() == "# test-refuses: left %x unfused: odd dimension\n"
