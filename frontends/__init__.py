@@ -6,6 +6,8 @@
   with top key ``graph``: the explicit graph form (``yaml_graph``).
 - ``.py``: a DSL file (``frontends.dsl``) exposing ``build() -> Graph``, or a module-level
   ``model`` (a ``dsl.Model`` or a ``Graph``).
+- a directory holding ``config.json``: a Hugging Face model folder (``frontends.hf``),
+  weights read lazily from its safetensors files when it has them.
 
 Every user mistake is a ``SpecError`` naming file:line:col and the offending key.
 """
@@ -21,8 +23,11 @@ from irc.graph import Graph
 
 
 def load_spec(path) -> Graph:
-    """The graph a spec file describes (weights absent)."""
+    """The graph a spec describes: weights absent, except a model folder's (lazy)."""
     path = str(path)
+    if os.path.isdir(path):
+        from frontends.hf import load_hf
+        return load_hf(path)
     suffix = Path(path).suffix.lower()
     if suffix in (".yaml", ".yml"):
         return _load_yaml(path)

@@ -1,0 +1,61 @@
+"""The Hugging Face frontend: a model folder (config.json + *.safetensors) -> Graph.
+
+    graph = load_hf("models/Llama-3.1-8B")              # weights lazy, read on first use
+    graph = load_hf("examples/hf/llama3-8b", weights=False)  # structure only: params absent
+
+``load_spec`` (and so ``irc show/compile/run``) takes such a folder wherever it takes a
+spec file. A folder with only config.json compiles with params absent (analysis, passes,
+seeded weights for ``--check``).
+
+Stages, one module each: ``config`` reads config.json into a normalised ``Arch``
+(``families`` knows each model_type), ``build`` expands it through the DSL exactly as the
+YAML architecture form does and points params at the checkpoint, ``weights`` indexes the
+safetensors files and reads one tensor at a time. The graph is named after the folder.
+Families and their options are listed in ``frontends.hf.families``; anything else is a
+``SpecError`` naming config.json, the key and the value.
+"""
+from __future__ import annotations
+
+import os
+
+from frontends.hf.build import attach_weights, build_graph
+from frontends.hf.config import CONFIG, Arch, Config
+from frontends.hf.families import describe
+from frontends.hf.weights import Checkpoint
+from irc.dtypes import DType
+from irc.errors import SpecError
+from irc.graph import Graph
+
+__all__ = ["load_hf", "read_arch", "is_hf_folder"]
+
+
+def is_hf_folder(path) -> bool:
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, CONFIG))
+
+
+def read_arch(folder) -> tuple[Arch, Config]:
+    """The normalised architecture of a folder's config.json."""
+    folder = str(folder)
+    cfg = Config.read(folder)
+    name = os.path.basename(os.path.normpath(os.path.abspath(folder))) or "model"
+    return describe(cfg, name), cfg
+
+
+def load_hf(folder, weights: bool = True) -> Graph:
+    """The graph of a Hugging Face model folder; with ``weights``, params read lazily from
+    its safetensors files (absent when the folder has none)."""
+    folder = str(folder)
+    if not is_hf_folder(folder):
+        raise SpecError(f"no {CONFIG} in this folder", location=folder)
+    arch, cfg = read_arch(folder)
+    checkpoint = Checkpoint.find(folder) if weights else None
+    if checkpoint is not None:
+        if arch.quantized:
+            raise cfg.error("quantization_config", "quantized checkpoints are not supported",
+                            hint="use unquantized weights, or compile the structure alone (weights=False)")
+        embed = "model.embed_tokens.weight"
+        arch.dtype = str(checkpoint.dtype(embed) if embed in checkpoint.files else DType.parse(arch.dtype))
+    graph = build_graph(arch, cfg)
+    if checkpoint is not None:
+        attach_weights(graph, arch, checkpoint)
+    return graph

@@ -1,0 +1,94 @@
+"""An ``Arch`` expanded through the DSL, then its params pointed at the checkpoint.
+
+The decoder is the one every family shares (``frontends.yaml_spec`` builds the same):
+
+    x = embed(ids) [* sqrt(d)]
+    per layer:  h = attn_norm(x); a = attention(h) [-> post_attn_norm]; x = x + a
+                h = mlp_norm(x);  f = mlp or moe(h) [-> post_mlp_norm];   x = x + f
+    logits = lm_head(norm(x)) [softcapped]
+
+Every node's origin is config.json, and a DSL refusal (a top_k above the expert count, an
+odd rotary width, ...) is re-raised naming the config.json key behind the argument.
+"""
+from __future__ import annotations
+
+from frontends.dsl import ArgError, Model, Rope
+from frontends.hf.config import Arch, Config
+from frontends.hf.families import DSL_ARGS, checkpoint_source, is_spare
+from frontends.hf.weights import Checkpoint, CheckpointData
+from irc.errors import SpecError
+from irc.graph import Graph
+
+
+def build_graph(arch: Arch, cfg: Config) -> Graph:
+    """The graph of ``arch`` with every param absent."""
+    try:
+        return _expand(arch, cfg.path)
+    except ArgError as err:
+        key = DSL_ARGS.get(err.arg, err.arg)
+        if key == "num_experts" and not cfg.has(key):
+            key = next((k for k in ("num_local_experts", "n_routed_experts") if cfg.has(k)), key)
+        raise SpecError(f"{key}: {err.detail}", location=cfg.where(key), hint=err.hint) from None
+
+
+def _expand(arch: Arch, origin: str) -> Graph:
+    m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
+    eps, offset = arch.norm_eps, arch.norm_offset
+    with m.at(origin):
+        x = m.embed(m.input_ids(), scale=arch.embedding_scale)
+        for layer, spec in zip(m.layers(arch.n_layers), arch.layers):
+            h = layer.rms_norm(x, "attn_norm", eps, offset)
+            a = _attention(arch, layer, spec, h)
+            if arch.sandwich:
+                a = layer.rms_norm(a, "post_attn_norm", eps, offset)
+            x = x + a
+            h = layer.rms_norm(x, "mlp_norm", eps, offset)
+            h = layer.moe(h, **arch.moe) if spec.moe else _mlp(arch, layer, h)
+            if arch.sandwich:
+                h = layer.rms_norm(h, "post_mlp_norm", eps, offset)
+            x = x + h
+        m.logits(m.rms_norm(x, "norm", eps, offset), tied=arch.tied, softcap=arch.final_softcap)
+    return m.graph
+
+
+def _attention(arch: Arch, layer, spec, h):
+    a = arch.attention
+    r = spec.rope
+    rope = None if r is None else Rope(base=r.base, convention=r.convention, scaling=r.scaling,
+                                       rotary_dim=r.rotary_dim)
+    if a.kind == "mla":
+        return layer.mla_attention(h, a.heads, rope=rope, eps=arch.norm_eps, scale=a.scale, **a.mla)
+    return layer.attention(h, a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, rope=rope, window=spec.window,
+                           softcap=a.softcap, scale=a.scale, qkv_bias=a.qkv_bias, qk_norm=a.qk_norm,
+                           qk_norm_eps=arch.norm_eps, qk_norm_offset=arch.norm_offset)
+
+
+def _mlp(arch: Arch, layer, h):
+    mlp = arch.mlp
+    if mlp["kind"] == "geglu":
+        return layer.geglu(h, d_ff=mlp["d_ff"], approximate=mlp["approximate"])
+    return layer.swiglu(h, d_ff=mlp["d_ff"])
+
+
+def attach_weights(graph: Graph, arch: Arch, checkpoint: Checkpoint) -> None:
+    """Point every param at its checkpoint tensor(s), checking names, shapes and dtypes
+    against the headers; tensors left over (other than ``is_spare`` ones) are an error,
+    since they mean the checkpoint has parts the built model lacks."""
+    used: set[str] = set()
+    for param in graph.params.values():
+        source = checkpoint_source(arch, param.name)
+        for name in source.names():
+            checkpoint.file(name)  # a missing tensor is an error naming it
+            checkpoint.dtype(name)
+        shape = source.shape(checkpoint)
+        if tuple(shape) != param.shape:
+            raise SpecError(f"tensor {source!r} has shape {shape}; config.json describes @{param.name} as "
+                            f"{list(param.shape)}", location=checkpoint.file(source.names()[0]))
+        param.data = CheckpointData(checkpoint, source, param.dtype)
+        used.update(source.names())
+    spare = sorted(name for name in checkpoint.files if name not in used and not is_spare(arch, name))
+    if spare:
+        more = f" and {len(spare) - 1} more" if len(spare) > 1 else ""
+        raise SpecError(f"checkpoint tensor {spare[0]}{more} has no place in the model config.json describes",
+                        location=checkpoint.file(spare[0]),
+                        hint="the checkpoint has weights irc's model lacks (a bias, another layout?)")

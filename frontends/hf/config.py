@@ -1,0 +1,344 @@
+"""config.json -> a normalised architecture description (``Arch``).
+
+``Config`` reads a Hugging Face ``config.json`` with typed getters whose errors are
+``SpecError``s naming the file (with the line of the key where it can be found), the key
+path and the value: ``.../config.json:17: rope_parameters.rope_type: longrope is not
+supported``. Families (``frontends.hf.families``) turn a ``Config`` into an ``Arch``: one
+plain description of the decoder that ``frontends.hf.build`` expands through the DSL.
+
+RoPE settings come in two forms and both are read (``read_rope``):
+
+- current (transformers 5.x): ``rope_parameters: {rope_type, rope_theta, factor, ...}``,
+  nested per layer type for Gemma 3 (``{sliding_attention: {...}, full_attention: {...}}``);
+- older: ``rope_theta`` next to ``rope_scaling: {type | rope_type, factor, ...}`` (or null).
+
+The HF field names map to irc's scaling dict (``irc.ops.rope``): ``rope_type`` -> ``kind``,
+``original_max_position_embeddings`` -> ``original_max_position``; the rest keep their
+names. ``partial_rotary_factor`` becomes the rotary width ``int(head_dim * factor)``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from frontends.yamlloc import Bad
+from irc.errors import SpecError
+
+CONFIG = "config.json"
+_MISSING = object()
+
+DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+ROPE_KEYS = ("rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings", "low_freq_factor",
+             "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor",
+             "truncate", "partial_rotary_factor")
+SCALING_FIELDS = {  # HF name -> irc name, for the scaling kinds irc implements
+    "factor": "factor", "original_max_position_embeddings": "original_max_position",
+    "low_freq_factor": "low_freq_factor", "high_freq_factor": "high_freq_factor", "beta_fast": "beta_fast",
+    "beta_slow": "beta_slow", "mscale": "mscale", "mscale_all_dim": "mscale_all_dim",
+    "attention_factor": "attention_factor", "truncate": "truncate",
+}
+SCALING_USES = {  # the HF fields each kind reads (the others are ignored, as HF does)
+    "linear": ("factor",),
+    "dynamic": ("factor",),
+    "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+             "attention_factor", "truncate"),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+}
+
+
+# ---- the description ---------------------------------------------------------------------
+
+@dataclass
+class RopeSpec:
+    """The arguments of ``dsl.Rope``."""
+    base: float
+    convention: str = "half"
+    scaling: Optional[dict] = None
+    rotary_dim: Optional[int] = None
+
+
+@dataclass
+class Attention:
+    """``kind`` "gqa" (any grouping, MHA and MQA included) or "mla"; ``mla`` holds the
+    DeepSeek ranks and head widths (q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+    qk_rope_head_dim, v_head_dim)."""
+    kind: str
+    heads: int
+    kv_heads: int
+    head_dim: int
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    softcap: Optional[float] = None
+    scale: Optional[float] = None
+    mla: Optional[dict] = None
+
+
+@dataclass
+class LayerSpec:
+    """What varies per layer: the sliding window, the RoPE, dense MLP or MoE."""
+    window: Optional[int]
+    rope: Optional[RopeSpec]
+    moe: bool = False
+
+
+@dataclass
+class Arch:
+    """A decoder as irc builds it. ``mlp`` is ``{"kind": swiglu | geglu, "d_ff": n,
+    "approximate": tanh | none}`` (None when every layer is MoE); ``moe`` holds the keyword
+    arguments of ``Layer.moe``; ``checkpoint`` names the family's weight layout."""
+    name: str
+    model_type: str
+    dtype: str
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    norm_eps: float
+    attention: Attention
+    layers: list[LayerSpec]
+    mlp: Optional[dict]
+    moe: Optional[dict] = None
+    norm_offset: float = 0.0
+    sandwich: bool = False
+    tied: bool = False
+    final_softcap: Optional[float] = None
+    embedding_scale: Optional[float] = None
+    checkpoint: str = "llama"
+    quantized: bool = False
+
+
+# ---- reading config.json ----------------------------------------------------------------
+
+class Config:
+    """A parsed config.json plus the family's defaults for keys it leaves out."""
+
+    def __init__(self, data: dict, path: str, text: str = "", defaults: Optional[dict] = None):
+        self.data, self.path, self.text = data, path, text
+        self.defaults = dict(defaults or {})
+
+    @classmethod
+    def read(cls, folder: str) -> "Config":
+        path = os.path.join(folder, CONFIG)
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as err:
+            raise SpecError(f"cannot read {CONFIG}: {err.strerror}", location=path) from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise SpecError(f"invalid JSON: {err.msg}", location=f"{path}:{err.lineno}:{err.colno}") from None
+        if not isinstance(data, dict):
+            raise SpecError("expected a JSON object at the top level", location=path)
+        return cls(data, path, text)
+
+    # ---- locations and errors ----------------------------------------------------------
+    def where(self, key: str) -> str:
+        """``path:line`` of a (dotted) key, or of the deepest part of it the text has; the
+        bare path when not even the first part is there (a missing key)."""
+        position = None
+        for part in key.split("."):
+            match = re.compile(r'"%s"\s*:' % re.escape(part)).search(self.text, position or 0)
+            if match is None:
+                break
+            position = match.start()
+        if position is None:
+            return self.path
+        return f"{self.path}:{self.text.count(chr(10), 0, position) + 1}"
+
+    def error(self, key: str, detail: str, hint: Optional[str] = None) -> SpecError:
+        return SpecError(f"{key}: {detail}", location=self.where(key), hint=hint)
+
+    def unsupported(self, key: str, value: Any, hint: Optional[str] = None) -> SpecError:
+        return self.error(key, f"{_show(value)} is not supported", hint)
+
+    # ---- getters -----------------------------------------------------------------------
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def raw(self, key: str, default: Any = None) -> Any:
+        """The value as written (null included), else the family default, else ``default``."""
+        if key in self.data:
+            return self.data[key]
+        return self.defaults.get(key, default)
+
+    def get(self, key: str, kind: Callable, default: Any = _MISSING):
+        """``kind(value)`` of a key. A key left out takes the family default (what
+        transformers' config class would use), else ``default``; a key written as null
+        means None, as it does to transformers: ``default``, if one is given."""
+        if key in self.data:
+            value = self.data[key]
+            if value is None:
+                if default is _MISSING:
+                    raise self.error(key, "expected a value, got null")
+                return default
+        elif key in self.defaults:
+            value = self.defaults[key]
+            if value is None:
+                return None
+        elif default is not _MISSING:
+            return default
+        else:
+            raise self.error(key, "missing required key")
+        try:
+            return kind(value)
+        except Bad as err:
+            raise self.error(key, str(err)) from None
+
+    def check(self, key: str, allowed: Callable[[Any], bool], hint: Optional[str] = None) -> None:
+        """Refuse a setting irc does not implement (``allowed(value)`` false)."""
+        value = self.raw(key)
+        if not allowed(value):
+            raise self.unsupported(key, value, hint)
+
+    def dtype(self) -> str:
+        for key in ("dtype", "torch_dtype"):
+            value = self.data.get(key)
+            if value is not None:
+                if value not in DTYPES:
+                    raise self.unsupported(key, value, hint=f"dtypes: {', '.join(DTYPES)}")
+                return DTYPES[value]
+        return "f32"
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (str, bool)) or value is None else repr(value)
+
+
+# ---- value kinds (raise Bad; Config.get names the key) ------------------------------------
+
+def positive_int(value):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise Bad(f"expected a positive integer, got {_show(value)}")
+    return value
+
+
+def non_negative_int(value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise Bad(f"expected a non-negative integer, got {_show(value)}")
+    return value
+
+
+def positive_number(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise Bad(f"expected a positive number, got {_show(value)}")
+    return float(value)
+
+
+def boolean(value):
+    if not isinstance(value, bool):
+        raise Bad(f"expected true or false, got {_show(value)}")
+    return value
+
+
+def string(value):
+    if not isinstance(value, str):
+        raise Bad(f"expected a string, got {_show(value)}")
+    return value
+
+
+def int_list(value):
+    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+        raise Bad(f"expected a list of integers, got {_show(value)}")
+    return value
+
+
+def string_list(value):
+    if not isinstance(value, list) or any(not isinstance(v, str) for v in value):
+        raise Bad(f"expected a list of strings, got {_show(value)}")
+    return value
+
+
+# ---- RoPE --------------------------------------------------------------------------------
+
+def rope_dict(cfg: Config, layer_type: Optional[str] = None) -> tuple[dict, str]:
+    """The RoPE settings as one flat dict in the current form, and the key path to blame.
+
+    ``layer_type`` picks a per-layer-type entry of a nested ``rope_parameters`` (Gemma 3)."""
+    params = cfg.data.get("rope_parameters")
+    if params is not None:
+        if not isinstance(params, dict):
+            raise cfg.error("rope_parameters", f"expected an object, got {_show(params)}")
+        key = "rope_parameters"
+        if layer_type is not None and isinstance(params.get(layer_type), dict):
+            params, key = params[layer_type], f"rope_parameters.{layer_type}"
+        elif any(isinstance(v, dict) for v in params.values()):
+            raise cfg.error("rope_parameters", "per-layer-type RoPE settings are not supported for this model",
+                            hint="only Gemma 3 nests rope_parameters by layer type")
+        return dict(params), key
+    scaling = cfg.data.get("rope_scaling")
+    if scaling is not None and not isinstance(scaling, dict):
+        raise cfg.error("rope_scaling", f"expected an object or null, got {_show(scaling)}")
+    merged = dict(scaling or {})
+    return merged, "rope_scaling"
+
+
+def read_rope(cfg: Config, head_dim: int, params: dict, key: str, *, default_base: float = 10000.0,
+              convention: str = "half", original_max: Optional[int] = None) -> RopeSpec:
+    """A ``RopeSpec`` from a flat settings dict (``rope_dict``) for heads of ``head_dim``.
+
+    ``rope_theta`` and ``partial_rotary_factor`` fall back to top-level keys, then to
+    ``default_base`` and 1. ``original_max`` is the pretraining length YaRN and Llama 3 use
+    when the dict does not give one (HF: ``max_position_embeddings``)."""
+    kind = params.get("rope_type", params.get("type", "default"))
+    kind_key = f"{key}.rope_type" if "rope_type" in params else f"{key}.type"
+    if kind != "default" and kind not in SCALING_USES:
+        raise cfg.unsupported(kind_key, kind, hint=f"RoPE types irc implements: default, {', '.join(SCALING_USES)}")
+    for name in params:
+        if name not in ROPE_KEYS:
+            raise cfg.error(f"{key}.{name}", "unknown RoPE setting",
+                            hint=f"irc reads {', '.join(k for k in ROPE_KEYS if k != 'type')}")
+    base = params.get("rope_theta", cfg.data.get("rope_theta", default_base))
+    try:
+        base = positive_number(base)
+    except Bad as err:
+        raise cfg.error(f"{key}.rope_theta" if "rope_theta" in params else "rope_theta", str(err)) from None
+    partial = params.get("partial_rotary_factor", cfg.data.get("partial_rotary_factor"))
+    rotary_dim = None
+    if partial is not None:
+        where = f"{key}.partial_rotary_factor" if "partial_rotary_factor" in params else "partial_rotary_factor"
+        if isinstance(partial, bool) or not isinstance(partial, (int, float)) or not 0 < partial <= 1:
+            raise cfg.error(where, f"expected a number in (0, 1], got {_show(partial)}")
+        rotary_dim = int(head_dim * partial)
+        if rotary_dim % 2:
+            raise cfg.error(where, f"rotates {rotary_dim} of {head_dim} dims, an odd number",
+                            hint="irc rotates pairs; the rotary width must be even")
+        rotary_dim = None if rotary_dim == head_dim else rotary_dim
+    if kind == "default":
+        return RopeSpec(base, convention, None, rotary_dim)
+    scaling = {"kind": kind}
+    for hf_name in SCALING_USES[kind]:
+        value = params.get(hf_name)
+        if value is None or (hf_name != "truncate" and value == 0):
+            continue  # HF treats an absent, null or zero setting as unset
+        if hf_name == "truncate":
+            if not isinstance(value, bool):
+                raise cfg.error(f"{key}.truncate", f"expected true or false, got {_show(value)}")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise cfg.error(f"{key}.{hf_name}", f"expected a positive number, got {_show(value)}")
+        scaling[SCALING_FIELDS[hf_name]] = value
+    if kind in ("yarn", "llama3") and "original_max_position" not in scaling:
+        top = cfg.data.get("original_max_position_embeddings") or original_max
+        if top is None:
+            raise cfg.error(f"{key}.original_max_position_embeddings", f"{kind} RoPE needs it")
+        scaling["original_max_position"] = top
+    if kind == "dynamic":  # HF's dynamic NTK measures against max_position_embeddings
+        if original_max is None:
+            raise cfg.error("max_position_embeddings", "dynamic RoPE needs it")
+        scaling["original_max_position"] = original_max
+    if kind == "yarn" and "factor" not in scaling and original_max:  # HF: the ratio of the two lengths
+        scaling["factor"] = original_max / scaling["original_max_position"]
+    if "factor" not in scaling:
+        raise cfg.error(f"{key}.factor", f"{kind} RoPE needs a factor")
+    for name, value in list(scaling.items()):
+        if name == "original_max_position":
+            scaling[name] = int(value)
+        elif name not in ("kind", "truncate"):
+            scaling[name] = float(value)
+    if kind == "llama3":
+        for name in ("low_freq_factor", "high_freq_factor"):
+            if name not in scaling:
+                raise cfg.error(f"{key}.{name}", "llama3 RoPE needs it")
+    return RopeSpec(base, convention, scaling, rotary_dim)

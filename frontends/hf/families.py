@@ -1,0 +1,473 @@
+"""The decoder families irc reads from config.json, and where their weights live.
+
+``describe(cfg, name)`` dispatches on ``model_type``:
+
+=================  ==========================================================================
+llama              Llama 1-3.x: GQA, SwiGLU, RoPE (linear, dynamic, yarn or llama3 scaling)
+mistral            + a sliding window on every layer (``sliding_window``)
+mixtral            Mistral attention, every layer a softmax top-k MoE (renormalised)
+qwen2              + q/k/v biases; windows only with ``use_sliding_window``
+qwen3              + per-head RMS norm of q and k
+qwen2_moe          Qwen2 attention, MoE with a shared expert behind a sigmoid gate
+qwen3_moe          Qwen3 attention, MoE without shared expert
+deepseek_v2        MLA (q_lora or direct q, interleaved decoupled RoPE key, YaRN mscale),
+                   softmax router, greedy or group_limited_greedy (group score: max),
+                   shared experts, routed_scaling_factor, first_k_dense_replace
+deepseek_v3        MLA (``rope_interleave``), sigmoid router with e_score_correction_bias,
+                   noaux_tc groups (group score: sum of the top two), renormalised
+gemma2             (1 + w) RMS norms in a sandwich, sqrt(d) embedding scale, tanh-GELU
+                   GeGLU, query_pre_attn_scalar, attention and final softcaps, local /
+                   global layers (``layer_types``; default: even layers local)
+gemma3_text        Gemma 2 + (1 + w) q/k norms, per-layer-type RoPE (local base vs global
+                   base and scaling), ``layer_types`` or ``sliding_window_pattern``
+phi3               fused ``qkv_proj`` and ``gate_up_proj`` (split on load), partial rotary
+=================  ==========================================================================
+
+Keys a config.json leaves out take the defaults of transformers' config class for that
+family (``DEFAULTS``). A setting irc does not implement (attention or MLP biases where the
+family has none, another activation, longrope, a quantized checkpoint's dequantization...)
+is a ``SpecError`` naming config.json, the key and the value.
+
+Two places where transformers and DeepSeek's own modeling code disagree are refused
+rather than guessed: DeepSeek-V2 with ``norm_topk_prob: true`` (transformers ignores it)
+and ``moe_layer_freq`` other than 1 (transformers ignores it).
+
+``checkpoint_source(arch, param)`` names the checkpoint tensor(s) behind an irc param:
+one tensor, rows of a fused one (Phi-3), or per-expert tensors stacked into the fused
+[E, ...] param (transformers writes MoE experts per expert on disk).
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable, Optional
+
+from frontends.hf.config import (Arch, Attention, Config, LayerSpec, RopeSpec, boolean, int_list,
+                                 non_negative_int, positive_int, positive_number, read_rope, rope_dict,
+                                 string, string_list)
+from frontends.hf.weights import Rows, Source, Stack, Tensor
+from frontends.yamlloc import Bad
+from irc.errors import SpecError
+
+FULL, SLIDING = "full_attention", "sliding_attention"
+
+# transformers 5.2x config-class defaults for keys a config.json may leave out
+_LLAMA = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu", "max_position_embeddings": 2048,
+          "attention_bias": False, "mlp_bias": False}
+_QWEN = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu", "max_position_embeddings": 32768,
+         "sliding_window": 4096, "use_sliding_window": False, "max_window_layers": 28, "attention_bias": False}
+_GEMMA = {"rms_norm_eps": 1e-6, "tie_word_embeddings": True, "hidden_activation": "gelu_pytorch_tanh",
+          "sliding_window": 4096, "query_pre_attn_scalar": 256, "attention_bias": False, "head_dim": 256}
+_MLA = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
+DEFAULTS = {
+    "llama": dict(_LLAMA),
+    "mistral": {**_LLAMA, "max_position_embeddings": 131072, "sliding_window": 4096, "num_key_value_heads": 8},
+    "mixtral": {**_LLAMA, "rms_norm_eps": 1e-5, "max_position_embeddings": 131072, "num_key_value_heads": 8,
+                "num_local_experts": 8, "num_experts_per_tok": 2, "rope_theta": 1e6},
+    "qwen2": {**_QWEN, "num_key_value_heads": 32},
+    "qwen3": {**_QWEN, "num_key_value_heads": 32, "head_dim": 128},
+    "qwen2_moe": {**_QWEN, "num_key_value_heads": 16, "num_experts": 60, "num_experts_per_tok": 4,
+                  "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "norm_topk_prob": False,
+                  "qkv_bias": True, "decoder_sparse_step": 1, "mlp_only_layers": []},
+    "qwen3_moe": {**_QWEN, "num_key_value_heads": 4, "num_experts": 128, "num_experts_per_tok": 8,
+                  "moe_intermediate_size": 768, "norm_topk_prob": False, "decoder_sparse_step": 1,
+                  "mlp_only_layers": []},
+    "deepseek_v2": {**_LLAMA, **_MLA, "n_routed_experts": 64, "moe_intermediate_size": 1407, "norm_topk_prob": False,
+                    "topk_method": "greedy", "routed_scaling_factor": 1.0, "first_k_dense_replace": 0,
+                    "n_shared_experts": 2, "scoring_func": "softmax", "moe_layer_freq": 1},
+    "deepseek_v3": {**_LLAMA, **_MLA, "max_position_embeddings": 4096, "n_routed_experts": 256,
+                    "moe_intermediate_size": 2048, "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4,
+                    "norm_topk_prob": True, "rope_interleave": True, "routed_scaling_factor": 2.5,
+                    "first_k_dense_replace": 3, "n_shared_experts": 1, "scoring_func": "sigmoid",
+                    "topk_method": "noaux_tc", "moe_layer_freq": 1},
+    "gemma2": {**_GEMMA, "max_position_embeddings": 8192, "attn_logit_softcapping": 50.0,
+               "final_logit_softcapping": 30.0, "num_key_value_heads": 4},
+    "gemma3_text": {**_GEMMA, "max_position_embeddings": 131072, "num_key_value_heads": 4,
+                    "use_bidirectional_attention": False},
+    "phi3": {**_LLAMA, "rms_norm_eps": 1e-5, "max_position_embeddings": 4096},
+}
+
+# DSL argument -> the config.json key a refusal should name
+DSL_ARGS = {"vocab": "vocab_size", "d_model": "hidden_size", "heads": "num_attention_heads",
+            "kv_heads": "num_key_value_heads", "head_dim": "head_dim", "d_ff": "intermediate_size",
+            "experts": "num_experts", "top_k": "num_experts_per_tok", "groups": "n_group", "top_groups": "topk_group",
+            "window": "sliding_window", "rope.rotary_dim": "partial_rotary_factor", "shared_d_ff":
+            "shared_expert_intermediate_size", "kv_lora_rank": "kv_lora_rank", "q_lora_rank": "q_lora_rank",
+            "qk_rope_head_dim": "qk_rope_head_dim", "qk_nope_head_dim": "qk_nope_head_dim",
+            "v_head_dim": "v_head_dim", "routed_scale": "routed_scaling_factor"}
+
+
+def describe(cfg: Config, name: str) -> Arch:
+    """The architecture a config.json describes (see the module docstring)."""
+    model_type = cfg.get("model_type", string)
+    if model_type not in FAMILIES:
+        hint = f"supported model types: {', '.join(sorted(FAMILIES))}"
+        if model_type == "gemma3":
+            hint = "a multimodal Gemma 3: give the text model's config (model_type gemma3_text)"
+        raise cfg.unsupported("model_type", model_type, hint=hint)
+    cfg.defaults = DEFAULTS[model_type]
+    arch = FAMILIES[model_type](cfg, name, model_type)
+    arch.quantized = cfg.has("quantization_config")
+    return arch
+
+
+# ---- shared readers ---------------------------------------------------------------------
+
+def _dims(cfg: Config) -> dict:
+    """Sizes every family has; head_dim defaults to hidden_size / num_attention_heads."""
+    d = cfg.get("hidden_size", positive_int)
+    heads = cfg.get("num_attention_heads", positive_int)
+    kv_heads = cfg.get("num_key_value_heads", positive_int, heads)
+    head_dim = cfg.get("head_dim", positive_int, None)
+    if head_dim is None:
+        if d % heads:
+            raise cfg.error("num_attention_heads", f"hidden_size {d} is not divisible by {heads} heads",
+                            hint="give head_dim")
+        head_dim = d // heads
+    if heads % kv_heads:
+        raise cfg.error("num_key_value_heads", f"{heads} heads are not divisible by {kv_heads} kv heads")
+    return {"d": d, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
+            "layers": cfg.get("num_hidden_layers", positive_int)}
+
+
+def _arch(cfg: Config, name: str, model_type: str, dims: dict, attention: Attention, layers: list[LayerSpec],
+          mlp: Optional[dict], **extra) -> Arch:
+    return Arch(name=name, model_type=model_type, dtype=cfg.dtype(), vocab_size=cfg.get("vocab_size", positive_int),
+                d_model=dims["d"], n_layers=dims["layers"], norm_eps=cfg.get("rms_norm_eps", positive_number),
+                attention=attention, layers=layers, mlp=mlp, tied=cfg.get("tie_word_embeddings", boolean), **extra)
+
+
+def _no(cfg: Config, *keys: str) -> None:
+    """Refuse switches (biases) that add weights irc's ops do not have."""
+    for key in keys:
+        cfg.check(key, lambda v: not v, hint="irc's attention and MLPs have no such bias")
+
+
+def _silu(cfg: Config, key: str = "hidden_act") -> None:
+    cfg.check(key, lambda v: v == "silu", hint="this family's gated MLP is SwiGLU (silu)")
+
+
+def _swiglu(cfg: Config, key: str = "intermediate_size") -> dict:
+    return {"kind": "swiglu", "d_ff": cfg.get(key, positive_int)}
+
+
+def _rope(cfg: Config, head_dim: int, layer_type: Optional[str] = None, convention: str = "half",
+          default_base: Optional[float] = None) -> RopeSpec:
+    params, key = rope_dict(cfg, layer_type)
+    base = default_base if default_base is not None else cfg.defaults.get("rope_theta", 10000.0)
+    return read_rope(cfg, head_dim, params, key, default_base=base, convention=convention,
+                     original_max=cfg.get("max_position_embeddings", positive_int, None))
+
+
+def _layer_types(cfg: Config, n_layers: int, derive: Callable[[int], str]) -> list[str]:
+    """``layer_types`` from the config, or derived per layer as the family's config class does."""
+    if not cfg.has("layer_types"):
+        return [derive(i) for i in range(n_layers)]
+    types = cfg.get("layer_types", string_list)
+    if len(types) != n_layers:
+        raise cfg.error("layer_types", f"has {len(types)} entries for {n_layers} layers")
+    for kind in types:
+        if kind not in (FULL, SLIDING):
+            raise cfg.unsupported("layer_types", kind, hint=f"layer types: {FULL}, {SLIDING}")
+    return types
+
+
+def _windows(cfg: Config, types: list[str]) -> list[Optional[int]]:
+    window = cfg.get("sliding_window", positive_int, None) if SLIDING in types else None
+    return [window if kind == SLIDING else None for kind in types]
+
+
+def _every_layer_window(cfg: Config, n_layers: int) -> list[Optional[int]]:
+    return [cfg.get("sliding_window", positive_int, None)] * n_layers
+
+
+def _qwen_windows(cfg: Config, n_layers: int, derive: Callable[[int], str]) -> list[Optional[int]]:
+    """Qwen: no window unless ``use_sliding_window``; then per ``layer_types``."""
+    if not cfg.get("use_sliding_window", boolean):
+        return [None] * n_layers
+    return _windows(cfg, _layer_types(cfg, n_layers, derive))
+
+
+def _experts(cfg: Config, *keys: str) -> int:
+    """The expert count under whichever of its names the config uses (transformers maps
+    num_experts and num_local_experts onto each other)."""
+    for key in keys:
+        if cfg.has(key):
+            return cfg.get(key, positive_int)
+    return cfg.get(keys[0], positive_int)
+
+
+# ---- the families -----------------------------------------------------------------------
+
+def _llama_like(cfg: Config, name: str, model_type: str) -> Arch:
+    """Llama, Mistral, Qwen2/3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3."""
+    dims = _dims(cfg)
+    n = dims["layers"]
+    _silu(cfg)
+    qkv_bias = qk_norm = False
+    if model_type == "llama":
+        _no(cfg, "attention_bias", "mlp_bias")
+    elif model_type in ("qwen3", "qwen3_moe"):
+        _no(cfg, "attention_bias")
+        qk_norm = True
+    elif model_type == "qwen2":
+        qkv_bias = True
+    elif model_type == "qwen2_moe":
+        qkv_bias = cfg.get("qkv_bias", boolean)
+
+    if model_type in ("mistral", "mixtral", "phi3"):
+        windows = _every_layer_window(cfg, n)
+    elif model_type in ("qwen2", "qwen3"):
+        max_window = cfg.get("max_window_layers", non_negative_int)
+        windows = _qwen_windows(cfg, n, lambda i: SLIDING if i >= max_window else FULL)
+    elif model_type == "qwen2_moe":
+        max_window = cfg.get("max_window_layers", non_negative_int)
+        windows = _qwen_windows(cfg, n, lambda i: SLIDING if (i + 1) % 2 and i < max_window else FULL)
+    elif model_type == "qwen3_moe":
+        windows = _qwen_windows(cfg, n, lambda i: SLIDING)
+    else:
+        windows = [None] * n
+
+    rope = _rope(cfg, dims["head_dim"])
+    moe, moe_layers, mlp = None, [False] * n, _swiglu(cfg)
+    if model_type == "mixtral":
+        moe = {"experts": _experts(cfg, "num_local_experts", "num_experts"),
+               "top_k": cfg.get("num_experts_per_tok", positive_int),
+               "d_ff": cfg.get("intermediate_size", positive_int)}
+        moe_layers, mlp = [True] * n, None
+    elif model_type in ("qwen2_moe", "qwen3_moe"):
+        experts = _experts(cfg, "num_experts", "num_local_experts")
+        moe = {"experts": experts, "top_k": cfg.get("num_experts_per_tok", positive_int),
+               "d_ff": cfg.get("moe_intermediate_size", positive_int),
+               "norm_topk_prob": cfg.get("norm_topk_prob", boolean)}
+        if model_type == "qwen2_moe":
+            moe.update(shared_experts=1, shared_d_ff=cfg.get("shared_expert_intermediate_size", positive_int),
+                       shared_expert_gate=True)
+        step = cfg.get("decoder_sparse_step", positive_int)
+        dense = set(cfg.get("mlp_only_layers", int_list, []))
+        moe_layers = [i not in dense and (i + 1) % step == 0 for i in range(n)]
+        mlp = _swiglu(cfg) if not all(moe_layers) else None
+    attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"], qkv_bias=qkv_bias,
+                          qk_norm=qk_norm)
+    layers = [LayerSpec(window, rope, is_moe) for window, is_moe in zip(windows, moe_layers)]
+    checkpoint = {"mixtral": "mixtral", "qwen2_moe": "qwen2_moe", "phi3": "phi3"}.get(model_type, "llama")
+    return _arch(cfg, name, model_type, dims, attention, layers, mlp, moe=moe, checkpoint=checkpoint)
+
+
+def _deepseek(cfg: Config, name: str, model_type: str) -> Arch:
+    """DeepSeek-V2 and -V3: MLA attention, dense first layers, routed + shared experts."""
+    v3 = model_type == "deepseek_v3"
+    dims = _dims(cfg)
+    n = dims["layers"]
+    _silu(cfg)
+    _no(cfg, "attention_bias", "mlp_bias")
+    mla = {"q_lora_rank": cfg.get("q_lora_rank", positive_int, None),
+           "kv_lora_rank": cfg.get("kv_lora_rank", positive_int),
+           "qk_nope_head_dim": cfg.get("qk_nope_head_dim", positive_int),
+           "qk_rope_head_dim": cfg.get("qk_rope_head_dim", positive_int),
+           "v_head_dim": cfg.get("v_head_dim", positive_int)}
+    interleaved = cfg.get("rope_interleave", boolean) if v3 else True
+    rope = _rope(cfg, mla["qk_rope_head_dim"], convention="interleaved" if interleaved else "half")
+    if rope.rotary_dim is not None:
+        raise cfg.unsupported("partial_rotary_factor", cfg.raw("partial_rotary_factor"),
+                              hint="MLA rotates exactly qk_rope_head_dim")
+    attention = Attention("mla", dims["heads"], dims["heads"], mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"],
+                          mla=mla)
+    experts = cfg.get("n_routed_experts", positive_int, None)
+    moe, moe_layers = None, [False] * n
+    if experts is not None:
+        cfg.check("moe_layer_freq", lambda v: v == 1,
+                  hint="transformers ignores moe_layer_freq, DeepSeek's code does not; irc refuses to guess")
+        first_dense = cfg.get("first_k_dense_replace", non_negative_int)
+        moe_layers = [i >= first_dense for i in range(n)]
+        top_k = cfg.get("num_experts_per_tok", positive_int)
+        moe = {"experts": experts, "top_k": top_k, "d_ff": cfg.get("moe_intermediate_size", positive_int),
+               "shared_experts": cfg.get("n_shared_experts", non_negative_int, 0) or 0,
+               "routed_scale": cfg.get("routed_scaling_factor", positive_number)}
+        if v3:
+            cfg.check("scoring_func", lambda v: v == "sigmoid", hint="DeepSeek-V3 routes on sigmoid scores")
+            cfg.check("topk_method", lambda v: v == "noaux_tc", hint="DeepSeek-V3 selects with noaux_tc")
+            moe.update(scoring="sigmoid", router_bias=True, norm_topk_prob=cfg.get("norm_topk_prob", boolean))
+            groups = cfg.get("n_group", positive_int, None)
+            if groups is not None:
+                moe.update(groups=groups, top_groups=cfg.get("topk_group", positive_int), group_score="top2_sum")
+        else:
+            cfg.check("scoring_func", lambda v: v == "softmax", hint="DeepSeek-V2 routes on softmax scores")
+            cfg.check("topk_method", lambda v: v in ("greedy", "group_limited_greedy"),
+                      hint="DeepSeek-V2 top-k methods: greedy, group_limited_greedy")
+            if cfg.get("norm_topk_prob", boolean) and top_k > 1:
+                raise cfg.unsupported("norm_topk_prob", True, hint="transformers' DeepSeek-V2 ignores it and "
+                                      "DeepSeek's code applies it; irc refuses to guess")
+            moe["norm_topk_prob"] = False
+            if cfg.raw("topk_method") == "group_limited_greedy":
+                moe.update(groups=cfg.get("n_group", positive_int), top_groups=cfg.get("topk_group", positive_int),
+                           group_score="max")
+    mlp = _swiglu(cfg) if not all(moe_layers) else None
+    layers = [LayerSpec(None, rope, is_moe) for is_moe in moe_layers]
+    return _arch(cfg, name, model_type, dims, attention, layers, mlp, moe=moe, checkpoint="deepseek")
+
+
+def _gemma(cfg: Config, name: str, model_type: str) -> Arch:
+    """Gemma 2 and Gemma 3 (text)."""
+    gemma3 = model_type == "gemma3_text"
+    dims = _dims(cfg)
+    n = dims["layers"]
+    _no(cfg, "attention_bias")
+    activation = cfg.raw("hidden_activation")
+    approximate = {"gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "gelu": "none"}.get(activation)
+    if approximate is None:
+        raise cfg.unsupported("hidden_activation", activation, hint="Gemma's MLP is GeGLU: gelu_pytorch_tanh or gelu")
+    if gemma3:
+        cfg.check("use_bidirectional_attention", lambda v: not v, hint="irc builds causal decoders")
+        pattern = cfg.data.get("sliding_window_pattern", cfg.data.get("_sliding_window_pattern", 6))
+        try:
+            pattern = positive_int(pattern)
+        except Bad as err:
+            raise cfg.error("sliding_window_pattern", str(err)) from None
+        types = _layer_types(cfg, n, lambda i: SLIDING if (i + 1) % pattern else FULL)
+        local = _gemma3_rope(cfg, dims["head_dim"], SLIDING)
+        global_ = _gemma3_rope(cfg, dims["head_dim"], FULL)
+        ropes = [local if kind == SLIDING else global_ for kind in types]
+    else:
+        types = _layer_types(cfg, n, lambda i: SLIDING if (i + 1) % 2 else FULL)
+        ropes = [_rope(cfg, dims["head_dim"])] * n
+    attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"], qk_norm=gemma3,
+                          softcap=cfg.get("attn_logit_softcapping", positive_number, None),
+                          scale=cfg.get("query_pre_attn_scalar", positive_number) ** -0.5)
+    layers = [LayerSpec(window, rope) for window, rope in zip(_windows(cfg, types), ropes)]
+    mlp = {"kind": "geglu", "d_ff": cfg.get("intermediate_size", positive_int), "approximate": approximate}
+    return _arch(cfg, name, model_type, dims, attention, layers, mlp, norm_offset=1.0, sandwich=True,
+                 final_softcap=cfg.get("final_logit_softcapping", positive_number, None),
+                 embedding_scale=dims["d"] ** 0.5, checkpoint="gemma")
+
+
+def _gemma3_rope(cfg: Config, head_dim: int, layer_type: str) -> RopeSpec:
+    """Gemma 3: local layers default to base 10000 (``rope_local_base_freq`` in older
+    configs, unscaled), global layers to 1e6 with ``rope_scaling``."""
+    params = cfg.data.get("rope_parameters")
+    if isinstance(params, dict) and any(isinstance(v, dict) for v in params.values()):
+        if not isinstance(params.get(layer_type), dict):
+            raise cfg.error(f"rope_parameters.{layer_type}", "missing: Gemma 3 gives RoPE per layer type")
+        return _rope(cfg, head_dim, layer_type, default_base=1e4 if layer_type == SLIDING else 1e6)
+    if layer_type == SLIDING:
+        base = cfg.get("rope_local_base_freq", positive_number, 1e4)
+        return read_rope(cfg, head_dim, {"rope_theta": base}, "rope_local_base_freq")
+    return _rope(cfg, head_dim, default_base=1e6)
+
+
+FAMILIES = {
+    "llama": _llama_like, "mistral": _llama_like, "mixtral": _llama_like, "qwen2": _llama_like,
+    "qwen3": _llama_like, "qwen2_moe": _llama_like, "qwen3_moe": _llama_like, "phi3": _llama_like,
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "gemma2": _gemma, "gemma3_text": _gemma,
+}
+
+
+# ---- checkpoint names -------------------------------------------------------------------
+
+class Experts:
+    """Per-expert tensors (``{e}`` in the template) stacked into one [E, ...] param."""
+
+    def __init__(self, template: str):
+        self.template = template
+
+
+class Split:
+    """Rows [start, stop) of a fused projection; ``bounds(arch)`` gives them."""
+
+    def __init__(self, key: str, bounds: Callable[[Arch], tuple[int, int]]):
+        self.key, self.bounds = key, bounds
+
+
+TOP_NAMES = {"embed": "model.embed_tokens.weight", "norm": "model.norm.weight", "lm_head": "lm_head.weight"}
+LAYER_NAMES = {  # irc name under layers.{i}. -> checkpoint name under model.layers.{i}.
+    "attn_norm": "input_layernorm.weight",
+    "mlp_norm": "post_attention_layernorm.weight",
+    **{f"attn.w{x}": f"self_attn.{x}_proj.weight" for x in "qkvo"},
+    **{f"attn.b{x}": f"self_attn.{x}_proj.bias" for x in "qkv"},
+    "attn.q_norm": "self_attn.q_norm.weight",
+    "attn.k_norm": "self_attn.k_norm.weight",
+    "attn.q_a": "self_attn.q_a_proj.weight",
+    "attn.q_a_norm": "self_attn.q_a_layernorm.weight",
+    "attn.q_b": "self_attn.q_b_proj.weight",
+    "attn.kv_a": "self_attn.kv_a_proj_with_mqa.weight",
+    "attn.kv_a_norm": "self_attn.kv_a_layernorm.weight",
+    "attn.kv_b": "self_attn.kv_b_proj.weight",
+    **{f"mlp.w_{x}": f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")},
+    "moe.router": "mlp.gate.weight",
+    "moe.router_bias": "mlp.gate.e_score_correction_bias",
+    **{f"moe.w_{x}": Experts(f"mlp.experts.{{e}}.{x}_proj.weight") for x in ("gate", "up", "down")},
+    **{f"moe.shared_{x}": f"mlp.shared_experts.{x}_proj.weight" for x in ("gate", "up", "down")},
+}
+
+
+def _q_rows(arch: Arch) -> tuple[int, int]:
+    a = arch.attention
+    return 0, a.heads * a.head_dim
+
+
+def _k_rows(arch: Arch) -> tuple[int, int]:
+    a = arch.attention
+    return a.heads * a.head_dim, (a.heads + a.kv_heads) * a.head_dim
+
+
+def _v_rows(arch: Arch) -> tuple[int, int]:
+    a = arch.attention
+    return (a.heads + a.kv_heads) * a.head_dim, (a.heads + 2 * a.kv_heads) * a.head_dim
+
+
+def _gate_rows(arch: Arch) -> tuple[int, int]:
+    return 0, arch.mlp["d_ff"]
+
+
+def _up_rows(arch: Arch) -> tuple[int, int]:
+    return arch.mlp["d_ff"], 2 * arch.mlp["d_ff"]
+
+
+LAYOUTS = {  # the families' departures from LAYER_NAMES
+    "llama": {},
+    "deepseek": {},
+    "gemma": {"mlp_norm": "pre_feedforward_layernorm.weight", "post_attn_norm": "post_attention_layernorm.weight",
+              "post_mlp_norm": "post_feedforward_layernorm.weight"},
+    "mixtral": {"moe.router": "block_sparse_moe.gate.weight",
+                **{f"moe.w_{x}": Experts(f"block_sparse_moe.experts.{{e}}.{w}.weight")
+                   for x, w in (("gate", "w1"), ("up", "w3"), ("down", "w2"))}},
+    "qwen2_moe": {**{f"moe.shared_{x}": f"mlp.shared_expert.{x}_proj.weight" for x in ("gate", "up", "down")},
+                  "moe.shared_expert_gate": "mlp.shared_expert_gate.weight"},
+    "phi3": {"attn.wq": Split("self_attn.qkv_proj.weight", _q_rows),
+             "attn.wk": Split("self_attn.qkv_proj.weight", _k_rows),
+             "attn.wv": Split("self_attn.qkv_proj.weight", _v_rows),
+             "mlp.w_gate": Split("mlp.gate_up_proj.weight", _gate_rows),
+             "mlp.w_up": Split("mlp.gate_up_proj.weight", _up_rows)},
+}
+LAYER_PARAM = re.compile(r"layers\.(\d+)\.(.+)")
+
+
+def checkpoint_source(arch: Arch, param: str) -> Source:
+    """The checkpoint tensor(s) holding irc param ``param`` (see the module docstring)."""
+    if param in TOP_NAMES:
+        return Tensor(TOP_NAMES[param])
+    match = LAYER_PARAM.fullmatch(param)
+    entry = None
+    if match:
+        suffix = match.group(2)
+        entry = LAYOUTS[arch.checkpoint].get(suffix, LAYER_NAMES.get(suffix))
+    if entry is None:
+        raise SpecError(f"no checkpoint name is known for @{param} in the {arch.model_type} layout")
+    prefix = f"model.layers.{match.group(1)}."
+    if isinstance(entry, Experts):
+        return Stack([Tensor(prefix + entry.template.format(e=e)) for e in range(arch.moe["experts"])])
+    if isinstance(entry, Split):
+        start, stop = entry.bounds(arch)
+        return Rows(prefix + entry.key, start, stop)
+    return Tensor(prefix + entry)
+
+
+def is_spare(arch: Arch, key: str) -> bool:
+    """Checkpoint tensors the model does not use, as transformers does not: the LM head of
+    a tied model, cached RoPE tables, extra layers past num_hidden_layers (DeepSeek-V3's
+    multi-token-prediction layer)."""
+    if key == "lm_head.weight" and arch.tied:
+        return True
+    if key.endswith("rotary_emb.inv_freq"):
+        return True
+    match = re.match(r"model\.layers\.(\d+)\.", key)
+    return bool(match) and int(match.group(1)) >= arch.n_layers
