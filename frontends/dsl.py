@@ -31,8 +31,6 @@ Conventions the backends and analyses rely on:
 """
 from __future__ import annotations
 
-import os
-import sys
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
@@ -40,124 +38,13 @@ from irc import build, dims
 from irc.dtypes import DType
 from irc.errors import ShapeError, SpecError
 from irc.graph import Graph, Param, Value
-from irc.ops import rope as rope_op
+from frontends.dsl_args import (GROUP_SCORES, MOE_SCORING, ArgError, call_site, one_of, positive,  # noqa: F401
+                                positive_float)
+from frontends.dsl_rope import Rope, emit_rope
 
 ACTIVATION = DType.f32
 PAST = "P"
 TOTAL = dims.add("P", "T")
-
-ROPE_CONVENTIONS = rope_op.CONVENTIONS
-SCALING_NEEDS = rope_op.SCALING_KEYS  # kind -> the fields it needs
-SCALING_KINDS = tuple(SCALING_NEEDS)
-SCALING_FIELDS = {"factor": float, "original_max_position": int, "low_freq_factor": float,
-                  "high_freq_factor": float, "beta_fast": float, "beta_slow": float, "mscale": float,
-                  "mscale_all_dim": float, "attention_factor": float, "truncate": bool}
-MOE_SCORING = ("softmax", "sigmoid")
-GROUP_SCORES = ("max", "top2_sum")
-
-
-class ArgError(SpecError):
-    """A DSL call got a bad argument; ``arg`` names it, ``detail`` says what is wrong."""
-
-    def __init__(self, arg: str, detail: str, location: Optional[str] = None, hint: Optional[str] = None):
-        super().__init__(f"{arg}: {detail}", location=location, hint=hint)
-        self.arg, self.detail = arg, detail
-
-
-def call_site() -> str:
-    """``file.py:line`` of the innermost frame outside this module."""
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename == __file__:
-        frame = frame.f_back
-    if frame is None:
-        return "<dsl>"
-    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
-
-
-def _positive(arg: str, value, location: Optional[str] = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ArgError(arg, f"expected a positive integer, got {value!r}", location or call_site())
-    return value
-
-
-def _positive_float(arg: str, value, location: Optional[str] = None) -> Optional[float]:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ArgError(arg, f"expected a positive number, got {value!r}", location or call_site())
-    return float(value)
-
-
-def _one_of(arg: str, value, options, location: Optional[str] = None):
-    if value not in options:
-        raise ArgError(arg, f"expected one of {', '.join(options)}, got {value!r}", location or call_site())
-    return value
-
-
-class Rope:
-    """Rotary position embedding settings: ``base`` (theta), ``convention`` ("half":
-    rotate-half as in Llama; "interleaved": adjacent pairs as in GPT-J/DeepSeek),
-    ``scaling`` (None or a dict with ``kind`` linear|dynamic|yarn|llama3 and its fields)
-    and ``rotary_dim`` (partial rotary; None rotates the whole head). ``decomposed=True``
-    writes RoPE out as model code does (cos/sin from positions, rotate-half or pairs) instead
-    of one ``rope`` op; ``rope-fuse`` turns it back. It needs fixed frequencies (not dynamic)
-    and applies to ``attention`` only."""
-
-    def __init__(self, base: float = 10000.0, convention: str = "half", scaling: Optional[dict] = None,
-                 rotary_dim: Optional[int] = None, decomposed: bool = False):
-        self.base = _positive_float("rope.base", base)
-        self.convention = _one_of("rope.convention", convention, ROPE_CONVENTIONS)
-        self.rotary_dim = None if rotary_dim is None else _positive("rope.rotary_dim", rotary_dim)
-        self.scaling = None if scaling is None else self._scaling(scaling)
-        if not isinstance(decomposed, bool):
-            raise ArgError("rope.decomposed", f"expected True or False, got {decomposed!r}", call_site())
-        if decomposed and self.scaling and self.scaling["kind"] == "dynamic":
-            raise ArgError("rope.decomposed", "dynamic scaling depends on the sequence length; a decomposed "
-                                              "RoPE needs fixed frequencies", call_site())
-        self.decomposed = decomposed
-
-    @staticmethod
-    def _scaling(scaling: dict) -> dict:
-        if not isinstance(scaling, dict):
-            raise ArgError("rope.scaling", f"expected a dict, got {scaling!r}", call_site())
-        kind = _one_of("rope.scaling.kind", scaling.get("kind"), SCALING_KINDS)
-        out = {"kind": kind}
-        for key in sorted(scaling):
-            if key == "kind":
-                continue
-            if key not in SCALING_FIELDS:
-                raise ArgError(f"rope.scaling.{key}", "unknown scaling field", call_site(),
-                               hint=f"fields: {', '.join(SCALING_FIELDS)}")
-            if SCALING_FIELDS[key] is bool:
-                if not isinstance(scaling[key], bool):
-                    raise ArgError(f"rope.scaling.{key}", f"expected True or False, got {scaling[key]!r}", call_site())
-                out[key] = scaling[key]
-            elif SCALING_FIELDS[key] is int:
-                out[key] = _positive(f"rope.scaling.{key}", scaling[key])
-            else:
-                out[key] = _positive_float(f"rope.scaling.{key}", scaling[key])
-        for key in SCALING_NEEDS[kind]:
-            if key not in out:
-                raise ArgError(f"rope.scaling.{key}", f"{kind} scaling needs {key}", call_site())
-        return dict(sorted(out.items()))
-
-    def attrs(self, head_dim: int) -> dict:
-        """Attributes of the ``rope`` op for heads of ``head_dim``."""
-        return {"head_dim": head_dim, "rotary_dim": self.rotary_dim, "base": self.base,
-                "convention": self.convention, "scaling": _copy(self.scaling)}
-
-    def mla_attrs(self) -> dict:
-        """The ``rope`` attribute of ``mla_attention``."""
-        return {"base": self.base, "convention": self.convention, "scaling": _copy(self.scaling)}
-
-    def meta(self) -> dict:
-        return {"base": self.base, "convention": self.convention, "rotary_dim": self.rotary_dim,
-                "scaling": _copy(self.scaling)}
-
-
-def _copy(value):
-    return None if value is None else dict(value)
-
 
 class Tensor:
     """A graph value in the builder; ``a + b`` adds (named after the residual stream)."""
@@ -195,8 +82,8 @@ class Model:
     def __init__(self, name: str, vocab: int, d_model: int, dtype: str = "f32"):
         if not isinstance(name, str) or not name:
             raise ArgError("name", f"expected a non-empty string, got {name!r}", call_site())
-        self.vocab = _positive("vocab", vocab)
-        self.d_model = _positive("d_model", d_model)
+        self.vocab = positive("vocab", vocab)
+        self.d_model = positive("d_model", d_model)
         try:
             self.dtype = DType.parse(dtype)
         except ValueError as err:
@@ -295,7 +182,7 @@ class Model:
 
     def embed(self, ids: Tensor, scale: Optional[float] = None) -> Tensor:
         """Token embedding ``@embed`` [V, d], times ``scale`` (Gemma: sqrt(d)) when set."""
-        scale = _positive_float("scale", scale, self.origin())
+        scale = positive_float("scale", scale, self.origin())
         table = self.param("embed", (self.vocab, self.d_model))
         self.meta["embedding_scale"] = scale
         if self.dtype == ACTIVATION:
@@ -312,9 +199,9 @@ class Model:
     def norm(self, x: Tensor, pname: str, kind: str = "rms", eps: Optional[float] = None,
              offset: float = 0.0, bias: bool = True) -> Tensor:
         """An RMS or layer norm with weight ``@pname`` [d] (layer norm: and bias ``@pname.bias``)."""
-        _one_of("kind", kind, ("rms", "layer"), self.origin())
+        one_of("kind", kind, ("rms", "layer"), self.origin())
         d = self._features(x)
-        eps = _positive_float("eps", (1e-6 if kind == "rms" else 1e-5) if eps is None else eps, self.origin())
+        eps = positive_float("eps", (1e-6 if kind == "rms" else 1e-5) if eps is None else eps, self.origin())
         if self.meta["norm"] is None:
             self.meta["norm"] = {"kind": kind, "eps": eps, "offset": float(offset)}
         if pname.rsplit(".", 1)[-1] in ("post_attn_norm", "post_mlp_norm"):
@@ -336,7 +223,7 @@ class Model:
 
     def layers(self, n: int) -> Iterator["Layer"]:
         """Yield ``n`` layers, numbered on from the layers made so far."""
-        _positive("n", n, self.origin())
+        positive("n", n, self.origin())
         for _ in range(n):
             index = self._n_layers
             self._n_layers += 1
@@ -347,7 +234,7 @@ class Model:
     def logits(self, x: Tensor, tied: bool = False, softcap: Optional[float] = None) -> Tensor:
         """The LM head (``@lm_head`` [V, d], or ``@embed`` when tied), optionally soft-capped;
         sets the graph outputs: logits, then the present caches."""
-        softcap = _positive_float("softcap", softcap, self.origin())
+        softcap = positive_float("softcap", softcap, self.origin())
         if tied:
             if "embed" not in self._graph.params:
                 raise self.error("tied", "tied logits need m.embed() first")
@@ -361,71 +248,6 @@ class Model:
             logits = self.emit("softcap", [logits], {"cap": softcap}, "logits")[0]
         self._graph.outputs = [logits.value] + self._presents
         return logits
-
-
-def _rope(m: Model, x: Tensor, positions: Value, rope: Rope, heads: int, head_dim: int, name: str) -> Tensor:
-    """RoPE on x [B, T, heads*head_dim]: one ``rope`` op, or (``rope.decomposed``) the
-    primitives model code writes, on x viewed as [B, T, N, D]:
-
-    half:        x * cos + cat(-x2, x1) * sin,   cos = cos(cat(f, f))     [B, T, 1, R]
-    interleaved: the same on pairs [B, T, N, R/2, 2] (x2 the odd, x1 the even slot),
-                 cos = cos(f)                                             [B, T, 1, R/2, 1]
-
-    with f = position * inv_freq (a constant; YaRN's attention factor multiplies cos and
-    sin) shared by every layer, and the last D - R dims of a partial head passed through."""
-    if not rope.decomposed:
-        return m.emit("rope", [x, positions], rope.attrs(head_dim), name)[0]
-    batch, seq = x.shape[:2]
-    rotary = rope.rotary_dim or head_dim
-    half = rotary // 2
-
-    def op(kind: str, inputs, attrs, role: str) -> Tensor:
-        return m.emit(kind, inputs, attrs, f"{name}.{role}")[0]
-
-    def last(t: Tensor, start: int, end: int, role: str) -> Tensor:
-        return op("slice", [t], {"axis": -1, "start": start, "end": end}, role)
-
-    cos, sin = _rope_tables(m, positions, rope, rotary)
-    split = op("reshape", [x], {"shape": [batch, seq, heads, head_dim]}, "heads")
-    part = split if rotary == head_dim else last(split, 0, rotary, "rotary")
-    if rope.convention == "half":
-        first, second = last(part, 0, half, "x1"), last(part, half, rotary, "x2")
-    else:
-        part = op("reshape", [part], {"shape": [batch, seq, heads, half, 2]}, "pairs")
-        first, second = last(part, 0, 1, "even"), last(part, 1, 2, "odd")
-    rotated = op("concat", [op("neg", [second], None, "neg"), first], {"axis": -1}, "rotated")
-    out = op("add", [op("mul", [part, cos], None, "cos_part"), op("mul", [rotated, sin], None, "sin_part")], None,
-             "sum")
-    if rope.convention == "interleaved":
-        out = op("reshape", [out], {"shape": [batch, seq, heads, rotary]}, "unpaired")
-    if rotary < head_dim:
-        out = op("concat", [out, op("slice", [split], {"axis": -1, "start": rotary}, "pass")], {"axis": -1}, "joined")
-    return m.emit("reshape", [out], {"shape": [batch, seq, heads * head_dim]}, name)[0]
-
-
-def _rope_tables(m: Model, positions: Value, rope: Rope, rotary: int) -> tuple[Tensor, Tensor]:
-    """cos and sin for the decomposed RoPE, made once per model and configuration."""
-    key = (rotary, rope.convention, rope.base, repr(rope.scaling))
-    if key not in m._rope_tables:
-        inv_freq, factor = rope_op.rope_inv_freq(rotary, rope.base, rope.scaling)
-        batch, seq = positions.shape
-        const = m.emit("constant", [], {"value": inv_freq.astype(float).tolist(), "dtype": "f32"}, "rope.inv_freq")[0]
-        pos = m.emit("cast", [positions], {"to": "f32"}, "rope.positions")[0]
-        pos = m.emit("reshape", [pos], {"shape": [batch, seq, 1]}, "rope.positions_BT1")[0]
-        freqs = m.emit("mul", [pos, const], None, "rope.freqs")[0]
-        if rope.convention == "half":
-            angles, shape = m.emit("concat", [freqs, freqs], {"axis": -1}, "rope.angles")[0], [batch, seq, 1, rotary]
-        else:
-            angles, shape = freqs, [batch, seq, 1, rotary // 2, 1]
-        tables = []
-        for fn in ("cos", "sin"):
-            table = m.emit(fn, [angles], None, f"rope.{fn}")[0]
-            if factor != 1.0:
-                scale = m.emit("constant", [], {"value": float(factor), "dtype": "f32"}, "rope.attention_factor")[0]
-                table = m.emit("mul", [table, scale], None, f"rope.{fn}_scaled")[0]
-            tables.append(m.emit("reshape", [table], {"shape": shape}, f"rope.{fn}_heads")[0])
-        m._rope_tables[key] = (tables[0], tables[1])
-    return m._rope_tables[key]
 
 
 class Layer:
@@ -489,19 +311,19 @@ class Layer:
         m, p, i = self.model, self.prefix, self.index
         where = m.origin()
         d = m._features(x)
-        _positive("heads", heads, where)
-        kv_heads = heads if kv_heads is None else _positive("kv_heads", kv_heads, where)
+        positive("heads", heads, where)
+        kv_heads = heads if kv_heads is None else positive("kv_heads", kv_heads, where)
         if heads % kv_heads:
             raise m.error("kv_heads", f"{heads} heads are not divisible by {kv_heads} kv heads")
         if head_dim is None:
             if d % heads:
                 raise m.error("heads", f"d_model {d} is not divisible by {heads} heads", hint="give head_dim")
             head_dim = d // heads
-        _positive("head_dim", head_dim, where)
+        positive("head_dim", head_dim, where)
         self._check_rope(rope, head_dim, "head_dim")
-        window = None if window is None else _positive("window", window, where)
-        softcap = _positive_float("softcap", softcap, where)
-        scale = _positive_float("scale", scale, where)
+        window = None if window is None else positive("window", window, where)
+        softcap = positive_float("softcap", softcap, where)
+        scale = positive_float("scale", scale, where)
         q_dim, kv_dim = heads * head_dim, kv_heads * head_dim
         wq = m.param(f"{p}attn.wq", (q_dim, d))
         wk = m.param(f"{p}attn.wk", (kv_dim, d))
@@ -517,8 +339,8 @@ class Layer:
             k = self._head_norm(k, "k", kv_heads, head_dim, qk_norm_eps, qk_norm_offset)
         if rope is not None:
             mask, positions = m._context()
-            q = _rope(m, q, positions, rope, heads, head_dim, f"{p}q_rope")
-            k = _rope(m, k, positions, rope, kv_heads, head_dim, f"{p}k_rope")
+            q = emit_rope(m, q, positions, rope, heads, head_dim, f"{p}q_rope")
+            k = emit_rope(m, k, positions, rope, kv_heads, head_dim, f"{p}k_rope")
         mask, _ = m._context()
         past_key, past_value = m._past(i, kv_heads, head_dim, head_dim)
         attrs = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "v_head_dim": None,
@@ -555,9 +377,9 @@ class Layer:
         d = m._features(x)
         for arg, value in (("heads", heads), ("kv_lora_rank", kv_lora_rank), ("qk_nope_head_dim", qk_nope_head_dim),
                            ("qk_rope_head_dim", qk_rope_head_dim), ("v_head_dim", v_head_dim)):
-            _positive(arg, value, where)
+            positive(arg, value, where)
         if q_lora_rank is not None:
-            _positive("q_lora_rank", q_lora_rank, where)
+            positive("q_lora_rank", q_lora_rank, where)
         rope = Rope(convention="interleaved") if rope is None else rope
         if isinstance(rope, Rope) and rope.rotary_dim is not None:
             raise m.error("rope.rotary_dim", "MLA rotates exactly qk_rope_head_dim; leave rotary_dim unset")
@@ -565,7 +387,7 @@ class Layer:
             raise m.error("rope.decomposed", "mla_attention applies its RoPE inside the op; decomposed RoPE is "
                                              "for attention")
         self._check_rope(rope, qk_rope_head_dim, "qk_rope_head_dim")
-        scale = _positive_float("scale", scale, where)
+        scale = positive_float("scale", scale, where)
         qk_dim = qk_nope_head_dim + qk_rope_head_dim
         wq = q_a = q_a_norm = q_b = None
         if q_lora_rank is None:
@@ -582,7 +404,7 @@ class Layer:
         past_key, past_value = m._past(i, heads, qk_dim, v_head_dim)
         attrs = {"heads": heads, "q_lora_rank": q_lora_rank, "kv_lora_rank": kv_lora_rank,
                  "qk_nope_head_dim": qk_nope_head_dim, "qk_rope_head_dim": qk_rope_head_dim,
-                 "v_head_dim": v_head_dim, "eps": _positive_float("eps", eps, where), "rope": rope.mla_attrs(),
+                 "v_head_dim": v_head_dim, "eps": positive_float("eps", eps, where), "rope": rope.mla_attrs(),
                  "scale": scale, "causal": bool(causal)}
         out, present_key, present_value = m.emit(
             "mla_attention", [x, positions, mask, past_key, past_value, wq, q_a, q_a_norm, q_b, kv_a, kv_a_norm,
@@ -602,7 +424,7 @@ class Layer:
     def _gated(self, op: str, x: Tensor, d_ff: int, attrs: Optional[dict]) -> Tensor:
         m, p = self.model, self.prefix
         d = m._features(x)
-        _positive("d_ff", d_ff, m.origin())
+        positive("d_ff", d_ff, m.origin())
         w_gate = m.param(f"{p}mlp.w_gate", (d_ff, d))
         w_up = m.param(f"{p}mlp.w_up", (d_ff, d))
         w_down = m.param(f"{p}mlp.w_down", (d, d_ff))
@@ -615,15 +437,15 @@ class Layer:
 
     def geglu(self, x: Tensor, d_ff: int, approximate: str = "tanh") -> Tensor:
         """down(gelu(gate(x)) * up(x)); approximate "tanh" is gelu_pytorch_tanh (Gemma)."""
-        _one_of("approximate", approximate, ("tanh", "none"), self.model.origin())
+        one_of("approximate", approximate, ("tanh", "none"), self.model.origin())
         return self._gated("geglu", x, d_ff, {"approximate": approximate})
 
     def gelu_mlp(self, x: Tensor, d_ff: int, bias: bool = False, approximate: str = "none") -> Tensor:
         """down(gelu(up(x) + b_up)) + b_down (GPT-2 style)."""
         m, p = self.model, self.prefix
-        _one_of("approximate", approximate, ("tanh", "none"), m.origin())
+        one_of("approximate", approximate, ("tanh", "none"), m.origin())
         d = m._features(x)
-        _positive("d_ff", d_ff, m.origin())
+        positive("d_ff", d_ff, m.origin())
         w_up = m.param(f"{p}mlp.w_up", (d_ff, d))
         w_down = m.param(f"{p}mlp.w_down", (d, d_ff))
         b_up = m.param(f"{p}mlp.b_up", (d_ff,)) if bias else None
@@ -646,19 +468,19 @@ class Layer:
         where = m.origin()
         d = m._features(x)
         for arg, value in (("experts", experts), ("top_k", top_k), ("d_ff", d_ff)):
-            _positive(arg, value, where)
+            positive(arg, value, where)
         if isinstance(shared_experts, bool) or not isinstance(shared_experts, int) or shared_experts < 0:
             raise m.error("shared_experts", f"expected a non-negative integer, got {shared_experts!r}")
         if top_k > experts:
             raise m.error("top_k", f"top_k {top_k} exceeds {experts} experts")
-        _one_of("scoring", scoring, MOE_SCORING, where)
-        _one_of("group_score", group_score, GROUP_SCORES, where)
-        routed_scale = _positive_float("routed_scale", routed_scale, where)
+        one_of("scoring", scoring, MOE_SCORING, where)
+        one_of("group_score", group_score, GROUP_SCORES, where)
+        routed_scale = positive_float("routed_scale", routed_scale, where)
         if (groups is None) != (top_groups is None):
             raise m.error("groups" if groups is None else "top_groups", "groups and top_groups go together")
         if groups is not None:
-            _positive("groups", groups, where)
-            _positive("top_groups", top_groups, where)
+            positive("groups", groups, where)
+            positive("top_groups", top_groups, where)
             if experts % groups:
                 raise m.error("groups", f"{experts} experts do not split into {groups} groups")
             if top_groups > groups:
@@ -667,7 +489,7 @@ class Layer:
                 raise m.error("top_k", f"top_k {top_k} exceeds the {top_groups * (experts // groups)} experts "
                                        f"in {top_groups} groups")
         if shared_d_ff is not None:
-            _positive("shared_d_ff", shared_d_ff, where)
+            positive("shared_d_ff", shared_d_ff, where)
             if not shared_experts:
                 raise m.error("shared_d_ff", "set shared_experts too")
         shared = shared_d_ff or shared_experts * d_ff
