@@ -282,3 +282,22 @@ def check_golden(filename: str, text: str) -> None:
 def text_diff(old: str, new: str, old_name: str = "before", new_name: str = "after") -> str:
     return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                         old_name, new_name))
+
+
+def run_op(name: str, inputs: list, attrs: Optional[dict] = None) -> list:
+    """Run one op's reference on arrays, after inferring on their types, and check that the
+    results have the inferred dtypes and shapes (for op tests)."""
+    from irc import ops
+    from irc.dtypes import DType
+    from irc.graph import Value
+
+    opdef = ops.get_op(name)
+    attrs = opdef.normalize_attrs(attrs)
+    values = [None if a is None else Value(f"in{i}", DType.of(a), a.shape) for i, a in enumerate(inputs)]
+    inferred = ops.infer(name, values, attrs)
+    outs = opdef.reference(inputs, attrs)
+    got = [(o.dtype, o.shape) for o in outs]
+    want = [(t.dtype.numpy, t.shape) for t in inferred]
+    if got != want:
+        raise AssertionError(f"{name}: reference returned {got}, inference says {want}")
+    return outs

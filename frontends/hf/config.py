@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from frontends.yamlloc import Bad
+from frontends.yamlloc import Bad, positive_number
 from irc.errors import SpecError
 
 CONFIG = "config.json"
@@ -208,36 +208,6 @@ def _show(value: Any) -> str:
 
 
 # ---- value kinds (raise Bad; Config.get names the key) ------------------------------------
-
-def positive_int(value):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise Bad(f"expected a positive integer, got {_show(value)}")
-    return value
-
-
-def non_negative_int(value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise Bad(f"expected a non-negative integer, got {_show(value)}")
-    return value
-
-
-def positive_number(value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise Bad(f"expected a positive number, got {_show(value)}")
-    return float(value)
-
-
-def boolean(value):
-    if not isinstance(value, bool):
-        raise Bad(f"expected true or false, got {_show(value)}")
-    return value
-
-
-def string(value):
-    if not isinstance(value, str):
-        raise Bad(f"expected a string, got {_show(value)}")
-    return value
-
 
 def int_list(value):
     if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):

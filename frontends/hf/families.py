@@ -41,9 +41,9 @@ from __future__ import annotations
 import re
 from typing import Callable, Optional
 
-from frontends.hf.config import (Arch, Attention, Config, LayerSpec, RopeSpec, boolean, int_list,
-                                 non_negative_int, positive_int, positive_number, read_rope, rope_dict,
-                                 string, string_list)
+from frontends.hf.config import (Arch, Attention, Config, LayerSpec, RopeSpec, int_list, read_rope, rope_dict,
+                                 string_list)
+from frontends.yamlloc import boolean, non_negative_int, positive_int, positive_number, string
 from frontends.hf.weights import Rows, Source, Stack, Tensor
 from frontends.yamlloc import Bad
 from irc.errors import SpecError

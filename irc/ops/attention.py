@@ -21,7 +21,7 @@ import numpy as np
 from irc import dims
 from irc.dtypes import DType
 from irc.ops.nn import f32, linear, rms_norm
-from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, register, same_dims
+from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, by_name, expect, expect_shape, register, same_dims
 from irc.ops.rope import (apply_rope, check_rope_config, rope_cos_sin, rope_inv_freq, rope_seq_len,
                           yarn_softmax_mscale)
 
@@ -263,19 +263,8 @@ MLA_OPERANDS = ("x", "position_ids", "attention_mask?", "past_key?", "past_value
                 "q_b?", "kv_a", "kv_a_norm", "kv_b", "wo")
 
 
-def _unpack_mla(inputs) -> dict:
-    names = [spec.rstrip("?") for spec in MLA_OPERANDS]
-    return dict(zip(names, list(inputs) + [None] * (len(names) - len(inputs))))
-
-
-def _expect_shape(name, value, want):
-    expect(value is not None, f"mla_attention: operand {name!r} is required here")
-    expect(len(value.shape) == len(want) and all(same_dims(a, b) for a, b in zip(value.shape, want)),
-           f"mla_attention: {name} {dims.format_shape(value.shape)} should be {dims.format_shape(want)}")
-
-
 def _mla_infer(inputs, attrs):
-    ops = _unpack_mla(inputs)
+    ops = by_name(MLA_OPERANDS, inputs)
     x, position_ids = ops["x"], ops["position_ids"]
     for name in ("heads", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
         expect(isinstance(attrs[name], int) and attrs[name] > 0, f"mla_attention: {name} must be a positive int")
@@ -289,21 +278,21 @@ def _mla_infer(inputs, attrs):
            f"mla_attention: x must be float [B,T,d], got {x.dtype}{dims.format_shape(x.shape)}")
     batch, seq, d = x.shape
     expect(position_ids.dtype in (DType.i64, DType.i32), "mla_attention: position_ids must be integer")
-    _expect_shape("position_ids", position_ids, (batch, seq))
+    expect_shape("mla_attention", "position_ids", position_ids, (batch, seq))
     q_width = heads * (nope + rope_dim)
     if q_rank is None:
-        _expect_shape("wq", ops["wq"], (q_width, d))
+        expect_shape("mla_attention", "wq", ops["wq"], (q_width, d))
         expect(ops["q_a"] is None and ops["q_b"] is None, "mla_attention: q_a/q_b given but q_lora_rank is None")
     else:
         expect(ops["wq"] is None, "mla_attention: wq given but q_lora_rank is set")
-        _expect_shape("q_a", ops["q_a"], (q_rank, d))
-        _expect_shape("q_a_norm", ops["q_a_norm"], (q_rank,))
-        _expect_shape("q_b", ops["q_b"], (q_width, q_rank))
-    _expect_shape("kv_a", ops["kv_a"], (rank + rope_dim, d))
-    _expect_shape("kv_a_norm", ops["kv_a_norm"], (rank,))
-    _expect_shape("kv_b", ops["kv_b"], (heads * (nope + v_dim), rank))
+        expect_shape("mla_attention", "q_a", ops["q_a"], (q_rank, d))
+        expect_shape("mla_attention", "q_a_norm", ops["q_a_norm"], (q_rank,))
+        expect_shape("mla_attention", "q_b", ops["q_b"], (q_width, q_rank))
+    expect_shape("mla_attention", "kv_a", ops["kv_a"], (rank + rope_dim, d))
+    expect_shape("mla_attention", "kv_a_norm", ops["kv_a_norm"], (rank,))
+    expect_shape("mla_attention", "kv_b", ops["kv_b"], (heads * (nope + v_dim), rank))
     expect(ops["wo"] is not None and len(ops["wo"].shape) == 2, "mla_attention: wo must be [d_out, H*v_head_dim]")
-    _expect_shape("wo", ops["wo"], (ops["wo"].shape[0], heads * v_dim))
+    expect_shape("mla_attention", "wo", ops["wo"], (ops["wo"].shape[0], heads * v_dim))
     total = _check_mask_and_past("mla_attention", batch, seq, ops["attention_mask"], ops["past_key"],
                                  ops["past_value"], heads, nope + rope_dim, v_dim)
     out = [TensorType(x.dtype, (batch, seq, ops["wo"].shape[0]))]
@@ -316,7 +305,7 @@ def _mla_infer(inputs, attrs):
 def _mla_reference(inputs, attrs):
     """DeepSeek multi-head latent attention (un-absorbed): low-rank q, compressed KV latent
     expanded per head, decoupled RoPE key shared by all heads, YaRN softmax scale."""
-    ops = _unpack_mla(inputs)
+    ops = by_name(MLA_OPERANDS, inputs)
     out, key, value = mla_attention(**ops, **attrs)
     x, past_key, past_value = ops["x"], ops["past_key"], ops["past_value"]
     if past_key is None:
@@ -326,7 +315,7 @@ def _mla_reference(inputs, attrs):
 
 def _mla_cost(inputs, outputs, attrs):
     """2 FLOPs per projection weight per token, plus scores and weighted sum over P+T keys."""
-    ops = _unpack_mla(inputs)
+    ops = by_name(MLA_OPERANDS, inputs)
     x = ops["x"]
     batch, seq = x.shape[:2]
     tokens = batch * seq

@@ -35,7 +35,7 @@ from irc.dtypes import DType
 from irc.ops.attention import (_check_mask_and_past, _io, attend, attention_core_cost, merge_heads, mla_latent,
                                mla_query, mla_rope_cos_sin, mla_rotate, mla_softmax_scale, visible_keys, with_past)
 from irc.ops.nn import linear
-from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, register, same_dims
+from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, by_name, expect, expect_shape, register
 from irc.ops.rope import check_rope_config
 
 OP = "mla_absorbed_attention"
@@ -99,19 +99,8 @@ def mla_absorbed_attention(x, position_ids, attention_mask=None, past_latent=Non
 
 # ---- the op --------------------------------------------------------------------------
 
-def _unpack_absorbed(inputs) -> dict:
-    names = [spec.rstrip("?") for spec in OPERANDS]
-    return dict(zip(names, list(inputs) + [None] * (len(names) - len(inputs))))
-
-
-def _expect_shape(name, value, want):
-    expect(value is not None, f"{OP}: operand {name!r} is required here")
-    expect(len(value.shape) == len(want) and all(same_dims(a, b) for a, b in zip(value.shape, want)),
-           f"{OP}: {name} {dims.format_shape(value.shape)} should be {dims.format_shape(want)}")
-
-
 def _mla_absorbed_infer(inputs, attrs):
-    ops = _unpack_absorbed(inputs)
+    ops = by_name(OPERANDS, inputs)
     x, position_ids = ops["x"], ops["position_ids"]
     for name in ("heads", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
         expect(isinstance(attrs[name], int) and attrs[name] > 0, f"{OP}: {name} must be a positive int")
@@ -125,22 +114,22 @@ def _mla_absorbed_infer(inputs, attrs):
            f"{OP}: x must be float [B,T,d], got {x.dtype}{dims.format_shape(x.shape)}")
     batch, seq, d = x.shape
     expect(position_ids.dtype in (DType.i64, DType.i32), f"{OP}: position_ids must be integer")
-    _expect_shape("position_ids", position_ids, (batch, seq))
+    expect_shape(OP, "position_ids", position_ids, (batch, seq))
     q_width = heads * (rank + rope_dim)
     if q_rank is None:
-        _expect_shape("wq_absorbed", ops["wq_absorbed"], (q_width, d))
+        expect_shape(OP, "wq_absorbed", ops["wq_absorbed"], (q_width, d))
         expect(ops["q_a"] is None and ops["q_b_absorbed"] is None,
                f"{OP}: q_a/q_b_absorbed given but q_lora_rank is None")
     else:
         expect(ops["wq_absorbed"] is None, f"{OP}: wq_absorbed given but q_lora_rank is set")
-        _expect_shape("q_a", ops["q_a"], (q_rank, d))
-        _expect_shape("q_a_norm", ops["q_a_norm"], (q_rank,))
-        _expect_shape("q_b_absorbed", ops["q_b_absorbed"], (q_width, q_rank))
-    _expect_shape("kv_a", ops["kv_a"], (rank + rope_dim, d))
-    _expect_shape("kv_a_norm", ops["kv_a_norm"], (rank,))
+        expect_shape(OP, "q_a", ops["q_a"], (q_rank, d))
+        expect_shape(OP, "q_a_norm", ops["q_a_norm"], (q_rank,))
+        expect_shape(OP, "q_b_absorbed", ops["q_b_absorbed"], (q_width, q_rank))
+    expect_shape(OP, "kv_a", ops["kv_a"], (rank + rope_dim, d))
+    expect_shape(OP, "kv_a_norm", ops["kv_a_norm"], (rank,))
     wo = ops["wo_absorbed"]
     expect(len(wo.shape) == 2, f"{OP}: wo_absorbed must be [d_out, H*kv_lora_rank]")
-    _expect_shape("wo_absorbed", wo, (wo.shape[0], heads * rank))
+    expect_shape(OP, "wo_absorbed", wo, (wo.shape[0], heads * rank))
     total = _check_mask_and_past(OP, batch, seq, ops["attention_mask"], ops["past_latent"], ops["past_rope"], 1,
                                  rank, rope_dim)
     out = [TensorType(x.dtype, (batch, seq, wo.shape[0]))]
@@ -154,7 +143,7 @@ def _mla_absorbed_reference(inputs, attrs):
     """DeepSeek multi-head latent attention, absorbed: W^UK folded into the query weight,
     W^UV into the output weight, multi-query attention over the cached normalised latent
     plus the shared rotated RoPE key."""
-    ops = _unpack_absorbed(inputs)
+    ops = by_name(OPERANDS, inputs)
     out, latent, rope_key = mla_absorbed_attention(**ops, **attrs)
     x, past_latent, past_rope = ops["x"], ops["past_latent"], ops["past_rope"]
     if past_latent is None:
@@ -171,7 +160,7 @@ def _mla_absorbed_cost(inputs, outputs, attrs):
     when d_c > nope, v; DeepSeek-V2: 576 + 512 against 192 + 128 per head and key), and the
     absorbed weights are larger than q_b and wo, while the cache read per key is d_c + rope
     elements instead of H·(nope+rope+v)."""
-    ops = _unpack_absorbed(inputs)
+    ops = by_name(OPERANDS, inputs)
     batch, seq = ops["x"].shape[:2]
     tokens = batch * seq
     total = outputs[1].shape[2] if len(outputs) > 1 else seq

@@ -10,7 +10,7 @@ import numpy as np
 from irc import dims
 from irc.dtypes import DType
 from irc.ops.primitives import elementwise_cost, gelu, silu
-from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, register, same_dims
+from irc.ops.registry import Cost, OpDef, TensorType, expect, register, same_dims
 
 
 def f32(array):

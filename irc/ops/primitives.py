@@ -10,8 +10,7 @@ import numpy as np
 
 from irc import dims
 from irc.dtypes import DType
-from irc.ops.registry import (REQUIRED, Cost, OpDef, TensorType, broadcast_shapes, expect, numel,
-                              register, same_dims)
+from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, broadcast_shapes, expect, register, same_dims
 
 
 def _io_bytes(inputs, outputs) -> tuple[int, int]:

@@ -18,7 +18,7 @@ Rules receive:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 from irc import dims
 from irc.dtypes import DType
@@ -176,6 +176,20 @@ def same_dims(a, b) -> bool:
 def expect(condition: bool, message: str) -> None:
     if not condition:
         raise ShapeError(message)
+
+
+def by_name(operands: tuple, inputs) -> dict:
+    """The inputs keyed by operand name (``"bias?"`` -> ``"bias"``); optional operands
+    left off the end are None."""
+    names = [spec.lstrip("*").rstrip("?") for spec in operands]
+    return dict(zip(names, list(inputs) + [None] * (len(names) - len(inputs))))
+
+
+def expect_shape(op: str, name: str, value, want: tuple) -> None:
+    """``value`` is present and has shape ``want`` (symbolic dims compared canonically)."""
+    expect(value is not None, f"{op}: operand {name!r} is required here")
+    expect(len(value.shape) == len(want) and all(same_dims(a, b) for a, b in zip(value.shape, want)),
+           f"{op}: {name} {dims.format_shape(value.shape)} should be {dims.format_shape(want)}")
 
 
 def broadcast_shapes(op: str, a: tuple, b: tuple) -> tuple:

@@ -10,20 +10,10 @@ from irc.dtypes import DType
 from irc.errors import ShapeError
 from irc.graph import Value
 from irc.ops.registry import TensorType
+from irc.testing import run_op
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-
-
-def run_op(name, inputs, attrs):
-    """Infer on the arrays' types, run the reference, check the results fit the inference."""
-    opdef = ops.get_op(name)
-    attrs = opdef.normalize_attrs(attrs)
-    values = [None if a is None else Value(f"in{i}", DType.of(a), a.shape) for i, a in enumerate(inputs)]
-    inferred = ops.infer(name, values, attrs)
-    outs = opdef.reference(inputs, attrs)
-    assert [(o.dtype, o.shape) for o in outs] == [(t.dtype.numpy, t.shape) for t in inferred]
-    return outs
 
 
 def randn(rng, *shape, scale=1.0):

@@ -9,6 +9,7 @@ from irc.errors import ShapeError
 from irc.graph import Value
 from irc.ops.attention import mla_softmax_scale
 from irc.ops.registry import TensorType
+from irc.testing import run_op
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -19,17 +20,6 @@ YARN_HF = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_
 YARN_IRC = {"kind": "yarn", "factor": 4.0, "original_max_position": 16, "mscale": 1.0, "mscale_all_dim": 0.8}
 PARAMS = {"wq": "q_proj", "q_a": "q_a_proj", "q_a_norm": "q_a_layernorm", "q_b": "q_b_proj",
           "kv_a": "kv_a_proj_with_mqa", "kv_a_norm": "kv_a_layernorm", "kv_b": "kv_b_proj", "wo": "o_proj"}
-
-
-def run_op(name, inputs, attrs):
-    """Infer on the arrays' types, run the reference, check the results fit the inference."""
-    opdef = ops.get_op(name)
-    attrs = opdef.normalize_attrs(attrs)
-    values = [None if a is None else Value(f"in{i}", DType.of(a), a.shape) for i, a in enumerate(inputs)]
-    inferred = ops.infer(name, values, attrs)
-    outs = opdef.reference(inputs, attrs)
-    assert [(o.dtype, o.shape) for o in outs] == [(t.dtype.numpy, t.shape) for t in inferred]
-    return outs
 
 
 def hf_mask(batch, seq, past, mask):

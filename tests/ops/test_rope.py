@@ -11,23 +11,13 @@ from irc.errors import ShapeError
 from irc.graph import Value
 from irc.ops.registry import TensorType
 from irc.ops.rope import rope_inv_freq, yarn_softmax_mscale
+from irc.testing import run_op
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 B, T, H, D = 2, 7, 3, 16
 BASE = 500.0
-
-
-def run_op(name, inputs, attrs):
-    """Infer on the arrays' types, run the reference, check the results fit the inference."""
-    opdef = ops.get_op(name)
-    attrs = opdef.normalize_attrs(attrs)
-    values = [None if a is None else Value(f"in{i}", DType.of(a), a.shape) for i, a in enumerate(inputs)]
-    inferred = ops.infer(name, values, attrs)
-    outs = opdef.reference(inputs, attrs)
-    assert [(o.dtype, o.shape) for o in outs] == [(t.dtype.numpy, t.shape) for t in inferred]
-    return outs
 
 
 # irc scaling dict -> the HF rope_parameters entries for it
