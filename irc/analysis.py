@@ -53,17 +53,48 @@ def _window(node: Optional[Node]) -> Optional[int]:
     return node.attrs.get("window") if node is not None else None
 
 
+def _operands(node: Node):
+    """(operand name, value) pairs of a node."""
+    opdef = ops.get_op(node.op)
+    return zip(opdef.operand_names(len(node.inputs)), node.inputs)
+
+
+def _fraction(node: Node, operand: str) -> float:
+    opdef = ops.get_op(node.op)
+    return opdef.active_fraction(node.attrs, operand) if opdef.active_fraction else 1.0
+
+
 def _param_fractions(graph: Graph) -> dict[str, float]:
-    """For each param, the largest fraction of it one token touches."""
+    """For each param, the largest fraction of it one token touches. A param read through
+    a weight view (dequantize) gets the fraction its view's readers touch."""
     fractions: dict[str, float] = {}
     for node in graph.nodes:
-        opdef = ops.get_op(node.op)
-        names = opdef.operand_names(len(node.inputs))
-        for name, value in zip(names, node.inputs):
+        view = ops.get_op(node.op).weight_view
+        if view:
+            out = node.outputs[0]
+            f = max((_fraction(user, name) for user in graph.users(out)
+                     for name, v in _operands(user) if v is out), default=1.0)
+        for name, value in _operands(node):
             if isinstance(value, Param):
-                f = opdef.active_fraction(node.attrs, name) if opdef.active_fraction else 1.0
-                fractions[value.name] = max(fractions.get(value.name, 0.0), f)
+                share = f if view else _fraction(node, name)
+                fractions[value.name] = max(fractions.get(value.name, 0.0), share)
     return fractions
+
+
+def logical_elements(graph: Graph) -> dict[str, int]:
+    """Weights each param stands for: its element count, or what its reader's
+    ``logical_elements`` rule says (packed int4 codes stand for N*K weights, scales for 0)."""
+    counts = {name: p.numel for name, p in graph.params.items()}
+    for node in graph.nodes:
+        rule = ops.get_op(node.op).logical_elements
+        if rule is None:
+            continue
+        for name, value in _operands(node):
+            if isinstance(value, Param):
+                n = rule(node.attrs, name, value.shape)
+                if n is not None:
+                    counts[value.name] = n
+    return counts
 
 
 def node_cost(node: Node, bindings: dict) -> Cost:
@@ -95,18 +126,19 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
     if cache_dtype is None:
         cache_dtype = DType.parse(graph.meta.get("dtype", "bf16"))
     fractions = _param_fractions(graph)
-    params_total = sum(p.numel for p in graph.params.values())
-    params_active = round(sum(p.numel * fractions.get(p.name, 1.0) for p in graph.params.values()))
+    elements = logical_elements(graph)
+    params_total = sum(elements.values())
+    params_active = round(sum(n * fractions.get(name, 1.0) for name, n in elements.items()))
     cost = graph_cost(graph, {"B": 1, "T": 1, "P": context - 1})
 
     layers: dict[int, dict] = {}
     for index in sorted({layer_of(n) for n in graph.params} - {None}):
         layers[index] = {"index": index, "params": 0, "kv_cache_elements_per_token": 0, "window": None,
                          "attention": None, "mlp": None}
-    for p in graph.params.values():
-        i = layer_of(p.name)
+    for name, n in elements.items():
+        i = layer_of(name)
         if i is not None:
-            layers[i]["params"] += p.numel
+            layers[i]["params"] += n
     for node in graph.nodes:
         i = layer_of(node.name)
         if i is None:
@@ -120,16 +152,19 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
         elif node.op in ("swiglu", "geglu", "gelu_mlp", "moe"):
             layers[i]["mlp"] = "moe" if node.op == "moe" else "dense"
 
-    kv_elements = 0
-    kv_bytes_at_context = 0
+    kv_elements = kv_bytes = kv_bytes_at_context = 0
     for cache in cache_inputs(graph):
         n = elements_per_token(cache)
         kv_elements += n
+        # a quantized cache (int8 codes) is stored at its own width; float caches and their
+        # scales at the cache dtype asked for
+        dtype = cache_dtype if cache.dtype.is_float else cache.dtype
+        kv_bytes += dtype.nbytes(n)
         i = layer_of(cache.name)
         if i is not None and i in layers:
             layers[i]["kv_cache_elements_per_token"] += n
         window = next((_window(u) for u in cache.uses if _window(u) is not None), None)
-        kv_bytes_at_context += cache_dtype.nbytes(n * (min(context, window) if window else context))
+        kv_bytes_at_context += dtype.nbytes(n * (min(context, window) if window else context))
     per_layer = sorted({v["kv_cache_elements_per_token"] for v in layers.values() if v["kv_cache_elements_per_token"]})
 
     summary = {
@@ -143,7 +178,7 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
         "cache_dtype": str(cache_dtype),
         "kv_cache_elements_per_token": kv_elements,
         "kv_cache_elements_per_token_per_layer": per_layer[-1] if per_layer else 0,
-        "kv_cache_bytes_per_token": cache_dtype.nbytes(kv_elements),
+        "kv_cache_bytes_per_token": kv_bytes,
         "kv_cache_bytes_at_context": kv_bytes_at_context,
         "kv_cache_bytes_mha_equivalent_per_token": cache_dtype.nbytes(_mha_elements(graph)),
         "kv_cache_bytes_mha_equivalent_at_context": cache_dtype.nbytes(_mha_elements(graph, context)),

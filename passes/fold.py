@@ -74,7 +74,8 @@ class Fold(Pass):
       among the operands or the result has more than ``max_constant`` elements;
     - otherwise a ``constant`` node holding the value (constants only, small results).
 
-    Nodes are visited in order, so chains (``transpose(cast(@w))``) fold in one run.
+    Ops marked ``foldable=False`` (dequantize) stay: folding them would undo the rewrite
+    that made them. Nodes are visited in order, so chains (``transpose(cast(@w))``) fold in one run.
     Params without data (a shape-only compile) are left alone. The folded nodes are
     removed; params they read stay for ``dce``. Deterministic: names come from values.
     """
@@ -85,7 +86,9 @@ class Fold(Pass):
     def run(self, graph: Graph) -> bool:
         changed = False
         for node in list(graph.nodes):
-            if node.op == "constant" or not node.inputs or not all(_known(v) for v in node.inputs):
+            if node.op == "constant" or not ops.get_op(node.op).foldable:
+                continue
+            if not node.inputs or not all(_known(v) for v in node.inputs):
                 continue
             if not _int_shapes(node) or not any(out.uses for out in node.outputs):
                 continue

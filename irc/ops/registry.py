@@ -88,6 +88,15 @@ class OpDef:
     # attrs holding dims (symbolic allowed); the interpreter binds them to ints before
     # calling ``reference`` (reshape and expand targets)
     shape_attrs: tuple = ()
+    # False for ops whose point is to stay in the graph at run time even over constant
+    # operands (dequantize: folding it would undo the quantization)
+    foldable: bool = True
+    # True for ops that turn weights into another form of the same weights (dequantize):
+    # analysis credits their readers' active fraction to the params they read
+    weight_view: bool = False
+    # logical weight elements an operand param stands for (packed int4 codes stand for
+    # N*K weights, their scales for none); None: the param's own element count
+    logical_elements: Optional[Callable[[dict, str, tuple], int]] = None
     _slots: list = field(default_factory=list, repr=False)
 
     def __post_init__(self):
