@@ -139,6 +139,11 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
         i = layer_of(name)
         if i is not None:
             layers[i]["params"] += n
+            # the block kind, from checkpoint-style names that survive lowering and quantizing
+            if name.startswith(f"layers.{i}.moe."):
+                layers[i]["mlp"] = "moe"
+            elif name.startswith(f"layers.{i}.mlp.") and layers[i]["mlp"] is None:
+                layers[i]["mlp"] = "dense"
     for node in graph.nodes:
         i = layer_of(node.name)
         if i is None:
@@ -149,8 +154,7 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
         if node.op in ("attention", *MLA_OPS):
             layers[i]["attention"] = node.op
             layers[i]["window"] = node.attrs.get("window")
-        elif node.op in ("swiglu", "geglu", "gelu_mlp", "moe"):
-            layers[i]["mlp"] = "moe" if node.op == "moe" else "dense"
+
 
     kv_elements = kv_bytes = kv_bytes_at_context = 0
     for cache in cache_inputs(graph):

@@ -166,6 +166,9 @@ class PassManager:
                                 f"{'did not change' if changed else 'changed'}", location=_after(done))
             if self.stats:
                 record.stats = self.stats(graph)
+                report = getattr(p, "report", None)  # a pass's own figures (moe-sort's load per expert)
+                if changed and callable(report):
+                    record.stats[p.name] = report(graph)
             self.records.append(record)
             done.append(repr(p))
             if self.dump_dir:

@@ -148,7 +148,7 @@ def _check(name, value, want):
            f"moe: {name} {dims.format_shape(value.shape)} should be {dims.format_shape(want)}")
 
 
-def _check_attrs(attrs) -> None:
+def check_routing_attrs(attrs) -> None:
     experts, top_k = attrs["experts"], attrs["top_k"]
     expect(isinstance(experts, int) and experts > 0, f"moe: experts must be a positive int, got {experts!r}")
     expect(isinstance(top_k, int) and 0 < top_k <= experts, f"moe: top_k must be in 1..{experts}, got {top_k!r}")
@@ -168,7 +168,7 @@ def _check_attrs(attrs) -> None:
 
 def _moe_infer(inputs, attrs):
     x, router, w_gate, w_up, w_down, bias, s_gate, s_up, s_down, s_expert_gate = (list(inputs) + [None] * 10)[:10]
-    _check_attrs(attrs)
+    check_routing_attrs(attrs)
     experts = attrs["experts"]
     expect(x.dtype.is_float and len(x.shape) == 3, f"moe: x must be float [B,T,d], got {dims.format_shape(x.shape)}")
     d = x.shape[-1]

@@ -1,0 +1,185 @@
+"""``moe-sort``: the ``moe`` op as routing, a sort of token slots by expert, grouped GEMMs
+over contiguous segments and a weighted scatter back to token order."""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import numpy as np
+
+from irc import dims
+from irc.analysis import layer_of
+from irc.build import emit, emit1
+from irc.dtypes import DType
+from irc.errors import PassError
+from irc.graph import Graph, Node, Param, Value
+from irc.ops.moe_sorted import expert_capacity, tile_padding
+from irc.passmanager import Pass, register_pass
+from passes.rewrite import cast_to, constant, replace_node
+
+F32 = DType.f32
+ROUTING = ("experts", "top_k", "scoring", "norm_topk_prob", "routed_scale", "n_group", "topk_group", "group_score")
+ACTIVATION_OPS = {"silu": ("silu", {}), "gelu": ("gelu", {"approximate": "none"}),
+                  "gelu_tanh": ("gelu", {"approximate": "tanh"})}
+# the report runs the reference interpreter; past this many weight elements it only says so
+REPORT_MAX_PARAM_ELEMENTS = 1 << 26
+
+
+@register_pass
+class MoeSort(Pass):
+    """Lower ``moe`` to sorted dispatch: route, sort token slots by expert, grouped GEMMs, scatter back.
+
+    For x [B, T, d] with N = B*T tokens, k = top_k and M = N*k token-slot pairs:
+    ``moe_route`` gives expert_ids and gating weights [N, k] (the op's routing: softmax or
+    sigmoid, selection bias, group-limited top-k, renormalisation, routed scale);
+    ``moe_dispatch`` stably sorts the M pairs by expert into token_index/slot_index [M] and
+    indptr [E+1]; the token rows are gathered, ``grouped_gemm`` runs gate and up over each
+    expert's contiguous segment, the activation and product follow, ``grouped_gemm`` runs
+    down; each row is scaled by its gating weight and ``scatter_add`` sums the rows into
+    token order on top of the shared expert (Qwen's sigmoid ``shared_expert_gate`` included)
+    or zeros. Everything runs in float32 and is cast back to x's dtype, as the op does.
+
+    Options: ``capacity_factor`` (default none) caps each expert at
+    ceil(capacity_factor * N * k / E) rows, dropping pairs in GShard priority order (every
+    token's first choice before any second choice, tokens in order); the pass is then no
+    longer exact and ``report`` counts the dropped pairs. ``tile`` (default 16) is the GEMM
+    row tile the report's padding figure assumes.
+
+    FLOPs per token are unchanged (grouped GEMMs count active work only) and so are the
+    active parameters (``grouped_gemm`` touches top_k / E of each expert weight).
+    Intermediate values are named ``<output>.<role>``; the output keeps its name.
+    Guarantees without a capacity: the reference result up to float32 rounding.
+    """
+
+    name = "moe-sort"
+    options = {"capacity_factor": None, "tile": 16}
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        factor, tile = self.config["capacity_factor"], self.config["tile"]
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0):
+            raise PassError(f"pass moe-sort: capacity_factor must be a positive number, got {factor!r}",
+                            hint="moe-sort{capacity_factor=1.25}, or leave it out to keep every token")
+        if isinstance(tile, bool) or not isinstance(tile, int) or tile <= 0:
+            raise PassError(f"pass moe-sort: tile must be a positive integer, got {tile!r}", hint="moe-sort{tile=64}")
+        self.exact = factor is None  # dropping tokens changes the result; the check reports it
+
+    def run(self, graph: Graph) -> bool:
+        changed = False
+        for node in list(graph.nodes):
+            if node.op == "moe":
+                replace_node(graph, node, [_Lowering(graph, node, self.config["capacity_factor"]).output()])
+                changed = True
+        return changed
+
+    def report(self, graph: Graph, feeds: Optional[Mapping[str, np.ndarray]] = None, seed: int = 0) -> dict:
+        """Tokens per expert, load imbalance, dropped pairs and tile padding for each sorted MoE.
+
+        Tokens per expert depend on the data, so the graph runs through the reference
+        interpreter on ``feeds`` (default: the numeric check's seeded inputs, B=2, T=3, P=2)
+        with seeded weights, and each ``moe_dispatch``'s routing is read off. Per layer:
+        ``tokens_per_expert`` (pairs routed to each expert), ``imbalance`` (max / mean of
+        those), ``kept_per_expert`` and ``dropped`` (after the capacity), and ``padding``
+        (sum over experts of ceil(kept / tile) * tile - kept). JSON-able.
+        """
+        sites = [n for n in graph.nodes if n.op == "moe_dispatch"]
+        summary = {"tile": self.config["tile"], "capacity_factor": self.config["capacity_factor"], "layers": []}
+        if not sites:
+            return summary
+        size = sum(p.numel for p in graph.params.values())
+        if size > REPORT_MAX_PARAM_ELEMENTS:
+            summary["skipped"] = (f"{size} weight elements exceed {REPORT_MAX_PARAM_ELEMENTS}; tokens per expert "
+                                  "need a reference run (use the tiny twin)")
+            return summary
+        routed, kept = _run_dispatch(graph, feeds, seed)
+        for node, ids, indptr in zip(sites, routed, kept):
+            summary["layers"].append(self._layer(node, ids, indptr))
+        for key in ("pairs", "dropped", "padding"):
+            summary[key] = sum(layer[key] for layer in summary["layers"])
+        return summary
+
+    def _layer(self, node: Node, expert_ids: np.ndarray, indptr: np.ndarray) -> dict:
+        experts = node.attrs["experts"]
+        tokens, top_k = expert_ids.shape
+        routed = np.bincount(expert_ids.reshape(-1), minlength=experts)
+        kept = np.diff(indptr)
+        router = node.inputs[0].producer.inputs[1]
+        factor = node.attrs["capacity_factor"]
+        mean = routed.sum() / experts
+        return {"layer": layer_of(router.name), "router": router.name, "experts": experts, "top_k": top_k,
+                "tokens": int(tokens), "pairs": int(routed.sum()), "tokens_per_expert": routed.tolist(),
+                "imbalance": round(float(routed.max() / mean), 4) if mean else 0.0,
+                "capacity": None if factor is None else expert_capacity(tokens, top_k, experts, factor),
+                "kept_per_expert": kept.tolist(), "dropped": int(routed.sum() - kept.sum()),
+                "padding": tile_padding(kept, self.config["tile"])}
+
+
+def _run_dispatch(graph: Graph, feeds, seed: int) -> tuple[list, list]:
+    """Each ``moe_dispatch``'s expert_ids and indptr through the reference interpreter."""
+    from irc.testing import check_feeds, run_reference  # runs the interpreter (imported lazily there)
+
+    probe = graph.clone()
+    sites = [n for n in probe.nodes if n.op == "moe_dispatch"]
+    probe.outputs = [v for n in sites for v in (n.inputs[0], n.outputs[2])]
+    arrays = run_reference(probe, check_feeds(graph, seed) if feeds is None else feeds, seed)
+    return arrays[0::2], arrays[1::2]
+
+
+class _Lowering:
+    """Emits the sorted form of one ``moe`` node, before it, named ``<output>.<role>``."""
+
+    def __init__(self, graph: Graph, node: Node, capacity_factor):
+        self.graph, self.node, self.capacity_factor = graph, node, capacity_factor
+        self.out = node.outputs[0]
+
+    def __call__(self, op: str, inputs, role: str, attrs=None) -> Value:
+        return emit1(self.graph, op, inputs, attrs, f"{self.out.name}.{role}", before=self.node)
+
+    def output(self) -> Value:
+        x, router, w_gate, w_up, w_down, bias, s_gate, s_up, s_down, s_expert_gate = (
+            list(self.node.inputs) + [None] * 10)[:10]
+        attrs = self.node.attrs
+        experts, top_k = attrs["experts"], attrs["top_k"]
+        d = x.shape[-1]
+        tokens_shape = [dims.product(x.shape[:-1]), d]
+        tokens = self("reshape", [x], "tokens", {"shape": tokens_shape})
+        tokens = cast_to(self.graph, tokens, F32, f"{self.out.name}.tokens_f32", before=self.node)
+        expert_ids, weights = emit(self.graph, "moe_route", [tokens, router, bias],
+                                   {key: attrs[key] for key in ROUTING},
+                                   [f"{self.out.name}.expert_ids", f"{self.out.name}.routing_weights"],
+                                   before=self.node)
+        token_index, slot_index, indptr = emit(
+            self.graph, "moe_dispatch", [expert_ids], {"experts": experts, "capacity_factor": self.capacity_factor},
+            [f"{self.out.name}.{role}" for role in ("token_index", "slot_index", "indptr")], before=self.node)
+        rows = self("gather", [tokens, token_index], "rows", {"axis": 0})
+        gemm = {"experts": experts, "top_k": top_k}
+        gate = self("grouped_gemm", [rows, w_gate, indptr], "gate", gemm)
+        up = self("grouped_gemm", [rows, w_up, indptr], "up", gemm)
+        hidden = self("mul", [self.activate(gate, "act"), up], "hidden")
+        down = self("grouped_gemm", [hidden, w_down, indptr], "down", gemm)
+        pairs = down.shape[0]
+        flat = self("reshape", [weights], "routing_weights_flat", {"shape": [pairs]})
+        row_weights = self("gather", [flat, slot_index], "row_weights", {"axis": 0})
+        row_weights = self("reshape", [row_weights], "row_weights_M1", {"shape": [pairs, 1]})
+        weighted = self("mul", [down, row_weights], "weighted")
+        base = self.shared(tokens, s_gate, s_up, s_down, s_expert_gate, tokens_shape)
+        combined = self("scatter_add", [base, token_index, weighted], "combined")
+        out = self("reshape", [combined], "out_BTD", {"shape": list(x.shape)})
+        return cast_to(self.graph, out, self.out.dtype, f"{self.out.name}.cast", before=self.node)
+
+    def activate(self, x: Value, role: str) -> Value:
+        op, attrs = ACTIVATION_OPS[self.node.attrs["activation"]]
+        return self(op, [x], role, attrs)
+
+    def shared(self, tokens: Value, s_gate: Optional[Param], s_up, s_down, s_expert_gate, shape) -> Value:
+        """The shared expert over every token (sigmoid-gated when asked), or zeros [N, d]."""
+        if s_gate is None:
+            zero = constant(self.graph, 0.0, F32, f"{self.out.name}.zero", before=self.node)
+            return self("expand", [zero], "zeros", {"shape": shape})
+        gate = self("linear", [tokens, s_gate], "shared_gate")
+        hidden = self("mul", [self.activate(gate, "shared_act"), self("linear", [tokens, s_up], "shared_up")],
+                      "shared_hidden")
+        out = self("linear", [hidden, s_down], "shared")
+        if s_expert_gate is None:
+            return out
+        score = self("sigmoid", [self("linear", [tokens, s_expert_gate], "shared_score")], "shared_sigmoid")
+        return self("mul", [out, score], "shared_gated")
