@@ -1,0 +1,87 @@
+"""``irc tile``: plan a model on an NPU target, write plan.json and an HTML report.
+
+    irc tile SPEC --target-npu examples/targets/edge-npu.yaml [--tokens T] [--past P]
+             [--batch B] [--dtype int8] [--passes mla-absorb] [-o plan.json] [--report plan.html]
+
+Runs ``--passes`` (if any) and then ``npu-tile`` through the pass manager, writes the
+plan (``-o``, JSON, byte-identical for the same input) and the report (``--report``),
+atomically, and prints the totals per phase. ``add_parser`` registers the command on the
+``irc`` parser; ``main`` runs it alone (``python -m backends.npu.cli``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional
+
+from irc.errors import IRCError
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("tile", help="plan NPU tiling (prefill and decode): plan.json and an HTML report")
+    p.add_argument("spec", help="model spec: .yaml, DSL .py or .ir")
+    p.add_argument("--target-npu", required=True, metavar="TARGET.yaml", help="NPU target description")
+    p.add_argument("--tokens", type=int, default=512, help="prefill tokens per sequence [512]")
+    p.add_argument("--past", type=int, default=4096, help="cached tokens at decode [4096]")
+    p.add_argument("--batch", type=int, default=1, help="sequences [1]")
+    p.add_argument("--dtype", default="int8", help="operand dtype, one the target supports [int8]")
+    p.add_argument("--passes", default=None, help="passes to run before tiling, e.g. mla-absorb")
+    p.add_argument("-o", "--output", help="write the plan (JSON)")
+    p.add_argument("--report", help="write the HTML report")
+    p.set_defaults(func=cmd_tile)
+    return p
+
+
+def cmd_tile(args) -> int:
+    from irc.cli import load
+    from irc.passmanager import PassManager, parse_pipeline, write_atomic
+    from backends.npu.plan import dumps
+    from backends.npu.report import render
+    from passes.npu_tile import NpuTile
+
+    graph = load(args.spec)
+    pipeline = parse_pipeline(args.passes or "") + [
+        NpuTile(target=args.target_npu, tokens=args.tokens, past=args.past, batch=args.batch, dtype=args.dtype)]
+    PassManager(pipeline, out=sys.stderr).run(graph)
+    plan = graph.meta["npu_plan"]
+    if args.output:
+        write_atomic(args.output, dumps(plan))
+        print(f"wrote {args.output} ({len(plan['ops'])} planned ops)", file=sys.stderr)
+    if args.report:
+        write_atomic(args.report, render(plan))
+        print(f"wrote {args.report}", file=sys.stderr)
+    print(summary(plan))
+    return 0
+
+
+def summary(plan: dict) -> str:
+    from backends.npu.report import _bytes, _seconds
+
+    lines = [f"{plan['model']} on {plan['target']['name']} ({plan['options']['dtype']} operands, "
+             f"{plan['options']['accumulator']} accumulators)",
+             f"  {'phase':<8} {'ops':>5} {'DRAM':>10} {'bound':>10} {'ratio':>6} {'cycles':>15} {'time/token':>11} "
+             f"{'peak SRAM':>10} {'MAC util':>8}"]
+    for phase, t in plan["totals"].items():
+        util = f"{t['mac_utilization']:.1%}" if t["mac_utilization"] is not None else "-"
+        lines.append(f"  {phase:<8} {t['ops']:>5} {_bytes(t['dram_bytes']):>10} {_bytes(t['lower_bound_bytes']):>10} "
+                     f"{t['ratio']:>6.3f} {t['cycles']:>15,} {_seconds(t['seconds_per_token']):>11} "
+                     f"{_bytes(t['peak_sram_bytes']):>10} {util:>8}")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list] = None) -> int:
+    parser = argparse.ArgumentParser(prog="irc")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except IRCError as err:
+        if args.debug:
+            raise
+        print(f"irc: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""NPU tiling plans: ``plan_graph(graph, target)`` -> the plan, plain JSON data.
+
+For each phase (prefill: B x T new tokens, P = 0; decode: one token over a cache of P)
+the planner extracts the matmul-like work (``backends.npu.workloads``), searches each
+distinct shape once (``backends.npu.cost.search``; layers repeat, so a 80-layer model is
+a handful of searches), and records per op its tile, loop order, buffers, traffic
+against the lower bound, and cycles; then per phase the totals and the time per token.
+Nodes the plan does not tile (norms, RoPE, embedding, ...) are costed as streaming their
+operands once at the DRAM rate.
+
+The plan is deterministic: the same graph, target and options give the same data, and
+``dumps`` gives the same bytes (sorted keys, ratios rounded to 4 places). Its schema is in
+the README (``irc tile``).
+"""
+from __future__ import annotations
+
+import json
+import math
+
+from irc.errors import BackendError
+from irc.graph import Graph
+from backends.npu import cost, workloads
+from backends.npu.target import Machine, Target
+
+FORMAT, VERSION = "irc-npu-plan", 1
+PHASES = ("prefill", "decode")
+
+
+def phase_bindings(tokens: int, past: int, batch: int) -> dict:
+    return {"prefill": {"B": batch, "T": tokens, "P": 0}, "decode": {"B": batch, "T": 1, "P": past}}
+
+
+def plan_graph(graph: Graph, target: Target, *, tokens: int = 512, past: int = 4096, batch: int = 1,
+               dtype: str = "int8") -> dict:
+    """Plan every matmul-like op of ``graph`` on ``target`` for prefill and decode."""
+    for name, value, least in (("tokens", tokens, 1), ("past", past, 0), ("batch", batch, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise BackendError(f"npu plan: {name} must be an integer >= {least}, got {value!r}")
+    machine = target.machine(dtype)
+    searched: dict = {}
+    ops, totals = [], {}
+    for phase, bindings in phase_bindings(tokens, past, batch).items():
+        works, covered = workloads.extract(graph, bindings)
+        records = []
+        for work in works:
+            if work.shape not in searched:
+                searched[work.shape] = cost.search(work.shape, machine, what=f"{work.name} ({phase})")
+            records.append(op_record(work, phase, searched[work.shape], machine))
+        others = [n for n in graph.nodes if n.name not in covered]
+        unplanned = sum(workloads.unplanned_bytes(n, bindings, machine.op_bytes) for n in others)
+        totals[phase] = phase_totals(records, len(others), unplanned, bindings, machine)
+        ops += records
+    return {
+        "format": FORMAT, "version": VERSION, "model": graph.name, "target": target.to_json(),
+        "options": {"dtype": dtype, "accumulator": machine.accumulator, "tokens": tokens, "past": past,
+                    "batch": batch},
+        "phases": phase_bindings(tokens, past, batch),
+        "accounting": {
+            "traffic": "bytes: operands at operand width, outputs at output width, spilled partial sums at "
+                       "accumulator width; tile rows move in whole DMA bursts",
+            "lower_bound": "max(compulsory, min(pebbling, panel)); pebbling = 2MNK/sqrt(S) + MN with S = SRAM "
+                           "bytes / accumulator bytes",
+            "sram_words": machine.sram_bytes // machine.acc_bytes,
+        },
+        "ops": ops,
+        "totals": totals,
+    }
+
+
+def op_record(work: workloads.Work, phase: str, choice: cost.Choice, machine: Machine) -> dict:
+    """One planned op: the choice for one instance, traffic and cycles for all of them."""
+    c, n = choice.cost, work.count
+    dram = {name: int(v) * n for name, v in c["dram"].items()}
+    dram_bytes = sum(dram.values())
+    bound = {key: (value * n if value is not None else None) for key, value in choice.bound.items() if key != "words"}
+    macs = work.shape.macs * n
+    cycles = math.ceil(float(c["cycles"])) * n
+    compute = math.ceil(float(c["compute_cycles"])) * n
+    transfer = math.ceil(float(c["transfer_cycles"])) * n
+    record = {
+        "name": work.name, "node": work.node, "op": work.op, "role": work.role, "kind": work.kind,
+        "phase": phase, "layer": work.layer, "count": n, "shape": work.shape.to_json(),
+        "dtype": machine.dtype, "accumulator": machine.accumulator,
+        "tile": dict(choice.tile), "loop_order": list(choice.order), "double_buffer": bool(choice.double_buffer),
+        "buffers": {name: {"bytes": int(size), "copies": int(copies)} for name, (size, copies) in c["buffers"].items()},
+        "sram_bytes": int(c["sram_bytes"]),
+        "dram_bytes": dram_bytes, "dram": dram,
+        "lower_bound_bytes": bound.pop("bytes"), "lower_bound": bound,
+        "ratio": round(dram_bytes / (choice.bound["bytes"] * n), 4),
+        "macs": macs, "intensity": round(2 * macs / dram_bytes, 3),
+        "compute_cycles": compute, "transfer_cycles": transfer, "cycles": cycles,
+        "bound": "compute" if compute >= transfer else "bandwidth",
+        "mac_utilization": round(macs / (cycles * machine.peak_macs), 4),
+        "steps": int(c["steps"]) * n,
+        "fused": list(work.fused), "epilogue": [dict(step) for step in work.epilogue],
+    }
+    if work.attention is not None:
+        record["attention"] = dict(work.attention)
+    return record
+
+
+def phase_totals(records: list, unplanned_nodes: int, unplanned_bytes: int, bindings: dict, machine: Machine) -> dict:
+    planned_cycles = sum(r["cycles"] for r in records)
+    unplanned_cycles = math.ceil(unplanned_bytes / machine.dram_bw)
+    cycles = planned_cycles + unplanned_cycles
+    seconds = cycles / machine.clock_hz
+    tokens = bindings["B"] * bindings["T"]
+    dram = sum(r["dram_bytes"] for r in records)
+    bound = sum(r["lower_bound_bytes"] for r in records)
+    macs = sum(r["macs"] for r in records)
+    return {
+        "ops": len(records), "dram_bytes": dram, "lower_bound_bytes": bound,
+        "ratio": round(dram / bound, 4) if bound else None, "macs": macs, "planned_cycles": planned_cycles,
+        "unplanned": {"nodes": unplanned_nodes, "dram_bytes": unplanned_bytes, "cycles": unplanned_cycles},
+        "cycles": cycles, "seconds": round(seconds, 9), "tokens": tokens,
+        "seconds_per_token": round(seconds / tokens, 9), "tokens_per_second": round(tokens / seconds, 3),
+        "peak_sram_bytes": max((r["sram_bytes"] for r in records), default=0),
+        "mac_utilization": round(macs / (planned_cycles * machine.peak_macs), 4) if planned_cycles else None,
+        "compute_bound_ops": sum(1 for r in records if r["bound"] == "compute"),
+    }
+
+
+def dumps(plan: dict) -> str:
+    """The plan as JSON text: sorted keys, one-space indent, a final newline."""
+    return json.dumps(plan, indent=1, sort_keys=True) + "\n"
+
+
+def machine_of(plan: dict) -> Machine:
+    return Target.from_json(plan["target"]).machine(plan["options"]["dtype"])
+
+
+def naive_record(record: dict, machine: Machine) -> dict:
+    """The fixed-16x16x16 baseline for a planned op: dram_bytes, cycles, ratio."""
+    shape = cost.shape_from_json(record["kind"], record["shape"])
+    base = cost.naive(shape, machine)
+    n = record["count"]
+    dram = int(base.cost["dram_bytes"]) * n
+    return {"dram_bytes": dram, "cycles": math.ceil(float(base.cost["cycles"])) * n,
+            "ratio": round(dram / record["lower_bound_bytes"], 4), "sram_bytes": int(base.cost["sram_bytes"])}

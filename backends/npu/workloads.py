@@ -1,0 +1,295 @@
+"""What an NPU plan covers: the matmul-like work of every node, at one phase's sizes.
+
+``extract(graph, bindings)`` walks the graph and returns one ``Work`` per GEMM or
+attention core, named ``<node>`` for a single-GEMM node (``layers.0.q``) and
+``<node>:<role>`` inside model-level ops (``layers.0.mlp_out:gate_up``):
+
+- ``linear`` (bias as a fused row operand), ``matmul`` (batch dims as instances, B
+  stored [K,N]);
+- ``swiglu``/``geglu``: ``gate_up``, one GEMM over both weights whose epilogue writes
+  act(gate) * up, then ``down``; ``gelu_mlp``: ``up`` (bias and GELU fused) and ``down``;
+- ``attention``: one flash-style core per KV head, its query heads grouped as rows
+  (M = heads/kv_heads * T) over S = P + T keys (P capped by a sliding window as
+  ``irc.analysis`` does); the k/v projections write the new rows straight into the cache;
+- ``mla_attention``: ``q_a``/``q_b`` (or ``wq``), ``kv_a``, ``kv_b``, the per-head core
+  (Dk = nope + rope, Dv = v) and ``wo``; ``mla_absorbed_attention``: ``q_a``,
+  ``q_b_absorbed`` (or ``wq_absorbed``), ``kv_a``, one core of H*T rows over the latent
+  cache (Dk = d_c + rope, Dv = d_c) and ``wo_absorbed``;
+- ``moe``: ``router``, ``shared.gate_up``/``shared.down`` and the routed experts. Routed
+  rows are the *expected* load under balanced routing: the T*top_k token slots spread over
+  min(E, T*top_k) experts as evenly as possible (so for decode, top_k experts of one row
+  each; for a 512-token prefill over DeepSeek-V2's 160 experts, 32 experts of 20 rows and
+  128 of 19). Real routing is uneven; the worst case for one expert is T rows, which
+  costs the same weight traffic per active expert but more activation traffic.
+
+Elementwise consumers are fused into the producing GEMM's epilogue while the chain is
+single-use, not a graph output and shape-preserving: unary ``silu``, ``gelu``,
+``sigmoid``, ``tanh``, ``exp``, ``neg``, ``softcap``, float ``cast``, and binary ``add``,
+``sub``, ``mul``, ``maximum`` whose other operand has the output's shape (a residual,
+read tile by tile) or is a row vector of N (a bias). ``rope`` is not fused: it pairs
+columns D/2 apart, so a tile would have to hold whole heads. The non-GEMM steps inside
+model-level ops (the norms and RoPE inside MLA, the router's softmax and top-k, the MoE
+combine) are not planned and not counted.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+from irc import dims
+from irc.analysis import layer_of
+from irc.errors import BackendError
+from irc.graph import Graph, Node, Param, Value
+from irc.ops import get_op
+from backends.npu.cost import AttentionShape, GemmShape
+
+UNARY_EPILOGUES = ("silu", "gelu", "sigmoid", "tanh", "exp", "neg", "softcap", "cast")
+BINARY_EPILOGUES = ("add", "sub", "mul", "maximum")
+GATHERS = ("embedding", "gather")
+
+
+@dataclass
+class Work:
+    name: str
+    node: str
+    op: str
+    role: str
+    shape: object                  # GemmShape | AttentionShape
+    count: int = 1                 # identical instances (KV heads x batch, experts, batch dims)
+    layer: Optional[int] = None
+    fused: list = field(default_factory=list)       # names of the fused elementwise nodes
+    epilogue: list = field(default_factory=list)    # the epilogue steps, for the executor
+    attention: Optional[dict] = None                # group, tokens, past, causal, scale
+
+    @property
+    def kind(self) -> str:
+        return "gemm" if isinstance(self.shape, GemmShape) else "attention"
+
+
+def extract(graph: Graph, bindings: dict) -> tuple[list[Work], set]:
+    """The planned work at ``bindings`` (B, T, P), and the names of the nodes it covers
+    (planned or fused)."""
+    works: list[Work] = []
+    covered: set = set()
+    for node in graph.nodes:
+        if node.name in covered:
+            continue
+        rule = RULES.get(node.op)
+        if rule is None:
+            continue
+        try:
+            found = rule(graph, node, _Sizes(bindings))
+        except KeyError as err:
+            raise BackendError(f"cannot size {node.op} at {bindings}: {err}", location=f"node %{node.name}") from None
+        layer = _layer(node)
+        for work in found:
+            work.layer = layer
+            covered.update(work.fused)
+        covered.add(node.name)
+        works.extend(found)
+    return works, covered
+
+
+class _Sizes:
+    def __init__(self, bindings: dict):
+        self.bindings = bindings
+
+    def shape(self, value: Value) -> tuple:
+        return dims.evaluate_shape(value.shape, self.bindings)
+
+    def rows(self, value: Value) -> int:
+        return math.prod(self.shape(value)[:-1])
+
+
+def _layer(node: Node) -> Optional[int]:
+    found = layer_of(node.name)
+    if found is None:
+        found = next((layer_of(v.name) for v in node.inputs if isinstance(v, Param) and layer_of(v.name) is not None),
+                     None)
+    return found
+
+
+# ---- fusion ------------------------------------------------------------------------------
+
+def fuse_epilogue(graph: Graph, value: Value, sizes: _Sizes) -> tuple[list, list, int, int]:
+    """Follow ``value``'s single-use elementwise consumers: (steps, fused node names, tile
+    operands, row operands)."""
+    steps, names, tiles, rows = [], [], 0, 0
+    while len(value.uses) == 1 and not any(v is value for v in graph.outputs):
+        user = value.uses[0]
+        if len(user.outputs) != 1 or user.outputs[0].shape != value.shape:
+            break
+        if user.op in UNARY_EPILOGUES:
+            if user.op == "cast" and not user.outputs[0].dtype.is_float:
+                break
+            step = {"op": user.op, **{k: user.attrs[k] for k in ("approximate", "cap") if k in user.attrs}}
+        elif user.op in BINARY_EPILOGUES:
+            index = 1 if user.inputs[0] is value else 0
+            other = user.inputs[index]
+            if other is value:
+                break
+            other_shape, shape = sizes.shape(other), sizes.shape(value)
+            if other_shape == shape:
+                step, tiles = {"op": user.op, "operand": "tile", "swap": index == 0}, tiles + 1
+            elif other_shape[-1:] == shape[-1:] and math.prod(other_shape) == shape[-1]:
+                step, rows = {"op": user.op, "operand": "row", "swap": index == 0}, rows + 1
+            else:
+                break
+        else:
+            break
+        steps.append({**step, "node": user.name})
+        names.append(user.name)
+        value = user.outputs[0]
+    return steps, names, tiles, rows
+
+
+def _gemm(graph, node, sizes, role, M, K, N, *, weights=1, layout="nk", steps=(), rows=0, fuse=None, count=1,
+          suffix=True) -> Work:
+    """A GEMM work item; ``fuse``: the value whose elementwise consumers join the epilogue."""
+    steps, names, tile_ops = list(steps), [], 0
+    if fuse is not None:
+        more, names, tile_ops, more_rows = fuse_epilogue(graph, fuse, sizes)
+        steps += more
+        rows += more_rows
+    shape = GemmShape(M, K, N, weights, layout, tile_ops, rows)
+    return Work(f"{node.name}:{role}" if suffix else node.name, node.name, node.op, role, shape, count,
+                fused=names, epilogue=steps)
+
+
+# ---- rules: node -> work -----------------------------------------------------------------
+
+def _linear(graph, node, sizes):
+    x, weight, bias = (list(node.inputs) + [None])[:3]
+    N, K = weight.shape
+    steps = [{"op": "add", "operand": "row", "swap": False, "node": node.name}] if bias is not None else []
+    return [_gemm(graph, node, sizes, "linear", sizes.rows(x), K, N, steps=steps, rows=int(bias is not None),
+                  fuse=node.outputs[0], suffix=False)]
+
+
+def _matmul(graph, node, sizes):
+    a, b = node.inputs
+    out = sizes.shape(node.outputs[0])
+    return [_gemm(graph, node, sizes, "matmul", out[-2], sizes.shape(a)[-1], out[-1], layout="kn",
+                  fuse=node.outputs[0], count=math.prod(out[:-2]), suffix=False)]
+
+
+def _gated_mlp(graph, node, sizes):
+    x, gate, up, down = node.inputs
+    f, d = gate.shape
+    activation = "silu" if node.op == "swiglu" else ("gelu_tanh" if node.attrs["approximate"] == "tanh" else "gelu")
+    M = sizes.rows(x)
+    return [_gemm(graph, node, sizes, "gate_up", M, d, f, weights=2, steps=[{"op": "glu", "activation": activation}]),
+            _gemm(graph, node, sizes, "down", M, f, d, fuse=node.outputs[0])]
+
+
+def _gelu_mlp(graph, node, sizes):
+    x, up, down, b_up, b_down = (list(node.inputs) + [None] * 5)[:5]
+    f, d = up.shape
+    M = sizes.rows(x)
+    bias = {"op": "add", "operand": "row", "swap": False}
+    up_steps = ([bias] if b_up is not None else []) + [{"op": "gelu", "approximate": node.attrs["approximate"]}]
+    return [_gemm(graph, node, sizes, "up", M, d, f, steps=up_steps, rows=int(b_up is not None)),
+            _gemm(graph, node, sizes, "down", M, f, d, steps=[bias] if b_down is not None else [],
+                  rows=int(b_down is not None), fuse=node.outputs[0])]
+
+
+def _keys(node, sizes, tokens) -> tuple[int, int]:
+    """(visible past, keys) at these sizes: P capped by a sliding window as irc.analysis does."""
+    past = sizes.bindings.get("P", 0) if len(node.inputs) > 4 and node.inputs[4] is not None else 0
+    window = node.attrs.get("window")
+    if window is not None:
+        past = max(0, min(past, window - tokens))
+    return past, past + tokens
+
+
+def _core(node, sizes, role, batch, tokens, group, count, key_dim, value_dim, scale) -> Work:
+    past, keys = _keys(node, sizes, tokens)
+    return Work(f"{node.name}:{role}", node.name, node.op, role, AttentionShape(group * tokens, keys, key_dim, value_dim),
+                batch * count, attention={"group": group, "tokens": tokens, "past": past,
+                                          "causal": bool(node.attrs.get("causal", True)), "scale": scale,
+                                          "softcap": node.attrs.get("softcap"), "window": node.attrs.get("window")})
+
+
+def _attention(graph, node, sizes):
+    a = node.attrs
+    batch, tokens = sizes.shape(node.inputs[0])[:2]
+    v_dim = a["v_head_dim"] or a["head_dim"]
+    scale = a["scale"] if a["scale"] is not None else a["head_dim"] ** -0.5
+    return [_core(node, sizes, "attention", batch, tokens, a["heads"] // a["kv_heads"], a["kv_heads"], a["head_dim"],
+                  v_dim, scale)]
+
+
+def _mla(graph, node, sizes):
+    from irc.ops.attention import mla_softmax_scale
+
+    a = node.attrs
+    absorbed = node.op == "mla_absorbed_attention"
+    named = dict(zip(get_op(node.op).operand_names(len(node.inputs)), node.inputs))
+    wq, wo = named.get("wq", named.get("wq_absorbed")), named.get("wo", named.get("wo_absorbed"))
+    batch, tokens, d = sizes.shape(named["x"])
+    M, H = batch * tokens, a["heads"]
+    rank, rope, nope, v = a["kv_lora_rank"], a["qk_rope_head_dim"], a["qk_nope_head_dim"], a["v_head_dim"]
+    q_width = H * ((rank if absorbed else nope) + rope)
+    q_suffix = "_absorbed" if absorbed else ""
+    if wq is not None:
+        works = [_gemm(graph, node, sizes, "wq" + q_suffix, M, d, q_width)]
+    else:
+        q_rank = a["q_lora_rank"]
+        works = [_gemm(graph, node, sizes, "q_a", M, d, q_rank), _gemm(graph, node, sizes, "q_b" + q_suffix, M, q_rank,
+                                                                        q_width)]
+    works.append(_gemm(graph, node, sizes, "kv_a", M, d, rank + rope))
+    scale = mla_softmax_scale(nope, rope, a["rope"], a["scale"])
+    if absorbed:
+        works.append(_core(node, sizes, "attention", batch, tokens, H, 1, rank + rope, rank, scale))
+    else:
+        works.append(_gemm(graph, node, sizes, "kv_b", M, rank, H * (nope + v)))
+        works.append(_core(node, sizes, "attention", batch, tokens, 1, H, nope + rope, v, scale))
+    works.append(_gemm(graph, node, sizes, "wo" + q_suffix, M, wo.shape[1], wo.shape[0], fuse=node.outputs[0]))
+    return works
+
+
+def _moe(graph, node, sizes):
+    x, router, w_gate = node.inputs[:3]
+    shared = node.inputs[6] if len(node.inputs) > 6 else None
+    a = node.attrs
+    M = sizes.rows(x)
+    experts, f, d = w_gate.shape
+    glu = [{"op": "glu", "activation": a["activation"]}]
+    works = [_gemm(graph, node, sizes, "router", M, d, experts)]
+    if shared is not None:
+        fs = shared.shape[0]
+        works += [_gemm(graph, node, sizes, "shared.gate_up", M, d, fs, weights=2, steps=glu),
+                  _gemm(graph, node, sizes, "shared.down", M, fs, d)]
+    slots = M * a["top_k"]
+    active = min(experts, slots)
+    base, extra = divmod(slots, active)
+    for rows, count in ((base + 1, extra), (base, active - extra)):
+        if count and rows:
+            works += [_gemm(graph, node, sizes, f"experts.gate_up[{rows} rows]", rows, d, f, weights=2, steps=glu,
+                            count=count),
+                      _gemm(graph, node, sizes, f"experts.down[{rows} rows]", rows, f, d, count=count)]
+    return works
+
+
+RULES = {"linear": _linear, "matmul": _matmul, "swiglu": _gated_mlp, "geglu": _gated_mlp, "gelu_mlp": _gelu_mlp,
+         "attention": _attention, "mla_attention": _mla, "mla_absorbed_attention": _mla, "moe": _moe}
+
+
+# ---- what is left ------------------------------------------------------------------------
+
+def unplanned_bytes(node: Node, bindings: dict, op_bytes: int) -> int:
+    """DRAM bytes of a node the plan does not tile: every operand read and result written
+    once, floats at the NPU's operand width, integers at their own (a gather reads only
+    the rows it returns)."""
+    total = 0
+    out_elements = math.prod(dims.evaluate_shape(node.outputs[0].shape, bindings)) if node.outputs else 0
+    for value in list(node.inputs) + list(node.outputs):
+        if value is None:
+            continue
+        elements = math.prod(dims.evaluate_shape(value.shape, bindings))
+        if isinstance(value, Param) and node.op in GATHERS:
+            elements = out_elements
+        width = op_bytes if value.dtype.is_float else max(1, value.dtype.bits // 8)
+        total += elements * width
+    return total

@@ -1,0 +1,54 @@
+"""``npu-tile``: plan NPU tiling for every matmul-like op and attach the plan."""
+from __future__ import annotations
+
+from typing import Optional
+
+from irc.graph import Graph
+from irc.passmanager import Pass, register_pass
+
+
+@register_pass
+class NpuTile(Pass):
+    """Plan tiles, loop order and double buffering for an NPU target; attach the plan.
+
+    For every linear, MLP, MoE expert and router GEMM, MLA projection and attention core,
+    at prefill (``tokens`` new tokens, no cache) and at decode (one token over ``past``
+    cached ones), the plan picks Tm x Tn x Tk tiles aligned to the MAC array and a loop
+    order that fit the target's SRAM and move the fewest DRAM bytes, then the fewest
+    cycles (a roofline per tile step with pipeline fill); attention is tiled flash-style;
+    single-use elementwise consumers are fused into the producer's epilogue. Each op's
+    traffic is held against the I/O lower bound. See ``backends.npu`` for the model.
+
+    Options: ``target`` (a target YAML, required), ``tokens`` [512], ``past`` [4096],
+    ``batch`` [1], ``dtype`` (operand dtype, one the target supports) [int8].
+
+    Guarantees: the only change is ``graph.meta["npu_plan"]`` (plain JSON data, the
+    content ``irc tile`` writes as plan.json); nodes, params and values are untouched, so
+    the numbers do not move. The plan is a function of the graph, the target's content
+    and the options, so a second run with the same ones reports no change.
+    """
+
+    name = "npu-tile"
+    options = {"target": None, "tokens": 512, "past": 4096, "batch": 1, "dtype": "int8"}
+
+    def precondition(self, graph: Graph) -> Optional[str]:
+        if not self.config["target"]:
+            return "needs a target description: npu-tile{target=examples/targets/edge-npu.yaml}"
+        return None
+
+    def run(self, graph: Graph) -> bool:
+        # The planner lives with the NPU backend that executes and reports plans; it is
+        # imported here, when the pass runs, as irc.testing imports the interpreter.
+        from backends.npu.plan import plan_graph
+        from backends.npu.target import load_target
+
+        target = load_target(self.config["target"])
+        plan = plan_graph(graph, target, tokens=self.config["tokens"], past=self.config["past"],
+                          batch=self.config["batch"], dtype=self.config["dtype"])
+        if graph.meta.get("npu_plan") == plan:
+            return False
+        graph.meta["npu_plan"] = plan
+        return True
+
+
+__all__ = ["NpuTile"]
