@@ -17,7 +17,11 @@ TARGETS = {
     # target: (default pipeline, what -o writes)
     "ir": ("", "the printed IR"),
     "numpy": ("dce,cse", "a standalone NumPy module (+ .npz weights)"),
+    # the ONNX targets' pipelines depend on --opset: backends.onnx.targets has the table
+    "onnx": ("dce,cse", "an ONNX model, standard ops (+ genai_config.json)"),
+    "onnx-ort": ("dce,cse", "an ONNX model with ONNX Runtime contrib ops (+ genai_config.json)"),
 }
+ONNX_TARGETS = ("onnx", "onnx-ort")
 
 
 def load(path: str):
@@ -42,7 +46,7 @@ def _apply_passes(graph, args, *, check: bool = False, out=sys.stdout):
     from irc.analysis import stats_line
     from irc.passmanager import PassManager
 
-    pipeline = _pipeline(args.passes if args.passes is not None else TARGETS.get(getattr(args, "target", "ir"), ("",))[0])
+    pipeline = _pipeline(args.passes if args.passes is not None else _default_pipeline(args))
     checker = None
     if check:
         from backends.numpy.interpreter import random_feeds
@@ -62,6 +66,34 @@ def _apply_passes(graph, args, *, check: bool = False, out=sys.stdout):
                           checker=checker, stats=lambda g: stats_line(g, args.context), dot=graph_to_dot, out=out)
     manager.run(graph)
     return manager
+
+
+def _default_pipeline(args) -> str:
+    target = getattr(args, "target", "ir")
+    if target in ONNX_TARGETS:
+        from backends.onnx.targets import TARGETS as ONNX
+        return ONNX[target].pipeline(_onnx_options(args)[0])
+    return TARGETS.get(target, ("",))[0]
+
+
+def _onnx_options(args) -> tuple[int, str]:
+    """(opset, weights) for an ONNX target; one BackendError for a bad option or combination.
+    Imports only backends.onnx.targets (plain data), never onnx itself."""
+    from backends.onnx.targets import DEFAULT_OPSET, check_options
+    from irc.errors import BackendError
+
+    opset = DEFAULT_OPSET if args.opset is None else args.opset
+    weights = "seeded" if args.weights is None else args.weights
+    if args.target not in ONNX_TARGETS:
+        given = [flag for flag, value in (("--opset", args.opset), ("--weights", args.weights)) if value is not None]
+        if given:
+            raise BackendError(f"{given[0]} applies to the ONNX targets only, not --target {args.target}",
+                               hint=f"use --target {' or '.join(ONNX_TARGETS)}")
+        return opset, weights
+    check_options(args.target, opset, weights)
+    if not args.output:
+        raise BackendError(f"--target {args.target} writes a model file: give -o FILE.onnx")
+    return opset, weights
 
 
 # ---- commands --------------------------------------------------------------------------
@@ -111,6 +143,7 @@ def cmd_compile(args) -> int:
 
     if args.target not in TARGETS:
         raise IRCError(f"unknown target {args.target!r}", hint=f"targets: {', '.join(TARGETS)}")
+    opset, weights = _onnx_options(args)
     graph = load(args.spec)
     manager = _apply_passes(graph, args, check=args.check, out=sys.stdout)
     for r in manager.records:
@@ -128,9 +161,29 @@ def cmd_compile(args) -> int:
         elif args.target == "numpy":
             from backends.numpy.emit import emit_module
             emit_module(graph, args.output, source=args.spec)
+        elif args.target in ONNX_TARGETS:
+            return _emit_onnx(graph, args, opset, weights)
         print(f"wrote {args.output} ({TARGETS[args.target][1]})", file=sys.stderr)
     elif args.target == "ir":
         sys.stdout.write(print_graph(graph))
+    return 0
+
+
+def _emit_onnx(graph, args, opset: int, weights: str) -> int:
+    from backends.onnx.emit import emit_model  # onnx is imported only when an ONNX target is asked for
+
+    result = emit_model(graph, args.output, target=args.target, opset=opset, weights=weights, seed=args.seed,
+                        context=args.context)
+    print(f"wrote {result.path} (target {result.target}, opset {result.opset})", file=sys.stderr)
+    if result.data_path and result.weights_written:
+        print(f"wrote {result.data_path} ({_bytes(result.weight_bytes)} of weights)", file=sys.stderr)
+    elif result.data_path:
+        print(f"shape-only compile: the model references {_bytes(result.weight_bytes)} of weights in "
+              f"{result.data_path}, which was not written (--weights none)", file=sys.stderr)
+    if result.genai_config:
+        print(f"wrote {result.genai_config}", file=sys.stderr)
+    elif result.genai_note:
+        print(result.genai_note, file=sys.stderr)
     return 0
 
 
@@ -171,7 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     def common(p, passes_help="comma-separated passes, e.g. dce,cse"):
         p.add_argument("spec", help="model spec: .yaml, DSL .py or .ir")
         p.add_argument("--passes", default=None, help=passes_help)
-        p.add_argument("--context", type=int, default=4096, help="context length for FLOPs and KV totals")
+        p.add_argument("--context", type=int, default=4096,
+                       help="context length for FLOPs and KV totals; for the ONNX targets the longest sequence "
+                            "the model serves (genai context_length, ORT RoPE tables)")
         p.add_argument("--seed", type=int, default=0, help="seed for absent weights and check inputs")
 
     show = sub.add_parser("show", help="summary and analysis of a model")
@@ -188,6 +243,11 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--print-after-all", action="store_true")
     comp.add_argument("--print-after-change", action="store_true")
     comp.add_argument("--check", action="store_true", help="hold every pass to the reference interpreter")
+    comp.add_argument("--opset", type=int, default=None,
+                      help="ONNX opset for --target onnx/onnx-ort (default 23, at least 21)")
+    comp.add_argument("--weights", default=None,
+                      help="ONNX targets: seeded (default; absent weights seeded by name) or none (shape-only: "
+                           "the model references external weights that are not written)")
     comp.set_defaults(func=cmd_compile)
 
     run = sub.add_parser("run", help="greedy generation with the reference interpreter")

@@ -1,0 +1,257 @@
+"""RoPE, masks and attention in standard ops.
+
+RoPE: cos and sin [B, T, R/2] are computed in the graph from ``position_ids`` and the
+op's inverse frequencies (an initializer, from ``irc.ops.rope.rope_inv_freq``), once per
+RoPE configuration and shared by every layer; at opset 23 ``RotaryEmbedding`` takes them
+without ``position_ids`` (the 3-D cos/sin form), so no table bounds the context. Before
+opset 23 the rotation is written out (slices, multiplies, a concat). Dynamic NTK scaling
+depends on the longest position at run time and is refused.
+
+Masks: a bool [B, 1, T, P+T] "query t may see key j" (causal, window and
+``attention_mask``), built once per window and shared by the layers; the query at row t
+sits at key index P+t, as in ``irc.ops.attention``.
+
+Attention: at opset 23, ``Attention`` with q_num_heads/kv_num_heads (grouped, K/V not
+repeated), the bool mask, softcap and past_key/past_value; a query row that sees no key
+gives zeros, as in the reference. Before opset 23 (and the ``gqa-broadcast`` pass has not
+landed, so the emitter does this itself): queries reshaped to [B, K, H/K, T, D] against
+keys [B, K, 1, S, D] by broadcasting MatMul, a masked Softmax, and a final Where that
+zeroes rows with no visible key.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from onnx import TensorProto
+
+from irc import dims
+from irc.dtypes import DType
+from irc.errors import BackendError
+from irc.graph import Node, Value
+from irc.ops.rope import rope_inv_freq
+
+from backends.onnx.builder import ONNX_TYPES, Builder
+from backends.onnx.portable import slice_, softcap
+
+NEG = float(np.finfo(np.float32).min)
+
+
+# ---- RoPE ------------------------------------------------------------------------------
+
+def check_scaling(op: str, scaling) -> None:
+    if scaling and scaling.get("kind") == "dynamic":
+        raise BackendError(f"{op}: dynamic NTK RoPE scaling depends on the longest position at run time; "
+                           "the ONNX backend does not express it",
+                           hint="use a static scaling (linear, yarn, llama3) or the numpy target")
+
+
+def rope_tables(b: Builder, position_ids: Value, rotary: int, base: float, scaling, dtype: DType) -> tuple[str, str]:
+    """cos and sin [B, T, rotary/2] for ``position_ids`` (attention factor included)."""
+    check_scaling("rope", scaling)
+    key = ("rope", position_ids.name, rotary, float(base), json.dumps(scaling, sort_keys=True), dtype)
+
+    def make():
+        inv_freq, factor = rope_inv_freq(rotary, base, scaling)
+        hint = f"rope/{rotary}/{base:g}"
+        pos = b.op("Cast", [b.value(position_ids)], f"{hint}/positions", to=TensorProto.FLOAT)
+        pos = b.op("Unsqueeze", [pos, b.i64([-1])], f"{hint}/positions3")
+        angles = b.op("Mul", [pos, b.const(inv_freq, np.float32, f"{hint}/inv_freq")], f"{hint}/angles")
+        tables = []
+        for fn in ("Cos", "Sin"):
+            table = b.op(fn, [angles], f"{hint}/{fn.lower()}")
+            if factor != 1.0:
+                factor_name = b.const(factor, np.float32, f"{hint}/factor")
+                table = b.op("Mul", [table, factor_name], f"{hint}/{fn.lower()}_scaled")
+            if dtype != DType.f32:
+                table = b.op("Cast", [table], f"{hint}/{fn.lower()}_{dtype}", to=ONNX_TYPES[dtype])
+            tables.append(table)
+        return tuple(tables)
+
+    return b.cached(key, make)
+
+
+def rotate(b: Builder, x: str, shape: tuple, cos: str, sin: str, convention: str, rotary: int, out: str) -> str:
+    """RoPE written out on x of ``shape`` [..., D] with cos/sin broadcastable to [..., R/2]."""
+    head_dim, half = shape[-1], rotary // 2
+    part = x if rotary == head_dim else slice_(b, x, 0, rotary, -1, b.fresh(f"{out}/rotary"))
+    if convention == "half":
+        x1 = slice_(b, part, 0, half, -1, b.fresh(f"{out}/x1"))
+        x2 = slice_(b, part, half, rotary, -1, b.fresh(f"{out}/x2"))
+    else:
+        pairs = b.op("Reshape", [part, b.shape(shape[:-1] + (half, 2))], f"{out}/pairs", allowzero=1)
+        x1 = slice_(b, pairs, 0, 1, -1, b.fresh(f"{out}/x1"))
+        x2 = slice_(b, pairs, 1, 2, -1, b.fresh(f"{out}/x2"))
+        cos = b.op("Unsqueeze", [cos, b.i64([-1])], f"{out}/cos")
+        sin = b.op("Unsqueeze", [sin, b.i64([-1])], f"{out}/sin")
+    real = b.op("Sub", [b.op("Mul", [x1, cos], f"{out}/x1cos"), b.op("Mul", [x2, sin], f"{out}/x2sin")], f"{out}/real")
+    imag = b.op("Add", [b.op("Mul", [x2, cos], f"{out}/x2cos"), b.op("Mul", [x1, sin], f"{out}/x1sin")], f"{out}/imag")
+    full = rotary == head_dim
+    target = out if full else b.fresh(f"{out}/rotated")
+    if convention == "half":
+        b.node("Concat", [real, imag], [target], axis=-1)
+    else:
+        pairs = b.op("Concat", [real, imag], f"{out}/rotated_pairs", axis=-1)
+        b.node("Reshape", [pairs, b.shape(shape[:-1] + (rotary,))], [target], allowzero=1)
+    if full:
+        return out
+    rest = slice_(b, x, rotary, head_dim, -1, b.fresh(f"{out}/pass"))
+    return b.node("Concat", [target, rest], [out], axis=-1)[0]
+
+
+def lower_rope(b: Builder, node: Node, outs: list[str]) -> None:
+    x, position_ids = node.inputs
+    a = node.attrs
+    head_dim = a["head_dim"]
+    rotary = head_dim if a["rotary_dim"] is None else a["rotary_dim"]
+    cos, sin = rope_tables(b, position_ids, rotary, a["base"], a["scaling"], x.dtype)
+    heads = x.shape[-1] // head_dim
+    if b.opset >= 23:
+        b.node("RotaryEmbedding", [b.value(x), cos, sin], outs, interleaved=int(a["convention"] == "interleaved"),
+               num_heads=heads, rotary_embedding_dim=rotary if rotary != head_dim else None)
+        return
+    batch, seq = x.shape[:2]
+    shape4 = (batch, seq, heads, head_dim)
+    x4 = b.op("Reshape", [b.value(x), b.shape(shape4)], f"{outs[0]}/heads", allowzero=1)
+    cos4 = b.cached(("unsqueeze", cos, 2), lambda: b.op("Unsqueeze", [cos, b.i64([2])], f"{cos}/heads"))
+    sin4 = b.cached(("unsqueeze", sin, 2), lambda: b.op("Unsqueeze", [sin, b.i64([2])], f"{sin}/heads"))
+    rotated = rotate(b, x4, shape4, cos4, sin4, a["convention"], rotary, b.fresh(f"{outs[0]}/rotated"))
+    b.node("Reshape", [rotated, b.shape(x.shape)], outs, allowzero=1)
+
+
+def rotate_heads(b: Builder, x4: str, shape4: tuple, cos: str, sin: str, convention: str, out: str) -> str:
+    """RoPE on [B, N, T, R] (all of the last axis rotates) with cos/sin [B, T, R/2]."""
+    if b.opset >= 23:
+        return b.node("RotaryEmbedding", [x4, cos, sin], [out], interleaved=int(convention == "interleaved"))[0]
+    cos4 = b.cached(("unsqueeze", cos, 1), lambda: b.op("Unsqueeze", [cos, b.i64([1])], f"{cos}/bhtr"))
+    sin4 = b.cached(("unsqueeze", sin, 1), lambda: b.op("Unsqueeze", [sin, b.i64([1])], f"{sin}/bhtr"))
+    return rotate(b, x4, shape4, cos4, sin4, convention, shape4[-1], out)
+
+
+# ---- masks -----------------------------------------------------------------------------
+
+def visibility(b: Builder, mask, seq, total, causal: bool, window) -> str:
+    """Bool [B or 1, 1, T, P+T]: may query t see key j; "" when every key is visible."""
+    if not causal and window is None and mask is None:
+        return ""
+    key = ("visible", None if mask is None else mask.name, dims.canonical(seq), dims.canonical(total), causal, window)
+    return b.cached(key, lambda: _make_visibility(b, mask, seq, total, causal, window))
+
+
+def _make_visibility(b: Builder, mask, seq, total, causal: bool, window) -> str:
+    hint = "mask" + ("" if window is None else f"/window{window}") + ("" if causal else "/bidirectional")
+    visible = None
+    if causal or window is not None:
+        keys = b.cached(("keys", total), lambda: b.op("Range", [b.i64(0), b.scalar(total), b.i64(1)], "mask/keys"))
+        queries = b.cached(("queries", seq, total), lambda: _queries(b, seq, total))
+        if causal:
+            visible = b.op("LessOrEqual", [keys, queries], f"{hint}/causal")
+        if window is not None:
+            start = b.op("Sub", [queries, b.i64(window)], f"{hint}/window_start")
+            inside = b.op("Greater", [keys, start], f"{hint}/window")
+            visible = inside if visible is None else b.op("And", [visible, inside], f"{hint}/causal_window")
+    if mask is None:
+        return b.op("Unsqueeze", [visible, b.i64([0, 1])], f"{hint}/visible")
+    keep = b.cached(("keep", mask.name), lambda: _keep(b, mask))
+    return keep if visible is None else b.op("And", [visible, keep], f"{hint}/visible")
+
+
+def _queries(b: Builder, seq, total) -> str:
+    """[T, 1]: the key index of each query row, P + t."""
+    first = b.op("Sub", [b.scalar(total), b.scalar(seq)], "mask/past")
+    rows = b.op("Range", [first, b.scalar(total), b.i64(1)], "mask/query_positions")
+    return b.op("Unsqueeze", [rows, b.i64([1])], "mask/queries")
+
+
+def _keep(b: Builder, mask: Value) -> str:
+    """[B, 1, 1, P+T] bool from attention_mask (nonzero: a real token)."""
+    keep = b.value(mask)
+    if mask.dtype != DType.bool:
+        keep = b.op("Cast", [keep], "mask/keep", to=TensorProto.BOOL)
+    return b.op("Unsqueeze", [keep, b.i64([1, 2])], "mask/keep4")
+
+
+# ---- attention -------------------------------------------------------------------------
+
+def heads_first(b: Builder, x: str, batch, seq, heads: int, width: int, out: str) -> str:
+    """[B, T, N*W] -> [B, N, T, W]."""
+    split = b.op("Reshape", [x, b.shape((batch, seq, heads, width))], f"{out}/split", allowzero=1)
+    return b.node("Transpose", [split], [out], perm=[0, 2, 1, 3])[0]
+
+
+def merge_heads(b: Builder, x4: str, batch, seq, heads: int, width: int, out: str) -> str:
+    """[B, N, T, W] -> [B, T, N*W]."""
+    moved = b.op("Transpose", [x4], f"{out}/tokens_first", perm=[0, 2, 1, 3])
+    return b.node("Reshape", [moved, b.shape((batch, seq, heads * width))], [out], allowzero=1)[0]
+
+
+def grouped_attention(b: Builder, q4: str, key4: str, value4: str, visible: str, *, batch, seq, heads: int,
+                      kv_heads: int, head_dim: int, v_head_dim: int, scale: float, cap, out: str) -> str:
+    """Softmax(q k^T * scale) v for q [B, H, T, D] over key/value [B, K, S, D]: query head h
+    reads kv head h // (H/K) through a [B, K, H/K, T, D] view; masked rows give zeros."""
+    group = heads // kv_heads
+    q5 = b.op("Reshape", [q4, b.shape((batch, kv_heads, group, seq, head_dim))], f"{out}/q_groups", allowzero=1)
+    keys_t = b.op("Transpose", [key4], f"{out}/keys_t", perm=[0, 1, 3, 2])
+    keys5 = b.op("Unsqueeze", [keys_t, b.i64([2])], f"{out}/keys5")
+    scores = b.op("MatMul", [q5, keys5], f"{out}/qk")
+    scores = b.op("Mul", [scores, b.const(scale, np.float32, f"{out}/scale")], f"{out}/scores")
+    if cap is not None:
+        scores = softcap(b, scores, cap, DType.f32, b.fresh(f"{out}/softcapped"))
+    if visible:
+        visible5 = b.cached(("unsqueeze", visible, 1), lambda: b.op("Unsqueeze", [visible, b.i64([1])],
+                                                                     f"{visible}/groups"))
+        scores = b.op("Where", [visible5, scores, b.const(NEG, np.float32, "mask/neg")], f"{out}/masked")
+        probs = b.op("Softmax", [scores], f"{out}/probs_all", axis=-1)
+        probs = b.op("Where", [visible5, probs, b.const(0.0, np.float32, "zero")], f"{out}/probs")
+    else:
+        probs = b.op("Softmax", [scores], f"{out}/probs", axis=-1)
+    values5 = b.op("Unsqueeze", [value4, b.i64([2])], f"{out}/values5")
+    out5 = b.op("MatMul", [probs, values5], f"{out}/weighted")
+    return b.node("Reshape", [out5, b.shape((batch, heads, seq, v_head_dim))], [out], allowzero=1)[0]
+
+
+def attend_heads(b: Builder, q4: str, k4: str, v4: str, past: tuple, presents: list, visible: str, *, batch, seq,
+                 heads: int, kv_heads: int, head_dim: int, v_head_dim: int, scale: float, cap, out: str) -> str:
+    """Attention on head-major [B, N, T, W] operands with an optional past; writes the
+    present caches to ``presents`` (names) when ``past`` is given. Returns [B, H, T, Dv]."""
+    if b.opset >= 23:
+        b.node("Attention", [q4, k4, v4, visible, *past], [out, *presents], scale=float(scale),
+               softcap=None if cap is None else float(cap), is_causal=0)
+        return out
+    key4, value4 = k4, v4
+    if past:
+        key4 = b.node("Concat", [past[0], k4], [presents[0]], axis=2)[0]
+        value4 = b.node("Concat", [past[1], v4], [presents[1]], axis=2)[0]
+    return grouped_attention(b, q4, key4, value4, visible, batch=batch, seq=seq, heads=heads, kv_heads=kv_heads,
+                             head_dim=head_dim, v_head_dim=v_head_dim, scale=scale, cap=cap, out=out)
+
+
+def attention_operands(node: Node) -> dict:
+    q, k, v, mask, past_key, past_value = (list(node.inputs) + [None] * 6)[:6]
+    a = node.attrs
+    batch, seq = q.shape[:2]
+    total = seq if past_key is None else dims.add(past_key.shape[2], seq)
+    return dict(q=q, k=k, v=v, mask=mask, past_key=past_key, past_value=past_value, batch=batch, seq=seq,
+                total=total, heads=a["heads"], kv_heads=a["kv_heads"], head_dim=a["head_dim"],
+                v_head_dim=a["head_dim"] if a["v_head_dim"] is None else a["v_head_dim"],
+                scale=a["head_dim"] ** -0.5 if a["scale"] is None else a["scale"])
+
+
+def lower_attention(b: Builder, node: Node, outs: list[str]) -> None:
+    o = attention_operands(node)
+    a = node.attrs
+    visible = visibility(b, o["mask"], o["seq"], o["total"], a["causal"], a["window"])
+    past = () if o["past_key"] is None else (b.value(o["past_key"]), b.value(o["past_value"]))
+    q, k, v = (b.value(o[name]) for name in ("q", "k", "v"))
+    if b.opset >= 23:
+        b.node("Attention", [q, k, v, visible, *past], outs, q_num_heads=o["heads"], kv_num_heads=o["kv_heads"],
+               scale=float(o["scale"]), softcap=None if a["softcap"] is None else float(a["softcap"]), is_causal=0)
+        return
+    shape = dict(batch=o["batch"], seq=o["seq"])
+    q4 = heads_first(b, q, heads=o["heads"], width=o["head_dim"], out=b.fresh(f"{outs[0]}/q"), **shape)
+    k4 = heads_first(b, k, heads=o["kv_heads"], width=o["head_dim"], out=b.fresh(f"{outs[0]}/k"), **shape)
+    v4 = heads_first(b, v, heads=o["kv_heads"], width=o["v_head_dim"], out=b.fresh(f"{outs[0]}/v"), **shape)
+    out4 = attend_heads(b, q4, k4, v4, past, outs[1:], visible, heads=o["heads"], kv_heads=o["kv_heads"],
+                        head_dim=o["head_dim"], v_head_dim=o["v_head_dim"], scale=o["scale"], cap=a["softcap"],
+                        out=b.fresh(f"{outs[0]}/heads"), **shape)
+    merge_heads(b, out4, heads=o["heads"], width=o["v_head_dim"], out=outs[0], **shape)

@@ -1,0 +1,104 @@
+"""``genai_config.json`` beside the model, so onnxruntime-genai loads and generates with it.
+
+Written when the graph has genai's decoder signature: ``input_ids``, ``attention_mask``
+(and ``position_ids``, which genai fills from the mask), one ``past_key_values.{i}.key``
+/ ``.value`` pair per layer with equal [K, D] for keys and values (genai allocates both
+caches with one head size; MLA's caches differ, so DeepSeek specs get no config), and
+``logits`` plus ``present.{i}.key/.value``.
+
+``past_present_share_buffer``: true when every layer's attention is ORT's
+GroupQueryAttention, which updates a max-length cache in place when genai hands it the
+same buffer as past and present (and concatenates when it does not, as the graph's
+signature says); false otherwise (standard ``Attention`` and the written-out form
+concatenate, so the cache must grow).
+
+Token ids come from the graph's meta (``bos_token_id``, ``eos_token_id``,
+``pad_token_id``) when a frontend put them there; otherwise bos 1, pad 0, and no
+end-of-sequence token (eos ``[]``: generation runs to ``max_length``; genai refuses -1). ``context_length``
+and ``max_length`` are the compile's ``context``. Returns (path, "") or (None, reason).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from irc.graph import Graph
+from irc.passmanager import write_atomic
+
+CONFIG = "genai_config.json"
+
+
+def decoder_layers(graph: Graph):
+    """(layers, kv_heads, head_size, reason): the cache layout genai needs, or why not."""
+    inputs = {v.name: v for v in graph.inputs}
+    outputs = {v.name for v in graph.outputs}
+    for name in ("input_ids", "attention_mask"):
+        if name not in inputs:
+            return None, None, None, f"no {name} input"
+    if "logits" not in outputs:
+        return None, None, None, "no logits output"
+    keys = [re.fullmatch(r"past_key_values\.(\d+)\.key", v.name) for v in graph.inputs]
+    layers = sorted(int(m.group(1)) for m in keys if m)
+    if not layers or layers != list(range(len(layers))):
+        return None, None, None, "no past_key_values.{i}.key inputs numbered from 0"
+    layouts = set()
+    for i in layers:
+        for kind in ("key", "value"):
+            past = inputs.get(f"past_key_values.{i}.{kind}")
+            if past is None or f"present.{i}.{kind}" not in outputs:
+                return None, None, None, f"layer {i} lacks past_key_values.{i}.{kind} or present.{i}.{kind}"
+            layouts.add((past.shape[1], past.shape[3], past.dtype))
+    if len(layouts) != 1:
+        return None, None, None, "keys and values (or layers) have different cache layouts, which genai cannot allocate"
+    kv_heads, head_size, _ = layouts.pop()
+    if not isinstance(kv_heads, int) or not isinstance(head_size, int):
+        return None, None, None, "symbolic kv heads or head size"
+    return len(layers), kv_heads, head_size, ""
+
+
+def genai_config(graph: Graph, filename: str, context: int, share_buffer: bool = False) -> dict:
+    layers, kv_heads, head_size, _ = decoder_layers(graph)
+    meta = graph.meta
+    inputs = {"input_ids": "input_ids", "attention_mask": "attention_mask",
+              "past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"}
+    if any(v.name == "position_ids" for v in graph.inputs):
+        inputs["position_ids"] = "position_ids"
+    token = {key: meta.get(key) for key in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    decoder = {
+        "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+        "filename": filename,
+        "head_size": head_size,
+        "hidden_size": meta.get("d_model", 0),
+        "inputs": inputs,
+        "outputs": {"logits": "logits", "present_key_names": "present.%d.key",
+                    "present_value_names": "present.%d.value"},
+        "num_attention_heads": meta.get("n_heads", kv_heads),
+        "num_hidden_layers": layers,
+        "num_key_value_heads": kv_heads,
+    }
+    model = {
+        "bos_token_id": 1 if token["bos_token_id"] is None else token["bos_token_id"],
+        "context_length": context,
+        "decoder": decoder,
+        "eos_token_id": [] if token["eos_token_id"] is None else token["eos_token_id"],
+        "pad_token_id": 0 if token["pad_token_id"] is None else token["pad_token_id"],
+        "type": "llama",
+        "vocab_size": meta.get("vocab_size", 0),
+    }
+    search = {"diversity_penalty": 0.0, "do_sample": False, "early_stopping": True, "length_penalty": 1.0,
+              "max_length": context, "min_length": 0, "no_repeat_ngram_size": 0, "num_beams": 1,
+              "num_return_sequences": 1, "past_present_share_buffer": share_buffer, "repetition_penalty": 1.0,
+              "temperature": 1.0, "top_k": 1, "top_p": 1.0}
+    return {"model": model, "search": search}
+
+
+def write_genai_config(graph: Graph, model_path: str, context: int, share_buffer: bool = False) -> tuple:
+    """Write ``genai_config.json`` beside ``model_path``: (its path, "") or (None, reason)."""
+    reason = decoder_layers(graph)[3]
+    if reason:
+        return None, f"genai_config.json not written: {reason}"
+    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), CONFIG)
+    config = genai_config(graph, os.path.basename(model_path), context, share_buffer)
+    write_atomic(path, json.dumps(config, indent=4, sort_keys=True) + "\n")
+    return path, ""

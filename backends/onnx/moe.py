@@ -1,0 +1,180 @@
+"""``moe`` in ONNX: routing and experts in standard ops, or ONNX Runtime's ``MoE`` op.
+
+Standard ops (``lower_moe``), the routing of ``irc.ops.moe.route`` step by step: softmax or
+sigmoid scores, the selection bias, expert groups (max or top-2 sum per group, the best
+``topk_group`` groups kept through a OneHot mask), ``TopK`` (lower index first on ties, as
+the reference), the unbiased scores of the chosen experts, renormalised and scaled. The
+experts then run densely: one MatMul over all experts' gate and up rows ([d, E*f], stored
+that way), the activation, each expert's hidden units times its gating weight (0 for an
+expert not chosen), one MatMul with all down projections ([E*f, d]). That is E/top_k times
+the FLOPs of sparse dispatch but only standard ops and no data-dependent shapes; the ORT
+op below is the sparse path.
+
+ORT (``lower_moe_ort``): ``com.microsoft.MoE`` where it matches the op: softmax routing
+without bias or groups, routed scale 1, SwiGLU experts. On CPU SwiGLU needs
+``swiglu_fusion=1`` (gate and up rows interleaved in one [E, 2f, d] weight, built at write
+time) and no separate fc3. The shared expert (and its sigmoid gate) stays in standard
+ops. Anything else falls back to ``lower_moe`` (``moe_fits_ort`` says why).
+"""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from irc.graph import Node
+
+from backends.onnx.builder import MS_DOMAIN, Builder
+from backends.onnx.portable import activation, gated_mlp, linear
+
+MOE_OPERANDS = ("x", "router", "w_gate", "w_up", "w_down", "router_bias", "shared_gate", "shared_up", "shared_down",
+                "shared_expert_gate")
+ACTIVATION_OF = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_tanh"}
+
+
+def experts_in_major(w):
+    """[E, f, d] gate or up weights -> [d, E*f]: x @ it gives every expert's hidden units."""
+    w = np.asarray(w)
+    return w.transpose(2, 0, 1).reshape(w.shape[2], -1)
+
+
+def experts_out_major(w):
+    """[E, d, f] down weights -> [E*f, d]."""
+    w = np.asarray(w)
+    return w.transpose(0, 2, 1).reshape(-1, w.shape[1])
+
+
+def interleave_gate_up(gate, up):
+    """[E, f, d] gate and up -> [E, 2f, d] with rows gate_0, up_0, gate_1, up_1, ..."""
+    gate, up = np.asarray(gate), np.asarray(up)
+    fused = np.empty((gate.shape[0], 2 * gate.shape[1], gate.shape[2]), dtype=gate.dtype)
+    fused[:, 0::2], fused[:, 1::2] = gate, up
+    return fused
+
+
+def _operands(node: Node) -> dict:
+    return dict(zip(MOE_OPERANDS, list(node.inputs) + [None] * len(MOE_OPERANDS)))
+
+
+def route(b: Builder, logits: str, bias, attrs: dict, out: str) -> tuple[str, str]:
+    """(expert ids [N, k] i64, gating weights [N, k]) from router logits [N, E]."""
+    top_k = attrs["top_k"]
+    if attrs["scoring"] == "softmax":
+        scores = b.op("Softmax", [logits], f"{out}/scores", axis=-1)
+    else:
+        scores = b.op("Sigmoid", [logits], f"{out}/scores")
+    choice = scores if bias is None else b.op("Add", [scores, b.weight(bias, dtype=None)], f"{out}/choice")
+    if attrs["n_group"] is not None:
+        choice = _limit_groups(b, choice, attrs, out)
+    ids = b.fresh(f"{out}/expert_ids")
+    b.node("TopK", [choice, b.i64([top_k])], [b.fresh(f"{out}/top_scores"), ids], axis=-1, largest=1, sorted=1)
+    weights = b.op("GatherElements", [scores, ids], f"{out}/weights", axis=-1)
+    if attrs["norm_topk_prob"]:
+        total = b.op("ReduceSum", [weights, b.i64([-1])], f"{out}/weights_sum", keepdims=1)
+        total = b.op("Add", [total, b.const(1e-20, np.float32, f"{out}/tiny")], f"{out}/weights_sum_eps")
+        weights = b.op("Div", [weights, total], f"{out}/weights_normed")
+    if attrs["routed_scale"] != 1.0:
+        weights = b.op("Mul", [weights, b.const(attrs["routed_scale"], np.float32, f"{out}/routed_scale")],
+                       f"{out}/weights_scaled")
+    return ids, weights
+
+
+def _limit_groups(b: Builder, choice: str, attrs: dict, out: str) -> str:
+    """Keep only the experts of the ``topk_group`` best groups (others -> -inf)."""
+    experts, groups, keep_groups = attrs["experts"], attrs["n_group"], attrs["topk_group"]
+    per_group = experts // groups
+    grouped = b.op("Reshape", [choice, b.i64([-1, groups, per_group])], f"{out}/grouped")
+    if attrs["group_score"] == "max":
+        group_scores = b.op("ReduceMax", [grouped, b.i64([-1])], f"{out}/group_scores", keepdims=0)
+    else:
+        top2 = b.fresh(f"{out}/group_top2")
+        b.node("TopK", [grouped, b.i64([2])], [top2, b.fresh(f"{out}/group_top2_ids")], axis=-1, largest=1, sorted=1)
+        group_scores = b.op("ReduceSum", [top2, b.i64([-1])], f"{out}/group_scores", keepdims=0)
+    best = b.fresh(f"{out}/best_groups")
+    b.node("TopK", [group_scores, b.i64([keep_groups])], [b.fresh(f"{out}/best_group_scores"), best], axis=-1,
+           largest=1, sorted=1)
+    onehot = b.op("OneHot", [best, b.i64(groups), b.const([0.0, 1.0], np.float32, "onehot/values")],
+                  f"{out}/best_onehot", axis=-1)
+    keep = b.op("ReduceMax", [onehot, b.i64([1])], f"{out}/keep_groups", keepdims=0)
+    keep = b.op("Unsqueeze", [keep, b.i64([-1])], f"{out}/keep_groups3")
+    keep = b.op("Expand", [keep, b.i64([1, 1, per_group])], f"{out}/keep_experts3")
+    keep = b.op("Reshape", [keep, b.i64([-1, experts])], f"{out}/keep_experts")
+    keep = b.op("Cast", [keep], f"{out}/keep", to=TensorProto.BOOL)
+    return b.op("Where", [keep, choice, b.const(-np.inf, np.float32, "moe/minus_inf")], f"{out}/choice_in_groups")
+
+
+def _shared(b: Builder, ops: dict, x2: str, routed: str, act: str, out: str) -> str:
+    """routed + the shared expert (times sigmoid(x @ shared_expert_gate.T) when gated)."""
+    if ops["shared_gate"] is None:
+        return routed
+    x_value = ops["x"]
+    shared = gated_mlp(b, x2, x_value.dtype, ops["shared_gate"], ops["shared_up"], ops["shared_down"], act,
+                       b.fresh(f"{out}/shared"))
+    if ops["shared_expert_gate"] is not None:
+        gate = linear(b, x2, x_value.dtype, ops["shared_expert_gate"], None, b.fresh(f"{out}/shared_gate_logit"))
+        shared = b.op("Mul", [shared, b.op("Sigmoid", [gate], f"{out}/shared_gate")], f"{out}/shared_gated")
+    return b.op("Add", [routed, shared], f"{out}/with_shared")
+
+
+def lower_moe(b: Builder, node: Node, outs: list[str]) -> None:
+    ops, a = _operands(node), node.attrs
+    x_value, out = ops["x"], outs[0]
+    d, experts, f = x_value.shape[-1], a["experts"], ops["w_gate"].shape[1]
+    x2 = b.op("Reshape", [b.value(x_value), b.i64([-1, d])], f"{out}/tokens")
+    logits = linear(b, x2, x_value.dtype, ops["router"], None, b.fresh(f"{out}/router_logits"))
+    ids, weights = route(b, logits, ops["router_bias"], a, out)
+    onehot = b.op("OneHot", [ids, b.i64(experts), b.const([0.0, 1.0], np.float32, "onehot/values")],
+                  f"{out}/chosen", axis=-1)
+    gating = b.op("Mul", [onehot, b.op("Unsqueeze", [weights, b.i64([-1])], f"{out}/weights3")], f"{out}/gating3")
+    gating = b.op("ReduceSum", [gating, b.i64([1])], f"{out}/gating", keepdims=0)
+
+    def packed(param, load, shape, role):
+        return b.derived(f"{param.name}.{role}", param.dtype, shape, (param,), load)
+
+    gate_all = packed(ops["w_gate"], experts_in_major, (d, experts * f), "experts_in")
+    up_all = packed(ops["w_up"], experts_in_major, (d, experts * f), "experts_in")
+    down_all = packed(ops["w_down"], experts_out_major, (experts * f, d), "experts_out")
+    act = ACTIVATION_OF[a["activation"]]
+    gate = activation(b, act, b.op("MatMul", [x2, gate_all], f"{out}/gate"), b.fresh(f"{out}/act"))
+    hidden = b.op("Mul", [gate, b.op("MatMul", [x2, up_all], f"{out}/up")], f"{out}/hidden")
+    hidden = b.op("Reshape", [hidden, b.i64([-1, experts, f])], f"{out}/hidden3")
+    hidden = b.op("Mul", [hidden, b.op("Unsqueeze", [gating, b.i64([-1])], f"{out}/gating3d")], f"{out}/weighted3")
+    hidden = b.op("Reshape", [hidden, b.i64([-1, experts * f])], f"{out}/weighted")
+    routed = b.op("MatMul", [hidden, down_all], f"{out}/routed")
+    total = _shared(b, ops, x2, routed, act, out)
+    b.node("Reshape", [total, b.shape(x_value.shape)], outs, allowzero=1)
+
+
+def moe_fits_ort(node: Node):
+    """Why ORT's MoE op cannot compute this node (None when it can)."""
+    a, ops = node.attrs, _operands(node)
+    if a["scoring"] != "softmax":
+        return f"{a['scoring']} router scores (MoE applies softmax)"
+    if ops["router_bias"] is not None:
+        return "a router selection bias"
+    if a["n_group"] is not None:
+        return "group-limited routing"
+    if a["routed_scale"] != 1.0:
+        return "a routed scale"
+    if a["activation"] != "silu":
+        return f"{a['activation']} experts (CPU MoE runs SwiGLU)"
+    if ops["x"].dtype.text not in ("f32", "f16"):
+        return f"{ops['x'].dtype} activations"
+    return None
+
+
+def lower_moe_ort(b: Builder, node: Node, outs: list[str]) -> None:
+    if moe_fits_ort(node) is not None:
+        lower_moe(b, node, outs)
+        return
+    ops, a = _operands(node), node.attrs
+    x_value, out = ops["x"], outs[0]
+    d, experts, f = x_value.shape[-1], a["experts"], ops["w_gate"].shape[1]
+    x2 = b.op("Reshape", [b.value(x_value), b.i64([-1, d])], f"{out}/tokens")
+    logits = linear(b, x2, x_value.dtype, ops["router"], None, b.fresh(f"{out}/router_logits"))
+    gate, up = ops["w_gate"], ops["w_up"]
+    fc1 = b.derived(f"{gate.name}.interleaved_up", gate.dtype, (experts, 2 * f, d), (gate, up), interleave_gate_up)
+    routed = b.op("MoE", [x2, logits, fc1, "", b.weight(ops["w_down"])], f"{out}/routed", domain=MS_DOMAIN,
+                  k=a["top_k"], normalize_routing_weights=int(a["norm_topk_prob"]), activation_type="swiglu",
+                  swiglu_fusion=1, activation_alpha=1.0, activation_beta=0.0)
+    total = _shared(b, ops, x2, routed, "silu", out)
+    b.node("Reshape", [total, b.shape(x_value.shape)], outs, allowzero=1)

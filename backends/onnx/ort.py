@@ -1,0 +1,153 @@
+"""The ONNX Runtime flavour: ``com.microsoft`` ops where they compute what irc means.
+
+- ``attention`` -> ``GroupQueryAttention`` (needs a past cache, causal attention and equal
+  key/value head sizes; otherwise the standard path). Left padding: GQA's own masking
+  reads ``seqlens_k`` as "row b holds seqlens_k[b] + 1 tokens from the left", which is
+  right padding; the ONNX Runtime GenAI builder's graphs pass the real lengths there and
+  go wrong on a left-padded row. Here every row is declared full (``seqlens_k = P+T-1``,
+  ``query_seqlens = T``, so batched prefill and decode with a past both run) and the
+  padding, causal and window masks arrive as ``attention_bias`` (0 or float32 min,
+  [B, 1, T, P+T]), added after the softcap as in the reference. Rows are then exact for
+  every real token; a padding query row that sees no key is left unspecified (the
+  standard path gives zeros there), which no real token reads.
+  Because GQA updates a max-length cache in place when past and present share a buffer,
+  genai_config.json turns ``past_present_share_buffer`` on for these graphs.
+- ``rope`` -> ``com.microsoft.RotaryEmbedding`` with cos/sin tables of ``context`` rows
+  (the longest position the model serves), computed at compile time with the reference's
+  own ``rope_cos_sin``; a position at or past ``context`` is a run-time error in ORT
+  ("Updating cos_cache and sin_cache ... is not currently supported"), not a wrong
+  answer. Dynamic NTK scaling is refused, as in the standard path.
+- ``add`` feeding an ``rms_norm`` -> ``SkipSimplifiedLayerNormalization`` (one node gives
+  the residual sum and its norm); an ``rms_norm`` without a residual add ->
+  ``RMSNormalization`` (opset 23) or primitives (ORT registers SimplifiedLayerNormalization
+  only in the default domain, where onnx.checker does not know it).
+- ``moe`` -> ``com.microsoft.MoE`` where it fits (``backends.onnx.moe``).
+
+MatMulNBits is not used: it needs int4/int8 weights from a quantize pass irc does not
+have yet; weights stay float.
+"""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from irc.dtypes import DType
+from irc.graph import Graph, Node
+from irc.ops.rope import rope_cos_sin, rope_inv_freq
+
+from backends.onnx import portable
+from backends.onnx.attention import (NEG, attention_operands, check_scaling, lower_attention, lower_rope,
+                                     visibility)
+from backends.onnx.builder import MS_DOMAIN, Builder
+from backends.onnx.moe import lower_moe_ort
+
+
+def gqa_fits(node: Node):
+    """Why GroupQueryAttention cannot compute this attention node (None when it can)."""
+    o = attention_operands(node)
+    if o["past_key"] is None:
+        return "no past cache"
+    if not node.attrs["causal"]:
+        return "non-causal attention"
+    if o["v_head_dim"] != o["head_dim"]:
+        return "value heads wider or narrower than key heads"
+    if o["q"].dtype not in (DType.f32, DType.f16):
+        return f"{o['q'].dtype} activations"
+    return None
+
+
+def _lengths(b: Builder, batch, seq, total) -> tuple[str, str, str]:
+    """seqlens_k (P+T-1 for every row), total_sequence_length and query_seqlens (T), int32."""
+    def make():
+        rows = b.dim(batch)
+        last = b.op("Sub", [b.dim(total), b.i64([1])], "gqa/last_index")
+        seqlens_k = b.op("Cast", [b.op("Expand", [last, rows], "gqa/seqlens_k64")], "gqa/seqlens_k",
+                         to=TensorProto.INT32)
+        total_len = b.op("Cast", [b.scalar(total)], "gqa/total_sequence_length", to=TensorProto.INT32)
+        query = b.op("Cast", [b.op("Expand", [b.dim(seq), rows], "gqa/query_seqlens64")], "gqa/query_seqlens",
+                     to=TensorProto.INT32)
+        return seqlens_k, total_len, query
+
+    return b.cached(("gqa-lengths", batch, seq, total), make)
+
+
+def lower_attention_ort(b: Builder, node: Node, outs: list[str]) -> None:
+    if gqa_fits(node) is not None:
+        lower_attention(b, node, outs)
+        return
+    o, a = attention_operands(node), node.attrs
+    visible = visibility(b, o["mask"], o["seq"], o["total"], True, a["window"])
+    bias = b.cached(("gqa-bias", visible), lambda: b.op(
+        "Where", [visible, b.const(0.0, np.float32, "zero"), b.const(NEG, np.float32, "mask/neg")],
+        f"{visible}/bias"))
+    if o["q"].dtype != DType.f32:
+        bias = b.op("Cast", [bias], f"{bias}.{o['q'].dtype}", to=TensorProto.FLOAT16)
+    seqlens_k, total_len, query_seqlens = _lengths(b, o["batch"], o["seq"], o["total"])
+    inputs = [b.value(o[name]) for name in ("q", "k", "v", "past_key", "past_value")]
+    inputs += [seqlens_k, total_len, "", "", "", bias, "", "", "", "", "", query_seqlens]
+    b.node("GroupQueryAttention", inputs, outs, domain=MS_DOMAIN, num_heads=o["heads"], kv_num_heads=o["kv_heads"],
+           scale=float(o["scale"]), softcap=None if a["softcap"] is None else float(a["softcap"]),
+           local_window_size=a["window"])
+
+
+def rope_cache(b: Builder, rotary: int, base: float, scaling, dtype: DType) -> tuple[str, str]:
+    """cos/sin [context, rotary/2] for positions 0..context-1."""
+    check_scaling("rope", scaling)
+    inv_freq, factor = rope_inv_freq(rotary, base, scaling)
+    cos, sin = rope_cos_sin(np.arange(b.context)[None, :], inv_freq, factor)
+    hint = f"rope/{rotary}/{base:g}"
+    return (b.const(cos[0].astype(dtype.numpy), dtype.numpy, f"{hint}/cos_cache"),
+            b.const(sin[0].astype(dtype.numpy), dtype.numpy, f"{hint}/sin_cache"))
+
+
+def lower_rope_ort(b: Builder, node: Node, outs: list[str]) -> None:
+    x, position_ids = node.inputs
+    a = node.attrs
+    if x.dtype not in (DType.f32, DType.f16):
+        lower_rope(b, node, outs)
+        return
+    head_dim = a["head_dim"]
+    rotary = head_dim if a["rotary_dim"] is None else a["rotary_dim"]
+    cos, sin = rope_cache(b, rotary, a["base"], a["scaling"], x.dtype)
+    b.node("RotaryEmbedding", [b.value(x), b.value(position_ids), cos, sin], outs, domain=MS_DOMAIN,
+           interleaved=int(a["convention"] == "interleaved"), num_heads=x.shape[-1] // head_dim,
+           rotary_embedding_dim=rotary)
+
+
+def skip_norms(graph: Graph) -> dict:
+    """id(add node) -> the rms_norm it feeds, for every residual add + RMS norm pair that
+    SkipSimplifiedLayerNormalization computes in one node."""
+    pairs, taken = {}, set()
+    for node in graph.nodes:
+        if node.op != "rms_norm":
+            continue
+        add = node.inputs[0].producer
+        if add is None or add.op != "add" or id(add) in taken:
+            continue
+        left, right = add.inputs
+        same = left.shape == right.shape == add.outputs[0].shape and left.dtype == right.dtype
+        if same and left.dtype in (DType.f32, DType.f16) and len(left.shape) in (2, 3):
+            pairs[id(add)] = node
+            taken.add(id(add))
+    return pairs
+
+
+def lower_add_ort(b: Builder, node: Node, outs: list[str]) -> None:
+    norm = b.cached(("skip-norms",), lambda: skip_norms(b.graph)).get(id(node))
+    if norm is None:
+        portable.lower_elementwise(b, node, outs)
+        return
+    x, weight = norm.inputs
+    scale = portable.norm_scale(b, weight, norm.attrs["offset"], x.dtype, b.name_for(norm.outputs[0]))
+    b.node("SkipSimplifiedLayerNormalization", [*(b.value(v) for v in node.inputs), scale],
+           [b.name_for(norm.outputs[0]), "", "", outs[0]], domain=MS_DOMAIN, epsilon=float(norm.attrs["eps"]))
+    b.handled.add(id(norm))
+
+
+def lower_rms_norm_ort(b: Builder, node: Node, outs: list[str]) -> None:
+    x, weight = node.inputs
+    portable.rms_norm(b, b.value(x), weight, node.attrs["eps"], node.attrs["offset"], x.dtype, outs[0])
+
+
+OVERRIDES = {"attention": lower_attention_ort, "rope": lower_rope_ort, "add": lower_add_ort,
+             "rms_norm": lower_rms_norm_ort, "moe": lower_moe_ort}

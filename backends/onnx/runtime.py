@@ -1,0 +1,93 @@
+"""Running a compiled model: ONNX Runtime sessions, left-padded batches and greedy
+decoding with the KV cache, for any engine that maps input arrays to output arrays (an
+ORT session or ``backends.numpy.interpreter.Interpreter``), so tests and benchmarks drive
+both the same way.
+
+Batches of uneven prompts are left-padded: ``attention_mask`` 0 on the padding,
+``position_ids`` counting real tokens only (0 on the padding). Each step feeds
+``present.*`` back as ``past_key_values.*``.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import numpy as np
+
+from irc import dims
+from irc.graph import Graph
+
+Engine = Callable[[Mapping[str, np.ndarray]], dict]
+
+
+def ort_engine(path: str, threads: int = 2) -> Engine:
+    """An ONNX Runtime CPU session as an engine (``threads`` intra-op threads)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    inputs = {i.name for i in session.get_inputs()}
+
+    def run(feeds):
+        return dict(zip(names, session.run(None, {k: v for k, v in feeds.items() if k in inputs})))
+
+    return run
+
+
+def interpreter_engine(graph: Graph, seed: int = 0) -> Engine:
+    from backends.numpy.interpreter import Interpreter
+
+    interp = Interpreter(graph, seed)
+    names = {v.name for v in graph.inputs}
+    return lambda feeds: interp.run({k: v for k, v in feeds.items() if k in names})
+
+
+def left_padded(prompts: list, pad_id: int = 0) -> dict:
+    """input_ids, attention_mask and position_ids [B, T] for uneven prompts, padded left."""
+    width = max(len(p) for p in prompts)
+    ids = np.full((len(prompts), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(prompts), width), dtype=np.int64)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = prompt
+        mask[row, width - len(prompt):] = 1
+    positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0) * mask
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": positions.astype(np.int64)}
+
+
+def cache_names(graph: Graph) -> list[str]:
+    return [v.name for v in graph.inputs if v.name.startswith("past_key_values.")]
+
+
+def empty_caches(graph: Graph, batch: int) -> dict:
+    """Zero-length past caches [B, K, 0, D] for every past_key_values input."""
+    return {v.name: np.zeros(dims.evaluate_shape(v.shape, {"B": batch, "P": 0}), v.dtype.numpy)
+            for v in graph.inputs if v.name.startswith("past_key_values.")}
+
+
+def greedy(engine: Engine, graph: Graph, prompts: list, new_tokens: int, pad_id: int = 0) -> dict:
+    """Greedy decoding of a left-padded batch. Returns ``tokens`` [B, new_tokens],
+    ``prefill`` (the first step's outputs), ``steps`` (logits [B, V] of every decode step
+    after the prefill) and ``feeds`` (the prefill inputs) and ``final`` (last outputs)."""
+    feeds = {**left_padded(prompts, pad_id), **empty_caches(graph, len(prompts))}
+    first = dict(feeds)
+    caches = cache_names(graph)
+    outputs = engine(feeds)
+    prefill, steps, tokens = outputs, [], []
+    for step in range(new_tokens):
+        logits = outputs["logits"][:, -1]
+        if step:
+            steps.append(logits)
+        token = np.argmax(logits, axis=-1).astype(np.int64)
+        tokens.append(token)
+        if step == new_tokens - 1:
+            break
+        mask = np.concatenate([feeds["attention_mask"], np.ones((len(prompts), 1), np.int64)], axis=1)
+        positions = feeds["position_ids"][:, -1:] + 1
+        feeds = {"input_ids": token[:, None], "attention_mask": mask, "position_ids": positions,
+                 **{name: outputs["present." + name[len("past_key_values."):]] for name in caches}}
+        outputs = engine(feeds)
+    return {"tokens": np.stack(tokens, axis=1), "prefill": prefill, "steps": steps, "feeds": first,
+            "final": outputs, "mask": feeds["attention_mask"]}
