@@ -1,4 +1,4 @@
-"""The ``irc`` command line: show, compile, run, passes.
+"""The ``irc`` command line: show, compile, run, passes, report, tile.
 
 User mistakes print one message (file:line and key, or the node) and exit with code 2;
 ``--debug`` shows the traceback instead. Outputs are written atomically.
@@ -54,9 +54,9 @@ def _apply_passes(graph, args, *, check: bool = False, out=sys.stdout):
         from irc.weights import seed_absent
 
         seed_absent(graph, args.seed)
-        feeds = random_feeds(graph, batch=2, tokens=5, past=3, seed=args.seed)
 
-        def checker(before, after):
+        def checker(before, after):  # feeds follow the graph: a pass may change what is cached
+            feeds = random_feeds(before, batch=2, tokens=5, past=3, seed=args.seed)
             return compare_outputs(before, after, feeds, args.seed)
 
     from irc.dot import graph_to_dot
@@ -145,16 +145,25 @@ def cmd_compile(args) -> int:
         raise IRCError(f"unknown target {args.target!r}", hint=f"targets: {', '.join(TARGETS)}")
     opset, weights = _onnx_options(args)
     graph = load(args.spec)
-    manager = _apply_passes(graph, args, check=args.check, out=sys.stdout)
+    if args.output and args.target != "ir" and weights == "seeded":
+        from irc.weights import seed_absent
+        seed_absent(graph, args.seed)  # before the passes, so weights they derive (quantize) can be computed
+    from irc.report.cli import compile_report
+    with compile_report(args, graph) as report:  # --report FILE: dumps (to a temporary directory without --dump-dir), then the page
+        manager = _apply_passes(graph, args, check=args.check, out=sys.stdout)
+        report.write(manager, graph)
     for r in manager.records:
-        check = "" if r.check_error is None else f"  check {r.check_error:.2e}"
+        check = "" if r.check_error is None else f"  check {r.check_error:.2e}{'' if r.exact else ' (reported)'}"
         print(f"{r.index:02d} {r.name:<24} {'changed' if r.changed else 'unchanged':<9} "
               f"{r.seconds * 1000:8.1f} ms{check}", file=sys.stderr)
     if args.check:
-        checked = [r for r in manager.records if r.check_error is not None]
-        worst = max((r.check_error for r in checked), default=0.0)
-        print(f"check passed: {len(checked)} pass(es) hold the reference interpreter's outputs "
-              f"(max relative error {worst:.2e})", file=sys.stderr)
+        exact = [r.check_error for r in manager.records if r.check_error is not None and r.exact]
+        inexact = [r for r in manager.records if r.check_error is not None and not r.exact]
+        print(f"check passed: {len(exact)} exact pass(es) hold the reference interpreter's outputs "
+              f"(max relative error {max(exact, default=0.0):.2e})", file=sys.stderr)
+        for r in inexact:
+            print(f"check reported: {r.name} moves the outputs by {r.check_error:.2e} (relative; an "
+                  f"approximating pass)", file=sys.stderr)
     if args.output:
         if args.target == "ir":
             write_atomic(args.output, print_graph(graph))
@@ -248,6 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--weights", default=None,
                       help="ONNX targets: seeded (default; absent weights seeded by name) or none (shape-only: "
                            "the model references external weights that are not written)")
+    from irc.report.cli import add_compile_arguments, add_parser as add_report_parser
+    add_compile_arguments(comp)
     comp.set_defaults(func=cmd_compile)
 
     run = sub.add_parser("run", help="greedy generation with the reference interpreter")
@@ -256,6 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-new-tokens", type=int, default=8)
     run.add_argument("--json", action="store_true")
     run.set_defaults(func=cmd_run)
+
+    add_report_parser(sub)
+    from backends.npu.cli import add_parser as add_tile_parser  # `irc tile`
+    add_tile_parser(sub)
 
     lst = sub.add_parser("passes", help="list the passes")
     lst.set_defaults(func=cmd_passes)

@@ -104,6 +104,7 @@ class PassRecord:
     seconds: float
     stats: dict = field(default_factory=dict)
     check_error: Optional[float] = None  # max relative error against the previous graph
+    exact: bool = True                   # False: the pass approximates (quantize); its error is reported
 
 
 Checker = Callable[[Graph, Graph], float]  # (before, after) -> max relative error
@@ -147,7 +148,7 @@ class PassManager:
                 verify(graph)
             except VerifyError as err:
                 raise PassError(f"pass {p!r} broke the graph: {err}", location=_after(done)) from None
-            record = PassRecord(index, repr(p), changed, seconds)
+            record = PassRecord(index, repr(p), changed, seconds, exact=p.exact)
             if self.checker:  # unchanged passes are held too: `changed` must be honest
                 try:
                     record.check_error = self.checker(before, graph)

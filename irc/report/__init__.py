@@ -5,7 +5,19 @@ the IR diffs (``diff``), graph pictures laid out in Python (``layout``, drawn by
 the model-at-a-glance figures (``model``), node provenance (``provenance``) and, where
 there is one, an NPU plan (``npu``).
 """
-from irc.report.html import build_report
-from irc.report.steps import Step, load_steps
 
-__all__ = ["build_report", "load_steps", "Step"]
+
+def build_report(*args, **kwargs) -> str:
+    """The report page (``irc.report.html.build_report``); imported on first use so that the
+    CLI's start-up does not pay for it."""
+    from irc.report.html import build_report as build
+    return build(*args, **kwargs)
+
+
+def load_steps(*args, **kwargs):
+    """The pipeline's steps read from a dump directory (``irc.report.steps.load_steps``)."""
+    from irc.report.steps import load_steps as load
+    return load(*args, **kwargs)
+
+
+__all__ = ["build_report", "load_steps"]
