@@ -2,10 +2,9 @@
 2 KV heads, ffn 1408, vocab 32000, fp32, random weights). Prints three tables and never
 asserts on time:
 
-(a) whole-process compile time: ``irc compile --target onnx-ort`` and ``--target onnx``
-    (seeded weights, written), onnxruntime-genai's builder (``-p fp32 -e cpu``, from a
-    Hugging Face folder written with transformers) and ``torch.onnx.export`` (dynamo,
-    opset 23, no KV cache);
+(a) whole-process compile time of one Hugging Face folder (written with transformers):
+    ``irc compile DIR --target onnx-ort`` and ``--target onnx``, onnxruntime-genai's
+    builder (``-p fp32 -e cpu``) and ``torch.onnx.export`` (dynamo, opset 23, no KV cache);
 (b) prefill latency (one 128-token prompt; median over rounds) and decode speed (64 new
     tokens with the KV cache; 1 / the median step time over all rounds) of
     irc's models and the builder's in ONNX Runtime (one driver for all, 2 threads), of
@@ -15,8 +14,7 @@ asserts on time:
     between the tools' runs) over the bytes one decoded token reads (weights, one
     embedding row, the KV cache), and each tool's fraction of it.
 
-irc's models get the transformers weights through a small loader (``load_hf_weights``:
-checkpoint names -> irc params); there is no HF frontend to lean on yet. Runs are
+irc reads the folder through its Hugging Face frontend (``frontends.hf``). Runs are
 interleaved (A B C A B C ...) and medians reported: the host's second core is noisy.
 
     python benchmarks/onnx_vs_peers.py [--rounds 5] [--compile-rounds 3] [--threads 2] [--workdir DIR]
@@ -47,21 +45,6 @@ SMALL = dict(vocab_size=32000, hidden_size=512, num_hidden_layers=8, num_attenti
              intermediate_size=1408, max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=10000.0,
              tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 PROMPT, NEW = 128, 64
-SPEC = f"""model:
-  name: small-llama
-  vocab_size: {SMALL['vocab_size']}
-  d_model: {SMALL['hidden_size']}
-  n_layers: {SMALL['num_hidden_layers']}
-  norm: {{kind: rms, eps: 1.0e-5}}
-  attention:
-    kind: gqa
-    n_heads: {SMALL['num_attention_heads']}
-    n_kv_heads: {SMALL['num_key_value_heads']}
-    head_dim: 64
-    rope: {{base: 10000, convention: half}}
-  mlp: {{kind: swiglu, d_ff: {SMALL['intermediate_size']}}}
-  tied_embeddings: false
-"""
 TORCH_EXPORT = """
 import sys, torch
 from transformers import LlamaForCausalLM
@@ -71,10 +54,6 @@ seq = torch.export.Dim("seq", min=2, max=2048)
 torch.onnx.export(model, (torch.randint(0, 32000, (1, 16)),), sys.argv[2], dynamo=True, opset_version=23,
                   dynamic_shapes={"input_ids": {1: seq}}, input_names=["input_ids"], external_data=True)
 """
-HF_NAMES = {"embed": "model.embed_tokens.weight", "norm": "model.norm.weight", "lm_head": "lm_head.weight"}
-HF_LAYER = {"attn_norm": "input_layernorm", "attn.wq": "self_attn.q_proj", "attn.wk": "self_attn.k_proj",
-            "attn.wv": "self_attn.v_proj", "attn.wo": "self_attn.o_proj", "mlp_norm": "post_attention_layernorm",
-            "mlp.w_gate": "mlp.gate_proj", "mlp.w_up": "mlp.up_proj", "mlp.w_down": "mlp.down_proj"}
 
 
 # ---- set-up ----------------------------------------------------------------------------
@@ -97,22 +76,6 @@ def make_hf_folder(directory: str):
     return model
 
 
-def hf_name(param: str) -> str:
-    if param in HF_NAMES:
-        return HF_NAMES[param]
-    _, index, rest = param.split(".", 2)
-    return f"model.layers.{index}.{HF_LAYER[rest]}.weight"
-
-
-def load_hf_weights(graph, state_dict) -> None:
-    """Set every irc param's data from the transformers state dict (same [out, in] layout)."""
-    for name, param in graph.params.items():
-        array = state_dict[hf_name(name)].detach().numpy()
-        if tuple(array.shape) != param.shape:
-            raise ValueError(f"{name}: checkpoint shape {array.shape} != {param.shape}")
-        param.data = np.ascontiguousarray(array, dtype=param.dtype.numpy)
-
-
 # ---- (a) compile time ------------------------------------------------------------------
 
 def timed_process(argv: list, cwd: str) -> tuple[float, str]:
@@ -125,13 +88,13 @@ def timed_process(argv: list, cwd: str) -> tuple[float, str]:
 
 
 def compile_times(work: str, rounds: int) -> dict:
-    spec, hf = os.path.join(work, "small-llama.yaml"), os.path.join(work, "hf")
+    hf = os.path.join(work, "hf")
     with open(os.path.join(work, "torch_export.py"), "w") as f:
         f.write(TORCH_EXPORT)
     tools = {
-        "irc compile --target onnx-ort": [sys.executable, "-m", "irc", "compile", spec, "--target", "onnx-ort",
+        "irc compile --target onnx-ort": [sys.executable, "-m", "irc", "compile", hf, "--target", "onnx-ort",
                                           "-o", os.path.join(work, "c-irc-ort", "model.onnx")],
-        "irc compile --target onnx": [sys.executable, "-m", "irc", "compile", spec, "--target", "onnx",
+        "irc compile --target onnx": [sys.executable, "-m", "irc", "compile", hf, "--target", "onnx",
                                       "-o", os.path.join(work, "c-irc", "model.onnx")],
         "genai builder (fp32, cpu)": [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf, "-o",
                                       os.path.join(work, "builder"), "-p", "fp32", "-e", "cpu",
@@ -317,8 +280,6 @@ def main() -> None:
     os.makedirs(work, exist_ok=True)
     print(f"work directory: {work}")
     model = make_hf_folder(os.path.join(work, "hf"))
-    with open(os.path.join(work, "small-llama.yaml"), "w") as f:
-        f.write(SPEC)
 
     compiled = compile_times(work, args.compile_rounds)
     print(f"\n(a) whole-process compile time, median of {args.compile_rounds} interleaved runs")
@@ -327,8 +288,7 @@ def main() -> None:
         runs = " ".join(f"{t:.2f}" for t in times)
         print(f"  {name:<34} {median(times):8.2f}  {runs}" + (f"  FAILED: {note}" if note else ""))
 
-    graph = load_spec(os.path.join(work, "small-llama.yaml"))
-    load_hf_weights(graph, model.state_dict())
+    graph = load_spec(os.path.join(work, "hf"))  # the Hugging Face frontend: the same folder the builder reads
     for name, target in (("irc-ort", "onnx-ort"), ("irc", "onnx")):
         os.makedirs(os.path.join(work, name), exist_ok=True)
         emit_model(graph, os.path.join(work, name, "model.onnx"), target=target, context=PROMPT + NEW + 64)

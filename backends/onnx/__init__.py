@@ -8,6 +8,8 @@ Modules, one concern each:
 - ``portable``: standard ops for the primitives and the dense model ops;
 - ``attention``: RoPE, masks and attention in standard ops; ``mla``: DeepSeek's MLA;
   ``moe``: mixture of experts (standard ops, or ORT's MoE op);
+- ``quant``: quantized weights (DequantizeLinear, or MatMulNBits for onnx-ort) and the int8
+  KV cache; ``moe_sorted``: routing, dispatch and grouped GEMMs of ``moe-sort``;
 - ``ort``: the ONNX Runtime flavour (``com.microsoft`` ops where they fit);
 - ``emit``: the main loop, the model's signature, weights and external data;
 - ``genai``: ``genai_config.json`` for onnxruntime-genai;

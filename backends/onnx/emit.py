@@ -39,10 +39,10 @@ from irc.graph import Graph
 from irc.passmanager import write_atomic
 from irc.weights import seed_absent
 
-from backends.onnx import ort, portable
+from backends.onnx import moe_sorted, ort, portable, quant
 from backends.onnx.attention import lower_attention, lower_rope
 from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
-from backends.onnx.mla import lower_mla_attention
+from backends.onnx.mla import lower_mla_absorbed_attention, lower_mla_attention
 from backends.onnx.moe import lower_moe
 from backends.onnx.targets import DEFAULT_OPSET, check_options
 
@@ -53,9 +53,10 @@ ALIGN = 4096
 PRODUCER_VERSION = "0.1.0"
 DIM_NAMES = {"B": "batch_size", "T": "sequence_length", "P": "past_sequence_length", "P+T": "total_sequence_length"}
 
-PORTABLE = {**portable.LOWERINGS, "rope": lower_rope, "attention": lower_attention,
-            "mla_attention": lower_mla_attention, "moe": lower_moe}
-ORT = {**PORTABLE, **ort.OVERRIDES}
+PORTABLE = {**portable.LOWERINGS, **quant.LOWERINGS, **moe_sorted.LOWERINGS, "rope": lower_rope, "attention": lower_attention,
+            "mla_attention": lower_mla_attention, "mla_absorbed_attention": lower_mla_absorbed_attention,
+            "moe": lower_moe}
+ORT = {**PORTABLE, **ort.OVERRIDES, **quant.ORT_OVERRIDES}
 
 
 @dataclass

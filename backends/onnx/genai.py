@@ -3,7 +3,9 @@
 Written when the graph has genai's decoder signature: ``input_ids``, ``attention_mask``
 (and ``position_ids``, which genai fills from the mask), one ``past_key_values.{i}.key``
 / ``.value`` pair per layer with equal [K, D] for keys and values (genai allocates both
-caches with one head size; MLA's caches differ, so DeepSeek specs get no config), and
+caches with one head size; MLA's caches differ, so DeepSeek specs get no config; nor does
+an int8 cache from ``quantize{kv_cache=true}``, whose ``*_scale`` inputs genai does not
+allocate), and
 ``logits`` plus ``present.{i}.key/.value``.
 
 ``past_present_share_buffer``: true when every layer's attention is ORT's
@@ -38,6 +40,8 @@ def decoder_layers(graph: Graph):
             return None, None, None, f"no {name} input"
     if "logits" not in outputs:
         return None, None, None, "no logits output"
+    if any(re.fullmatch(r"past_key_values\.\d+\.(key|value)_scale", v.name) for v in graph.inputs):
+        return None, None, None, "an int8 KV cache with scale inputs (genai allocates no scale caches)"
     keys = [re.fullmatch(r"past_key_values\.(\d+)\.key", v.name) for v in graph.inputs]
     layers = sorted(int(m.group(1)) for m in keys if m)
     if not layers or layers != list(range(len(layers))):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from irc.graph import Node
+from irc.graph import Node, Param
 
 from backends.onnx.builder import MS_DOMAIN, Builder
 from backends.onnx.portable import activation, gated_mlp, linear
@@ -128,7 +128,11 @@ def lower_moe(b: Builder, node: Node, outs: list[str]) -> None:
     gating = b.op("ReduceSum", [gating, b.i64([1])], f"{out}/gating", keepdims=0)
 
     def packed(param, load, shape, role):
-        return b.derived(f"{param.name}.{role}", param.dtype, shape, (param,), load)
+        if isinstance(param, Param):
+            return b.derived(f"{param.name}.{role}", param.dtype, shape, (param,), load)
+        perm = [2, 0, 1] if role == "experts_in" else [0, 2, 1]  # a dequantized weight, in the graph
+        moved = b.op("Transpose", [b.value(param)], f"{param.name}.{role}_3d", perm=perm)
+        return b.op("Reshape", [moved, b.i64(list(shape))], f"{param.name}.{role}")
 
     gate_all = packed(ops["w_gate"], experts_in_major, (d, experts * f), "experts_in")
     up_all = packed(ops["w_up"], experts_in_major, (d, experts * f), "experts_in")
@@ -157,6 +161,8 @@ def moe_fits_ort(node: Node):
         return "a routed scale"
     if a["activation"] != "silu":
         return f"{a['activation']} experts (CPU MoE runs SwiGLU)"
+    if not all(isinstance(ops[name], Param) for name in ("w_gate", "w_up", "w_down")):
+        return "quantized experts (dequantized in the graph)"
     if ops["x"].dtype.text not in ("f32", "f16"):
         return f"{ops['x'].dtype} activations"
     return None

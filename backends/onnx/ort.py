@@ -23,8 +23,9 @@
   only in the default domain, where onnx.checker does not know it).
 - ``moe`` -> ``com.microsoft.MoE`` where it fits (``backends.onnx.moe``).
 
-MatMulNBits is not used: it needs int4/int8 weights from a quantize pass irc does not
-have yet; weights stay float.
+- ``dequant_linear`` (from the ``quantize`` pass) -> ``com.microsoft.MatMulNBits`` where its
+  block size is a power of two >= 16 (``backends.onnx.quant``). A float model has no
+  MatMulNBits: irc never quantizes unless asked.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from onnx import TensorProto
 
 from irc.dtypes import DType
 from irc.errors import BackendError
-from irc.graph import Node, Param
+from irc.graph import Node, Param, Value
 
 from backends.onnx.builder import ONNX_TYPES, Builder
 
@@ -223,19 +223,25 @@ def lower_layer_norm(b: Builder, node: Node, outs: list[str]) -> None:
 
 # operands that are a [out, in] weight applied as x @ W.T, per op
 MATRIX_OPERANDS = {"linear": {1}, "swiglu": {1, 2, 3}, "geglu": {1, 2, 3}, "gelu_mlp": {1, 2},
-                   "moe": {1, 6, 7, 8, 9}, "mla_attention": {5, 6, 8, 9, 11, 12}}
+                   "moe": {1, 6, 7, 8, 9}, "mla_attention": {5, 6, 8, 9, 11, 12},
+                   "mla_absorbed_attention": {5, 6, 8, 9, 11}}
 
 
-def only_matrix_uses(param: Param) -> bool:
+def only_matrix_uses(param: Value) -> bool:
     """Is every use of ``param`` a weight applied as x @ W.T? (Then it is stored [in, out].)"""
     return all(all(i in MATRIX_OPERANDS.get(user.op, ()) for i, v in enumerate(user.inputs) if v is param)
                for user in param.uses)
 
 
-def linear(b: Builder, x: str, dtype: DType, weight: Param, bias, out: str) -> str:
-    """x @ weight.T (+ bias) for x [..., in] of type ``dtype``; writes ``out``."""
+def linear(b: Builder, x: str, dtype: DType, weight: Value, bias, out: str) -> str:
+    """x @ weight.T (+ bias) for x [..., in] of type ``dtype``; writes ``out``. A weight that
+    is not a param (a ``dequantize`` result) is transposed in the graph (``backends.onnx.quant``)."""
     product = out if bias is None else b.fresh(f"{out}/matmul")
-    if b.cached(("matrix-only", weight.name), lambda: only_matrix_uses(weight)):
+    if not isinstance(weight, Param):
+        from backends.onnx.quant import transposed_weight
+
+        b.node("MatMul", [x, transposed_weight(b, weight)], [product])
+    elif b.cached(("matrix-only", weight.name), lambda: only_matrix_uses(weight)):
         b.node("MatMul", [x, b.weight(weight, "transposed", dtype)], [product])
     else:
         rows = b.op("Reshape", [x, b.i64([-1, weight.shape[1]])], f"{out}/rows")

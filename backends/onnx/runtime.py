@@ -27,6 +27,8 @@ def ort_engine(path: str, threads: int = 2) -> Engine:
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    # exact float math where ORT fuses DequantizeLinear -> MatMul into MatMulNBits
+    options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "0")
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     inputs = {i.name for i in session.get_inputs()}

@@ -1,0 +1,198 @@
+"""Quantized weights and caches in ONNX: ``dequant_linear``, ``dequantize``, ``quantize_kv``,
+``dequantize_kv`` (``irc.ops.quant``).
+
+Weights (codes and scales in MatMulNBits' layout, ``irc.ops.quant``):
+
+- ``onnx-ort``: ``dequant_linear`` with a power-of-two ``block_size`` >= 16 is one
+  ``com.microsoft.MatMulNBits`` (qweight, scales and packed zero points as stored, bias
+  as input 5), 1:1. Other block sizes take the portable form.
+- portable (and the fallback): a blocked ``DequantizeLinear`` (opset 21) over codes
+  stored transposed, [K, N] with ``axis=0``, then ``MatMul`` (+ ``Add`` for the bias). No
+  run-time Transpose, and it is the QDQ pattern ORT itself fuses into MatMulNBits, with
+  int8 activations unless the session sets ``session.qdq_matmulnbits_accuracy_level`` to
+  "0" (``backends.onnx.runtime.ort_engine`` does). Symmetric codes are stored signed
+  (int4/int8, code - 2^(bits-1)) with no zero point; asymmetric ones unsigned
+  (uint4/uint8) with uint4/uint8 zero points [nb, N]. The padding of a last partial block
+  is dropped (DequantizeLinear takes ceil(K / block_size) scales along the axis).
+- ``dequantize`` is the same DequantizeLinear over [..., N, K] (``axis=-1``), giving the
+  float weight its readers expect. A rank-2 one read only as x @ W.T (``linear``'s
+  operand, and the MLPs' and MLA's, through ``portable.linear``) is not emitted there: each such reader gets the
+  transposed form above.
+
+KV cache: ``quantize_kv`` is Abs, ReduceMax, Div by 127, Div, Round (half to even, as
+NumPy), Clip to [-127, 127] and Cast to int8, with a zero scale giving zero codes;
+``dequantize_kv`` is Cast * Unsqueeze(scale). Standard ops on both targets.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+from onnx import TensorProto
+
+from irc.dtypes import DType
+from irc.errors import BackendError
+from irc.graph import Node, Value
+from irc.ops.quant import KV_QMAX, block_count, unpack_codes
+
+from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
+from backends.onnx.portable import only_matrix_uses
+
+PARTS = ("qweight", "scales", "zero_points")
+
+
+# ---- initializers, computed from the stored codes when the model is written ----------------
+
+def dq_codes(qweight, *, bits: int, k: int, signed: bool, transpose: bool) -> np.ndarray:
+    """qweight u8 [..., N, nb, bs*bits/8] -> codes [..., N, K] (or [K, N]) for DequantizeLinear:
+    signed (code - 2^(bits-1)) for symmetric weights, the padding of a last block dropped."""
+    codes = unpack_codes(qweight, bits)
+    codes = codes.reshape(codes.shape[:-2] + (-1,))[..., :k].astype(np.int16)
+    if signed:
+        codes = codes - 2 ** (bits - 1)
+    return codes.T if transpose else codes
+
+
+def dq_zero_points(zero_points, *, bits: int, nb: int, transpose: bool) -> np.ndarray:
+    """Packed zero points u8 [..., N, ceil(nb*bits/8)] -> one per block [..., N, nb] (or [nb, N])."""
+    zero = unpack_codes(zero_points, bits)[..., :nb]
+    return zero.T if transpose else zero
+
+
+def dq_scales(scales, *, transpose: bool) -> np.ndarray:
+    return np.asarray(scales).T if transpose else np.asarray(scales)
+
+
+def _code_type(bits: int, signed: bool) -> DType:
+    return {(4, True): DType.i4, (4, False): DType.u4, (8, True): DType.i8, (8, False): DType.u8}[(bits, signed)]
+
+
+def dequantized(b: Builder, qweight, scales, zero_points, attrs: dict, *, transpose: bool, hint: str) -> str:
+    """A blocked DequantizeLinear giving the float weight [..., N, K] (or [K, N] when
+    ``transpose``) of stored codes, once per weight and layout."""
+    bits, block, k = attrs["bits"], attrs["block_size"], attrs["K"]
+    signed = zero_points is None
+    *lead, n = qweight.shape[:-2]
+    nb = block_count(k, block)
+    shape = (k, n) if transpose else (*lead, n, k)
+    role = "T" if transpose else "dq"
+
+    def make():
+        codes = b.derived(f"{qweight.name}.{role}", _code_type(bits, signed), shape, (qweight,),
+                          partial(dq_codes, bits=bits, k=k, signed=signed, transpose=transpose))
+        scale = (b.derived(f"{scales.name}.T", scales.dtype, (nb, n), (scales,), partial(dq_scales, transpose=True))
+                 if transpose else b.weight(scales))
+        inputs = [codes, scale]
+        if not signed:
+            zp_shape = (nb, n) if transpose else (*lead, n, nb)
+            inputs.append(b.derived(f"{zero_points.name}.{role}", _code_type(bits, False), zp_shape, (zero_points,),
+                                    partial(dq_zero_points, bits=bits, nb=nb, transpose=transpose)))
+        return b.op("DequantizeLinear", inputs, f"{hint}.{role}", axis=0 if transpose else -1, block_size=block)
+
+    return b.cached(("dequantized", qweight.name, transpose), make)
+
+
+def _parts(node: Node, first: int) -> tuple:
+    qweight, scales, zero_points = (list(node.inputs[first:first + 3]) + [None] * 3)[:3]
+    return qweight, scales, zero_points
+
+
+# ---- weights --------------------------------------------------------------------------------
+
+def lower_dequant_linear(b: Builder, node: Node, outs: list[str]) -> None:
+    """DequantizeLinear([K, N]) -> MatMul (+ Add)."""
+    x, _, _, _, bias = (list(node.inputs) + [None] * 5)[:5]
+    qweight, scales, zero_points = _parts(node, 1)
+    if scales.dtype != x.dtype:
+        raise BackendError(f"dequant_linear with {scales.dtype} scales and {x.dtype} activations",
+                           hint="quantize weights stored in the activations' type")
+    weight = dequantized(b, qweight, scales, zero_points, node.attrs, transpose=True, hint=qweight.name)
+    product = outs[0] if bias is None else b.fresh(f"{outs[0]}/matmul")
+    b.node("MatMul", [b.value(x), weight], [product])
+    if bias is not None:
+        b.node("Add", [product, b.weight(bias, dtype=x.dtype)], outs)
+
+
+def matmul_nbits_fits(node: Node):
+    """Why MatMulNBits cannot compute this dequant_linear (None when it can)."""
+    block = node.attrs["block_size"]
+    x, scales = node.inputs[0], node.inputs[2]
+    if block < 16 or block & (block - 1):
+        return f"block_size {block} (MatMulNBits takes a power of two >= 16)"
+    if x.dtype not in (DType.f32, DType.f16) or scales.dtype != x.dtype:
+        return f"{x.dtype} activations with {scales.dtype} scales"
+    return None
+
+
+def lower_dequant_linear_ort(b: Builder, node: Node, outs: list[str]) -> None:
+    if matmul_nbits_fits(node) is not None:
+        lower_dequant_linear(b, node, outs)
+        return
+    x, _, _, _, bias = (list(node.inputs) + [None] * 5)[:5]
+    qweight, scales, zero_points = _parts(node, 1)
+    a = node.attrs
+    inputs = [b.value(x), b.weight(qweight), b.weight(scales), b.value(zero_points), "", b.value(bias)]
+    b.node("MatMulNBits", inputs, outs, domain=MS_DOMAIN, K=a["K"], N=a["N"], bits=a["bits"],
+           block_size=a["block_size"])
+
+
+def reads_only_as_matrix(value: Value) -> bool:
+    """Does every reader take ``value`` as a weight applied as x @ W.T (``portable.linear``)?"""
+    return value.rank == 2 and bool(value.uses) and only_matrix_uses(value)
+
+
+def lower_dequantize(b: Builder, node: Node, outs: list[str]) -> None:
+    out = node.outputs[0]
+    if reads_only_as_matrix(out):
+        return  # each reader takes the transposed form (``transposed_weight``)
+    qweight, scales, zero_points = _parts(node, 0)
+    weight = dequantized(b, qweight, scales, zero_points, node.attrs, transpose=False, hint=qweight.name)
+    b.node("Identity", [weight], outs)
+
+
+def transposed_weight(b: Builder, weight: Value) -> str:
+    """[in, out] for a float weight value [out, in] that is not a param: the transposed
+    DequantizeLinear for a ``dequantize`` result, else a Transpose (once per value)."""
+    producer = weight.producer
+    if producer is not None and producer.op == "dequantize" and weight.rank == 2:
+        qweight, scales, zero_points = _parts(producer, 0)
+        return dequantized(b, qweight, scales, zero_points, producer.attrs, transpose=True, hint=qweight.name)
+    return b.cached(("transposed", weight.name),
+                    lambda: b.op("Transpose", [b.value(weight)], f"{weight.name}.T", perm=[1, 0]))
+
+
+# ---- KV cache -------------------------------------------------------------------------------
+
+def lower_quantize_kv(b: Builder, node: Node, outs: list[str]) -> None:
+    (x,) = node.inputs
+    name = outs[0]
+    x32 = b.value(x) if x.dtype == DType.f32 else b.op("Cast", [b.value(x)], f"{name}/f32", to=TensorProto.FLOAT)
+    top = b.op("ReduceMax", [b.op("Abs", [x32], f"{name}/abs"), b.i64([-1])], f"{name}/max", keepdims=1)
+    scale = b.op("Div", [top, b.const(KV_QMAX, np.float32, "kv/qmax")], f"{name}/scale")
+    positive = b.op("Greater", [scale, b.const(0.0, np.float32, "zero")], f"{name}/positive")
+    step = b.op("Where", [positive, scale, b.const(1.0, np.float32, "one")], f"{name}/step")
+    ratio = b.op("Where", [positive, b.op("Div", [x32, step], f"{name}/ratio_raw"), b.const(0.0, np.float32, "zero")],
+                 f"{name}/ratio")
+    rounded = b.op("Clip", [b.op("Round", [ratio], f"{name}/round"), b.const(-KV_QMAX, np.float32, "kv/min"),
+                            b.const(KV_QMAX, np.float32, "kv/qmax")], f"{name}/clipped")
+    b.node("Cast", [rounded], outs[:1], to=TensorProto.INT8)
+    b.node("Squeeze", [scale, b.i64([-1])], outs[1:])
+
+
+def lower_dequantize_kv(b: Builder, node: Node, outs: list[str]) -> None:
+    codes, scale = node.inputs
+    name = outs[0]
+    dtype = DType.parse(node.attrs["dtype"])
+    values = b.op("Cast", [b.value(codes)], f"{name}/f32", to=TensorProto.FLOAT)
+    scale32 = b.value(scale) if scale.dtype == DType.f32 else b.op("Cast", [b.value(scale)], f"{name}/scale_f32",
+                                                                    to=TensorProto.FLOAT)
+    per_row = b.op("Unsqueeze", [scale32, b.i64([-1])], f"{name}/scale_rows")
+    if dtype == DType.f32:
+        b.node("Mul", [values, per_row], outs)
+    else:
+        b.node("Cast", [b.op("Mul", [values, per_row], f"{name}/scaled")], outs, to=ONNX_TYPES[dtype])
+
+
+LOWERINGS = {"dequant_linear": lower_dequant_linear, "dequantize": lower_dequantize,
+             "quantize_kv": lower_quantize_kv, "dequantize_kv": lower_dequantize_kv}
+ORT_OVERRIDES = {"dequant_linear": lower_dequant_linear_ort}
