@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional
-
-from irc.errors import IRCError
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -67,21 +64,3 @@ def summary(plan: dict) -> str:
                      f"{t['ratio']:>6.3f} {t['cycles']:>15,} {_seconds(t['seconds_per_token']):>11} "
                      f"{_bytes(t['peak_sram_bytes']):>10} {util:>8}")
     return "\n".join(lines)
-
-
-def main(argv: Optional[list] = None) -> int:
-    parser = argparse.ArgumentParser(prog="irc")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except IRCError as err:
-        if args.debug:
-            raise
-        print(f"irc: error: {err}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,10 +1,9 @@
-"""``irc tile`` end to end (through ``backends.npu.cli.main``, the same parser ``irc``
-mounts): plan.json and the HTML report, byte-identical reruns, one clear message and exit
+"""``irc tile`` end to end (through ``irc.cli.main``): plan.json and the HTML report, byte-identical reruns, one clear message and exit
 code 2 for bad input, and no partial output file."""
 import json
 import re
 
-from backends.npu.cli import main
+from irc.cli import main
 
 TINY = "examples/tiny-llama3.yaml"
 EDGE = "examples/targets/edge-npu.yaml"
