@@ -145,6 +145,8 @@ def cmd_compile(args) -> int:
         raise IRCError(f"unknown target {args.target!r}", hint=f"targets: {', '.join(TARGETS)}")
     opset, weights = _onnx_options(args)
     graph = load(args.spec)
+    if args.output:
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     if args.output and args.target != "ir" and weights == "seeded":
         from irc.weights import seed_absent
         seed_absent(graph, args.seed)  # before the passes, so weights they derive (quantize) can be computed

@@ -63,7 +63,9 @@ class Quantize(Pass):
     8 bits); ``symmetric`` (default true: no
     zero points); ``embeddings`` (default false) also quantizes the embedding table and the
     LM head (a param read by ``embedding``, or named ``lm_head``: the tied head is the
-    table itself); ``kv_cache`` (default false).
+    table itself); ``lm_head`` (default false) quantizes an untied LM head alone, as
+    onnxruntime-genai's int4 builder does (the head is the largest matmul a small-vocabulary
+    model reads per token); ``kv_cache`` (default false).
 
     Always float: norm weights, routers, biases and every param that some reader takes in an
     operand outside ``WEIGHT_OPERANDS`` (a param is quantized for all its readers or none).
@@ -83,8 +85,8 @@ class Quantize(Pass):
 
     name = "quantize"
     exact = False
-    options = {"bits": 4, "group": None, "symmetric": True, "embeddings": False, "kv_cache": False,
-               "weights": True}
+    options = {"bits": 4, "group": None, "symmetric": True, "embeddings": False, "lm_head": False,
+               "kv_cache": False, "weights": True}
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -96,7 +98,7 @@ class Quantize(Pass):
                                                    and group > 0 and group * c["bits"] % 8 == 0):
             raise PassError(f"pass quantize: group must be a positive block size filling whole bytes, "
                             f"'channel' or null, got {group!r}", hint="group=32, group=128 or group=channel")
-        for key in ("symmetric", "embeddings", "kv_cache", "weights"):
+        for key in ("symmetric", "embeddings", "lm_head", "kv_cache", "weights"):
             if not isinstance(c[key], bool):
                 raise PassError(f"pass quantize: {key} must be true or false, got {c[key]!r}")
         self.notes: list[str] = []
@@ -146,7 +148,9 @@ class Quantize(Pass):
                 if value is param and (node, index) not in uses:
                     return f"%{node.name} ({node.op}) reads it as {names[index]}, which stays float"
         if not self.config["embeddings"] and is_embedding_or_head(param):
-            return "embedding / LM head (quantize{embeddings=true} includes them)"
+            untied_head = not any(node.op == "embedding" for node in param.uses)
+            if not (self.config["lm_head"] and untied_head):
+                return "embedding / LM head (quantize{embeddings=true} or {lm_head=true} includes them)"
         return None
 
     def quantize_param(self, graph: Graph, param: Param, uses: list) -> None:

@@ -308,3 +308,20 @@ def test_emitted_module_runs_quantized_graphs(tmp_path):
     theirs = run(g.clone(), feeds)
     for name in theirs:
         np.testing.assert_array_equal(mine[name], theirs[name])
+
+
+def test_lm_head_option_quantizes_an_untied_head_alone():
+    from frontends import load_spec
+    from irc.weights import seed_absent
+    from passes.quantize import Quantize
+
+    graph = load_spec("examples/tiny-llama3.yaml")
+    seed_absent(graph)
+    assert Quantize(lm_head=True).run(graph)
+    assert "lm_head.qweight" in graph.params and "lm_head" not in graph.params
+    assert "embed" in graph.params  # the table stays float
+
+    tied = load_spec("examples/tiny-gemma2-9b.yaml")  # the head is the table: lm_head alone leaves it float
+    seed_absent(tied)
+    Quantize(lm_head=True).run(tied)
+    assert "embed" in tied.params and "embed.qweight" not in tied.params
