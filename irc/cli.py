@@ -20,6 +20,7 @@ TARGETS = {
     # the ONNX targets' pipelines depend on --opset: backends.onnx.targets has the table
     "onnx": ("dce,cse", "an ONNX model, standard ops (+ genai_config.json)"),
     "onnx-ort": ("dce,cse", "an ONNX model with ONNX Runtime contrib ops (+ genai_config.json)"),
+    "triton": ("dce,cse,mla-absorb,moe-sort", "a Triton module: generated kernels + launcher (+ .pt weights)"),
 }
 ONNX_TARGETS = ("onnx", "onnx-ort")
 
@@ -174,6 +175,9 @@ def cmd_compile(args) -> int:
             emit_module(graph, args.output, source=args.spec)
         elif args.target in ONNX_TARGETS:
             return _emit_onnx(graph, args, opset, weights)
+        elif args.target == "triton":
+            from backends.triton.emit import emit_module as emit_triton  # imports torch and triton
+            emit_triton(graph, args.output, source=args.spec)
         print(f"wrote {args.output} ({TARGETS[args.target][1]})", file=sys.stderr)
     elif args.target == "ir":
         sys.stdout.write(print_graph(graph))

@@ -1,0 +1,38 @@
+"""The Triton backend: a generated Python module of ``@triton.jit`` kernels plus a launcher.
+
+``backends.triton.emit.emit_module(graph, path)`` writes ``path`` (the module) and its
+weights (``.pt``, same stem). Kernel source text is generated from the graph by the
+modules in ``backends.triton.kernels`` (one per kernel family); ``backends.triton.plan``
+decides which graph nodes each kernel implements (fusion) and which run as torch ops.
+
+What the target takes (after ``DEFAULT_PIPELINE``):
+
+==========================================  ==============================================
+graph ops                                   in the emitted module
+==========================================  ==============================================
+linear, dequant_linear (+ bias, + the       matmul kernel (grouped order, autotuned), the
+elementwise chain after it)                 chain in its epilogue; int8/int4 decoded in
+                                            the K loop
+swiglu, geglu, mul(act(linear), linear)     dual matmul, GLU epilogue (+ down matmul)
+gelu_mlp                                    two matmuls (bias, gelu epilogue)
+rms_norm, layer_norm, elementwise ops,      fused row kernels (residual add + norm, ...)
+embedding
+rope                                        rope kernel, in place / into the KV cache
+attention                                   flash attention: prefill, split-KV decode
+mla_absorbed_attention                      matmuls, row and rope kernels, MLA attention
+                                            over the latent cache
+grouped_gemm (+ gather, act/mul, weighted   MoE grouped GEMMs (GLU; down + scatter-add)
+scatter_add)
+dequantize read as a GEMM weight            folded into that GEMM
+reshape, gather, scatter_add, moe_route,    torch ops (listed in the module docstring)
+moe_dispatch, topk, dequantize, ...
+mla_attention, moe                          refused: run mla-absorb / moe-sort first
+==========================================  ==============================================
+
+Importing this package imports neither torch nor triton; only emitting (and running the
+emitted module) needs them: ``pip install -e .[triton]``.
+"""
+
+# The triton target's default pipeline: MLA and dense MoE are lowered to the forms the
+# kernels take (absorbed MLA over the latent cache; sorted MoE with grouped GEMMs).
+DEFAULT_PIPELINE = "dce,cse,mla-absorb,moe-sort"

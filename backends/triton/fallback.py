@@ -1,0 +1,175 @@
+"""Ops the Triton generator leaves to torch: one launcher line per node, each computing what
+the op's NumPy reference computes (float math in fp32, results in the value's dtype).
+
+These are data movement (reshape, gather, scatter_add, ...), integer bookkeeping (MoE
+routing and dispatch, top-k, sorts) and the rare primitive with a broadcast the row
+kernel does not take. The emitted module's docstring lists every node that runs here.
+An op in neither this table nor the kernel generators is refused (``BackendError``).
+"""
+from __future__ import annotations
+
+from irc.dtypes import DType
+
+from backends.triton.kernels import torch_type
+
+# helper functions the emitted module defines when a fallback line calls them
+HELPERS = {
+    "take": '''def take(data, indices, axis):
+    """numpy.take: data indexed by integer indices along ``axis``."""
+    picked = torch.index_select(data, axis, indices.reshape(-1))
+    return picked.reshape(data.shape[:axis] + indices.shape + data.shape[axis + 1:])''',
+    "top_indices": '''def top_indices(values, k, largest=True):
+    """Indices of the k largest (smallest) along the last axis, ties to the lower index."""
+    return torch.sort(-values if largest else values, dim=-1, stable=True).indices[..., :k]''',
+    "dequantize_blocks": '''def dequantize_blocks(qweight, scales, zero_points, bits, block_size, k):
+    """The float weight [..., N, K] of blocked codes (irc.ops.quant.dequantize_blocks), in
+    the scales' dtype."""
+    codes = qweight.to(torch.int32)
+    if bits == 4:
+        codes = torch.stack([codes & 15, codes >> 4], dim=-1).reshape(codes.shape[:-1] + (-1,))
+    nb = scales.shape[-1]
+    if zero_points is None:
+        zero = float(2 ** (bits - 1))
+    else:
+        zero = zero_points.to(torch.int32)
+        if bits == 4:
+            zero = torch.stack([zero & 15, zero >> 4], dim=-1).reshape(zero.shape[:-1] + (-1,))
+        zero = zero[..., :nb].float()[..., None]
+    weight = (codes.float() - zero) * scales.float()[..., None]
+    return weight.reshape(weight.shape[:-2] + (-1,))[..., :k].to(scales.dtype)''',
+    "quantize_kv": '''def quantize_kv(x):
+    """int8 codes and fp32 scales (max|x| / 127 per row) of a cache [..., S, D]."""
+    x = x.float()
+    scale = x.abs().amax(dim=-1) / 127.0
+    step = scale[..., None]
+    codes = torch.where(step > 0, x / torch.where(step > 0, step, 1.0), torch.zeros_like(x))
+    return torch.clamp(torch.round(codes), -127, 127).to(torch.int8), scale''',
+    "topk": '''def topk(values, k, largest=True):
+    """The k largest (smallest) values along the last axis and their indices, sorted."""
+    order = top_indices(values, k, largest)
+    return torch.gather(values, -1, order), order''',
+    "moe_route": '''def moe_route(x, router, router_bias, *, experts, top_k, scoring, norm_topk_prob, routed_scale,
+              n_group, topk_group, group_score):
+    """irc.ops.moe.route in torch: (expert_ids [N, k] i64, weights [N, k] f32)."""
+    tokens = x.float().reshape(-1, router.shape[1])
+    logits = tokens @ router.float().T
+    if scoring == "softmax":
+        exp = torch.exp(logits - logits.max(dim=-1, keepdim=True).values)
+        scores = exp / exp.sum(dim=-1, keepdim=True)
+    else:
+        scores = 1.0 / (1.0 + torch.exp(-logits))
+    choice = scores if router_bias is None else scores + router_bias.float()
+    if n_group is not None:
+        grouped = choice.reshape(len(choice), n_group, experts // n_group)
+        if group_score == "max":
+            per_group = grouped.max(dim=-1).values
+        else:
+            per_group = torch.sort(grouped, dim=-1, descending=True).values[..., :2].sum(dim=-1)
+        keep = torch.zeros_like(per_group, dtype=torch.bool)
+        keep.scatter_(-1, top_indices(per_group, topk_group), True)
+        keep = keep.repeat_interleave(experts // n_group, dim=-1)
+        choice = torch.where(keep, choice, torch.full_like(choice, float("-inf")))
+    expert_ids = top_indices(choice, top_k)
+    weights = torch.gather(scores, -1, expert_ids)
+    if norm_topk_prob:
+        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+    return expert_ids, (weights * routed_scale).float()''',
+    "moe_dispatch": '''def moe_dispatch(expert_ids, *, experts, capacity_factor):
+    """irc.ops.moe_sorted.dispatch in torch: token-slot pairs stably sorted by expert
+    (token_index, slot_index [N*k], indptr [E+1]); over capacity, dropped pairs go last."""
+    tokens, top_k = expert_ids.shape
+    by_priority = expert_ids.T.reshape(-1)
+    order = torch.sort(by_priority, stable=True).indices
+    counts = torch.bincount(by_priority, minlength=experts)
+    slot_index = (order % max(tokens, 1)) * top_k + order // max(tokens, 1)
+    if capacity_factor is not None:
+        capacity = math.ceil(capacity_factor * tokens * top_k / experts)
+        rank = torch.arange(len(order), device=order.device) - torch.repeat_interleave(
+            torch.cumsum(counts, 0) - counts, counts)
+        kept = rank < capacity
+        slot_index = torch.cat([slot_index[kept], slot_index[~kept]])
+        counts = torch.clamp(counts, max=capacity)
+    indptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
+    return slot_index // top_k, slot_index, indptr''',
+}
+
+BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+COMPARE = {"less": "<", "less_equal": "<=", "equal": "=="}
+UNARY = {"exp": "torch.exp", "tanh": "torch.tanh", "sqrt": "torch.sqrt", "rsqrt": "torch.rsqrt",
+         "sigmoid": "torch.sigmoid", "silu": "torch.nn.functional.silu", "cos": "torch.cos", "sin": "torch.sin",
+         "neg": "torch.neg"}
+REDUCE = {"reduce_sum": "sum", "reduce_mean": "mean", "reduce_max": "amax"}
+
+
+def _shape(shape) -> str:
+    items = [str(d) for d in shape]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def fallback_line(op: str, attrs: dict, args: list[str], outputs: list, literal) -> tuple[str, set]:
+    """(the Python statement's right-hand side, helper names it calls), or raise KeyError.
+
+    ``args`` are operand expressions ("None" for an omitted one), ``outputs`` the output
+    Values, ``literal(x)`` renders an attribute value as Python text."""
+    out = outputs[0]
+    dtype = torch_type(out.dtype) if out.dtype in (DType.f32, DType.f16, DType.bf16, DType.i64, DType.i32,
+                                                     DType.bool, DType.i8, DType.u8) else None
+    if op == "reshape":
+        return f"{args[0]}.reshape({_shape(attrs['shape'])})", set()
+    if op == "expand":
+        return f"{args[0]}.expand({_shape(attrs['shape'])})", set()
+    if op == "cast":
+        return f"{args[0]}.to({dtype})", set()
+    if op == "constant":
+        return f"torch.tensor({literal(attrs['value'])}, dtype={dtype}, device=DEVICE)", set()
+    if op == "gather":
+        return f"take({args[0]}, {args[1]}, {attrs['axis']})", {"take"}
+    if op == "scatter_add":
+        return (f"{args[0]}.float().index_add(0, {args[1]}, {args[2]}.float()).to({dtype})", set())
+    if op == "transpose":
+        return f"{args[0]}.permute({_shape(attrs['perm'])}).contiguous()", set()
+    if op == "slice":
+        end = "" if attrs["end"] is None else str(attrs["end"])
+        index = ", ".join([":"] * (attrs["axis"] % out.rank) + [f"{attrs['start']}:{end}"])
+        return f"{args[0]}[{index}].contiguous()", set()
+    if op == "concat":
+        return f"torch.cat([{', '.join(args)}], dim={attrs['axis']})", set()
+    if op == "softmax":
+        return f"torch.softmax({args[0]}.float(), dim={attrs['axis']}).to({dtype})", set()
+    if op == "matmul":
+        return f"torch.matmul({args[0]}.float(), {args[1]}.float()).to({dtype})", set()
+    if op == "where":
+        return f"torch.where({args[0]}, {args[1]}, {args[2]})", set()
+    if op in BINARY:
+        return f"({args[0]}.float() {BINARY[op]} {args[1]}.float()).to({dtype})", set()
+    if op == "maximum":
+        return f"torch.maximum({args[0]}.float(), {args[1]}.float()).to({dtype})", set()
+    if op in COMPARE:
+        return f"({args[0]} {COMPARE[op]} {args[1]})", set()
+    if op == "logical_and":
+        return f"torch.logical_and({args[0]}, {args[1]})", set()
+    if op in UNARY:
+        return f"{UNARY[op]}({args[0]}.float()).to({dtype})", set()
+    if op in REDUCE:
+        axes = _shape(attrs["axes"])
+        return (f"{args[0]}.float().{REDUCE[op]}(dim={axes}, keepdim={attrs['keepdims']}).to({dtype})", set())
+    if op == "argsort":
+        return f"torch.sort({args[0]}, dim={attrs['axis']}, stable=True).indices", set()
+    if op == "topk" and attrs["axis"] in (-1, outputs[0].rank - 1):
+        return f"topk({args[0]}, {attrs['k']}, {attrs['largest']})", {"topk", "top_indices"}
+    if op == "moe_route":
+        keys = ("experts", "top_k", "scoring", "norm_topk_prob", "routed_scale", "n_group", "topk_group",
+                "group_score")
+        kwargs = ", ".join(f"{k}={literal(attrs[k])}" for k in keys)
+        return f"moe_route({args[0]}, {args[1]}, {args[2]}, {kwargs})", {"moe_route", "top_indices"}
+    if op == "dequantize":
+        return (f"dequantize_blocks({args[0]}, {args[1]}, {args[2] if len(args) > 2 else 'None'}, {attrs['bits']}, "
+                f"{attrs['block_size']}, {attrs['K']})", {"dequantize_blocks"})
+    if op == "quantize_kv":
+        return f"quantize_kv({args[0]})", {"quantize_kv"}
+    if op == "dequantize_kv":
+        return f"({args[0]}.float() * {args[1]}.float()[..., None])", set()
+    if op == "moe_dispatch":
+        return (f"moe_dispatch({args[0]}, experts={attrs['experts']}, "
+                f"capacity_factor={literal(attrs['capacity_factor'])})", {"moe_dispatch"})
+    raise KeyError(op)
