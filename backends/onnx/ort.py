@@ -52,6 +52,8 @@ def gqa_fits(node: Node):
         return "non-causal attention"
     if o["v_head_dim"] != o["head_dim"]:
         return "value heads wider or narrower than key heads"
+    if o["head_dim"] % 8:
+        return f"head size {o['head_dim']} is not a multiple of 8, which ORT's GroupQueryAttention needs"
     if o["q"].dtype not in (DType.f32, DType.f16):
         return f"{o['q'].dtype} activations"
     return None

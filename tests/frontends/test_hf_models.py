@@ -187,10 +187,6 @@ def test_greedy_generation_matches(models, name):
 
 # ---- through ONNX Runtime -----------------------------------------------------------------
 
-ORT_KNOWN_FAILURES = {  # (case, target): why; strict, so a fix shows up as XPASS
-    ("mistral-mqa-window-3", "onnx-ort"): "ORT GroupQueryAttention needs head_size % 8 == 0 (here 12); "
-                                          "backends.onnx.ort.gqa_fits does not check it",
-}
 
 
 @pytest.fixture(scope="module")
@@ -213,19 +209,18 @@ def hf_batch_greedy(models):
 
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_onnx_runtime_matches_transformers(models, hf_batch_greedy, tmp_path, request, name, target):
-    pytest.importorskip("onnxruntime")
-    emit = pytest.importorskip("backends.onnx.emit", reason="the ONNX backend has not landed")
-    runtime = pytest.importorskip("backends.onnx.runtime", reason="the ONNX backend has not landed")
-    if (name, target) in ORT_KNOWN_FAILURES:
-        request.applymarker(pytest.mark.xfail(reason=ORT_KNOWN_FAILURES[name, target], strict=True))
+def test_onnx_runtime_matches_transformers(models, hf_batch_greedy, tmp_path, name, target):
+    from backends.onnx import emit, runtime
+
     model, folder = models(name)
     graph = load_spec(folder)
     path = str(tmp_path / "model.onnx")
-    try:
-        emit.emit_model(graph, path, target=target, genai=False)
-    except BackendError as err:  # a clear refusal (dynamic NTK RoPE, say) is the backend's right
-        pytest.skip(f"the {target} backend refuses this model: {err.message}")
+    rope = graph.meta.get("rope") or {}
+    if (rope.get("scaling") or {}).get("kind") == "dynamic":  # refused by design, with a message
+        with pytest.raises(BackendError, match="dynamic NTK RoPE"):
+            emit.emit_model(graph, path, target=target, genai=False)
+        return
+    emit.emit_model(graph, path, target=target, genai=False)
     ids, mask, positions = prompts()
     long, short = ids[0].tolist(), ids[1][mask[1] == 1].tolist()
     result = runtime.greedy(runtime.ort_engine(path), graph, [long, short], NEW_TOKENS)
