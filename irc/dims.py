@@ -116,3 +116,40 @@ def format_shape(shape: Shape) -> str:
 def parse_dim(text: str) -> Dim:
     text = text.strip()
     return int(text) if text.isdigit() else canonical(text)
+
+
+def binding_plan(inputs) -> list[tuple[str, str, int, Dim]]:
+    """How each symbol in the shapes of ``inputs`` (values with ``name`` and ``shape``) is
+    read off the arrays fed for them, in order: ``(symbol, input name, axis, rest)`` means
+    ``symbol = array.shape[axis] - rest``, ``rest`` a dim over symbols bound before it (0
+    for a plain symbol). Plain symbols come first; then a compound dim with one unbound
+    symbol binds it (``P`` from ``attention_mask`` [B, P+T]). The interpreter and every
+    emitter bind symbols this one way."""
+    plan, bound = [], set()
+    for value in inputs:
+        for axis, dim in enumerate(value.shape):
+            if isinstance(dim, str) and symbols(dim) == {dim} and dim not in bound:
+                bound.add(dim)
+                plan.append((dim, value.name, axis, 0))
+    for value in inputs:
+        for axis, dim in enumerate(value.shape):
+            unbound = symbols(dim) - bound
+            if len(unbound) == 1:
+                (symbol,) = unbound
+                poly = _parse(dim)
+                if poly.get((symbol,)) != 1 or any(symbol in m and m != (symbol,) for m in poly):
+                    continue  # only a symbol that appears alone, with coefficient 1, can be read off
+                bound.add(symbol)
+                plan.append((symbol, value.name, axis, _without(poly, symbol)))
+    return plan
+
+
+def _without(poly: _Poly, symbol: str) -> Dim:
+    return _format({m: c for m, c in poly.items() if m != (symbol,)})
+
+
+def subtract_text(rest: Dim) -> str:
+    """`` - rest`` as Python source (parenthesised when ``rest`` is a sum); "" for 0."""
+    if rest == 0:
+        return ""
+    return f" - ({rest})" if "+" in str(rest) else f" - {rest}"

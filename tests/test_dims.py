@@ -32,3 +32,18 @@ def test_evaluate():
 def test_rejects_malformed(bad):
     with pytest.raises(ValueError):
         dims.canonical(bad)
+
+
+class _Input:
+    def __init__(self, name, shape):
+        self.name, self.shape = name, tuple(dims.canonical(d) for d in shape)
+
+
+def test_binding_plan_reads_plain_symbols_first_then_a_compound_one():
+    plan = dims.binding_plan([_Input("ids", ["B", "T"]), _Input("mask", ["B", "P+T"])])
+    assert plan == [("B", "ids", 0, 0), ("T", "ids", 1, 0), ("P", "mask", 1, "T")]
+    assert dims.subtract_text("T") == " - T" and dims.subtract_text("T+1") == " - (T+1)"
+
+
+def test_binding_plan_leaves_a_symbol_it_cannot_read_off():
+    assert dims.binding_plan([_Input("x", ["2*P+T"]), _Input("y", ["T"])]) == [("T", "y", 0, 0)]

@@ -201,25 +201,11 @@ def _variables(graph: Graph, taken: set) -> dict[str, str]:
 
 
 def _bind_symbols(graph: Graph, var: dict) -> tuple[list[str], set]:
-    """Lines binding the symbols from input shapes, in the interpreter's order: plain
-    symbols first, then a compound dim with one unbound symbol (``P`` of ``P+T``)."""
+    """Lines binding the symbols from input shapes, as ``irc.dims.binding_plan`` says."""
     lines, bound = [], set()
-    for value in graph.inputs:
-        for axis, dim in enumerate(value.shape):
-            if isinstance(dim, str) and dims.symbols(dim) == {dim} and dim not in bound:
-                bound.add(dim)
-                lines.append(f"    {dim} = {var[value.name]}.shape[{axis}]")
-    for value in graph.inputs:
-        for axis, dim in enumerate(value.shape):
-            unbound = dims.symbols(dim) - bound
-            if len(unbound) == 1:
-                (symbol,) = unbound
-                rest = "+".join(t for t in str(dim).split("+") if symbol not in t.split("*"))
-                size = f"{var[value.name]}.shape[{axis}]"
-                if rest:
-                    size += f" - ({rest})" if "+" in rest else f" - {rest}"
-                bound.add(symbol)
-                lines.append(f"    {symbol} = {size}")
+    for symbol, name, axis, rest in dims.binding_plan(graph.inputs):
+        lines.append(f"    {symbol} = {var[name]}.shape[{axis}]" + dims.subtract_text(rest))
+        bound.add(symbol)
     return lines, bound
 
 

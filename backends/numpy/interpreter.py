@@ -59,38 +59,23 @@ class Interpreter:
 
 
 def bind_symbols(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
-    """Bind the symbols of the graph inputs' shapes to the fed arrays' sizes.
-
-    Plain symbols bind first; compound dims (``P+T``) are then checked against them.
-    """
-    bindings: dict[str, int] = {}
+    """Bind the symbols of the graph inputs' shapes to the fed arrays' sizes
+    (``irc.dims.binding_plan``), then check every input's shape against them."""
     missing = [v.name for v in graph.inputs if v.name not in feeds]
     if missing:
         raise IRCError(f"missing inputs: {', '.join(missing)}", location=f"graph {graph.name}")
+    shapes = {v.name: np.shape(feeds[v.name]) for v in graph.inputs}
     for value in graph.inputs:
-        array = np.asarray(feeds[value.name])
-        if array.ndim != value.rank:
-            raise IRCError(f"input %{value.name} has rank {array.ndim}, expected {value.rank}")
-        for dim, size in zip(value.shape, array.shape):
-            if isinstance(dim, str) and dims.symbols(dim) == {dim}:
-                if bindings.setdefault(dim, size) != size:
-                    raise IRCError(f"symbol {dim} bound to {bindings[dim]} and {size} "
-                                   f"(input %{value.name})")
+        if len(shapes[value.name]) != value.rank:
+            raise IRCError(f"input %{value.name} has rank {len(shapes[value.name])}, expected {value.rank}")
+    bindings: dict[str, int] = {}
+    for symbol, name, axis, rest in dims.binding_plan(graph.inputs):
+        bindings[symbol] = shapes[name][axis] - dims.evaluate(rest, bindings)
     for value in graph.inputs:
-        shape = np.asarray(feeds[value.name]).shape
-        for dim, size in zip(value.shape, shape):
+        for dim, size in zip(value.shape, shapes[value.name]):
             if dims.symbols(dim) <= set(bindings) and dims.evaluate(dim, bindings) != size:
                 raise IRCError(f"input %{value.name}: dim {dim} should be {dims.evaluate(dim, bindings)}, "
                                f"got {size}")
-    # a compound dim with one unbound symbol (P in P+T when only the mask tells it)
-    for value in graph.inputs:
-        shape = np.asarray(feeds[value.name]).shape
-        for dim, size in zip(value.shape, shape):
-            unbound = dims.symbols(dim) - set(bindings)
-            if len(unbound) == 1:
-                (symbol,) = unbound
-                rest = dims.evaluate(dim, {**bindings, symbol: 0})
-                bindings[symbol] = size - rest
     return bindings
 
 

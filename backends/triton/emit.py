@@ -254,24 +254,10 @@ def _load_weights() -> str:
 
 
 def _bind_symbols(graph: Graph, var) -> list[str]:
-    lines, bound = [], set()
-    for value in graph.inputs:
-        for axis, dim in enumerate(value.shape):
-            if isinstance(dim, str) and dims.symbols(dim) == {dim} and dim not in bound:
-                bound.add(dim)
-                lines.append(f"{dim} = {var(value)}.shape[{axis}]")
-    for value in graph.inputs:
-        for axis, dim in enumerate(value.shape):
-            unbound = dims.symbols(dim) - bound
-            if len(unbound) == 1:
-                (symbol,) = unbound
-                size = f"{var(value)}.shape[{axis}]"
-                remainder = "+".join(t for t in str(dim).split("+") if symbol not in t.split("*"))
-                if remainder:
-                    size += f" - ({remainder})"
-                bound.add(symbol)
-                lines.append(f"{symbol} = {size}")
-    return lines
+    """Lines binding the symbols from input shapes, as ``irc.dims.binding_plan`` says."""
+    by_name = {v.name: v for v in graph.inputs}
+    return [f"{symbol} = {var(by_name[name])}.shape[{axis}]" + dims.subtract_text(rest)
+            for symbol, name, axis, rest in dims.binding_plan(graph.inputs)]
 
 
 def _forward(graph: Graph, planner: Planner) -> str:
