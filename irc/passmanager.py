@@ -48,8 +48,9 @@ class Pass:
 
     @classmethod
     def summary(cls) -> str:
-        doc = (cls.__doc__ or "").strip()
-        return doc.splitlines()[0] if doc else ""
+        """The docstring's first paragraph, on one line."""
+        paragraph = (cls.__doc__ or "").strip().split("\n\n")[0]
+        return " ".join(line.strip() for line in paragraph.splitlines())
 
     def __repr__(self) -> str:
         opts = ",".join(f"{k}={v}" for k, v in sorted(self.config.items()) if self.options.get(k) != v)
