@@ -15,6 +15,17 @@ from irc import dims
 from irc.dtypes import DType
 
 
+def fresh_name(hint: str, taken: set) -> str:
+    """``hint`` if not in ``taken``, else ``hint_1``, ``hint_2``, ...; the name is added to
+    ``taken``. The one naming rule for graphs and the names backends give their values."""
+    name, n = hint, 0
+    while name in taken:
+        n += 1
+        name = f"{hint}_{n}"
+    taken.add(name)
+    return name
+
+
 class Value:
     """An SSA value: a tensor with a dtype and a (possibly symbolic) shape."""
 
@@ -124,12 +135,7 @@ class Graph:
     # ---- names -------------------------------------------------------------------
     def unique_name(self, hint: str) -> str:
         """``hint`` if free, else ``hint_1``, ``hint_2``, ... (deterministic)."""
-        name, n = hint, 0
-        while name in self._names:
-            n += 1
-            name = f"{hint}_{n}"
-        self._names.add(name)
-        return name
+        return fresh_name(hint, self._names)
 
     def rename(self, value: Value, name: str) -> None:
         """Give ``value`` the exact ``name`` (freed by a removed value, say)."""

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from irc.errors import BackendError
+from irc.ops.moe import ACTIVATIONS, activate
 from irc.ops.primitives import gelu, sigmoid, silu
 from backends.npu.target import Machine, ceil_div, round_up
 
@@ -117,13 +118,10 @@ class Dma:
 # ---- numbers -----------------------------------------------------------------------------
 
 def _activation(name: str, x):
-    if name == "silu":
-        return silu(x)
-    if name == "gelu":
-        return gelu(x)
-    if name == "gelu_tanh":
-        return gelu(x, "tanh")
-    raise BackendError(f"unknown epilogue activation {name!r}")
+    """The gated MLP's activation, as the ``moe`` op names them (``irc.ops.moe.activate``)."""
+    if name not in ACTIVATIONS:
+        raise BackendError(f"unknown epilogue activation {name!r}")
+    return activate(x, name)
 
 
 def _unary(step: dict, x):

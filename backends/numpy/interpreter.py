@@ -91,10 +91,13 @@ def cache_inputs(graph: Graph) -> list[Value]:
 
 
 def random_feeds(graph: Graph, batch: int = 2, tokens: int = 5, past: int = 0, seed: int = 0,
-                 vocab: Optional[int] = None, sizes: Optional[Mapping[str, int]] = None) -> dict[str, np.ndarray]:
+                 vocab: Optional[int] = None, sizes: Optional[Mapping[str, int]] = None,
+                 left_pad: int = 0) -> dict[str, np.ndarray]:
     """Seeded inputs for any graph: ids below the vocabulary, an all-ones mask, positions
     continuing after the past, random past caches; other inputs standard normal.
-    Symbols other than B, T and P take their size from ``sizes`` (default 3)."""
+    Symbols other than B, T and P take their size from ``sizes`` (default 3). With
+    ``left_pad``, the last row's first ``left_pad`` cache slots are padding and its
+    positions count real tokens only (as HF generate does)."""
     rng = np.random.default_rng(seed)
     bindings = {"B": batch, "T": tokens, "P": past}
     for value in graph.inputs:
@@ -115,6 +118,11 @@ def random_feeds(graph: Graph, batch: int = 2, tokens: int = 5, past: int = 0, s
             feeds[value.name] = rng.standard_normal(shape).astype(value.dtype.numpy)
         else:
             feeds[value.name] = rng.integers(0, 2, size=shape).astype(value.dtype.numpy)
+    if left_pad and "attention_mask" in feeds:
+        feeds["attention_mask"][-1, :left_pad] = 0
+        positions = np.cumsum(feeds["attention_mask"], axis=1) - 1
+        if "position_ids" in feeds:
+            feeds["position_ids"][-1] = np.maximum(positions[-1, -tokens:], 0)
     return feeds
 
 

@@ -25,7 +25,7 @@ from onnx import TensorProto, helper
 from irc import dims
 from irc.dtypes import DType
 from irc.errors import BackendError
-from irc.graph import Graph, Param, Value
+from irc.graph import Graph, Param, Value, fresh_name
 
 ONNX_TYPES = {
     DType.f32: TensorProto.FLOAT, DType.f16: TensorProto.FLOAT16, DType.bf16: TensorProto.BFLOAT16,
@@ -94,12 +94,7 @@ class Builder:
         return name
 
     def fresh(self, hint: str) -> str:
-        name, n = hint, 0
-        while name in self._names:
-            n += 1
-            name = f"{hint}_{n}"
-        self._names.add(name)
-        return name
+        return fresh_name(hint, self._names)
 
     def bind(self, value: Value, name: str) -> str:
         self._values[id(value)] = name

@@ -65,13 +65,7 @@ def attention_graph(heads=4, kv_heads=2, head_dim=4, window=None, softcap=None, 
 
 def feeds_for(graph, batch=2, tokens=5, past=3, left_pad=0, seed=0):
     """Seeded inputs; the last row's first ``left_pad`` cache slots are padding."""
-    feeds = random_feeds(graph, batch=batch, tokens=tokens, past=past, seed=seed)
-    if left_pad and "attention_mask" in feeds:
-        feeds["attention_mask"][-1, :left_pad] = 0
-        positions = np.cumsum(feeds["attention_mask"], axis=1) - 1
-        if "position_ids" in feeds:
-            feeds["position_ids"][-1] = np.maximum(positions[-1, -tokens:], 0)
-    return feeds
+    return random_feeds(graph, batch=batch, tokens=tokens, past=past, seed=seed, left_pad=left_pad)
 
 
 # ---- golden dumps, changed both ways, idempotence ----------------------------------------
