@@ -175,9 +175,9 @@ class Graph:
         self._names.add(name)
         return name
 
-    def claim_name(self, name: str) -> str:
-        """Reserve an exact name (the parser uses this); duplicates raise ValueError."""
-        return self._claim(name)
+    def new_named_value(self, name: str, dtype: DType, shape) -> Value:
+        """A value with exactly ``name`` (the parser's); a duplicate raises ValueError."""
+        return Value(self._claim(name), dtype, shape)
 
     # ---- queries -----------------------------------------------------------------
     def users(self, value: Value) -> list[Node]:
@@ -191,14 +191,6 @@ class Graph:
         yield from self.inputs
         for node in self.nodes:
             yield from node.outputs
-
-    def find(self, name: str) -> Value:
-        if name.startswith("@"):
-            return self.params[name[1:]]
-        for value in self.values():
-            if value.name == name:
-                return value
-        raise KeyError(name)
 
     # ---- rewriting ---------------------------------------------------------------
     def replace_all_uses(self, old: Value, new: Value) -> None:

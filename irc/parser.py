@@ -187,7 +187,7 @@ def _parse_node(graph: Graph, env: dict, line: _Line) -> None:
         raise line.error(err.message) from None
     outputs = []
     for name, (dtype, shape) in zip(names, types):
-        outputs.append(_claim(graph, line, lambda n, d, s: Value(graph.claim_name(n), d, s), name[1:], dtype, shape))
+        outputs.append(_claim(graph, line, graph.new_named_value, name[1:], dtype, shape))
     for v in outputs:
         env[v.name] = v
     graph.nodes.append(Node(op, inputs, outputs, attrs, origin=f"{line.source}:{line.number}"))
