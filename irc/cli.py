@@ -61,10 +61,15 @@ def _apply_passes(graph, args, *, check: bool = False, out=sys.stdout):
             return compare_outputs(before, after, feeds, args.seed)
 
     from irc.dot import graph_to_dot
-    manager = PassManager(pipeline, dump_dir=getattr(args, "dump_dir", None),
+
+    def stats(g):
+        return stats_line(g, args.context)
+
+    dump_dir = getattr(args, "dump_dir", None)  # stats and pictures only where dumps will hold them
+    manager = PassManager(pipeline, dump_dir=dump_dir,
                           print_after_all=getattr(args, "print_after_all", False),
                           print_after_change=getattr(args, "print_after_change", False),
-                          checker=checker, stats=lambda g: stats_line(g, args.context), dot=graph_to_dot, out=out)
+                          checker=checker, stats=stats if dump_dir else None, dot=graph_to_dot, out=out)
     manager.run(graph)
     return manager
 
