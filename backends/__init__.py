@@ -1,0 +1,94 @@
+"""Backends: the targets ``irc compile --target`` emits, in one table.
+
+``TARGETS`` maps a target's name to a ``Target``: what ``-o`` writes, the default
+pipeline, the command-line options the target reads, and its emitter. A target's module
+is imported only when that target is chosen (``Target.emitter`` names it), so choosing
+``--target onnx`` never imports torch or triton, and reading the table imports nothing
+heavy. Each emitter has the signature
+
+    emit(graph, path, options: EmitOptions) -> list[str]   # the lines to tell the user
+
+Adding a target is one entry here and one module with such a function; the CLI reads the
+table and needs no change. Backends import only ``irc``.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
+
+from irc.errors import IRCError
+from irc.graph import Graph
+
+
+@dataclass(frozen=True)
+class EmitOptions:
+    """What every emitter may read: the target's name, the spec it came from, the seed for
+    absent weights, the context length, and the target's own options (``Target.arguments``)
+    by name."""
+
+    name: str = ""
+    source: str = ""
+    seed: int = 0
+    context: int = 4096
+    target: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _fixed(pipeline: str) -> Callable[[Mapping[str, Any]], str]:
+    def default_pipeline(options: Mapping[str, Any]) -> str:
+        return pipeline
+    return default_pipeline
+
+
+def _onnx_pipeline(name: str) -> Callable[[Mapping[str, Any]], str]:
+    def default_pipeline(options: Mapping[str, Any]) -> str:
+        from backends.onnx.targets import DEFAULT_OPSET, TARGETS as ONNX  # plain data, no onnx import
+        return ONNX[name].pipeline(options.get("opset") or DEFAULT_OPSET)
+    return default_pipeline
+
+
+def _onnx_arguments(parser: argparse.ArgumentParser) -> None:
+    from backends.onnx.targets import add_arguments
+    add_arguments(parser)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One ``--target``: ``summary`` says what ``-o`` writes; ``pipeline(options)`` is the
+    default pipeline; ``add_arguments(parser)`` adds the target's own options (shared by
+    targets of one backend: the CLI calls each function once) and ``arguments`` names them;
+    ``emitter`` is ``"module:function"``; ``needs_output`` when the target writes files only."""
+
+    summary: str
+    emitter: Optional[str]
+    pipeline: Callable[[Mapping[str, Any]], str] = _fixed("")
+    add_arguments: Optional[Callable[[argparse.ArgumentParser], None]] = None
+    arguments: tuple = ()
+    needs_output: bool = False
+
+    def emit(self, graph: Graph, path: str, options: EmitOptions) -> list[str]:
+        module, function = self.emitter.split(":")
+        return getattr(importlib.import_module(module), function)(graph, path, options)
+
+
+ONNX_ARGUMENTS = ("opset", "weights")
+
+TARGETS = {
+    "ir": Target("the printed IR", "backends.ir:emit_target"),
+    "numpy": Target("a standalone NumPy module (+ .npz weights)", "backends.numpy.emit:emit_target",
+                    _fixed("dce,cse")),
+    "onnx": Target("an ONNX model, standard ops (+ genai_config.json)", "backends.onnx.compile:emit_target",
+                   _onnx_pipeline("onnx"), _onnx_arguments, ONNX_ARGUMENTS, needs_output=True),
+    "onnx-ort": Target("an ONNX model with ONNX Runtime contrib ops (+ genai_config.json)",
+                       "backends.onnx.compile:emit_target", _onnx_pipeline("onnx-ort"), _onnx_arguments,
+                       ONNX_ARGUMENTS, needs_output=True),
+    "triton": Target("a Triton module: generated kernels + launcher (+ .pt weights)",
+                     "backends.triton.emit:emit_target", _fixed("dce,cse,mla-absorb,moe-sort")),
+}
+
+
+def get_target(name: str) -> Target:
+    if name not in TARGETS:
+        raise IRCError(f"unknown target {name!r}", hint=f"targets: {', '.join(TARGETS)}")
+    return TARGETS[name]

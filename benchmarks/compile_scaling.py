@@ -63,7 +63,7 @@ def main() -> None:
         for _ in range(args.repeat):
             out = os.path.join(tmp, "70b.ir")
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "irc", "compile", os.path.join(ROOT, "examples", "llama2-70b.yaml"),
+            subprocess.run([sys.executable, "-m", "irc_cli", "compile", os.path.join(ROOT, "examples", "llama2-70b.yaml"),
                             "--target", "ir", "--passes", "dce,cse", "-o", out], check=True, cwd=ROOT,
                            stderr=subprocess.DEVNULL)
             walls.append(time.perf_counter() - start)

@@ -39,7 +39,7 @@ sys.path.insert(0, ROOT)
 from backends.onnx.emit import emit_model  # noqa: E402
 from backends.onnx.runtime import empty_caches, ort_engine  # noqa: E402
 from frontends import load_spec  # noqa: E402
-from irc.testing import relative_error  # noqa: E402
+from irc.check import relative_error  # noqa: E402
 
 SMALL = dict(vocab_size=32000, hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2,
              intermediate_size=1408, max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=10000.0,
@@ -92,9 +92,9 @@ def compile_times(work: str, rounds: int) -> dict:
     with open(os.path.join(work, "torch_export.py"), "w") as f:
         f.write(TORCH_EXPORT)
     tools = {
-        "irc compile --target onnx-ort": [sys.executable, "-m", "irc", "compile", hf, "--target", "onnx-ort",
+        "irc compile --target onnx-ort": [sys.executable, "-m", "irc_cli", "compile", hf, "--target", "onnx-ort",
                                           "-o", os.path.join(work, "c-irc-ort", "model.onnx")],
-        "irc compile --target onnx": [sys.executable, "-m", "irc", "compile", hf, "--target", "onnx",
+        "irc compile --target onnx": [sys.executable, "-m", "irc_cli", "compile", hf, "--target", "onnx",
                                       "-o", os.path.join(work, "c-irc", "model.onnx")],
         "genai builder (fp32, cpu)": [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf, "-o",
                                       os.path.join(work, "builder"), "-p", "fp32", "-e", "cpu",

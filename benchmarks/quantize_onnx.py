@@ -41,7 +41,7 @@ from onnx_vs_peers import (NEW, PROMPT, ROOT, SMALL, make_hf_folder, median, ort
                            timed_process)
 from backends.onnx.runtime import empty_caches  # noqa: E402
 from frontends import load_spec  # noqa: E402
-from irc.testing import relative_error  # noqa: E402
+from irc.check import relative_error  # noqa: E402
 
 PASSES = "lower-mlp,quantize{bits=4,group=32},dce"
 PASSES_EMB = "lower-mlp,quantize{bits=4,group=32,embeddings=true},dce"
@@ -136,7 +136,7 @@ def main() -> None:
     hf = os.path.join(work, "hf")
     model = make_hf_folder(hf)
 
-    irc = [sys.executable, "-m", "irc", "compile", hf]
+    irc = [sys.executable, "-m", "irc_cli", "compile", hf]
     builder = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf, "-e", "cpu",
                "-c", os.path.join(work, "builder-cache")]
     jobs = {  # directory: argv

@@ -38,7 +38,8 @@ def load_spec(path) -> Graph:
 
 
 def _load_yaml(path: str) -> Graph:
-    from frontends import yaml_graph, yaml_spec, yamlloc
+    from frontends import yaml_graph, yaml_spec
+    from irc import yamlloc
 
     data = yamlloc.load_file(path)
     if isinstance(data, dict) and "model" in data:

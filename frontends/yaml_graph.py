@@ -34,8 +34,8 @@ import difflib
 import re
 from typing import Any, Optional
 
-from frontends import yamlloc
-from frontends.yamlloc import Fields, LocDict, LocList, Loc, string
+from irc import yamlloc
+from irc.yamlloc import Fields, LocDict, LocList, Loc, string
 from irc import build, dims, ops
 from irc.dtypes import DType
 from irc.errors import ShapeError, SpecError

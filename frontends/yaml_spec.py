@@ -71,10 +71,10 @@ import math
 from contextlib import contextmanager
 from typing import Optional
 
-from frontends import yamlloc
+from irc import yamlloc
 from frontends.dsl import ArgError, Model, Rope
 from frontends.dsl_rope import SCALING_FIELDS, SCALING_KINDS
-from frontends.yamlloc import (Bad, Fields, boolean, choice, non_negative_int, number, optional, positive_int,
+from irc.yamlloc import (Bad, Fields, boolean, choice, non_negative_int, number, optional, positive_int,
                                positive_number, string)
 from irc.errors import SpecError
 from irc.graph import Graph

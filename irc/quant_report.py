@@ -32,7 +32,7 @@ import numpy as np
 from irc import dims
 from irc.graph import Graph, Param
 from irc.ops.quant import dequantize_blocks
-from irc.testing import relative_error
+from irc.check import relative_error
 from irc.weights import materialize
 
 QUANT_OPS = {"dequant_linear": 1, "dequantize": 0}  # op -> index of its qweight operand
@@ -121,7 +121,7 @@ def prompt_logits(graph: Graph, prompts: Sequence[Sequence[int]], seed: int = 0)
     """Logits [len(prompt), V] per prompt: a prefill of the first half, then one token at a
     time, each step fed the graph's own present caches (batch 1; the whole prompt at once
     when the graph has no caches)."""
-    from backends.numpy.interpreter import Interpreter, cache_inputs, present_name
+    from irc.interpreter import Interpreter, cache_inputs, present_name
 
     interpreter = Interpreter(graph.clone(), seed)
     names = {v.name for v in graph.inputs}

@@ -7,7 +7,7 @@ from collections import Counter
 from irc import ops
 from irc.graph import Graph, Node
 from irc.passmanager import Pass, register_pass
-from passes.rewrite import is_graph_output, rename
+from irc.rewrite.edit import is_graph_output, rename
 
 
 def node_key(node: Node) -> tuple:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from irc.graph import Graph
 from irc.passmanager import Pass, register_pass
-from passes.rewrite import is_graph_output
+from irc.rewrite.edit import is_graph_output
 
 
 @register_pass

@@ -9,7 +9,7 @@ from irc.graph import Graph, Node, Param
 from irc.passmanager import Pass, register_pass
 from irc.printer import format_attrs, operand
 from irc.weights import Derived
-from passes.rewrite import constant, is_graph_output, replace_node
+from irc.rewrite.edit import constant, is_graph_output, replace_node
 
 
 def _known(value) -> bool:

@@ -7,7 +7,7 @@ from irc.build import emit1
 from irc.dtypes import DType
 from irc.graph import Graph, Node, Value
 from irc.passmanager import Pass, register_pass
-from passes.rewrite import cast_to, constant, replace_node
+from irc.rewrite.edit import cast_to, constant, replace_node
 
 F32 = DType.f32
 # a hidden score before the softmax: exp(MASKED - peak) is exactly 0 in float32

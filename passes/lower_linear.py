@@ -6,7 +6,7 @@ import logging
 from irc.build import emit1
 from irc.graph import Graph, Node, Value
 from irc.passmanager import Pass, register_pass
-from passes.rewrite import cast_to, replace_node
+from irc.rewrite.edit import cast_to, replace_node
 
 log = logging.getLogger(__name__)
 

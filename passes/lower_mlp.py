@@ -4,7 +4,7 @@ from __future__ import annotations
 from irc.build import emit1
 from irc.graph import Graph, Node, Value
 from irc.passmanager import Pass, register_pass
-from passes.rewrite import replace_node
+from irc.rewrite.edit import replace_node
 
 
 @register_pass

@@ -11,7 +11,7 @@ from irc.graph import Graph, Node, Param, Value
 from irc.ops.mla import absorb_output_weight, absorb_query_weight
 from irc.passmanager import Pass, register_pass
 from irc.weights import Derived, materialize
-from passes.rewrite import is_graph_output, replace_node
+from irc.rewrite.edit import is_graph_output, replace_node
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from irc.errors import PassError
 from irc.graph import Graph, Node, Param, Value
 from irc.ops.moe_sorted import expert_capacity, tile_padding
 from irc.passmanager import Pass, register_pass
-from passes.rewrite import cast_to, constant, replace_node
+from irc.rewrite.edit import cast_to, constant, replace_node
 
 F32 = DType.f32
 ROUTING = ("experts", "top_k", "scoring", "norm_topk_prob", "routed_scale", "n_group", "topk_group", "group_score")
@@ -115,7 +115,7 @@ class MoeSort(Pass):
 
 def _run_dispatch(graph: Graph, feeds, seed: int) -> tuple[list, list]:
     """Each ``moe_dispatch``'s expert_ids and indptr through the reference interpreter."""
-    from irc.testing import check_feeds, run_reference  # runs the interpreter (imported lazily there)
+    from irc.check import check_feeds, run_reference
 
     probe = graph.clone()
     sites = [n for n in probe.nodes if n.op == "moe_dispatch"]

@@ -12,7 +12,7 @@ from irc.graph import Graph, Node, Param, Value
 from irc.ops.quant import BITS, block_count, packed_width, quantize_blocks
 from irc.passmanager import Pass, register_pass
 from irc.weights import Derived, materialize
-from passes.rewrite import is_graph_output, replace_node
+from irc.rewrite.edit import is_graph_output, replace_node
 
 log = logging.getLogger(__name__)
 

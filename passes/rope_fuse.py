@@ -13,8 +13,8 @@ from irc.dtypes import DType
 from irc.graph import Graph, Node, Param, Value
 from irc.ops.rope import rope_inv_freq
 from irc.passmanager import Pass, register_pass
-from irc.rewrite_rules import AnyOf, Capture, EvaluationError, Notes, Op, Rule, evaluate
-from passes.rewrite import is_graph_output
+from irc.rewrite.patterns import AnyOf, Capture, EvaluationError, Notes, Op, Rule, evaluate
+from irc.rewrite.edit import is_graph_output
 
 log = logging.getLogger("irc.passes.rope_fuse")
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from irc.cli import main
+from irc_cli import main
 
 TINY = "examples/tiny-llama3.yaml"
 
@@ -153,7 +153,7 @@ def test_bad_input_one_message_exit_2_no_output(case, capsys, tmp_path):
 def test_bad_input_in_a_real_process(tmp_path):
     spec = tmp_path / "bad.yaml"
     spec.write_text(BAD_SPECS["heads not divisible"][0])
-    proc = subprocess.run([sys.executable, "-m", "irc", "show", str(spec)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "irc_cli", "show", str(spec)], capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") <= 2 and "Traceback" not in proc.stderr and "n_kv_heads" in proc.stderr
 

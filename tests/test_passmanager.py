@@ -13,9 +13,9 @@ from irc.graph import Graph
 from irc.parser import parse_graph
 from irc.passmanager import PASSES, Pass, PassManager, parse_pipeline
 from irc.printer import print_graph
-from irc.testing import compare_outputs
+from irc.check import compare_outputs
 from passes.fold import Fold
-from passes.rewrite import replace_node
+from irc.rewrite.edit import replace_node
 
 
 # ---- test-only passes (registered per test with monkeypatch) ---------------------------

@@ -11,7 +11,7 @@ from irc.dot import graph_to_dot
 from irc.parser import parse_graph
 from irc.passmanager import PassManager, parse_pipeline
 from irc.printer import print_graph
-from irc.testing import compare_outputs
+from irc.check import compare_outputs
 from irc.weights import seed_absent
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")

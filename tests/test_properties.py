@@ -4,12 +4,12 @@ the reference interpreter's KV-cache and padding semantics."""
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from backends.numpy.interpreter import Interpreter
+from irc.interpreter import Interpreter
 from frontends import load_spec
 from irc.analysis import analyze
 from irc.parser import parse_graph
 from irc.printer import print_graph
-from irc.testing import relative_error
+from irc.check import relative_error
 from irc.verify import verify
 
 VOCAB = 50

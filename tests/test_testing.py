@@ -3,14 +3,15 @@ import numpy as np
 import pytest
 
 import irc.testing
-from backends.numpy.interpreter import random_feeds
+from irc.interpreter import random_feeds
 from irc.build import emit, emit1
 from irc.dtypes import DType
 from irc.graph import Graph
 from irc.passmanager import Pass
-from irc.testing import assert_pass, assert_unchanged, check_golden, compare_outputs, relative_error
+from irc.testing import assert_pass, assert_unchanged, check_golden
+from irc.check import compare_outputs, relative_error
 from passes.dce import DeadCodeElimination
-from passes.rewrite import constant, replace_node
+from irc.rewrite.edit import constant, replace_node
 
 F32 = DType.f32
 

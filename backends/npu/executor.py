@@ -31,7 +31,7 @@ import numpy as np
 from irc.errors import BackendError
 from irc.ops.moe import ACTIVATIONS, activate
 from irc.ops.primitives import gelu, sigmoid, silu
-from backends.npu.target import Machine, ceil_div, round_up
+from irc.npu.target import Machine, ceil_div, round_up
 
 NUMPY = {"int8": np.int8, "int16": np.int16, "fp16": np.float16, "bf16": np.float32, "fp32": np.float32}
 

@@ -3,7 +3,7 @@
 ``irc compile SPEC --target numpy -o model_np.py`` writes ``model_np.py`` and its weights,
 ``model_np.npz``, beside it. The module runs without irc: it needs NumPy, plus ml_dtypes
 only when a value or weight is bf16 or int4. It computes exactly what the reference
-interpreter (``backends.numpy.interpreter``) computes, with the same float32 math, because
+interpreter (``irc.interpreter``) computes, with the same float32 math, because
 it runs the same code:
 
 - One mechanism, no per-op templates: the source of each used op's reference (its
@@ -316,3 +316,9 @@ def _example_inputs(graph: Graph) -> str:
         "    rng = np.random.default_rng(seed)",
         "    return {", *entries, "    }",
     ]) + "\n"
+
+
+def emit_target(graph: Graph, path: str, options) -> list[str]:
+    """``--target numpy`` (``backends.TARGETS``)."""
+    emit_module(graph, path, source=options.source)
+    return [f"wrote {path} (a standalone NumPy module (+ .npz weights))"]

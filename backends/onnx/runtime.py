@@ -1,6 +1,6 @@
 """Running a compiled model: ONNX Runtime sessions, left-padded batches and greedy
 decoding with the KV cache, for any engine that maps input arrays to output arrays (an
-ORT session or ``backends.numpy.interpreter.Interpreter``), so tests and benchmarks drive
+ORT session or ``irc.interpreter.Interpreter``), so tests and benchmarks drive
 both the same way.
 
 Batches of uneven prompts are left-padded: ``attention_mask`` 0 on the padding,
@@ -40,7 +40,7 @@ def ort_engine(path: str, threads: int = 2) -> Engine:
 
 
 def interpreter_engine(graph: Graph, seed: int = 0) -> Engine:
-    from backends.numpy.interpreter import Interpreter
+    from irc.interpreter import Interpreter
 
     interp = Interpreter(graph, seed)
     names = {v.name for v in graph.inputs}

@@ -44,6 +44,23 @@ TARGETS = {
 }
 
 
+def add_arguments(parser) -> None:
+    """The ONNX targets' own options on ``irc compile`` (None when not given)."""
+    parser.add_argument("--opset", type=int, default=None,
+                        help=f"ONNX opset for --target onnx/onnx-ort (default {DEFAULT_OPSET}, at least {MIN_OPSET})")
+    parser.add_argument("--weights", default=None,
+                        help="ONNX targets: seeded (default; absent weights seeded by name) or none (shape-only: "
+                             "the model references external weights that are not written)")
+
+
+def resolve_options(target: str, options) -> tuple[int, str]:
+    """(opset, weights) from the CLI's options (None: the default), checked."""
+    opset = DEFAULT_OPSET if options.get("opset") is None else options["opset"]
+    weights = "seeded" if options.get("weights") is None else options["weights"]
+    check_options(target, opset, weights)
+    return opset, weights
+
+
 def check_options(target: str, opset: int, weights: str) -> Target:
     """The target, or one BackendError naming the bad option."""
     if target not in TARGETS:

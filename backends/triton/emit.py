@@ -388,3 +388,9 @@ COMPILE_TEXT = '''def compile_kernels(capability=90, *, tensor_cores=False, name
         source = ASTSource(fn, signature, constexprs)
         compiled[name] = triton.compile(source, target=GPUTarget("cuda", capability, 32))
     return compiled'''
+
+
+def emit_target(graph: Graph, path: str, options) -> list[str]:
+    """``--target triton`` (``backends.TARGETS``); imports torch and triton."""
+    emit_module(graph, path, source=options.source)
+    return [f"wrote {path} (a Triton module: generated kernels + launcher (+ .pt weights))"]

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from frontends.yamlloc import Bad, positive_number
+from irc.yamlloc import Bad, positive_number
 from irc.errors import SpecError
 
 CONFIG = "config.json"

@@ -43,9 +43,9 @@ from typing import Callable, Optional
 
 from frontends.hf.config import (Arch, Attention, Config, LayerSpec, RopeSpec, int_list, read_rope, rope_dict,
                                  string_list)
-from frontends.yamlloc import boolean, non_negative_int, positive_int, positive_number, string
+from irc.yamlloc import boolean, non_negative_int, positive_int, positive_number, string
 from frontends.hf.weights import Rows, Source, Stack, Tensor
-from frontends.yamlloc import Bad
+from irc.yamlloc import Bad
 from irc.errors import SpecError
 
 FULL, SLIDING = "full_attention", "sliding_attention"

@@ -1,9 +1,9 @@
-"""``irc tile`` end to end (through ``irc.cli.main``): plan.json and the HTML report, byte-identical reruns, one clear message and exit
+"""``irc tile`` end to end (through ``irc_cli.main``): plan.json and the HTML report, byte-identical reruns, one clear message and exit
 code 2 for bad input, and no partial output file."""
 import json
 import re
 
-from irc.cli import main
+from irc_cli import main
 
 TINY = "examples/tiny-llama3.yaml"
 EDGE = "examples/targets/edge-npu.yaml"

@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.npu import cost
+from irc.npu import cost
 from backends.npu.executor import Numbers, execute, random_operands, reference
-from backends.npu.plan import machine_of, op_record, plan_graph
-from backends.npu.target import load_target, parse_target
-from backends.npu.workloads import Work
+from passes.npu_tile.plan import machine_of, op_record, plan_graph
+from irc.npu.target import load_target, parse_target
+from passes.npu_tile.workloads import Work
 from frontends import load_spec
 from irc.errors import BackendError
-from irc.testing import relative_error
+from irc.check import relative_error
 
 TINY = sorted(glob.glob("examples/tiny*.yaml")) + sorted(glob.glob("examples/tiny*_dsl.py"))
 SHIPPED = sorted(glob.glob("examples/targets/*.yaml"))
@@ -129,7 +129,7 @@ def test_large_plan_ops_run_tiled_at_reduced_size():
        st.integers(1, 2), st.sampled_from(cost.GEMM_ORDERS), st.booleans(), st.integers(1, 2),
        st.sampled_from(["nk", "kn"]), st.booleans())
 def test_random_gemm_tilings_count_what_the_model_says(M, K, N, tm, tn, tk, order, db, weights, layout, residual):
-    """The closed-form traffic and SRAM of ``backends.npu.cost`` against the executor's
+    """The closed-form traffic and SRAM of ``irc.npu.cost`` against the executor's
     count, for random shapes, tiles (in MAC-array and burst units), orders and buffering."""
     machine = mini().machine("int8")
     steps = [{"op": "glu", "activation": "silu"}] if weights == 2 else []

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from backends.npu import cost
-from backends.npu.plan import dumps, machine_of, naive_record, plan_graph
-from backends.npu.target import load_target, parse_target
+from irc.npu import cost
+from passes.npu_tile.plan import dumps, machine_of, naive_record, plan_graph
+from irc.npu.target import load_target, parse_target
 from frontends import load_spec
 from irc.errors import BackendError, PassError
 from irc.passmanager import PassManager

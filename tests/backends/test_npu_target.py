@@ -5,7 +5,7 @@ import glob
 
 import pytest
 
-from backends.npu.target import Target, load_target, smallest_tile
+from irc.npu.target import Target, load_target, smallest_tile
 from irc.errors import BackendError, IRCError, SpecError
 
 GOOD = """\

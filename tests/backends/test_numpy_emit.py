@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from backends.numpy.emit import emit_module, module_source
-from backends.numpy.interpreter import random_feeds, run
+from irc.interpreter import random_feeds, run
 from irc import ops
 from irc.build import emit, emit1
 from irc.dtypes import DType

@@ -20,7 +20,7 @@ from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Graph
 from irc.passmanager import PassManager, parse_pipeline
-from irc.testing import relative_error
+from irc.check import relative_error
 
 EXAMPLES = sorted(str(p) for p in Path("examples").glob("tiny-*.yaml"))
 LLAMA = "examples/tiny-llama3.yaml"

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backends.numpy.interpreter import generate
+from irc.interpreter import generate
 from backends.onnx.emit import emit_model
 from backends.onnx.runtime import greedy, interpreter_engine
 from frontends import load_spec

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 import passes  # noqa: F401  (registers the passes)
-from backends.numpy.interpreter import random_feeds
+from irc.interpreter import random_feeds
 from backends.onnx.emit import emit_model
 from backends.onnx.runtime import greedy, interpreter_engine, ort_engine
 from backends.onnx.targets import TARGETS
 from frontends import load_spec
 from irc.passmanager import PassManager, parse_pipeline
-from irc.testing import relative_error
+from irc.check import relative_error
 
 EXAMPLES = sorted(str(p) for p in Path("examples").glob("tiny-*.yaml"))
 PROMPTS = [[11, 5, 200, 7, 42], [3, 250, 17, 99, 64, 8, 31, 120, 77]]  # rows of 5 and 9 tokens

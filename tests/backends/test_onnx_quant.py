@@ -15,7 +15,7 @@ from backends.onnx.runtime import greedy, interpreter_engine, ort_engine
 from backends.onnx.targets import TARGETS
 from frontends import load_spec
 from irc.passmanager import PassManager, parse_pipeline
-from irc.testing import relative_error
+from irc.check import relative_error
 from irc.weights import seed_absent
 from test_onnx_models import PROMPTS, real_rows
 

@@ -43,7 +43,7 @@ def test_missing_extra_is_one_clear_error(tmp_path, monkeypatch):
 
 
 def test_importing_the_backend_imports_neither_torch_nor_triton():
-    code = ("import sys, backends.triton.emit, backends.triton.plan, irc.cli; "
+    code = ("import sys, backends.triton.emit, backends.triton.plan, irc_cli; "
             "print('torch' in sys.modules, 'triton' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["False", "False"], done.stderr

@@ -18,13 +18,13 @@ import pytest  # noqa: E402
 pytest.importorskip("triton")  # the optional `triton` extra
 
 import passes  # noqa: E402,F401  (registers the passes)
-from backends.numpy.interpreter import random_feeds, run  # noqa: E402
+from irc.interpreter import random_feeds, run  # noqa: E402
 from backends.triton.emit import emit_module, load_module  # noqa: E402
 from irc.build import emit, emit1  # noqa: E402
 from irc.dtypes import DType  # noqa: E402
 from irc.graph import Graph  # noqa: E402
 from irc.passmanager import PassManager, parse_pipeline  # noqa: E402
-from irc.testing import relative_error  # noqa: E402
+from irc.check import relative_error  # noqa: E402
 from irc.weights import seed_absent  # noqa: E402
 
 F32, F16 = DType.f32, DType.f16

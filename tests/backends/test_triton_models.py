@@ -18,12 +18,12 @@ import pytest  # noqa: E402
 pytest.importorskip("triton")  # the optional `triton` extra
 
 import passes  # noqa: E402,F401  (registers the passes)
-from backends.numpy.interpreter import Interpreter, cache_inputs, present_name, random_feeds  # noqa: E402
+from irc.interpreter import Interpreter, cache_inputs, present_name, random_feeds  # noqa: E402
 from backends.triton import DEFAULT_PIPELINE  # noqa: E402
 from backends.triton.emit import emit_module, load_module  # noqa: E402
 from frontends import load_spec  # noqa: E402
 from irc.passmanager import PassManager, parse_pipeline  # noqa: E402
-from irc.testing import relative_error  # noqa: E402
+from irc.check import relative_error  # noqa: E402
 from irc.weights import seed_absent  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

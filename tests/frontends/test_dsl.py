@@ -9,7 +9,7 @@ from frontends.dsl import ArgError, Model, Rope
 from irc.dtypes import DType
 from irc.errors import SpecError
 from irc.printer import print_graph
-from irc.testing import check_feeds, run_reference
+from irc.check import check_feeds, run_reference
 from irc.verify import verify
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

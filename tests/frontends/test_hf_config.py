@@ -10,7 +10,7 @@ import pytest
 from frontends import load_spec
 from frontends.hf import load_hf, read_arch
 from irc.analysis import analyze
-from irc.cli import main
+from irc_cli import main
 from irc.errors import SpecError
 from irc.verify import verify
 

@@ -6,7 +6,7 @@ both ONNX targets (there the greedy decode runs on the left-padded batch)."""
 import numpy as np
 import pytest
 
-from backends.numpy.interpreter import Interpreter, cache_inputs, generate
+from irc.interpreter import Interpreter, cache_inputs, generate
 from frontends import load_spec
 from irc import dims
 from irc.errors import BackendError

@@ -6,7 +6,7 @@ import pytest
 from frontends import load_spec, yaml_graph
 from irc.errors import SpecError
 from irc.printer import format_node
-from irc.testing import check_feeds, run_reference
+from irc.check import check_feeds, run_reference
 from irc.verify import verify
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -7,14 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.numpy.interpreter import random_feeds
+from irc.interpreter import random_feeds
 from frontends.yaml_spec import load, loads
 from irc.build import emit
 from irc.dtypes import DType
 from irc.graph import Graph
 from irc.passmanager import parse_pipeline
 from irc.printer import print_graph
-from irc.testing import apply_pass, assert_pass, assert_unchanged, compare_outputs, run_reference
+from irc.testing import apply_pass, assert_pass, assert_unchanged
+from irc.check import compare_outputs, run_reference
 from passes.gqa_broadcast import GqaBroadcast
 
 F32 = DType.f32

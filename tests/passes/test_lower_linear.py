@@ -7,7 +7,8 @@ from irc.dtypes import DType
 from irc.graph import Graph
 from irc.passmanager import PassManager, parse_pipeline
 from irc.printer import print_graph
-from irc.testing import assert_pass, assert_unchanged, check_golden, compare_outputs
+from irc.testing import assert_pass, assert_unchanged, check_golden
+from irc.check import compare_outputs
 from irc.weights import Derived, seed_absent
 from passes.lower_linear import LowerLinear
 

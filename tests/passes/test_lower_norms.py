@@ -3,7 +3,8 @@ from irc.build import emit1
 from irc.dtypes import DType
 from irc.graph import Graph
 from irc.passmanager import PassManager, parse_pipeline
-from irc.testing import apply_pass, assert_pass, assert_unchanged, compare_outputs
+from irc.testing import apply_pass, assert_pass, assert_unchanged
+from irc.check import compare_outputs
 from irc.weights import seed_absent
 from passes.lower_norms import LowerNorms
 

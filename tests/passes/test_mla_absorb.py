@@ -10,17 +10,17 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from backends.numpy.emit import emit_module
-from backends.numpy.interpreter import Interpreter, cache_inputs, present_name, random_feeds, run
+from irc.interpreter import Interpreter, cache_inputs, present_name, random_feeds, run
 from frontends import load_spec
 from irc import dims
 from irc.build import emit, emit1
-from irc.cli import main
+from irc_cli import main
 from irc.dtypes import DType
 from irc.graph import Graph
 from irc.parser import parse_graph
 from irc.printer import print_graph
-from irc.testing import (apply_pass, assert_pass, assert_unchanged, compare_outputs, compare_own_caches,
-                         relative_error)
+from irc.check import compare_outputs, compare_own_caches, relative_error
+from irc.testing import apply_pass, assert_pass, assert_unchanged
 from irc.weights import Derived, seed_absent
 from passes.mla_absorb import MlaAbsorb
 

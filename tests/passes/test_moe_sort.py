@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backends.numpy.emit import module_source, weights_npz
-from backends.numpy.interpreter import random_feeds
+from irc.interpreter import random_feeds
 from frontends.yaml_spec import load, loads
 from irc import ops
 from irc.analysis import analyze
@@ -23,7 +23,8 @@ from irc.ops.moe_sorted import dispatch, expert_capacity, grouped_gemm, moe_sort
 from irc.parser import parse_graph
 from irc.passmanager import PassManager, parse_pipeline
 from irc.printer import print_graph
-from irc.testing import apply_pass, assert_pass, assert_unchanged, compare_outputs, run_reference
+from irc.testing import apply_pass, assert_pass, assert_unchanged
+from irc.check import compare_outputs, run_reference
 from irc.weights import seed_absent
 from passes.moe_sort import MoeSort
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from backends.numpy.emit import emit_module
-from backends.numpy.interpreter import Interpreter, run
+from irc.interpreter import Interpreter, run
 from frontends import load_spec
 from irc.analysis import analyze
 from irc.build import emit, emit1
@@ -22,7 +22,8 @@ from irc.passmanager import PassManager, parse_pipeline
 from irc.printer import print_graph
 from irc.quant_report import (format_report, gaussian_rtn_sqnr_db, logical_param_count, quantization_report,
                               weight_error)
-from irc.testing import apply_pass, assert_unchanged, check_golden, compare_outputs, relative_error
+from irc.testing import apply_pass, assert_unchanged, check_golden
+from irc.check import compare_outputs, relative_error
 from irc.weights import Derived, seed_absent
 from passes.quantize import Quantize
 

@@ -8,14 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.numpy.interpreter import random_feeds
+from irc.interpreter import random_feeds
 from frontends.yaml_spec import loads
 from irc.build import emit, emit1
 from irc.dtypes import DType
 from irc.graph import Graph
 from irc.ops.rope import rope_inv_freq
 from irc.printer import print_graph
-from irc.testing import apply_pass, assert_pass, assert_unchanged, compare_outputs
+from irc.testing import apply_pass, assert_pass, assert_unchanged
+from irc.check import compare_outputs
 from passes.rope_fuse import RopeFuse
 
 F32 = DType.f32

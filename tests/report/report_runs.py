@@ -13,7 +13,7 @@ from irc.analysis import stats_line
 from irc.dot import graph_to_dot
 from irc.graph import Graph
 from irc.passmanager import PassManager, parse_pipeline
-from irc.testing import compare_outputs
+from irc.check import compare_outputs
 from irc.weights import seed_absent
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,8 +2,8 @@
 import pytest
 import yaml
 
-from frontends import yamlloc
-from frontends.yamlloc import Fields, LocatingSafeLoader, positive_int
+from irc import yamlloc
+from irc.yamlloc import Fields, LocatingSafeLoader, positive_int
 from irc.errors import SpecError
 
 

@@ -42,7 +42,7 @@ from irc.analysis import layer_of
 from irc.errors import BackendError
 from irc.graph import Graph, Node, Param, Value
 from irc.ops import get_op
-from backends.npu.cost import AttentionShape, GemmShape
+from irc.npu.cost import AttentionShape, GemmShape
 
 UNARY_EPILOGUES = ("silu", "gelu", "sigmoid", "tanh", "exp", "neg", "softcap", "cast")
 BINARY_EPILOGUES = ("add", "sub", "mul", "maximum")

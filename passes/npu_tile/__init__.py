@@ -4,7 +4,9 @@ from __future__ import annotations
 from typing import Optional
 
 from irc.graph import Graph
+from irc.npu.target import load_target
 from irc.passmanager import Pass, register_pass
+from passes.npu_tile.plan import plan_graph
 
 
 @register_pass
@@ -17,7 +19,8 @@ class NpuTile(Pass):
     order that fit the target's SRAM and move the fewest DRAM bytes, then the fewest
     cycles (a roofline per tile step with pipeline fill); attention is tiled flash-style;
     single-use elementwise consumers are fused into the producer's epilogue. Each op's
-    traffic is held against the I/O lower bound. See ``backends.npu`` for the model.
+    traffic is held against the I/O lower bound. The machine model is ``irc.npu``
+    (target, cost); the planner is this package (``workloads``, ``plan``).
 
     Options: ``target`` (a target YAML, required), ``tokens`` [512], ``past`` [4096],
     ``batch`` [1], ``dtype`` (operand dtype, one the target supports) [int8].
@@ -37,11 +40,6 @@ class NpuTile(Pass):
         return None
 
     def run(self, graph: Graph) -> bool:
-        # The planner lives with the NPU backend that executes and reports plans; it is
-        # imported here, when the pass runs, as irc.testing imports the interpreter.
-        from backends.npu.plan import plan_graph
-        from backends.npu.target import load_target
-
         target = load_target(self.config["target"])
         plan = plan_graph(graph, target, tokens=self.config["tokens"], past=self.config["past"],
                           batch=self.config["batch"], dtype=self.config["dtype"])

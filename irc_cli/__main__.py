@@ -1,5 +1,5 @@
 import sys
 
-from irc.cli import main
+from irc_cli import main
 
 sys.exit(main())

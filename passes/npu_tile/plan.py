@@ -1,8 +1,8 @@
 """NPU tiling plans: ``plan_graph(graph, target)`` -> the plan, plain JSON data.
 
 For each phase (prefill: B x T new tokens, P = 0; decode: one token over a cache of P)
-the planner extracts the matmul-like work (``backends.npu.workloads``), searches each
-distinct shape once (``backends.npu.cost.search``; layers repeat, so a 80-layer model is
+the planner extracts the matmul-like work (``passes.npu_tile.workloads``), searches each
+distinct shape once (``irc.npu.cost.search``; layers repeat, so a 80-layer model is
 a handful of searches), and records per op its tile, loop order, buffers, traffic
 against the lower bound, and cycles; then per phase the totals and the time per token.
 Nodes the plan does not tile (norms, RoPE, embedding, ...) are costed as streaming their
@@ -19,8 +19,9 @@ import math
 
 from irc.errors import BackendError
 from irc.graph import Graph
-from backends.npu import cost, workloads
-from backends.npu.target import Machine, Target
+from irc.npu import cost
+from passes.npu_tile import workloads
+from irc.npu.target import Machine, Target
 
 FORMAT, VERSION = "irc-npu-plan", 1
 PHASES = ("prefill", "decode")

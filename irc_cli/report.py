@@ -1,7 +1,7 @@
 """Command-line glue: ``irc report DUMP_DIR -o report.html`` and ``irc compile ... --report
 report.html``.
 
-``irc.cli`` wires these in: ``add_parser(sub)`` adds the ``report`` command,
+``irc_cli`` wires these in: ``add_parser(sub)`` adds the ``report`` command,
 ``add_compile_arguments(comp)`` adds ``--report`` to ``compile``, and ``cmd_compile`` runs
 its passes inside ``compile_report(args, graph)``, which makes the pass manager dump (into a
 temporary directory when ``--dump-dir`` is not given), keeps the input graph for the
@@ -66,7 +66,7 @@ def cmd_report(args) -> int:
 
     input_graph = None
     if args.spec:
-        from irc.cli import load
+        from irc_cli.spec import load
         input_graph = load(args.spec)
     plan = _read_plan(args.npu_plan) if args.npu_plan else None
     html = build_report(args.dump_dir, input_graph=input_graph, npu_plan=plan,

@@ -6,7 +6,7 @@
 Runs ``--passes`` (if any) and then ``npu-tile`` through the pass manager, writes the
 plan (``-o``, JSON, byte-identical for the same input) and the report (``--report``),
 atomically, and prints the totals per phase. ``add_parser`` registers the command on the
-``irc`` parser; ``main`` runs it alone (``python -m backends.npu.cli``).
+``irc`` parser; ``main`` runs it alone (``python -m irc_cli.tile``).
 """
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def cmd_tile(args) -> int:
-    from irc.cli import load
+    from irc_cli.spec import load
     from irc.passmanager import PassManager, parse_pipeline, write_atomic
-    from backends.npu.plan import dumps
+    from passes.npu_tile.plan import dumps
     from backends.npu.report import render
     from passes.npu_tile import NpuTile
 

@@ -21,7 +21,7 @@ A target file has one top-level key, ``target`` (defaults in brackets)::
 Operand dtypes are ``int8``, ``int16``, ``fp16``, ``bf16`` and ``fp32``. Accumulators are
 stored in SRAM at the next power-of-two byte width (a 40-bit accumulator takes 8 bytes).
 
-What the numbers mean to the model (``backends.npu.cost``): the MAC array computes a
+What the numbers mean to the model (``irc.npu.cost``): the MAC array computes a
 ``rows x cols`` block of outputs per cycle, one reduction step per cycle, at ``rate``
 times that for the dtype; tiles are multiples of ``rows`` (M), ``cols`` (N) and the
 burst (K, ``alignment_bytes`` / operand bytes). DMA moves a row of a tile in whole
@@ -40,8 +40,8 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from irc.errors import BackendError, SpecError
-from frontends import yamlloc
-from frontends.yamlloc import Fields, non_negative_int, positive_int, positive_number, string
+from irc import yamlloc
+from irc.yamlloc import Fields, non_negative_int, positive_int, positive_number, string
 
 # operand dtype -> (bytes, is_float)
 DTYPES = {"int8": (1, False), "int16": (2, False), "fp16": (2, True), "bf16": (2, True), "fp32": (4, True)}
@@ -109,7 +109,7 @@ class Target:
 
 @dataclass(frozen=True)
 class Machine:
-    """A target seen through one operand dtype: what ``backends.npu.cost`` reads."""
+    """A target seen through one operand dtype: what ``irc.npu.cost`` reads."""
 
     target: str
     dtype: str

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from irc.errors import BackendError
-from backends.npu.target import Machine, ceil_div, round_up
+from irc.npu.target import Machine, ceil_div, round_up
 
 GEMM_ORDERS = [tuple(p) for p in itertools.permutations("mnk")]
 ATTENTION_ORDERS = [("q", "kv"), ("kv", "q")]
