@@ -250,12 +250,21 @@ def embedding_eager(ids, table, attrs):
     return F.embedding(ids, table) * (attrs["scale"] or 1.0)
 
 
+def _mixed(x, weight):  # 16-bit weights, fp32 activations: the dot in the weights' type, as MIXED_DOT
+    return x.to(weight.dtype) if weight.dtype != x.dtype else x
+
+
 def linear_eager(x, weight, bias=None, attrs=None):
-    return F.linear(x, weight, bias)
+    return F.linear(_mixed(x, weight), weight, bias).to(x.dtype)
 
 
 def swiglu_eager(x, gate, up, down, attrs):
-    return F.linear(F.silu(F.linear(x, gate)) * F.linear(x, up), down)
+    h = F.silu(F.linear(_mixed(x, gate), gate).to(x.dtype)) * F.linear(_mixed(x, up), up).to(x.dtype)
+    return F.linear(_mixed(h, down), down).to(x.dtype)
+
+
+def cast_eager(x, attrs):  # the bf16 model's embedding -> f32 cast
+    return x.to(TORCH_DTYPES[str(attrs["to"])])
 
 
 def add_eager(a, b, attrs):
@@ -277,7 +286,7 @@ def softcap_eager(x, attrs):
 # op -> torch eager function(*operands, attrs) returning its output (a tuple for several)
 EAGER = {"embedding": embedding_eager, "rms_norm": rms_norm_eager, "linear": linear_eager, "add": add_eager,
          "mul": mul_eager, "silu": silu_eager, "swiglu": swiglu_eager, "rope": rope_eager,
-         "attention": attention_eager, "softcap": softcap_eager}
+         "attention": attention_eager, "softcap": softcap_eager, "cast": cast_eager}
 
 
 def eager_nodes(nodes, env, weights):
@@ -344,8 +353,10 @@ def main() -> None:
             eager = timed(partial(eager_nodes, nodes, dict(values), weights), ARGS.repeat)
             if not ARGS.no_compile and not ARGS.interpret:
                 try:
+                    torch._dynamo.reset()  # a fresh dynamo cache per compile: past recompile_limit (8) dynamo silently runs eager
                     compiled = timed(torch.compile(partial(eager_nodes, nodes, dict(values), weights)), ARGS.repeat)
-                except Exception:  # noqa: BLE001 -- report n/a: torch.compile does not take every step
+                except Exception as err:  # noqa: BLE001 -- report n/a: torch.compile does not take every step
+                    print(f"  torch.compile failed: {type(err).__name__}: {str(err)[:300]}", file=sys.stderr)
                     compiled = None
         nbytes, flops = step_cost(nodes, graph, bindings)
         roof = max(nbytes / (bandwidth * 1e9), flops / (peak * 1e12))
@@ -367,8 +378,10 @@ def main() -> None:
         compiled = None
         if not ARGS.no_compile and not ARGS.interpret:
             try:
+                torch._dynamo.reset()  # as above
                 compiled = timed(torch.compile(partial(eager_nodes, graph.nodes, dict(env), weights)), ARGS.repeat)
-            except Exception:  # noqa: BLE001 -- report n/a
+            except Exception as err:  # noqa: BLE001 -- report n/a
+                print(f"  torch.compile failed: {type(err).__name__}: {str(err)[:300]}", file=sys.stderr)
                 compiled = None
         print(f"torch eager {eager * 1e3:.3f} ms, torch.compile {_ms(compiled)} over the same graph")
     if ARGS.interpret:
@@ -387,7 +400,8 @@ def cuda_graph_time(step):
         with torch.cuda.graph(captured):
             step()
         return timed(captured.replay, ARGS.repeat)
-    except Exception:  # noqa: BLE001 -- capture is best effort
+    except Exception as err:  # noqa: BLE001 -- capture is best effort
+        print(f"  CUDA graph capture failed: {type(err).__name__}: {str(err)[:300]}", file=sys.stderr)
         return None
 
 
