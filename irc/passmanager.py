@@ -4,6 +4,9 @@ A pass is a small class: a kebab-case ``name``, a docstring saying what it rewri
 why, optional ``options`` (from ``name{key=value}`` in a pipeline string), and
 ``run(graph) -> bool`` that rewrites in place and returns True only when it changed
 something. ``precondition(graph)`` returns a reason string when the pass cannot run.
+``notes`` holds what a run has to tell the user (why a rule or a lowering refused a node):
+the manager clears it before each run and prints it with print-after-change (whether or
+not the pass changed anything) and print-after-all; the report shows it beside the pass.
 
 The manager owns the instruments: verify after every pass, timing, dumps
 (``NN-<pass>.ir``, ``.dot`` and a stats line), print-after-all / print-after-change, and
@@ -20,7 +23,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional, TextIO
+from typing import Callable, Optional, Sequence, TextIO
 
 from irc.errors import IRCError, PassError, VerifyError
 from irc.graph import Graph
@@ -31,6 +34,7 @@ class Pass:
     name: str = ""
     options: dict = {}          # option name -> default; values come from the pipeline string
     exact: bool = True          # False: the numeric check reports the error instead of failing
+    notes: Sequence[str] = ()   # messages of the last run for the user (refusals); see the module docstring
 
     def __init__(self, **options):
         unknown = sorted(set(options) - set(self.options))
@@ -139,6 +143,7 @@ class PassManager:
             if reason:
                 raise PassError(f"pass {p!r} cannot run: {reason}", location=_after(done))
             before = graph.clone() if self.checker else None
+            p.notes = ()
             start = time.perf_counter()
             try:
                 changed = bool(p.run(graph))
@@ -180,7 +185,7 @@ class PassManager:
             elif self.print_after_change and changed:  # the rewritten region, with context
                 self.out.write(f"# ----- after {p!r} (changed) -----\n{region_diff(previous, text)}")
             if self.print_after_all or self.print_after_change:
-                for note in getattr(p, "notes", ()):  # why a rule refused, so users learn why nothing fused
+                for note in p.notes:  # why a rule refused, so users learn why nothing fused
                     self.out.write(f"# {note}\n")
         return graph
 

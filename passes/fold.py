@@ -1,15 +1,18 @@
 """``fold``: constant folding into params and constants."""
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from irc import dims, ops
 from irc.dtypes import DType
-from irc.graph import Graph, Node, Param
-from irc.passmanager import Pass, register_pass
+from irc.graph import Graph, Node, Param, Value
+from irc.passmanager import register_pass
 from irc.printer import format_attrs, operand
+from irc.rewrite.edit import is_graph_output
+from irc.rewrite.lowering import Emitter, LoweringPass
 from irc.weights import Derived
-from irc.rewrite.edit import constant, is_graph_output, replace_node
 
 
 def _known(value) -> bool:
@@ -61,7 +64,7 @@ def _int_shapes(node: Node) -> bool:
 
 
 @register_pass
-class Fold(Pass):
+class Fold(LoweringPass):
     """Evaluate nodes whose operands are all known at compile time.
 
     A node folds when every operand is a param with data (present or lazy) or the result
@@ -77,44 +80,43 @@ class Fold(Pass):
     Ops marked ``foldable=False`` (dequantize) stay: folding them would undo the rewrite
     that made them. Nodes are visited in order, so chains (``transpose(cast(@w))``) fold in one run.
     Params without data (a shape-only compile) are left alone. The folded nodes are
-    removed; params they read stay for ``dce``. Deterministic: names come from values.
+    removed; params they read stay for ``dce``. Deterministic: names come from values. A
+    node that cannot fold is passed by without a note (there is nothing to refuse).
     """
 
     name = "fold"
     options = {"max_constant": 64}
 
-    def run(self, graph: Graph) -> bool:
-        changed = False
-        for node in list(graph.nodes):
-            if node.op == "constant" or not ops.get_op(node.op).foldable:
-                continue
-            if not node.inputs or not all(_known(v) for v in node.inputs):
-                continue
-            if not _int_shapes(node) or not any(out.uses for out in node.outputs):
-                continue
-            if any(is_graph_output(graph, out) for out in node.outputs):
-                continue
-            self._fold(graph, node)
-            changed = True
-        return changed
+    def lowering(self, node: Node):
+        """Every op but ``constant`` and those marked ``foldable=False`` may fold."""
+        if node.op == "constant" or not ops.get_op(node.op).foldable:
+            return None
+        return fold_node
 
-    def _fold(self, graph: Graph, node: Node) -> None:
-        from_params = any(isinstance(v, Param) for v in node.inputs)
-        small = all(dims.product(out.shape) <= self.config["max_constant"] for out in node.outputs)
-        if from_params or not small:
-            sources = [v if v is None or isinstance(v, Param) else _array(v) for v in node.inputs]
-            description = f"{node.op} {', '.join(operand(v) for v in node.inputs)}{format_attrs(node)}"
-            for index, out in enumerate(node.outputs):
-                param = graph.add_param(_free_param_name(graph, out.name), out.dtype, out.shape)
-                param.data = Derived(FoldedOutput(node.op, sources, dict(node.attrs), index, out.dtype),
-                                     description)
-                graph.replace_all_uses(out, param)
-            graph.remove(node)
-            return
-        arrays = ops.get_op(node.op).reference([_array(v) for v in node.inputs], node.attrs)
-        replacements = [constant(graph, _literal(a, out.dtype), out.dtype, f"{out.name}.folded", before=node)
-                        for a, out in zip(arrays, node.outputs)]
-        replace_node(graph, node, replacements)
+
+def fold_node(e: Emitter, node: Node) -> Optional[list[Value]]:
+    """The params or constants replacing ``node``'s results, or None when it cannot fold."""
+    graph = e.graph
+    if not node.inputs or not all(_known(v) for v in node.inputs):
+        return None
+    if not _int_shapes(node) or not any(out.uses for out in node.outputs):
+        return None
+    if any(is_graph_output(graph, out) for out in node.outputs):
+        return None
+    from_params = any(isinstance(v, Param) for v in node.inputs)
+    small = all(dims.product(out.shape) <= e.options["max_constant"] for out in node.outputs)
+    if from_params or not small:
+        sources = [v if v is None or isinstance(v, Param) else _array(v) for v in node.inputs]
+        description = f"{node.op} {', '.join(operand(v) for v in node.inputs)}{format_attrs(node)}"
+        params = []
+        for index, out in enumerate(node.outputs):
+            param = graph.add_param(_free_param_name(graph, out.name), out.dtype, out.shape)
+            param.data = Derived(FoldedOutput(node.op, sources, dict(node.attrs), index, out.dtype), description)
+            params.append(param)
+        return params
+    arrays = ops.get_op(node.op).reference([_array(v) for v in node.inputs], node.attrs)
+    return [e.constant(_literal(a, out.dtype), out.dtype, name=f"{out.name}.folded")
+            for a, out in zip(arrays, node.outputs)]
 
 
 def _free_param_name(graph: Graph, hint: str) -> str:

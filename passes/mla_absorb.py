@@ -1,26 +1,28 @@
 """``mla-absorb``: DeepSeek MLA with W^UK and W^UV absorbed, attending over the cached latent."""
 from __future__ import annotations
 
-import logging
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 
-from irc.build import emit
 from irc.graph import Graph, Node, Param, Value
 from irc.ops.mla import absorb_output_weight, absorb_query_weight
-from irc.passmanager import Pass, register_pass
+from irc.passmanager import register_pass
+from irc.rewrite.edit import is_graph_output
+from irc.rewrite.lowering import Emitter, LoweringPass
 from irc.weights import Derived, materialize
-from irc.rewrite.edit import is_graph_output, replace_node
-
-log = logging.getLogger(__name__)
 
 # mla_attention operand positions
 X, POSITIONS, MASK, PAST_KEY, PAST_VALUE, WQ, Q_A, Q_A_NORM, Q_B, KV_A, KV_A_NORM, KV_B, WO = range(13)
 
 
+def lower_mla(e: Emitter, node: Node) -> Union[list[Value], str]:
+    """The absorbed attention replacing ``node``, or why it stays."""
+    return refusal(e.graph, node) or absorb(e, node)
+
+
 @register_pass
-class MlaAbsorb(Pass):
+class MlaAbsorb(LoweringPass):
     """Rewrite each un-absorbed ``mla_attention`` as ``mla_absorbed_attention``.
 
     W^UK (the key rows of ``kv_b``) is folded into the query weight and W^UV (its value
@@ -49,29 +51,21 @@ class MlaAbsorb(Pass):
     last axis that leaves every score unchanged). These graph inputs and outputs change
     shape, which is the point; every other value keeps its name and type.
 
-    Refuses (logs why) a node whose ``kv_b``, ``wo`` or query weight is not a param, or whose
-    past caches are not graph inputs read by that node alone, or whose present caches feed
-    other nodes. Guarantees: the same outputs as before up to float32 rounding, for prefill
+    Refuses, with a note saying why, a node whose ``kv_b``, ``wo`` or query weight is not a
+    param, or whose past caches are not graph inputs read by that node alone, or whose
+    present caches feed other nodes. New nodes keep the replaced node's origin. Guarantees: the same outputs as before up to float32 rounding, for prefill
     and for decoding where each graph is fed its own present caches back.
     """
 
     name = "mla-absorb"
+    lowerings = {"mla_attention": lower_mla}
+    keep_origin = True
 
     def run(self, graph: Graph) -> bool:
-        changed = False
-        orphans: list[Param] = []
-        for node in list(graph.nodes):
-            if node.op != "mla_attention":
-                continue
-            reason = refusal(graph, node)
-            if reason:
-                log.debug("mla-absorb: leaving %%%s: %s", node.name, reason)
-                continue
-            orphans += [v for v in node.inputs if isinstance(v, Param)]
-            absorb(graph, node)
-            changed = True
+        sources = [v for n in graph.nodes if n.op == "mla_attention" for v in n.inputs if isinstance(v, Param)]
+        changed = super().run(graph)
         readers = {v.name for n in graph.nodes for v in n.inputs if isinstance(v, Param)}
-        for param in orphans:
+        for param in sources:  # a refused node still reads its params, so they stay
             if param.name not in readers and graph.params.get(param.name) is param:
                 del graph.params[param.name]
         return changed
@@ -128,8 +122,8 @@ def _latent_cache(value: Value, width: int) -> None:
     value.shape = (batch, 1, past, width)
 
 
-def absorb(graph: Graph, node: Node) -> None:
-    a = node.attrs
+def absorb(e: Emitter, node: Node) -> list[Value]:
+    graph, a = e.graph, node.attrs
     heads, rank, nope, rope_dim, v_dim = (a["heads"], a["kv_lora_rank"], a["qk_nope_head_dim"],
                                           a["qk_rope_head_dim"], a["v_head_dim"])
     ins = node.inputs
@@ -149,6 +143,4 @@ def absorb(graph: Graph, node: Node) -> None:
     operands = [ins[X], ins[POSITIONS], ins[MASK], ins[PAST_KEY], ins[PAST_VALUE],
                 q_absorbed if direct else None, ins[Q_A], ins[Q_A_NORM], None if direct else q_absorbed,
                 ins[KV_A], ins[KV_A_NORM], wo_absorbed]
-    outputs = emit(graph, "mla_absorbed_attention", operands, dict(a),
-                   [f"{out.name}.absorbed" for out in node.outputs], before=node, origin=node.origin)
-    replace_node(graph, node, outputs)
+    return e.emit("mla_absorbed_attention", operands, [f"{out.name}.absorbed" for out in node.outputs], dict(a))

@@ -8,13 +8,12 @@ import numpy as np
 
 from irc import dims
 from irc.analysis import layer_of
-from irc.build import emit, emit1
 from irc.dtypes import DType
 from irc.errors import PassError
 from irc.graph import Graph, Node, Param, Value
 from irc.ops.moe_sorted import expert_capacity, tile_padding
-from irc.passmanager import Pass, register_pass
-from irc.rewrite.edit import cast_to, constant, replace_node
+from irc.passmanager import register_pass
+from irc.rewrite.lowering import Emitter, LoweringPass
 
 F32 = DType.f32
 ROUTING = ("experts", "top_k", "scoring", "norm_topk_prob", "routed_scale", "n_group", "topk_group", "group_score")
@@ -24,8 +23,13 @@ ACTIVATION_OPS = {"silu": ("silu", {}), "gelu": ("gelu", {"approximate": "none"}
 REPORT_MAX_PARAM_ELEMENTS = 1 << 26
 
 
+def lower_moe(e: Emitter, node: Node) -> Value:
+    """The sorted form replacing ``node``'s output (every ``moe`` lowers; nothing is refused)."""
+    return SortedMoe(e, e.options["capacity_factor"]).output()
+
+
 @register_pass
-class MoeSort(Pass):
+class MoeSort(LoweringPass):
     """Lower ``moe`` to sorted dispatch: route, sort token slots by expert, grouped GEMMs, scatter back.
 
     For x [B, T, d] with N = B*T tokens, k = top_k and M = N*k token-slot pairs:
@@ -52,6 +56,7 @@ class MoeSort(Pass):
 
     name = "moe-sort"
     options = {"capacity_factor": None, "tile": 16}
+    lowerings = {"moe": lower_moe}
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -62,14 +67,6 @@ class MoeSort(Pass):
         if isinstance(tile, bool) or not isinstance(tile, int) or tile <= 0:
             raise PassError(f"pass moe-sort: tile must be a positive integer, got {tile!r}", hint="moe-sort{tile=64}")
         self.exact = factor is None  # dropping tokens changes the result; the check reports it
-
-    def run(self, graph: Graph) -> bool:
-        changed = False
-        for node in list(graph.nodes):
-            if node.op == "moe":
-                replace_node(graph, node, [_Lowering(graph, node, self.config["capacity_factor"]).output()])
-                changed = True
-        return changed
 
     def report(self, graph: Graph, feeds: Optional[Mapping[str, np.ndarray]] = None, seed: int = 0) -> dict:
         """Tokens per expert, load imbalance, dropped pairs and tile padding for each sorted MoE.
@@ -124,62 +121,56 @@ def _run_dispatch(graph: Graph, feeds, seed: int) -> tuple[list, list]:
     return arrays[0::2], arrays[1::2]
 
 
-class _Lowering:
-    """Emits the sorted form of one ``moe`` node, before it, named ``<output>.<role>``."""
+class SortedMoe:
+    """The sorted form of one ``moe`` node, emitted through ``e`` (named ``<output>.<role>``)."""
 
-    def __init__(self, graph: Graph, node: Node, capacity_factor):
-        self.graph, self.node, self.capacity_factor = graph, node, capacity_factor
-        self.out = node.outputs[0]
-
-    def __call__(self, op: str, inputs, role: str, attrs=None) -> Value:
-        return emit1(self.graph, op, inputs, attrs, f"{self.out.name}.{role}", before=self.node)
+    def __init__(self, e: Emitter, capacity_factor):
+        self.e, self.node, self.capacity_factor = e, e.node, capacity_factor
 
     def output(self) -> Value:
-        x, router, w_gate, w_up, w_down, bias, s_gate, s_up, s_down, s_expert_gate = (
-            list(self.node.inputs) + [None] * 10)[:10]
+        e = self.e
+        x, router, w_gate, w_up, w_down, bias, s_gate, s_up, s_down, s_expert_gate = e.operands.values()
         attrs = self.node.attrs
         experts, top_k = attrs["experts"], attrs["top_k"]
         d = x.shape[-1]
         tokens_shape = [dims.product(x.shape[:-1]), d]
-        tokens = self("reshape", [x], "tokens", {"shape": tokens_shape})
-        tokens = cast_to(self.graph, tokens, F32, f"{self.out.name}.tokens_f32", before=self.node)
-        expert_ids, weights = emit(self.graph, "moe_route", [tokens, router, bias],
-                                   {key: attrs[key] for key in ROUTING},
-                                   [f"{self.out.name}.expert_ids", f"{self.out.name}.routing_weights"],
-                                   before=self.node)
-        token_index, slot_index, indptr = emit(
-            self.graph, "moe_dispatch", [expert_ids], {"experts": experts, "capacity_factor": self.capacity_factor},
-            [f"{self.out.name}.{role}" for role in ("token_index", "slot_index", "indptr")], before=self.node)
-        rows = self("gather", [tokens, token_index], "rows", {"axis": 0})
+        tokens = e.cast(e("reshape", [x], "tokens", {"shape": tokens_shape}), F32, "tokens_f32")
+        expert_ids, weights = e.emit("moe_route", [tokens, router, bias],
+                                     [e.name("expert_ids"), e.name("routing_weights")],
+                                     {key: attrs[key] for key in ROUTING})
+        token_index, slot_index, indptr = e.emit(
+            "moe_dispatch", [expert_ids], [e.name(role) for role in ("token_index", "slot_index", "indptr")],
+            {"experts": experts, "capacity_factor": self.capacity_factor})
+        rows = e("gather", [tokens, token_index], "rows", {"axis": 0})
         gemm = {"experts": experts, "top_k": top_k}
-        gate = self("grouped_gemm", [rows, w_gate, indptr], "gate", gemm)
-        up = self("grouped_gemm", [rows, w_up, indptr], "up", gemm)
-        hidden = self("mul", [self.activate(gate, "act"), up], "hidden")
-        down = self("grouped_gemm", [hidden, w_down, indptr], "down", gemm)
+        gate = e("grouped_gemm", [rows, w_gate, indptr], "gate", gemm)
+        up = e("grouped_gemm", [rows, w_up, indptr], "up", gemm)
+        hidden = e("mul", [self.activate(gate, "act"), up], "hidden")
+        down = e("grouped_gemm", [hidden, w_down, indptr], "down", gemm)
         pairs = down.shape[0]
-        flat = self("reshape", [weights], "routing_weights_flat", {"shape": [pairs]})
-        row_weights = self("gather", [flat, slot_index], "row_weights", {"axis": 0})
-        row_weights = self("reshape", [row_weights], "row_weights_M1", {"shape": [pairs, 1]})
-        weighted = self("mul", [down, row_weights], "weighted")
+        flat = e("reshape", [weights], "routing_weights_flat", {"shape": [pairs]})
+        row_weights = e("gather", [flat, slot_index], "row_weights", {"axis": 0})
+        row_weights = e("reshape", [row_weights], "row_weights_M1", {"shape": [pairs, 1]})
+        weighted = e("mul", [down, row_weights], "weighted")
         base = self.shared(tokens, s_gate, s_up, s_down, s_expert_gate, tokens_shape)
-        combined = self("scatter_add", [base, token_index, weighted], "combined")
-        out = self("reshape", [combined], "out_BTD", {"shape": list(x.shape)})
-        return cast_to(self.graph, out, self.out.dtype, f"{self.out.name}.cast", before=self.node)
+        combined = e("scatter_add", [base, token_index, weighted], "combined")
+        out = e("reshape", [combined], "out_BTD", {"shape": list(x.shape)})
+        return e.cast(out, e.out.dtype, "cast")
 
     def activate(self, x: Value, role: str) -> Value:
         op, attrs = ACTIVATION_OPS[self.node.attrs["activation"]]
-        return self(op, [x], role, attrs)
+        return self.e(op, [x], role, attrs)
 
     def shared(self, tokens: Value, s_gate: Optional[Param], s_up, s_down, s_expert_gate, shape) -> Value:
         """The shared expert over every token (sigmoid-gated when asked), or zeros [N, d]."""
+        e = self.e
         if s_gate is None:
-            zero = constant(self.graph, 0.0, F32, f"{self.out.name}.zero", before=self.node)
-            return self("expand", [zero], "zeros", {"shape": shape})
-        gate = self("linear", [tokens, s_gate], "shared_gate")
-        hidden = self("mul", [self.activate(gate, "shared_act"), self("linear", [tokens, s_up], "shared_up")],
-                      "shared_hidden")
-        out = self("linear", [hidden, s_down], "shared")
+            return e("expand", [e.constant(0.0, F32, "zero")], "zeros", {"shape": shape})
+        gate = e("linear", [tokens, s_gate], "shared_gate")
+        hidden = e("mul", [self.activate(gate, "shared_act"), e("linear", [tokens, s_up], "shared_up")],
+                   "shared_hidden")
+        out = e("linear", [hidden, s_down], "shared")
         if s_expert_gate is None:
             return out
-        score = self("sigmoid", [self("linear", [tokens, s_expert_gate], "shared_score")], "shared_sigmoid")
-        return self("mul", [out, score], "shared_gated")
+        score = e("sigmoid", [e("linear", [tokens, s_expert_gate], "shared_score")], "shared_sigmoid")
+        return e("mul", [out, score], "shared_gated")

@@ -70,10 +70,6 @@ class RopeFuse(Pass):
 
     name = "rope-fuse"
 
-    def __init__(self, **options):
-        super().__init__(**options)
-        self.notes: list[str] = []
-
     def run(self, graph: Graph) -> bool:
         notes = Notes(log)
         rule = RotaryRule()

@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 from irc.build import emit1
 from irc.dtypes import DType
-from irc.graph import Graph, Node, Value
+from irc.graph import Graph, Node, Param, Value
 
 
 def rename(graph: Graph, value: Value, name: str) -> None:
@@ -35,14 +35,16 @@ def replace_node(graph: Graph, node: Node, replacements: Sequence[Value]) -> Non
     """Replace ``node`` by values a rewrite just emitted before it.
 
     Every reader of ``node.outputs[i]`` (graph outputs included) reads ``replacements[i]``,
-    ``node`` is deleted, and each replacement takes over the replaced value's name.
+    ``node`` is deleted, and each replacement takes over the replaced value's name (a
+    ``Param`` keeps its own: params have their own namespace).
     """
     names = [v.name for v in node.outputs]
     for old, new in zip(node.outputs, replacements):
         graph.replace_all_uses(old, new)
     graph.remove(node)
     for new, name in zip(replacements, names):
-        rename(graph, new, name)
+        if not isinstance(new, Param):
+            rename(graph, new, name)
 
 
 def is_graph_output(graph: Graph, value: Value) -> bool:
