@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from passes.npu_tile.plan import dumps, machine_of, naive_record, plan_graph  # noqa: E402
-from backends.npu.report import _bytes, _seconds  # noqa: E402
+from irc.text import format_bytes as _bytes, format_seconds as _seconds  # noqa: E402
 from irc.npu.target import load_target  # noqa: E402
 from frontends import load_spec  # noqa: E402
 from irc.passmanager import PassManager  # noqa: E402

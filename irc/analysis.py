@@ -34,6 +34,8 @@ def layer_of(name: str) -> Optional[int]:
 
 
 def cache_inputs(graph: Graph) -> list[Value]:
+    """Graph inputs that hold a past cache: those with the past-length symbol P in their
+    shape (the attention mask, [B, P+T], is not one)."""
     return [v for v in graph.inputs
             if v.name != "attention_mask" and any("P" in dims.symbols(d) for d in v.shape)]
 

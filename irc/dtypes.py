@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import math
 
 import ml_dtypes
 import numpy as np
@@ -54,3 +55,18 @@ class DType(enum.Enum):
 
 
 _BY_TEXT = {d.text: d for d in DType}
+
+
+class Sized:
+    """``numel`` and ``nbytes`` for a type with a ``dtype`` (a DType) and an all-int
+    ``shape`` (a param, an op result's type at bound sizes)."""
+
+    __slots__ = ()
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.dtype.nbytes(self.numel)

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from irc import dims
-from irc.dtypes import DType
+from irc.dtypes import DType, Sized
 
 
 def fresh_name(hint: str, taken: set) -> str:
@@ -49,7 +49,7 @@ class Value:
         return f"%{self.name}: {self.type_str()}"
 
 
-class Param(Value):
+class Param(Value, Sized):
     """A named weight (``layers.3.attn.wq``).
 
     ``data`` is present (a NumPy array), lazy (an object with ``load() -> ndarray``, such
@@ -65,17 +65,6 @@ class Param(Value):
             if not isinstance(d, int):
                 raise ValueError(f"param @{name} has a symbolic dimension {d!r}")
         self.data = data
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    @property
-    def nbytes(self) -> int:
-        return self.dtype.nbytes(self.numel)
 
     def array(self) -> Optional[np.ndarray]:
         """The weight as an array: present data as is, lazy data loaded, absent -> None."""
@@ -224,7 +213,7 @@ class Graph:
     def clone(self) -> "Graph":
         """A deep copy of the structure; param data is shared, not copied."""
         other = Graph(self.name)
-        other.meta = _copy_json(self.meta)
+        other.meta = plain_copy(self.meta)
         other._names = set(self._names)
         mapping: dict[int, Value] = {}
         for name, p in self.params.items():
@@ -240,7 +229,7 @@ class Graph:
             for v, w in zip(node.outputs, outs):
                 mapping[id(v)] = w
             ins = [None if v is None else mapping[id(v)] for v in node.inputs]
-            other.nodes.append(Node(node.op, ins, outs, _copy_json(node.attrs), node.origin))
+            other.nodes.append(Node(node.op, ins, outs, plain_copy(node.attrs), node.origin))
         other.outputs = [mapping[id(v)] for v in self.outputs]
         return other
 
@@ -248,10 +237,12 @@ class Graph:
         return f"<Graph {self.name}: {len(self.nodes)} nodes, {len(self.params)} params>"
 
 
-def _copy_json(value: Any) -> Any:
+def plain_copy(value: Any) -> Any:
+    """A copy made of plain dicts and lists (attrs, meta, YAML read with locations); other
+    values shared."""
     if isinstance(value, dict):
-        return {k: _copy_json(v) for k, v in value.items()}
+        return {k: plain_copy(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_copy_json(v) for v in value]
+        return [plain_copy(v) for v in value]
     return value
 

@@ -12,8 +12,9 @@ from typing import Mapping, Optional
 import numpy as np
 
 from irc import dims, ops
+from irc.analysis import cache_inputs
 from irc.errors import IRCError
-from irc.graph import Graph, Node, Param, Value
+from irc.graph import Graph, Node, Param
 from irc.weights import seed_absent
 
 
@@ -84,11 +85,6 @@ def run(graph: Graph, feeds: Mapping[str, np.ndarray], seed: int = 0) -> dict[st
 
 
 # ---- inputs for LLM graphs ---------------------------------------------------------------
-
-def cache_inputs(graph: Graph) -> list[Value]:
-    """Graph inputs that hold a past cache: those with the past-length symbol P in their shape."""
-    return [v for v in graph.inputs if any("P" in dims.symbols(d) for d in v.shape) and v.name != "attention_mask"]
-
 
 def random_feeds(graph: Graph, batch: int = 2, tokens: int = 5, past: int = 0, seed: int = 0,
                  vocab: Optional[int] = None, sizes: Optional[Mapping[str, int]] = None,

@@ -19,6 +19,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import yaml
 
 from irc.errors import SpecError
+from irc.graph import plain_copy as plain
 
 
 class Loc(NamedTuple):
@@ -130,15 +131,6 @@ def load_file(path) -> Any:
     except OSError as err:
         raise SpecError(f"cannot read spec: {err.strerror}", location=str(path)) from None
     return loads(text, str(path))
-
-
-def plain(value: Any) -> Any:
-    """A copy made of plain dicts and lists (for attrs and meta)."""
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return value
 
 
 def where(container, key=None) -> Optional[Loc]:

@@ -33,7 +33,7 @@ def cmd_tile(args) -> int:
     from irc_cli.spec import load
     from irc.passmanager import PassManager, parse_pipeline, write_atomic
     from passes.npu_tile.plan import dumps
-    from backends.npu.report import render
+    from irc.report import npu_page
     from passes.npu_tile import NpuTile
 
     graph = load(args.spec)
@@ -45,14 +45,14 @@ def cmd_tile(args) -> int:
         write_atomic(args.output, dumps(plan))
         print(f"wrote {args.output} ({len(plan['ops'])} planned ops)", file=sys.stderr)
     if args.report:
-        write_atomic(args.report, render(plan))
+        write_atomic(args.report, npu_page(plan))
         print(f"wrote {args.report}", file=sys.stderr)
     print(summary(plan))
     return 0
 
 
 def summary(plan: dict) -> str:
-    from backends.npu.report import _bytes, _seconds
+    from irc.text import format_bytes, format_seconds
 
     lines = [f"{plan['model']} on {plan['target']['name']} ({plan['options']['dtype']} operands, "
              f"{plan['options']['accumulator']} accumulators)",
@@ -60,7 +60,7 @@ def summary(plan: dict) -> str:
              f"{'peak SRAM':>10} {'MAC util':>8}"]
     for phase, t in plan["totals"].items():
         util = f"{t['mac_utilization']:.1%}" if t["mac_utilization"] is not None else "-"
-        lines.append(f"  {phase:<8} {t['ops']:>5} {_bytes(t['dram_bytes']):>10} {_bytes(t['lower_bound_bytes']):>10} "
-                     f"{t['ratio']:>6.3f} {t['cycles']:>15,} {_seconds(t['seconds_per_token']):>11} "
-                     f"{_bytes(t['peak_sram_bytes']):>10} {util:>8}")
+        lines.append(f"  {phase:<8} {t['ops']:>5} {format_bytes(t['dram_bytes']):>10} "
+                     f"{format_bytes(t['lower_bound_bytes']):>10} {t['ratio']:>6.3f} {t['cycles']:>15,} "
+                     f"{format_seconds(t['seconds_per_token']):>11} {format_bytes(t['peak_sram_bytes']):>10} {util:>8}")
     return "\n".join(lines)

@@ -30,7 +30,7 @@ import numpy as np
 
 from irc.errors import BackendError
 from irc.ops.moe import ACTIVATIONS, activate
-from irc.ops.primitives import gelu, sigmoid, silu
+from irc.ops.primitives import gelu, rsqrt, sigmoid, silu
 from irc.npu.target import Machine, ceil_div, round_up
 
 NUMPY = {"int8": np.int8, "int16": np.int16, "fp16": np.float16, "bf16": np.float32, "fp32": np.float32}
@@ -137,8 +137,9 @@ def _unary(step: dict, x):
     raise BackendError(f"unknown epilogue op {op!r}")
 
 
-_UNARY = {"silu": silu, "sigmoid": sigmoid, "tanh": np.tanh, "exp": np.exp, "neg": np.negative}
-_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum}
+_UNARY = {"silu": silu, "sigmoid": sigmoid, "tanh": np.tanh, "exp": np.exp, "neg": np.negative, "sqrt": np.sqrt,
+          "rsqrt": rsqrt, "cos": np.cos, "sin": np.sin}
+_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "maximum": np.maximum}
 
 
 def finish(accumulators: list, steps: list, operands: list, machine: Machine, numbers: Numbers) -> np.ndarray:
@@ -216,29 +217,7 @@ def run_gemm(record: dict, machine: Machine, a, bs: list, operands: list, number
             spilled[key] = np.empty_like(views["c"])
             dma.store("c", views["c"], spilled[key], machine.acc_bytes)
             return
-        fused = [s["operand"] for s in steps if "operand" in s]
-        pitch = round_up((cols.stop - cols.start) * dtype.itemsize, machine.align)
-        bias = {}                                          # row operands: once per tile
-        for i, kind in enumerate(fused):
-            if kind == "row":
-                view = buffers["epilogue"].place((1, cols.stop - cols.start), dtype, offset=len(bias) * pitch)
-                bias[i] = dma.load("epilogue", operands[i][None, cols], view)
-        for start in range(0, rows.stop - rows.start, machine.rows):   # the epilogue walks strips
-            strip = slice(start, min(start + machine.rows, rows.stop - rows.start))
-            global_rows = slice(rows.start + strip.start, rows.start + strip.stop)
-            loaded, offset = [], len(bias) * pitch
-            for i, kind in enumerate(fused):
-                if kind == "row":
-                    loaded.append(bias[i])
-                    continue
-                view = buffers["epilogue"].place((strip.stop - strip.start, cols.stop - cols.start), dtype,
-                                                 offset=offset)
-                offset += view.shape[0] * pitch
-                loaded.append(dma.load("epilogue", operands[i][global_rows, cols], view))
-            values = finish([acc[strip] for acc in views["c"]], steps, loaded, machine, numbers)
-            result = views["c"][0, strip].view(np.uint8)[:, :values.shape[1] * dtype.itemsize].view(dtype)
-            result[...] = values                           # converted in place, then stored
-            dma.store("c", result, out[global_rows, cols], machine.out_bytes)
+        _store_tile(views["c"], rows, cols, steps, operands, buffers.get("epilogue"), dma, machine, numbers, out)
 
     for index in itertools.product(*(range(trips[axis]) for axis in order)):
         at = dict(zip(order, index))
@@ -262,6 +241,36 @@ def run_gemm(record: dict, machine: Machine, a, bs: list, operands: list, number
         done[key] = done.get(key, 0) + 1
     leave(current)
     return out
+
+
+def _store_tile(acc, rows: slice, cols: slice, steps: list, operands: list, epilogue, dma: Dma, machine: Machine,
+                numbers: Numbers, out: np.ndarray) -> None:
+    """A finished output tile of ``out``: its epilogue operands loaded into the ``epilogue``
+    buffer (row vectors once, residual tiles strip by strip), ``finish`` run strip by strip
+    on the accumulators ``acc`` [weights, rows, cols], each strip converted in place and stored."""
+    dtype = out.dtype
+    fused = [s["operand"] for s in steps if "operand" in s]
+    pitch = round_up((cols.stop - cols.start) * dtype.itemsize, machine.align)
+    bias = {}                                          # row operands: once per tile
+    for i, kind in enumerate(fused):
+        if kind == "row":
+            view = epilogue.place((1, cols.stop - cols.start), dtype, offset=len(bias) * pitch)
+            bias[i] = dma.load("epilogue", operands[i][None, cols], view)
+    for start in range(0, rows.stop - rows.start, machine.rows):   # the epilogue walks strips
+        strip = slice(start, min(start + machine.rows, rows.stop - rows.start))
+        global_rows = slice(rows.start + strip.start, rows.start + strip.stop)
+        loaded, offset = [], len(bias) * pitch
+        for i, kind in enumerate(fused):
+            if kind == "row":
+                loaded.append(bias[i])
+                continue
+            view = epilogue.place((strip.stop - strip.start, cols.stop - cols.start), dtype, offset=offset)
+            offset += view.shape[0] * pitch
+            loaded.append(dma.load("epilogue", operands[i][global_rows, cols], view))
+        values = finish([part[strip] for part in acc], steps, loaded, machine, numbers)
+        result = acc[0, strip].view(np.uint8)[:, :values.shape[1] * dtype.itemsize].view(dtype)
+        result[...] = values                           # converted in place, then stored
+        dma.store("c", result, out[global_rows, cols], machine.out_bytes)
 
 
 def reference_gemm(record: dict, machine: Machine, a, bs: list, operands: list, numbers: Numbers) -> np.ndarray:

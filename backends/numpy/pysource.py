@@ -24,8 +24,6 @@ import dis
 import importlib
 import inspect
 import io
-import keyword
-import math
 import re
 import tokenize
 import types
@@ -33,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from irc.errors import BackendError
+from irc.text import literal
 
 PACKAGE = "irc.ops"
 IMPORTABLE = ("numpy", "math", "ml_dtypes")
@@ -100,38 +99,6 @@ def _global_reads(fn) -> list:
             if isinstance(sub, ast.Name):
                 names.setdefault(sub.id)
     return list(names)
-
-
-def literal(value) -> Optional[str]:
-    """Python source for a plain constant (None where ``value`` is not one); dict order kept."""
-    if value is None or isinstance(value, (bool, int)):
-        return repr(value)
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else f'float("{value}")'
-    if isinstance(value, str):
-        plain = value.isascii() and value.isprintable() and '"' not in value and "\\" not in value
-        return f'"{value}"' if plain else repr(value)
-    if isinstance(value, (list, tuple)):
-        items = [literal(v) for v in value]
-        if None in items:
-            return None
-        if isinstance(value, list):
-            return "[" + ", ".join(items) + "]"
-        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-    if isinstance(value, dict):
-        pairs = [(literal(k), literal(v)) for k, v in value.items()]
-        if any(k is None or v is None for k, v in pairs):
-            return None
-        return "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"
-    if isinstance(value, (set, frozenset)):
-        items = [literal(v) for v in value]
-        if None in items:
-            return None
-        inner = "{" + ", ".join(sorted(items)) + "}" if items else ""
-        if isinstance(value, frozenset) or not items:
-            return f"{type(value).__name__}({inner})"
-        return inner
-    return None
 
 
 class _Collector:
@@ -328,13 +295,3 @@ def collect(roots: dict, reserved: set, standard_imports: Optional[dict] = None)
         else:
             imports.append(f"import {module}" + ("" if alias == module else f" as {alias}"))
     return Bundle(imports, sections, names, {m.split(".")[0] for m, _, _ in col.imports.values()})
-
-
-def identifier(text: str) -> str:
-    """A Python identifier close to ``text`` (``layers.0.q`` -> ``layers_0_q``)."""
-    name = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in text) or "_"
-    if not name.isidentifier() or name[0].isdigit():
-        name = "v_" + name
-    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
-        name += "_"
-    return name

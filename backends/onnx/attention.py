@@ -29,6 +29,7 @@ from irc import dims
 from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Node, Value
+from irc.ops.registry import pad_inputs
 from irc.ops.rope import rope_inv_freq
 
 from backends.onnx.builder import ONNX_TYPES, Builder
@@ -227,7 +228,7 @@ def attend_heads(b: Builder, q4: str, k4: str, v4: str, past: tuple, presents: l
 
 
 def attention_operands(node: Node) -> dict:
-    q, k, v, mask, past_key, past_value = (list(node.inputs) + [None] * 6)[:6]
+    q, k, v, mask, past_key, past_value = pad_inputs(node.inputs, 6)
     a = node.attrs
     batch, seq = q.shape[:2]
     total = seq if past_key is None else dims.add(past_key.shape[2], seq)

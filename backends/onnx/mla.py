@@ -21,6 +21,7 @@ from irc import dims
 from irc.graph import Node
 from irc.ops.attention import MLA_OPERANDS, mla_softmax_scale
 from irc.ops.mla import OPERANDS as ABSORBED_OPERANDS
+from irc.ops.registry import by_name
 
 from backends.onnx.attention import attend_heads, heads_first, merge_heads, rope_tables, rotate_heads, visibility
 from backends.onnx.builder import Builder
@@ -28,7 +29,7 @@ from backends.onnx.portable import linear, rms_norm, slice_
 
 
 def lower_mla_attention(b: Builder, node: Node, outs: list[str]) -> None:
-    ops = dict(zip([s.rstrip("?") for s in MLA_OPERANDS], list(node.inputs) + [None] * len(MLA_OPERANDS)))
+    ops = by_name(MLA_OPERANDS, node.inputs)
     a = node.attrs
     x_value = ops["x"]
     x = b.value(x_value)
@@ -87,7 +88,7 @@ def lower_mla_absorbed_attention(b: Builder, node: Node, outs: list[str]) -> Non
     over the key [latent | rotated RoPE key] and the value ``latent``, one KV head. The two
     caches are concatenated apart ([B, 1, P+T, d_c] and [B, 1, P+T, rope], the presents)
     and joined along the width for the key; attention then has no past of its own."""
-    ops = dict(zip([s.rstrip("?") for s in ABSORBED_OPERANDS], list(node.inputs) + [None] * len(ABSORBED_OPERANDS)))
+    ops = by_name(ABSORBED_OPERANDS, node.inputs)
     a = node.attrs
     x_value = ops["x"]
     x, dtype = b.value(x_value), x_value.dtype

@@ -35,6 +35,7 @@ from onnx import TensorProto
 from irc.dtypes import DType
 from irc.graph import Graph, Node
 from irc.ops.rope import rope_cos_sin, rope_inv_freq
+from irc.rewrite.epilogue import residual_norm
 
 from backends.onnx import portable
 from backends.onnx.attention import (NEG, attention_operands, check_scaling, lower_attention, lower_rope,
@@ -118,20 +119,17 @@ def lower_rope_ort(b: Builder, node: Node, outs: list[str]) -> None:
 
 
 def skip_norms(graph: Graph) -> dict:
-    """id(add node) -> the rms_norm it feeds, for every residual add + RMS norm pair that
-    SkipSimplifiedLayerNormalization computes in one node."""
-    pairs, taken = {}, set()
+    """id(add node) -> the rms_norm it feeds, for every residual add + RMS norm pair
+    (``irc.rewrite.epilogue.residual_norm``) that SkipSimplifiedLayerNormalization computes
+    in one node: f32 or f16, rank 2 or 3, each add paired once."""
+    pairs = {}
     for node in graph.nodes:
-        if node.op != "rms_norm":
+        add = residual_norm(node) if node.op == "rms_norm" else None
+        if add is None or id(add) in pairs:
             continue
-        add = node.inputs[0].producer
-        if add is None or add.op != "add" or id(add) in taken:
-            continue
-        left, right = add.inputs
-        same = left.shape == right.shape == add.outputs[0].shape and left.dtype == right.dtype
-        if same and left.dtype in (DType.f32, DType.f16) and len(left.shape) in (2, 3):
+        x = add.inputs[0]
+        if x.dtype in (DType.f32, DType.f16) and len(x.shape) in (2, 3):
             pairs[id(add)] = node
-            taken.add(id(add))
     return pairs
 
 

@@ -30,9 +30,10 @@ from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Graph, Node, Param, Value
 from irc.printer import format_node
+from irc.text import identifier, shape_text
 
 from backends.triton import fallback
-from backends.triton.kernels import Kernel, dequant, elementwise, literal, mla, moe, norm, torch_type
+from backends.triton.kernels import Kernel, dequant, elementwise, mla, moe, norm, torch_type
 from backends.triton.plan_attention import AttentionPlanning
 from backends.triton.plan_gemm import LINEAR_OPS, GemmPlanning
 
@@ -48,16 +49,6 @@ class Step:
     lines: list                      # launcher lines (no indent)
     kernels: list = field(default_factory=list)
     torch_ops: list = field(default_factory=list)  # ops run as torch
-
-
-def identifier(name: str) -> str:
-    text = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    return text if text and not text[0].isdigit() else "v_" + text
-
-
-def shape_text(shape) -> str:
-    items = [str(d) for d in shape]
-    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
 class Planner(GemmPlanning, AttentionPlanning):
@@ -101,6 +92,10 @@ class Planner(GemmPlanning, AttentionPlanning):
     def alloc(self, value: Value) -> str:
         return f"{self.var(value)} = torch.empty({shape_text(value.shape)}, device=DEVICE, " \
                f"dtype={torch_type(value.dtype)})"
+
+    def free(self, node: Node) -> bool:
+        """``node`` is not yet planned as part of a fused kernel."""
+        return node.name not in self.claimed
 
     def single_use(self, value: Value) -> bool:
         return self.uses[value.name] == 1 and not isinstance(value, Param) and value.producer is not None
@@ -168,7 +163,7 @@ class Planner(GemmPlanning, AttentionPlanning):
     def _fallback(self, node: Node) -> None:
         args = [self.var(v) for v in node.inputs]
         try:
-            text, helpers = fallback.fallback_line(node.op, node.attrs, args, node.outputs, literal)
+            text, helpers = fallback.fallback_line(node.op, node.attrs, args, node.outputs)
         except KeyError:
             raise BackendError(f"the triton target has no kernel or torch fallback for op {node.op!r}",
                                location=f"node %{node.name}",

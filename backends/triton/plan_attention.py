@@ -9,16 +9,18 @@
 """
 from __future__ import annotations
 
+import json
 from typing import Optional
 
 import numpy as np
 
 from irc.dtypes import DType
 from irc.graph import Node, Value
+from irc.ops.registry import pad_inputs
 from irc.ops.rope import rope_inv_freq
 
 from backends.triton.kernels import attention as attention_kernels
-from backends.triton.kernels import literal, rope
+from backends.triton.kernels import rope
 
 
 # ops whose torch fallback returns a view of its operand: never written in place
@@ -31,7 +33,7 @@ class AttentionPlanning:
     def cos_sin(self, positions: Value, rotary: int, base: float, scaling) -> tuple[str, str]:
         """Variables holding cos/sin [B, T, rotary/2] for this RoPE configuration (computed
         once per forward, on first use)."""
-        key = (positions.name, rotary, float(base), literal(scaling))
+        key = (positions.name, rotary, float(base), json.dumps(scaling, sort_keys=True))
         if key not in self.rope_tables:
             k = len(self.rope_tables)
             pos = self.var(positions)
@@ -93,7 +95,7 @@ class AttentionPlanning:
         return None
 
     def _attention(self, node: Node) -> None:
-        q, k, v, mask = (list(node.inputs) + [None] * 6)[:4]
+        q, k, v, mask = pad_inputs(node.inputs, 4)
         attrs = node.attrs
         heads, kv_heads, head_dim = attrs["heads"], attrs["kv_heads"], attrs["head_dim"]
         v_dim = head_dim if attrs["v_head_dim"] is None else attrs["v_head_dim"]

@@ -17,10 +17,16 @@ from typing import Optional
 
 from irc.dtypes import DType
 from irc.graph import Node
+from irc.ops.registry import pad_inputs
+from irc.rewrite.epilogue import epilogue_chain, glu_match
+from irc.text import shape_text
 
 from backends.triton.kernels import dequant, elementwise, matmul, torch_type
 
 LINEAR_OPS = ("linear", "dequant_linear")
+# what a matmul epilogue reads besides the accumulator: per-column vectors (a bias, a scale).
+# A residual add is left to the row kernel after it, which also computes the norm it feeds.
+EPILOGUE_OPERANDS = ("vector",)
 
 
 def _make_gemm(spec_args, name):
@@ -66,17 +72,11 @@ class GemmPlanning:
                                     inputs=inputs, **weight), nodes)
 
     def _claim_epilogues(self) -> None:
+        """Each linear's epilogue chain (``irc.rewrite.epilogue``) joins its matmul kernel."""
         for node in self.graph.nodes:
             if node.op not in LINEAR_OPS or node.name in self.claimed:
                 continue
-            chain, value = [], node.outputs[0]
-            while self.single_use(value) and value not in self.graph.outputs:
-                user = value.uses[0]
-                if user.name in self.claimed or not elementwise.supports(user.op, user.attrs) or \
-                        not all(v is value or _is_vector(v, value.shape[-1]) for v in user.inputs):
-                    break
-                chain.append(user)
-                value = user.outputs[0]
+            chain = [step.node for step in epilogue_chain(self.graph, node.outputs[0], EPILOGUE_OPERANDS, self.free)]
             if chain:
                 self.claim([node] + chain, partial(self._linear, node, chain))
 
@@ -84,9 +84,9 @@ class GemmPlanning:
         """(weight fields, weight operands, bias) of a linear or dequant_linear node."""
         if node.op == "dequant_linear":
             fields, operands = dequant.linear_weight(node)
-            return fields, operands, (list(node.inputs) + [None] * 5)[4]
+            return fields, operands, pad_inputs(node.inputs, 5)[4]
         fields, operands = dequant.weight(self, node.inputs[1])
-        return fields, operands, (list(node.inputs) + [None])[2]
+        return fields, operands, pad_inputs(node.inputs, 3)[2]
 
     def _linear(self, node: Node, chain: list[Node]) -> None:
         x = node.inputs[0]
@@ -137,7 +137,7 @@ class GemmPlanning:
         for node in self.graph.nodes:
             if node.op != "mul" or node.name in self.claimed:
                 continue
-            match = glu_match(self, node, LINEAR_OPS)
+            match = glu_match(self.graph, node, LINEAR_OPS, self.free)
             if match and self.linear_weight(match[0])[0] == self.linear_weight(match[2])[0]:
                 gate, act, up = match
                 self.claim([gate, act, up, node], partial(self._glu, gate, act, up, node))
@@ -160,9 +160,9 @@ class GemmPlanning:
         x, out = node.inputs[0], node.outputs[0]
         hidden_shape = x.shape[:-1] + (node.inputs[1].shape[0],)
         hidden = f"{self.var(out)}_hidden"
-        lines = [f"{hidden} = torch.empty({_shape(hidden_shape)}, device=DEVICE, dtype={torch_type(x.dtype)})"]
+        lines = [f"{hidden} = torch.empty({shape_text(hidden_shape)}, device=DEVICE, dtype={torch_type(x.dtype)})"]
         if node.op == "gelu_mlp":
-            _, w_up, w_down, b_up, b_down = (list(node.inputs) + [None] * 5)[:5]
+            _, w_up, w_down, b_up, b_down = pad_inputs(node.inputs, 5)
             (up_fields, up_ops), (down_fields, down_ops) = dequant.weight(self, w_up), dequant.weight(self, w_down)
             gelu = ("gelu", {"approximate": node.attrs["approximate"]}, x.dtype, x.dtype, ["y"])
             up = self.matmul_kernel([node], x.dtype, up_fields, x.dtype, b_up and b_up.dtype, [gelu])
@@ -197,38 +197,3 @@ def raise_mixed(node: Node) -> None:
 
     raise BackendError("gate and up weights are stored differently (float and quantized, or two quantizations)",
                        location=f"node %{node.name}", hint="quantize both or neither")
-
-
-def glu_match(planner, mul: Node, producer_ops):
-    """(gate, act, up) when ``mul`` is act(P(x, Wg, ...)) * P(x, Wu, ...) for P in
-    ``producer_ops`` (both the same op), every intermediate read only here; else None."""
-    if isinstance(producer_ops, str):
-        producer_ops = (producer_ops,)
-    for act_value, up_value in (mul.inputs, mul.inputs[::-1]):
-        act, up = act_value.producer, up_value.producer
-        if act is None or up is None or act.op not in ("silu", "gelu") or up.op not in producer_ops:
-            continue
-        gate = act.inputs[0].producer
-        if gate is None or gate.op != up.op or gate is up or gate.inputs[0] is not up.inputs[0]:
-            continue
-        if gate.op == "grouped_gemm" and gate.inputs[2] is not up.inputs[2]:
-            continue
-        if gate.op == "dequant_linear" and gate.attrs != up.attrs:
-            continue
-        same_shape = gate.outputs[0].shape == up.outputs[0].shape == mul.outputs[0].shape
-        single = all(planner.single_use(v) and v not in planner.graph.outputs
-                     for v in (gate.outputs[0], act.outputs[0], up.outputs[0]))
-        free = not any(n.name in planner.claimed for n in (gate, act, up))
-        if same_shape and single and free:
-            return gate, act, up
-    return None
-
-
-def _is_vector(value, width) -> bool:
-    from irc import dims
-    return value is not None and value.rank == 1 and dims.canonical(value.shape[0]) == dims.canonical(width)
-
-
-def _shape(shape) -> str:
-    items = [str(d) for d in shape]
-    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"

@@ -21,7 +21,8 @@ import numpy as np
 from irc import dims
 from irc.dtypes import DType
 from irc.ops.nn import f32, linear, rms_norm
-from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, by_name, expect, expect_shape, register, same_dims
+from irc.ops.registry import (REQUIRED, Cost, OpDef, TensorType, by_name, expect, expect_shape, pad_inputs,
+                              register, same_dims)
 from irc.ops.rope import (apply_rope, check_rope_config, rope_cos_sin, rope_inv_freq, rope_seq_len,
                           yarn_softmax_mscale)
 
@@ -133,7 +134,7 @@ def _check_activation(op, name, value, batch, seq, width):
 
 
 def _attention_infer(inputs, attrs):
-    q, k, v, mask, past_key, past_value = (list(inputs) + [None] * 6)[:6]
+    q, k, v, mask, past_key, past_value = pad_inputs(inputs, 6)
     heads, kv_heads, head_dim = attrs["heads"], attrs["kv_heads"], attrs["head_dim"]
     v_head_dim = head_dim if attrs["v_head_dim"] is None else attrs["v_head_dim"]
     for name in ("heads", "kv_heads", "head_dim"):
@@ -158,7 +159,7 @@ def _attention_infer(inputs, attrs):
 def _attention_reference(inputs, attrs):
     """Scaled-dot-product attention with grouped KV heads, causal/window/padding masks,
     optional Gemma-2 softcap on the scores, and past/present KV cache."""
-    q, k, v, mask, past_key, past_value = (list(inputs) + [None] * 6)[:6]
+    q, k, v, mask, past_key, past_value = pad_inputs(inputs, 6)
     out, key, value = attention(q, k, v, mask, past_key, past_value, **attrs)
     if past_key is None:
         return [out.astype(q.dtype)]
@@ -233,6 +234,19 @@ def mla_softmax_scale(qk_nope_head_dim: int, qk_rope_head_dim: int, rope_config:
     return (qk_nope_head_dim + qk_rope_head_dim) ** -0.5 * yarn_softmax_mscale(rope_config.get("scaling"))
 
 
+def mla_rotated(x, position_ids, wq, q_a, q_a_norm, q_b, kv_a, kv_a_norm, *, heads: int, kv_lora_rank: int,
+                rope_dim: int, rope: dict, eps: float, rotate_from: int) -> tuple:
+    """What both MLA forms start with: the query [B, H, T, .] with its columns from
+    ``rotate_from`` on rotated, the KV latent c_kv [B, T, d_c], and the rotated RoPE key
+    [B, 1, T, rope]."""
+    convention = rope.get("convention", "half")
+    cos, sin = mla_rope_cos_sin(position_ids, rope_dim, rope)
+    query = mla_query(x, wq, q_a, q_a_norm, q_b, heads=heads, eps=eps)
+    query[..., rotate_from:] = mla_rotate(query[..., rotate_from:], cos, sin, convention)
+    c_kv, k_rope = mla_latent(x, kv_a, kv_a_norm, kv_lora_rank=kv_lora_rank, eps=eps)
+    return query, c_kv, mla_rotate(k_rope[:, None], cos, sin, convention)
+
+
 def mla_attention(x, position_ids, attention_mask=None, past_key=None, past_value=None, wq=None, q_a=None,
                   q_a_norm=None, q_b=None, kv_a=None, kv_a_norm=None, kv_b=None, wo=None, *, heads: int,
                   q_lora_rank: Optional[int], kv_lora_rank: int, qk_nope_head_dim: int, qk_rope_head_dim: int,
@@ -242,12 +256,9 @@ def mla_attention(x, position_ids, attention_mask=None, past_key=None, past_valu
     present_value [B, H, P+T, Dv]), float32. The RoPE half of each cached key is stored
     rotated, in the layout of ``rope["convention"]``."""
     nope = qk_nope_head_dim
-    convention = rope.get("convention", "half")
-    cos, sin = mla_rope_cos_sin(position_ids, qk_rope_head_dim, rope)
-    query = mla_query(x, wq, q_a, q_a_norm, q_b, heads=heads, eps=eps)
-    query[..., nope:] = mla_rotate(query[..., nope:], cos, sin, convention)
-    c_kv, k_rope = mla_latent(x, kv_a, kv_a_norm, kv_lora_rank=kv_lora_rank, eps=eps)
-    k_rope = mla_rotate(k_rope[:, None], cos, sin, convention)
+    query, c_kv, k_rope = mla_rotated(x, position_ids, wq, q_a, q_a_norm, q_b, kv_a, kv_a_norm, heads=heads,
+                                      kv_lora_rank=kv_lora_rank, rope_dim=qk_rope_head_dim, rope=rope, eps=eps,
+                                      rotate_from=nope)
     k_nope, value = mla_expand_kv(c_kv, kv_b, heads=heads, qk_nope_head_dim=nope)
     key = np.concatenate([k_nope, np.broadcast_to(k_rope, k_nope.shape[:3] + (qk_rope_head_dim,))], axis=-1)
     key, value = with_past(past_key, key), with_past(past_value, value)
@@ -263,33 +274,45 @@ MLA_OPERANDS = ("x", "position_ids", "attention_mask?", "past_key?", "past_value
                 "q_b?", "kv_a", "kv_a_norm", "kv_b", "wo")
 
 
-def _mla_infer(inputs, attrs):
-    ops = by_name(MLA_OPERANDS, inputs)
+def check_mla_inputs(op: str, ops: dict, attrs: dict, wq: str, q_b: str, q_head_width: int) -> tuple:
+    """What both MLA forms check alike: positive int sizes, the RoPE config, x float
+    [B,T,d] and integer position_ids [B,T], the query weights (``wq`` alone, or ``q_a``,
+    ``q_a_norm`` and ``q_b`` when q_lora_rank is set; H * ``q_head_width`` rows) and
+    ``kv_a``/``kv_a_norm``. Returns (batch, seq, d)."""
     x, position_ids = ops["x"], ops["position_ids"]
     for name in ("heads", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-        expect(isinstance(attrs[name], int) and attrs[name] > 0, f"mla_attention: {name} must be a positive int")
+        expect(isinstance(attrs[name], int) and attrs[name] > 0, f"{op}: {name} must be a positive int")
     heads, rank, q_rank = attrs["heads"], attrs["kv_lora_rank"], attrs["q_lora_rank"]
-    nope, rope_dim, v_dim = attrs["qk_nope_head_dim"], attrs["qk_rope_head_dim"], attrs["v_head_dim"]
+    rope_dim = attrs["qk_rope_head_dim"]
     rope_config = attrs["rope"]
-    expect(isinstance(rope_config, dict) and "base" in rope_config, "mla_attention: rope must be a dict with a base")
-    check_rope_config("mla_attention", rope_dim, rope_config["base"], rope_config.get("convention", "half"),
+    expect(isinstance(rope_config, dict) and "base" in rope_config, f"{op}: rope must be a dict with a base")
+    check_rope_config(op, rope_dim, rope_config["base"], rope_config.get("convention", "half"),
                       rope_config.get("scaling"))
     expect(x.dtype.is_float and len(x.shape) == 3,
-           f"mla_attention: x must be float [B,T,d], got {x.dtype}{dims.format_shape(x.shape)}")
+           f"{op}: x must be float [B,T,d], got {x.dtype}{dims.format_shape(x.shape)}")
     batch, seq, d = x.shape
-    expect(position_ids.dtype in (DType.i64, DType.i32), "mla_attention: position_ids must be integer")
-    expect_shape("mla_attention", "position_ids", position_ids, (batch, seq))
-    q_width = heads * (nope + rope_dim)
+    expect(position_ids.dtype in (DType.i64, DType.i32), f"{op}: position_ids must be integer")
+    expect_shape(op, "position_ids", position_ids, (batch, seq))
+    q_width = heads * q_head_width
     if q_rank is None:
-        expect_shape("mla_attention", "wq", ops["wq"], (q_width, d))
-        expect(ops["q_a"] is None and ops["q_b"] is None, "mla_attention: q_a/q_b given but q_lora_rank is None")
+        expect_shape(op, wq, ops[wq], (q_width, d))
+        expect(ops["q_a"] is None and ops[q_b] is None, f"{op}: q_a/{q_b} given but q_lora_rank is None")
     else:
-        expect(ops["wq"] is None, "mla_attention: wq given but q_lora_rank is set")
-        expect_shape("mla_attention", "q_a", ops["q_a"], (q_rank, d))
-        expect_shape("mla_attention", "q_a_norm", ops["q_a_norm"], (q_rank,))
-        expect_shape("mla_attention", "q_b", ops["q_b"], (q_width, q_rank))
-    expect_shape("mla_attention", "kv_a", ops["kv_a"], (rank + rope_dim, d))
-    expect_shape("mla_attention", "kv_a_norm", ops["kv_a_norm"], (rank,))
+        expect(ops[wq] is None, f"{op}: {wq} given but q_lora_rank is set")
+        expect_shape(op, "q_a", ops["q_a"], (q_rank, d))
+        expect_shape(op, "q_a_norm", ops["q_a_norm"], (q_rank,))
+        expect_shape(op, q_b, ops[q_b], (q_width, q_rank))
+    expect_shape(op, "kv_a", ops["kv_a"], (rank + rope_dim, d))
+    expect_shape(op, "kv_a_norm", ops["kv_a_norm"], (rank,))
+    return batch, seq, d
+
+
+def _mla_infer(inputs, attrs):
+    ops = by_name(MLA_OPERANDS, inputs)
+    x = ops["x"]
+    heads, rank = attrs["heads"], attrs["kv_lora_rank"]
+    nope, rope_dim, v_dim = attrs["qk_nope_head_dim"], attrs["qk_rope_head_dim"], attrs["v_head_dim"]
+    batch, seq, _ = check_mla_inputs("mla_attention", ops, attrs, "wq", "q_b", nope + rope_dim)
     expect_shape("mla_attention", "kv_b", ops["kv_b"], (heads * (nope + v_dim), rank))
     expect(ops["wo"] is not None and len(ops["wo"].shape) == 2, "mla_attention: wo must be [d_out, H*v_head_dim]")
     expect_shape("mla_attention", "wo", ops["wo"], (ops["wo"].shape[0], heads * v_dim))
@@ -302,30 +325,43 @@ def _mla_infer(inputs, attrs):
     return out
 
 
+def with_caches(out, caches, x, pasts) -> list:
+    """An attention reference's results: ``out`` in ``x``'s dtype, then the present caches
+    in their pasts' dtypes (none without a past)."""
+    if pasts[0] is None:
+        return [out.astype(x.dtype)]
+    return [out.astype(x.dtype)] + [cache.astype(past.dtype) for cache, past in zip(caches, pasts)]
+
+
 def _mla_reference(inputs, attrs):
     """DeepSeek multi-head latent attention (un-absorbed): low-rank q, compressed KV latent
     expanded per head, decoupled RoPE key shared by all heads, YaRN softmax scale."""
     ops = by_name(MLA_OPERANDS, inputs)
     out, key, value = mla_attention(**ops, **attrs)
-    x, past_key, past_value = ops["x"], ops["past_key"], ops["past_value"]
-    if past_key is None:
-        return [out.astype(x.dtype)]
-    return [out.astype(x.dtype), key.astype(past_key.dtype), value.astype(past_value.dtype)]
+    return with_caches(out, (key, value), ops["x"], (ops["past_key"], ops["past_value"]))
+
+
+def mla_cost(ops: dict, inputs, outputs, attrs, key_dim: int, value_dim: int, weights, norms) -> Cost:
+    """An MLA op's cost: 2 FLOPs per projection weight (``weights``, by operand name) per
+    token, 4 per norm weight, the RoPE rotations, and scores (``key_dim``) and weighted sum
+    (``value_dim``) of every head over all P+T keys."""
+    batch, seq = ops["x"].shape[:2]
+    tokens = batch * seq
+    total = outputs[1].shape[2] if len(outputs) > 1 else seq
+    heads, rope_dim = attrs["heads"], attrs["qk_rope_head_dim"]
+    weight_count = sum(ops[name].numel for name in weights if ops[name] is not None)
+    norm_count = sum(ops[name].numel for name in norms if ops[name] is not None)
+    core = attention_core_cost(batch, seq, total, heads, key_dim, value_dim)
+    extra = Cost(flops=2 * tokens * weight_count,
+                 other_flops=4 * tokens * norm_count + 3 * tokens * (heads + 1) * rope_dim)
+    return core + extra + _io(inputs, outputs)
 
 
 def _mla_cost(inputs, outputs, attrs):
     """2 FLOPs per projection weight per token, plus scores and weighted sum over P+T keys."""
-    ops = by_name(MLA_OPERANDS, inputs)
-    x = ops["x"]
-    batch, seq = x.shape[:2]
-    tokens = batch * seq
-    total = outputs[1].shape[2] if len(outputs) > 1 else seq
-    heads, rope_dim = attrs["heads"], attrs["qk_rope_head_dim"]
-    weights = sum(ops[name].numel for name in ("wq", "q_a", "q_b", "kv_a", "kv_b", "wo") if ops[name] is not None)
-    norms = sum(ops[name].numel for name in ("q_a_norm", "kv_a_norm") if ops[name] is not None)
-    cost = attention_core_cost(batch, seq, total, heads, attrs["qk_nope_head_dim"] + rope_dim, attrs["v_head_dim"])
-    extra = Cost(flops=2 * tokens * weights, other_flops=4 * tokens * norms + 3 * tokens * (heads + 1) * rope_dim)
-    return cost + extra + _io(inputs, outputs)
+    return mla_cost(by_name(MLA_OPERANDS, inputs), inputs, outputs, attrs,
+                    attrs["qk_nope_head_dim"] + attrs["qk_rope_head_dim"], attrs["v_head_dim"],
+                    ("wq", "q_a", "q_b", "kv_a", "kv_b", "wo"), ("q_a_norm", "kv_a_norm"))
 
 
 register(OpDef("mla_attention", MLA_OPERANDS,

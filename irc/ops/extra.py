@@ -13,14 +13,9 @@ import numpy as np
 
 from irc.dtypes import DType
 from irc.ops.primitives import compare, elementwise_binary, elementwise_cost, movement_cost
-from irc.ops.registry import Cost, OpDef, TensorType, broadcast_shapes, expect, register
+from irc.ops.registry import Cost, OpDef, TensorType, axis_index, broadcast_shapes, expect, register
 
 # ---- sizes and ranges of a tensor's shape ------------------------------------------------
-
-def _axis(axis, rank: int, op: str) -> int:
-    expect(isinstance(axis, int) and -rank <= axis < rank, f"{op}: axis {axis!r} out of range for rank {rank}")
-    return axis % rank
-
 
 def _written_only(inputs, outputs, attrs) -> Cost:
     """Reads only a shape, writes its result."""
@@ -29,7 +24,7 @@ def _written_only(inputs, outputs, attrs) -> Cost:
 
 def _range_like_infer(inputs, attrs):
     x = inputs[0]
-    axis = _axis(attrs["axis"], x.rank, "range_like")
+    axis = axis_index(attrs["axis"], x.rank, "range_like")
     return [TensorType(DType.i64, (x.shape[axis],))]
 
 
@@ -42,7 +37,7 @@ register(OpDef("range_like", ("x",), {"axis": 0}, _range_like_infer, _range_like
 
 
 def _dim_size_infer(inputs, attrs):
-    _axis(attrs["axis"], inputs[0].rank, "dim_size")
+    axis_index(attrs["axis"], inputs[0].rank, "dim_size")
     return [TensorType(DType.i64, ())]
 
 
@@ -90,7 +85,7 @@ register(OpDef("logical_and", ("a", "b"), {}, _logical_and_infer, _logical_and_r
 
 def _strided_slice_infer(inputs, attrs):
     x = inputs[0]
-    axis = _axis(attrs["axis"], x.rank, "strided_slice")
+    axis = axis_index(attrs["axis"], x.rank, "strided_slice")
     start, end, step, size = attrs["start"], attrs["end"], attrs["step"], x.shape[axis]
     expect(isinstance(start, int) and start >= 0, f"strided_slice: start must be a non-negative int, got {start!r}")
     expect(isinstance(step, int) and step > 0, f"strided_slice: step must be a positive int, got {step!r}")

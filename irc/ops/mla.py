@@ -30,13 +30,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from irc import dims
-from irc.dtypes import DType
-from irc.ops.attention import (_check_mask_and_past, _io, attend, attention_core_cost, merge_heads, mla_latent,
-                               mla_query, mla_rope_cos_sin, mla_rotate, mla_softmax_scale, visible_keys, with_past)
+from irc.ops.attention import (_check_mask_and_past, attend, check_mla_inputs, merge_heads, mla_cost, mla_rotated,
+                               mla_softmax_scale, visible_keys, with_caches, with_past)
 from irc.ops.nn import linear
-from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, by_name, expect, expect_shape, register
-from irc.ops.rope import check_rope_config
+from irc.ops.registry import REQUIRED, OpDef, TensorType, by_name, expect, expect_shape, register
 
 OP = "mla_absorbed_attention"
 OPERANDS = ("x", "position_ids", "attention_mask?", "past_latent?", "past_rope?", "wq_absorbed?", "q_a?",
@@ -83,13 +80,11 @@ def mla_absorbed_attention(x, position_ids, attention_mask=None, past_latent=Non
     [B, 1, P+T, rope]), float32. Multi-query attention of H query heads of width
     d_c + rope over the key [latent | rotated rope key] and the value ``latent``."""
     rank = kv_lora_rank
-    convention = rope.get("convention", "half")
-    cos, sin = mla_rope_cos_sin(position_ids, qk_rope_head_dim, rope)
-    query = mla_query(x, wq_absorbed, q_a, q_a_norm, q_b_absorbed, heads=heads, eps=eps)
-    query[..., rank:] = mla_rotate(query[..., rank:], cos, sin, convention)
-    c_kv, k_rope = mla_latent(x, kv_a, kv_a_norm, kv_lora_rank=rank, eps=eps)
+    query, c_kv, k_rope = mla_rotated(x, position_ids, wq_absorbed, q_a, q_a_norm, q_b_absorbed, kv_a, kv_a_norm,
+                                      heads=heads, kv_lora_rank=rank, rope_dim=qk_rope_head_dim, rope=rope, eps=eps,
+                                      rotate_from=rank)
     latent = with_past(past_latent, c_kv[:, None])
-    rope_key = with_past(past_rope, mla_rotate(k_rope[:, None], cos, sin, convention))
+    rope_key = with_past(past_rope, k_rope)
     batch, seq = x.shape[:2]
     visible = visible_keys(batch, seq, latent.shape[2] - seq, attention_mask, causal)
     key = np.concatenate([latent, rope_key], axis=-1)
@@ -101,32 +96,9 @@ def mla_absorbed_attention(x, position_ids, attention_mask=None, past_latent=Non
 
 def _mla_absorbed_infer(inputs, attrs):
     ops = by_name(OPERANDS, inputs)
-    x, position_ids = ops["x"], ops["position_ids"]
-    for name in ("heads", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-        expect(isinstance(attrs[name], int) and attrs[name] > 0, f"{OP}: {name} must be a positive int")
-    heads, rank, q_rank = attrs["heads"], attrs["kv_lora_rank"], attrs["q_lora_rank"]
-    rope_dim = attrs["qk_rope_head_dim"]
-    rope_config = attrs["rope"]
-    expect(isinstance(rope_config, dict) and "base" in rope_config, f"{OP}: rope must be a dict with a base")
-    check_rope_config(OP, rope_dim, rope_config["base"], rope_config.get("convention", "half"),
-                      rope_config.get("scaling"))
-    expect(x.dtype.is_float and len(x.shape) == 3,
-           f"{OP}: x must be float [B,T,d], got {x.dtype}{dims.format_shape(x.shape)}")
-    batch, seq, d = x.shape
-    expect(position_ids.dtype in (DType.i64, DType.i32), f"{OP}: position_ids must be integer")
-    expect_shape(OP, "position_ids", position_ids, (batch, seq))
-    q_width = heads * (rank + rope_dim)
-    if q_rank is None:
-        expect_shape(OP, "wq_absorbed", ops["wq_absorbed"], (q_width, d))
-        expect(ops["q_a"] is None and ops["q_b_absorbed"] is None,
-               f"{OP}: q_a/q_b_absorbed given but q_lora_rank is None")
-    else:
-        expect(ops["wq_absorbed"] is None, f"{OP}: wq_absorbed given but q_lora_rank is set")
-        expect_shape(OP, "q_a", ops["q_a"], (q_rank, d))
-        expect_shape(OP, "q_a_norm", ops["q_a_norm"], (q_rank,))
-        expect_shape(OP, "q_b_absorbed", ops["q_b_absorbed"], (q_width, q_rank))
-    expect_shape(OP, "kv_a", ops["kv_a"], (rank + rope_dim, d))
-    expect_shape(OP, "kv_a_norm", ops["kv_a_norm"], (rank,))
+    x = ops["x"]
+    heads, rank, rope_dim = attrs["heads"], attrs["kv_lora_rank"], attrs["qk_rope_head_dim"]
+    batch, seq, _ = check_mla_inputs(OP, ops, attrs, "wq_absorbed", "q_b_absorbed", rank + rope_dim)
     wo = ops["wo_absorbed"]
     expect(len(wo.shape) == 2, f"{OP}: wo_absorbed must be [d_out, H*kv_lora_rank]")
     expect_shape(OP, "wo_absorbed", wo, (wo.shape[0], heads * rank))
@@ -145,10 +117,7 @@ def _mla_absorbed_reference(inputs, attrs):
     plus the shared rotated RoPE key."""
     ops = by_name(OPERANDS, inputs)
     out, latent, rope_key = mla_absorbed_attention(**ops, **attrs)
-    x, past_latent, past_rope = ops["x"], ops["past_latent"], ops["past_rope"]
-    if past_latent is None:
-        return [out.astype(x.dtype)]
-    return [out.astype(x.dtype), latent.astype(past_latent.dtype), rope_key.astype(past_rope.dtype)]
+    return with_caches(out, (latent, rope_key), ops["x"], (ops["past_latent"], ops["past_rope"]))
 
 
 def _mla_absorbed_cost(inputs, outputs, attrs):
@@ -160,16 +129,9 @@ def _mla_absorbed_cost(inputs, outputs, attrs):
     when d_c > nope, v; DeepSeek-V2: 576 + 512 against 192 + 128 per head and key), and the
     absorbed weights are larger than q_b and wo, while the cache read per key is d_c + rope
     elements instead of H·(nope+rope+v)."""
-    ops = by_name(OPERANDS, inputs)
-    batch, seq = ops["x"].shape[:2]
-    tokens = batch * seq
-    total = outputs[1].shape[2] if len(outputs) > 1 else seq
-    heads, rank, rope_dim = attrs["heads"], attrs["kv_lora_rank"], attrs["qk_rope_head_dim"]
-    weights = sum(ops[name].numel for name in WEIGHTS if ops[name] is not None)
-    norms = sum(ops[name].numel for name in NORMS if ops[name] is not None)
-    core = attention_core_cost(batch, seq, total, heads, rank + rope_dim, rank)
-    extra = Cost(flops=2 * tokens * weights, other_flops=4 * tokens * norms + 3 * tokens * (heads + 1) * rope_dim)
-    return core + extra + _io(inputs, outputs)
+    rank = attrs["kv_lora_rank"]
+    return mla_cost(by_name(OPERANDS, inputs), inputs, outputs, attrs, rank + attrs["qk_rope_head_dim"], rank,
+                    WEIGHTS, NORMS)
 
 
 register(OpDef(OP, OPERANDS,

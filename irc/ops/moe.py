@@ -26,7 +26,7 @@ import numpy as np
 from irc import dims
 from irc.ops.nn import f32
 from irc.ops.primitives import gelu, silu
-from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, register, same_dims
+from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, pad_inputs, register, same_dims
 
 SCORINGS = ("softmax", "sigmoid")
 GROUP_SCORES = ("max", "top2_sum")
@@ -167,7 +167,7 @@ def check_routing_attrs(attrs) -> None:
 
 
 def _moe_infer(inputs, attrs):
-    x, router, w_gate, w_up, w_down, bias, s_gate, s_up, s_down, s_expert_gate = (list(inputs) + [None] * 10)[:10]
+    x, router, w_gate, w_up, w_down, bias, s_gate, s_up, s_down, s_expert_gate = pad_inputs(inputs, 10)
     check_routing_attrs(attrs)
     experts = attrs["experts"]
     expect(x.dtype.is_float and len(x.shape) == 3, f"moe: x must be float [B,T,d], got {dims.format_shape(x.shape)}")
@@ -199,7 +199,7 @@ def _moe_reference(inputs, attrs):
     """Routed gated-MLP experts (top-k of softmax or sigmoid scores, optional bias, groups,
     renormalisation and scale) plus an optional, optionally gated, shared expert."""
     x = inputs[0]
-    operands = (list(inputs) + [None] * 10)[:10]
+    operands = pad_inputs(inputs, 10)
     return [moe_dense(*operands, activation=attrs["activation"], **routing_attrs(attrs)).astype(x.dtype)]
 
 

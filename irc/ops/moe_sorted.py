@@ -36,7 +36,7 @@ from irc.dtypes import DType
 from irc.ops.moe import check_routing_attrs
 from irc.ops.moe import activate, route, routing_attrs, shared_expert
 from irc.ops.nn import f32
-from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, register, same_dims
+from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, pad_inputs, register, same_dims
 
 ROUTING_DEFAULTS = {"experts": REQUIRED, "top_k": REQUIRED, "scoring": "softmax", "norm_topk_prob": True,
                     "routed_scale": 1.0, "n_group": None, "topk_group": None, "group_score": "max"}
@@ -106,7 +106,7 @@ def moe_sorted(x, router, w_gate, w_up, w_down, router_bias=None, shared_gate=No
 # ---- moe_route -----------------------------------------------------------------------------
 
 def _route_infer(inputs, attrs):
-    x, router, bias = (list(inputs) + [None])[:3]
+    x, router, bias = pad_inputs(inputs, 3)
     check_routing_attrs({**attrs, "activation": "silu"})
     experts, d = attrs["experts"], x.shape[-1]
     expect(x.dtype.is_float and x.rank >= 2, f"moe_route: x must be float [..., d], got {dims.format_shape(x.shape)}")
@@ -120,7 +120,7 @@ def _route_infer(inputs, attrs):
 
 def _route_reference(inputs, attrs):
     """Expert ids [N, k] (best first) and gating weights [N, k] of tokens x [..., d]."""
-    x, router, bias = (list(inputs) + [None])[:3]
+    x, router, bias = pad_inputs(inputs, 3)
     return list(route(x, router, bias, **routing_attrs(attrs)))
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from irc import dims
 from irc.dtypes import DType
 from irc.ops.primitives import elementwise_cost, gelu, silu
-from irc.ops.registry import Cost, OpDef, TensorType, expect, register, same_dims
+from irc.ops.registry import Cost, OpDef, TensorType, expect, pad_inputs, register, same_dims
 
 
 def f32(array):
@@ -97,7 +97,7 @@ register(OpDef("rms_norm", ("x", "weight"), {"eps": 1e-6, "offset": 0.0}, _norm_
 
 def _layer_norm_reference(inputs, attrs):
     """(x - mean) / sqrt(var + eps) * weight + bias."""
-    x, weight, bias = (list(inputs) + [None])[:3]
+    x, weight, bias = pad_inputs(inputs, 3)
     x32 = f32(x)
     centred = x32 - x32.mean(axis=-1, keepdims=True)
     out = centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + np.float32(attrs["eps"]))
@@ -114,7 +114,7 @@ register(OpDef("layer_norm", ("x", "weight", "bias?"), {"eps": 1e-5}, _norm_infe
 # ---- linear ----------------------------------------------------------------------------
 
 def _linear_infer(inputs, attrs):
-    x, weight, bias = (list(inputs) + [None])[:3]
+    x, weight, bias = pad_inputs(inputs, 3)
     expect(x.dtype.is_float, f"linear: activation must be float, got {x.dtype}")
     expect(weight.rank == 2, f"linear: weight must be [out, in], got {dims.format_shape(weight.shape)}")
     expect(same_dims(weight.shape[1], x.shape[-1]),
@@ -132,7 +132,7 @@ def linear(x, weight, bias=None):
 
 def _linear_reference(inputs, attrs):
     """x @ weight.T (+ bias), weight [out, in] as in checkpoints."""
-    x, weight, bias = (list(inputs) + [None])[:3]
+    x, weight, bias = pad_inputs(inputs, 3)
     return [linear(x, weight, bias).astype(x.dtype)]
 
 
@@ -191,7 +191,7 @@ register(OpDef("geglu", ("x", "w_gate", "w_up", "w_down"), {"approximate": "tanh
 
 
 def _gelu_mlp_infer(inputs, attrs):
-    x, up, down, b_up, b_down = (list(inputs) + [None] * 5)[:5]
+    x, up, down, b_up, b_down = pad_inputs(inputs, 5)
     d = x.shape[-1]
     expect(up.rank == 2 and same_dims(up.shape[1], d), f"gelu_mlp: up weight must be [d_ff, {d}]")
     expect(down.shape == (up.shape[1], up.shape[0]), f"gelu_mlp: down weight must be [{d}, {up.shape[0]}]")
@@ -202,7 +202,7 @@ def _gelu_mlp_infer(inputs, attrs):
 
 def _gelu_mlp_reference(inputs, attrs):
     """down(gelu(up(x) + b_up)) + b_down."""
-    x, up, down, b_up, b_down = (list(inputs) + [None] * 5)[:5]
+    x, up, down, b_up, b_down = pad_inputs(inputs, 5)
     hidden = gelu(linear(x, up, b_up), attrs["approximate"])
     return [linear(hidden, down, b_down).astype(x.dtype)]
 

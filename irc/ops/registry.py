@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
 from irc import dims
-from irc.dtypes import DType
+from irc.dtypes import DType, Sized
 from irc.errors import ShapeError
 
 
@@ -33,24 +33,15 @@ class _Required:
 REQUIRED = _Required()
 
 
-class TensorType(NamedTuple):
-    dtype: DType
-    shape: tuple
+class TensorType(NamedTuple("TensorType", [("dtype", DType), ("shape", tuple)]), Sized):
+    """An op result's type: ``dtype`` and ``shape`` (canonical dims); ``numel`` and
+    ``nbytes`` once the shape is bound to ints."""
+
+    __slots__ = ()
 
     @property
     def rank(self) -> int:
         return len(self.shape)
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    @property
-    def nbytes(self) -> int:
-        return self.dtype.nbytes(self.numel)
 
 
 @dataclass
@@ -187,11 +178,23 @@ def expect(condition: bool, message: str) -> None:
         raise ShapeError(message)
 
 
+def axis_index(axis, rank: int, op: str) -> int:
+    """``axis`` (negative counts from the end) as an index in [0, rank); a ShapeError
+    naming ``op`` when it is not an int in range."""
+    expect(isinstance(axis, int) and -rank <= axis < rank, f"{op}: axis {axis!r} out of range for rank {rank}")
+    return axis % rank
+
+
+def pad_inputs(inputs, n: int) -> list:
+    """The first ``n`` inputs, optional operands left off the end as None."""
+    return (list(inputs) + [None] * n)[:n]
+
+
 def by_name(operands: tuple, inputs) -> dict:
     """The inputs keyed by operand name (``"bias?"`` -> ``"bias"``); optional operands
     left off the end are None."""
     names = [spec.lstrip("*").rstrip("?") for spec in operands]
-    return dict(zip(names, list(inputs) + [None] * (len(names) - len(inputs))))
+    return dict(zip(names, pad_inputs(inputs, len(names))))
 
 
 def expect_shape(op: str, name: str, value, want: tuple) -> None:

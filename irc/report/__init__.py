@@ -14,10 +14,16 @@ def build_report(*args, **kwargs) -> str:
     return build(*args, **kwargs)
 
 
+def npu_page(plan: dict) -> str:
+    """An NPU plan alone as one self-contained page (``irc.report.html.npu_page``)."""
+    from irc.report.html import npu_page as page
+    return page(plan)
+
+
 def load_steps(*args, **kwargs):
     """The pipeline's steps read from a dump directory (``irc.report.steps.load_steps``)."""
     from irc.report.steps import load_steps as load
     return load(*args, **kwargs)
 
 
-__all__ = ["build_report", "load_steps"]
+__all__ = ["build_report", "load_steps", "npu_page"]

@@ -1,5 +1,7 @@
-"""The NPU plan section: per-layer DRAM traffic against its I/O lower bound, SRAM
-occupancy against capacity, and the worst lower-bound ratios.
+"""The NPU plan section: the target, per-layer DRAM traffic against its I/O lower bound,
+SRAM occupancy against capacity, and the ops by lower-bound ratio (with tile, loop order and
+fused ops where the plan records them). The one renderer of a plan: the report's section,
+and alone on a page (``irc.report.npu_page``, what ``irc tile --report`` writes).
 
 Data-driven from a plan dict, wherever it comes from (``graph.meta["npu_plan"]``, which the
 ``npu-tile`` pass attaches, or a ``plan.json``): a list of per-op entries under ``ops`` (or
@@ -18,7 +20,8 @@ from html import escape
 from typing import Optional
 
 from irc.analysis import layer_of
-from irc.report.svg import column_chart, format_bytes, format_count
+from irc.report.svg import column_chart, format_count
+from irc.text import format_bytes
 
 FIELDS = ("name", "op", "phase", "dram_bytes", "lower_bound_bytes", "sram_bytes", "cycles", "bound")
 
@@ -80,51 +83,85 @@ def render(plan: dict) -> str:
     target = plan.get("target") if isinstance(plan.get("target"), dict) else {}
     sram = target.get("sram") if isinstance(target.get("sram"), dict) else {}
     capacity = target.get("sram_bytes") or sram.get("bytes") or plan.get("sram_bytes")
-    parts = []
-    name = target.get("name") or plan.get("target_name")
-    if name:
-        parts.append(f"<p>Target <b>{escape(str(name))}</b>"
-                     + (f", SRAM {escape(format_bytes(capacity))}" if capacity else "") + ".</p>")
-    phases = sorted({str(e.get("phase") or "all") for e in ops})
-    for phase in phases:
-        chosen = [e for e in ops if str(e.get("phase") or "all") == phase]
-        labels, rows = per_layer(chosen)
-        dram = sum(_num(e, "dram_bytes") for e in chosen)
-        bound = sum(_num(e, "lower_bound_bytes") for e in chosen)
-        cycles = sum(_num(e, "cycles") for e in chosen)
-        bounds = Counter(str(e.get("bound") or "?") for e in chosen)
-        parts.append(f'<h3 id="npu-{escape(phase)}">{escape(phase)}</h3>')
-        parts.append(f"<p>{len(chosen)} ops: DRAM traffic {escape(format_bytes(dram))} against a lower bound of "
-                     f"{escape(format_bytes(bound))} (ratio <b>{_ratio(dram, bound)}</b>), "
-                     f"{escape(format_count(cycles))} cycles; bound by "
-                     + ", ".join(f"{escape(k)} ×{v}" for k, v in sorted(bounds.items())) + ".</p>")
-        parts.append('<div class="charts">')
-        parts.append(column_chart(labels, [("DRAM bytes", [rows[k]["dram"] for k in labels]),
-                                           ("lower bound", [rows[k]["bound"] for k in labels])],
-                                  title=f"DRAM traffic per layer ({phase})", y_label="bytes"))
-        parts.append(column_chart(labels, [("peak SRAM bytes", [rows[k]["sram"] for k in labels])],
-                                  title=f"SRAM occupancy per layer ({phase})", y_label="bytes",
-                                  reference=("SRAM capacity", capacity) if capacity else None))
-        parts.append("</div>")
-        worst = sorted(chosen, key=lambda e: (-(_num(e, "dram_bytes") / _num(e, "lower_bound_bytes"))
-                                              if _num(e, "lower_bound_bytes") else 0, str(e.get("name"))))
-        parts.append(f"<details><summary>Ops by lower-bound ratio ({len(chosen)})</summary>"
-                     "<table class='num'><tr><th>op</th><th>name</th><th>DRAM</th><th>lower bound</th>"
-                     "<th>ratio</th><th>SRAM</th><th>cycles</th><th>bound</th></tr>")
-        for e in worst[:200]:
-            parts.append(f"<tr><td>{escape(str(e.get('op', '')))}</td>"
-                         f"<td class='l'>{escape(str(e.get('name', '')))}</td>"
-                         f"<td>{escape(format_bytes(_num(e, 'dram_bytes')))}</td>"
-                         f"<td>{escape(format_bytes(_num(e, 'lower_bound_bytes')))}</td>"
-                         f"<td>{_ratio(_num(e, 'dram_bytes'), _num(e, 'lower_bound_bytes'))}</td>"
-                         f"<td>{escape(format_bytes(_num(e, 'sram_bytes')))}</td>"
-                         f"<td>{escape(format_count(_num(e, 'cycles')))}</td>"
-                         f"<td>{escape(str(e.get('bound', '')))}</td></tr>")
-        parts.append("</table></details>")
+    parts = [_target(plan, target, capacity)]
+    for phase in sorted({str(e.get("phase") or "all") for e in ops}):
+        parts += _phase(phase, [e for e in ops if str(e.get("phase") or "all") == phase], capacity)
     totals = plan.get("totals")
     if isinstance(totals, dict) and totals:
         parts.append(_totals(totals))
-    return "\n".join(parts)
+    return "\n".join(part for part in parts if part)
+
+
+def _target(plan: dict, target: dict, capacity) -> str:
+    """The target in a sentence: its whole description where the plan carries it (as
+    ``irc tile`` writes it), else its name and SRAM size."""
+    name = target.get("name") or plan.get("target_name")
+    try:
+        mac, dram, options = target["mac"], target["dram"], plan["options"]
+        machine = (f"{escape(str(target['summary']))}. SRAM {escape(format_bytes(capacity))} "
+                   f"({target['sram']['banks']} bank(s)), MAC array {mac['rows']}x{mac['cols']} at "
+                   f"{target['clock_mhz']:g} MHz, DRAM {dram['bytes_per_cycle']:g} B/cycle, "
+                   f"{target['dma']['channels']} DMA channel(s), {target['alignment_bytes']}-byte bursts. Operands "
+                   f"{escape(str(options['dtype']))}, accumulators {escape(str(options['accumulator']))}; prefill "
+                   f"{options['batch']}x{options['tokens']} tokens, decode over {options['past']:,} cached.")
+    except (KeyError, TypeError, ValueError):
+        machine = None
+    if machine is not None:
+        return f"<p>Target <b>{escape(str(name))}</b>: {machine}</p>"
+    if name:
+        return (f"<p>Target <b>{escape(str(name))}</b>"
+                + (f", SRAM {escape(format_bytes(capacity))}" if capacity else "") + ".</p>")
+    return ""
+
+
+def _phase(phase: str, chosen: list[dict], capacity) -> list[str]:
+    """One phase: the totals in a sentence, traffic and SRAM per layer, the ops table."""
+    labels, rows = per_layer(chosen)
+    dram = sum(_num(e, "dram_bytes") for e in chosen)
+    bound = sum(_num(e, "lower_bound_bytes") for e in chosen)
+    cycles = sum(_num(e, "cycles") for e in chosen)
+    bounds = Counter(str(e.get("bound") or "?") for e in chosen)
+    return [f'<h3 id="npu-{escape(phase)}">{escape(phase)}</h3>',
+            f"<p>{len(chosen)} ops: DRAM traffic {escape(format_bytes(dram))} against a lower bound of "
+            f"{escape(format_bytes(bound))} (ratio <b>{_ratio(dram, bound)}</b>), "
+            f"{escape(format_count(cycles))} cycles; bound by "
+            + ", ".join(f"{escape(k)} ×{v}" for k, v in sorted(bounds.items())) + ".</p>",
+            '<div class="charts">',
+            column_chart(labels, [("DRAM bytes", [rows[k]["dram"] for k in labels]),
+                                  ("lower bound", [rows[k]["bound"] for k in labels])],
+                         title=f"DRAM traffic per layer ({phase})", y_label="bytes"),
+            column_chart(labels, [("peak SRAM bytes", [rows[k]["sram"] for k in labels])],
+                         title=f"SRAM occupancy per layer ({phase})", y_label="bytes",
+                         reference=("SRAM capacity", capacity) if capacity else None),
+            "</div>", _ops_table(chosen)]
+
+
+def _ops_table(chosen: list[dict]) -> str:
+    """The ops, worst lower-bound ratio first (200 at most); tile, loop order and fused
+    elementwise ops where the plan records them."""
+    worst = sorted(chosen, key=lambda e: (-(_num(e, "dram_bytes") / _num(e, "lower_bound_bytes"))
+                                          if _num(e, "lower_bound_bytes") else 0, str(e.get("name"))))
+    detailed = any(isinstance(e.get("tile"), dict) for e in chosen)
+    extra = ("<th>tile</th><th>loop order</th><th class='l'>fused</th>" if detailed else "")
+    parts = [f"<details><summary>Ops by lower-bound ratio ({len(chosen)})</summary>"
+             "<table class='num'><tr><th>op</th><th>name</th><th>DRAM</th><th>lower bound</th>"
+             f"<th>ratio</th><th>SRAM</th><th>cycles</th><th>bound</th>{extra}</tr>"]
+    for e in worst[:200]:
+        cells = [f"<td>{escape(str(e.get('op', '')))}</td>",
+                 f"<td class='l'>{escape(str(e.get('name', '')))}"
+                 + (f" (×{e['count']})" if _num(e, "count") > 1 else "") + "</td>"]
+        cells += [f"<td>{escape(format_bytes(_num(e, key)))}</td>" for key in ("dram_bytes", "lower_bound_bytes")]
+        cells += [f"<td>{_ratio(_num(e, 'dram_bytes'), _num(e, 'lower_bound_bytes'))}</td>",
+                  f"<td>{escape(format_bytes(_num(e, 'sram_bytes')))}</td>",
+                  f"<td>{escape(format_count(_num(e, 'cycles')))}</td>", f"<td>{escape(str(e.get('bound', '')))}</td>"]
+        if detailed:
+            tile = e.get("tile") if isinstance(e.get("tile"), dict) else {}
+            cells += [f"<td>{escape('x'.join(str(v) for v in tile.values()))}</td>",
+                      f"<td>{escape('>'.join(str(v) for v in e.get('loop_order') or ()))}</td>",
+                      f"<td class='l'>{escape(', '.join(str(v) for v in e.get('fused') or ()))}</td>"]
+        parts.append("<tr>" + "".join(cells) + "</tr>")
+    parts.append("</table></details>")
+    return "".join(parts)
 
 
 def _flat(values: dict, prefix: str = "") -> dict:

@@ -14,6 +14,7 @@ from html import escape
 from typing import Callable, Optional, Sequence
 
 from irc.report.layout import CHAR_W, LINE_H, PAD_X, PAD_Y, Picture
+from irc.text import format_bytes
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f")
 
@@ -22,13 +23,6 @@ def _n(v: float) -> str:
     """A coordinate: one decimal, no trailing zeros, never "-0"."""
     text = f"{v:.1f}".rstrip("0").rstrip(".")
     return "0" if text in ("-0", "") else text
-
-
-def format_bytes(n: float) -> str:
-    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.0f} B"
 
 
 def format_count(n: float) -> str:

@@ -22,14 +22,17 @@ attention core, named ``<node>`` for a single-GEMM node (``layers.0.q``) and
   128 of 19). Real routing is uneven; the worst case for one expert is T rows, which
   costs the same weight traffic per active expert but more activation traffic.
 
-Elementwise consumers are fused into the producing GEMM's epilogue while the chain is
-single-use, not a graph output and shape-preserving: unary ``silu``, ``gelu``,
-``sigmoid``, ``tanh``, ``exp``, ``neg``, ``softcap``, float ``cast``, and binary ``add``,
-``sub``, ``mul``, ``maximum`` whose other operand has the output's shape (a residual,
-read tile by tile) or is a row vector of N (a bias). ``rope`` is not fused: it pairs
-columns D/2 apart, so a tile would have to hold whole heads. The non-GEMM steps inside
-model-level ops (the norms and RoPE inside MLA, the router's softmax and top-k, the MoE
-combine) are not planned and not counted.
+Elementwise consumers are fused into the producing GEMM's epilogue as
+``irc.rewrite.epilogue.epilogue_chain`` decides (the matcher the Triton planner calls too):
+single-use, not a graph output, shape-preserving elementwise ops, a binary op's other
+operand being a residual of the output's shape (read tile by tile) or a row vector of N (a
+bias). The Triton matmul epilogue reads row vectors only (its residual add runs in the
+row kernel of the norm after it): the targets differ in that argument alone. A decomposed
+GLU (``mul(silu(linear), linear)``) is planned as two GEMMs, the gate's epilogue reading
+the up projection as a tile (Triton runs it as one dual GEMM). ``rope`` is not fused: it
+pairs columns D/2 apart, so a tile would have to hold whole heads. The non-GEMM steps
+inside model-level ops (the norms and RoPE inside MLA, the router's softmax and top-k, the
+MoE combine) are not planned and not counted.
 """
 from __future__ import annotations
 
@@ -42,10 +45,12 @@ from irc.analysis import layer_of
 from irc.errors import BackendError
 from irc.graph import Graph, Node, Param, Value
 from irc.ops import get_op
+from irc.ops.registry import pad_inputs
 from irc.npu.cost import AttentionShape, GemmShape
+from irc.rewrite.epilogue import epilogue_chain
 
-UNARY_EPILOGUES = ("silu", "gelu", "sigmoid", "tanh", "exp", "neg", "softcap", "cast")
-BINARY_EPILOGUES = ("add", "sub", "mul", "maximum")
+# what a tile loop's epilogue reads besides the accumulator: residual tiles and row vectors
+EPILOGUE_OPERANDS = ("tile", "vector")
 GATHERS = ("embedding", "gather")
 
 
@@ -112,44 +117,29 @@ def _layer(node: Node) -> Optional[int]:
 
 # ---- fusion ------------------------------------------------------------------------------
 
-def fuse_epilogue(graph: Graph, value: Value, sizes: _Sizes) -> tuple[list, list, int, int]:
-    """Follow ``value``'s single-use elementwise consumers: (steps, fused node names, tile
-    operands, row operands)."""
+def fuse_epilogue(graph: Graph, value: Value) -> tuple[list, list, int, int]:
+    """``value``'s epilogue chain (``irc.rewrite.epilogue``, residual tiles and row vectors
+    as operands) as plan steps: (steps, fused node names, tile operands, row operands)."""
     steps, names, tiles, rows = [], [], 0, 0
-    while len(value.uses) == 1 and not any(v is value for v in graph.outputs):
-        user = value.uses[0]
-        if len(user.outputs) != 1 or user.outputs[0].shape != value.shape:
-            break
-        if user.op in UNARY_EPILOGUES:
-            if user.op == "cast" and not user.outputs[0].dtype.is_float:
-                break
-            step = {"op": user.op, **{k: user.attrs[k] for k in ("approximate", "cap") if k in user.attrs}}
-        elif user.op in BINARY_EPILOGUES:
-            index = 1 if user.inputs[0] is value else 0
-            other = user.inputs[index]
-            if other is value:
-                break
-            other_shape, shape = sizes.shape(other), sizes.shape(value)
-            if other_shape == shape:
-                step, tiles = {"op": user.op, "operand": "tile", "swap": index == 0}, tiles + 1
-            elif other_shape[-1:] == shape[-1:] and math.prod(other_shape) == shape[-1]:
-                step, rows = {"op": user.op, "operand": "row", "swap": index == 0}, rows + 1
-            else:
-                break
+    for found in epilogue_chain(graph, value, EPILOGUE_OPERANDS):
+        node = found.node
+        if found.operand is None:
+            step = {"op": node.op, **{k: node.attrs[k] for k in ("approximate", "cap") if k in node.attrs}}
         else:
-            break
-        steps.append({**step, "node": user.name})
-        names.append(user.name)
-        value = user.outputs[0]
+            step = {"op": node.op, "operand": "tile" if found.operand == "tile" else "row", "swap": found.swap}
+            tiles += found.operand == "tile"
+            rows += found.operand == "vector"
+        steps.append({**step, "node": node.name})
+        names.append(node.name)
     return steps, names, tiles, rows
 
 
-def _gemm(graph, node, sizes, role, M, K, N, *, weights=1, layout="nk", steps=(), rows=0, fuse=None, count=1,
+def _gemm(graph, node, role, M, K, N, *, weights=1, layout="nk", steps=(), rows=0, fuse=None, count=1,
           suffix=True) -> Work:
     """A GEMM work item; ``fuse``: the value whose elementwise consumers join the epilogue."""
     steps, names, tile_ops = list(steps), [], 0
     if fuse is not None:
-        more, names, tile_ops, more_rows = fuse_epilogue(graph, fuse, sizes)
+        more, names, tile_ops, more_rows = fuse_epilogue(graph, fuse)
         steps += more
         rows += more_rows
     shape = GemmShape(M, K, N, weights, layout, tile_ops, rows)
@@ -160,17 +150,17 @@ def _gemm(graph, node, sizes, role, M, K, N, *, weights=1, layout="nk", steps=()
 # ---- rules: node -> work -----------------------------------------------------------------
 
 def _linear(graph, node, sizes):
-    x, weight, bias = (list(node.inputs) + [None])[:3]
+    x, weight, bias = pad_inputs(node.inputs, 3)
     N, K = weight.shape
     steps = [{"op": "add", "operand": "row", "swap": False, "node": node.name}] if bias is not None else []
-    return [_gemm(graph, node, sizes, "linear", sizes.rows(x), K, N, steps=steps, rows=int(bias is not None),
+    return [_gemm(graph, node, "linear", sizes.rows(x), K, N, steps=steps, rows=int(bias is not None),
                   fuse=node.outputs[0], suffix=False)]
 
 
 def _matmul(graph, node, sizes):
     a, b = node.inputs
     out = sizes.shape(node.outputs[0])
-    return [_gemm(graph, node, sizes, "matmul", out[-2], sizes.shape(a)[-1], out[-1], layout="kn",
+    return [_gemm(graph, node, "matmul", out[-2], sizes.shape(a)[-1], out[-1], layout="kn",
                   fuse=node.outputs[0], count=math.prod(out[:-2]), suffix=False)]
 
 
@@ -179,18 +169,18 @@ def _gated_mlp(graph, node, sizes):
     f, d = gate.shape
     activation = "silu" if node.op == "swiglu" else ("gelu_tanh" if node.attrs["approximate"] == "tanh" else "gelu")
     M = sizes.rows(x)
-    return [_gemm(graph, node, sizes, "gate_up", M, d, f, weights=2, steps=[{"op": "glu", "activation": activation}]),
-            _gemm(graph, node, sizes, "down", M, f, d, fuse=node.outputs[0])]
+    return [_gemm(graph, node, "gate_up", M, d, f, weights=2, steps=[{"op": "glu", "activation": activation}]),
+            _gemm(graph, node, "down", M, f, d, fuse=node.outputs[0])]
 
 
 def _gelu_mlp(graph, node, sizes):
-    x, up, down, b_up, b_down = (list(node.inputs) + [None] * 5)[:5]
+    x, up, down, b_up, b_down = pad_inputs(node.inputs, 5)
     f, d = up.shape
     M = sizes.rows(x)
     bias = {"op": "add", "operand": "row", "swap": False}
     up_steps = ([bias] if b_up is not None else []) + [{"op": "gelu", "approximate": node.attrs["approximate"]}]
-    return [_gemm(graph, node, sizes, "up", M, d, f, steps=up_steps, rows=int(b_up is not None)),
-            _gemm(graph, node, sizes, "down", M, f, d, steps=[bias] if b_down is not None else [],
+    return [_gemm(graph, node, "up", M, d, f, steps=up_steps, rows=int(b_up is not None)),
+            _gemm(graph, node, "down", M, f, d, steps=[bias] if b_down is not None else [],
                   rows=int(b_down is not None), fuse=node.outputs[0])]
 
 
@@ -233,19 +223,19 @@ def _mla(graph, node, sizes):
     q_width = H * ((rank if absorbed else nope) + rope)
     q_suffix = "_absorbed" if absorbed else ""
     if wq is not None:
-        works = [_gemm(graph, node, sizes, "wq" + q_suffix, M, d, q_width)]
+        works = [_gemm(graph, node, "wq" + q_suffix, M, d, q_width)]
     else:
         q_rank = a["q_lora_rank"]
-        works = [_gemm(graph, node, sizes, "q_a", M, d, q_rank), _gemm(graph, node, sizes, "q_b" + q_suffix, M, q_rank,
+        works = [_gemm(graph, node, "q_a", M, d, q_rank), _gemm(graph, node, "q_b" + q_suffix, M, q_rank,
                                                                         q_width)]
-    works.append(_gemm(graph, node, sizes, "kv_a", M, d, rank + rope))
+    works.append(_gemm(graph, node, "kv_a", M, d, rank + rope))
     scale = mla_softmax_scale(nope, rope, a["rope"], a["scale"])
     if absorbed:
         works.append(_core(node, sizes, "attention", batch, tokens, H, 1, rank + rope, rank, scale))
     else:
-        works.append(_gemm(graph, node, sizes, "kv_b", M, rank, H * (nope + v)))
+        works.append(_gemm(graph, node, "kv_b", M, rank, H * (nope + v)))
         works.append(_core(node, sizes, "attention", batch, tokens, 1, H, nope + rope, v, scale))
-    works.append(_gemm(graph, node, sizes, "wo" + q_suffix, M, wo.shape[1], wo.shape[0], fuse=node.outputs[0]))
+    works.append(_gemm(graph, node, "wo" + q_suffix, M, wo.shape[1], wo.shape[0], fuse=node.outputs[0]))
     return works
 
 
@@ -256,19 +246,19 @@ def _moe(graph, node, sizes):
     M = sizes.rows(x)
     experts, f, d = w_gate.shape
     glu = [{"op": "glu", "activation": a["activation"]}]
-    works = [_gemm(graph, node, sizes, "router", M, d, experts)]
+    works = [_gemm(graph, node, "router", M, d, experts)]
     if shared is not None:
         fs = shared.shape[0]
-        works += [_gemm(graph, node, sizes, "shared.gate_up", M, d, fs, weights=2, steps=glu),
-                  _gemm(graph, node, sizes, "shared.down", M, fs, d)]
+        works += [_gemm(graph, node, "shared.gate_up", M, d, fs, weights=2, steps=glu),
+                  _gemm(graph, node, "shared.down", M, fs, d)]
     slots = M * a["top_k"]
     active = min(experts, slots)
     base, extra = divmod(slots, active)
     for rows, count in ((base + 1, extra), (base, active - extra)):
         if count and rows:
-            works += [_gemm(graph, node, sizes, f"experts.gate_up[{rows} rows]", rows, d, f, weights=2, steps=glu,
+            works += [_gemm(graph, node, f"experts.gate_up[{rows} rows]", rows, d, f, weights=2, steps=glu,
                             count=count),
-                      _gemm(graph, node, sizes, f"experts.down[{rows} rows]", rows, f, d, count=count)]
+                      _gemm(graph, node, f"experts.down[{rows} rows]", rows, f, d, count=count)]
     return works
 
 

@@ -26,6 +26,8 @@ def test_plan_and_report(capsys, tmp_path):
     html = report_path.read_text()
     assert html.count("<svg") == 4 and "SRAM occupancy" in html and "DRAM traffic per layer" in html
     assert "layers.0.mlp_out:gate_up" in html
+    assert '<section id="npu">' in html and "Target <b>edge-npu</b>:" in html      # the report's NPU section
+    assert "<td class='l'>layers.0.x</td>" in html and "m&gt;n&gt;k" in html       # fused ops and loop orders
     for fetch in ("http:", "https:", "src=", "<script", "<link", "@import", "url("):
         assert fetch not in html
 

@@ -79,6 +79,24 @@ def test_every_loop_order_buffering_and_edge_tile(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["int8", "fp32"])
+def test_every_epilogue_op_the_shared_matcher_fuses_runs_tiled(dtype):
+    """The ops ``irc.rewrite.epilogue`` lets a plan fuse (beyond the ones above) run in the
+    executor, tile by tile as on the whole matrix."""
+    from irc.rewrite.epilogue import BINARY, UNARY
+
+    machine = mini().machine(dtype)
+    steps = [{"op": "exp"}, {"op": "sqrt"}, {"op": "rsqrt"}, {"op": "cos"}, {"op": "sin"}, {"op": "tanh"},
+             {"op": "neg"}, {"op": "sigmoid"}, {"op": "silu"}, {"op": "gelu", "approximate": "tanh"},
+             {"op": "cast"}, {"op": "div", "operand": "tile", "swap": True},
+             {"op": "maximum", "operand": "row", "swap": False}, {"op": "mul", "operand": "row", "swap": True}]
+    assert {step["op"] for step in steps} | {"add", "sub", "softcap"} == set(UNARY) | set(BINARY)
+    work = _gemm_work(cost.GemmShape(10, 12, 9, tile_operands=1, row_operands=2), steps)
+    choice = cost.choose(work.shape, machine, {"m": 4, "n": 8, "k": 8 if dtype == "int8" else 6}, ("m", "n", "k"),
+                         True)
+    check(op_record(work, "prefill", choice, machine), machine)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "fp32"])
 def test_attention_both_orders_spill_and_mask(dtype):
     machine = mini().machine(dtype)
     info = {"group": 2, "tokens": 3, "past": 4, "causal": True, "scale": 0.3, "softcap": None, "window": 5}

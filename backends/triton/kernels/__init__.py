@@ -9,7 +9,6 @@ implements (the kernel's docstring names them).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from irc.dtypes import DType
@@ -125,57 +124,40 @@ def parameter_lines(signature: dict, width: int = 100) -> list[str]:
     return lines + [current]
 
 
-def literal(value) -> str:
-    """Python text for a JSON-like attribute value (floats by repr, so exact)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"float({str(value)!r})"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k!r}: {literal(v)}" for k, v in sorted(value.items())) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(literal(v) for v in value) + "]"
-    return repr(value)
-
-
 # ---- readable emitted code -------------------------------------------------------------------
 
 WIDTH = 110
 
 
-def _top_level_commas(text: str) -> list[int]:
-    """Indices of the commas of ``text`` outside brackets and string literals."""
-    depth, quote, commas = 0, None, []
+def _outside_strings(text: str):
+    """(index, character, bracket depth before it) for each character of ``text`` outside
+    string literals."""
+    depth, quote = 0, None
     for i, c in enumerate(text):
         if quote:
             quote = None if c == quote and text[i - 1] != "\\" else quote
         elif c in "'\"":
             quote = c
-        elif c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif c == "," and depth == 0:
-            commas.append(i)
-    return commas
+        else:
+            yield i, c, depth
+            depth += (c in "([{") - (c in ")]}")
+
+
+def _top_level_commas(text: str) -> list[int]:
+    """Indices of the commas of ``text`` outside brackets and string literals."""
+    return [i for i, c, depth in _outside_strings(text) if c == "," and depth == 0]
 
 
 def _matching_call(line: str) -> tuple[int, int] | None:
     """(open, close) of the first bracket that opens right after a name and closes at the
     end of the statement (before a trailing comment)."""
     code = line.split("  # ")[0].rstrip()
-    depth, quote, opened = 0, None, None
-    for i, c in enumerate(code):
-        if quote:
-            quote = None if c == quote and code[i - 1] != "\\" else quote
-        elif c in "'\"":
-            quote = c
-        elif c in "([{":
-            if depth == 0 and opened is None and i and (code[i - 1].isalnum() or code[i - 1] in "_]"):
-                opened = i
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-            if depth == 0 and opened is not None:
-                return (opened, i) if i == len(code) - 1 else None
+    opened = None
+    for i, c, depth in _outside_strings(code):
+        if c in "([{" and depth == 0 and opened is None and i and (code[i - 1].isalnum() or code[i - 1] in "_]"):
+            opened = i
+        elif c in ")]}" and depth == 1 and opened is not None:
+            return (opened, i) if i == len(code) - 1 else None
     return None
 
 

@@ -89,9 +89,9 @@ def _weight_lines(spec: GemmSpec, suffix: str) -> list[str]:
     return [f"w{suffix} = tl.load(w{suffix}_base + rk[:, None] + k0, mask=k_ok[:, None] & n_ok[None, :], other=0.0)"]
 
 
-def gemm_kernel(spec: GemmSpec) -> Kernel:
+def _signature(spec: GemmSpec, weights: list[str]) -> dict:
+    """The kernel's parameters: pointers, sizes and strides, then the constexpr tiles."""
     mapping = spec.mapping
-    weights = ["w", "w2"] if spec.dual else ["w"]
     sig = {"a_ptr": "*" + signature_type(spec.a_dtype)}
     for w in weights:
         sig[f"{w}_ptr"] = "*" + signature_type(spec.w_dtype)
@@ -116,6 +116,40 @@ def gemm_kernel(spec: GemmSpec) -> Kernel:
         if item.kind != "vector":
             sig[f"stride_{item.var}"] = "i32"
     sig.update({name: "constexpr" for name in ("PRECISION", "MIXED", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")})
+    return sig
+
+
+def _epilogue_lines(spec: GemmSpec) -> list[str]:
+    """After the K loop: the epilogue inputs loaded, ``spec.epilogue`` making ``out``, and
+    the store (an atomic scatter-add for a MoE down projection)."""
+    mapping = spec.mapping
+    body = []
+    for item in spec.inputs:
+        v = item.var
+        if item.kind == "vector":
+            body.append(f"{v} = tl.load({v}_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]")
+        elif item.kind == "rowscalar":
+            body.append(f"{v} = tl.load({v}_ptr + rm * stride_{v}, mask=m_ok, other=0.0).to(tl.float32)[:, None]")
+        else:
+            body.append(f"{v} = tl.load({v}_ptr + rm[:, None] * stride_{v} + rn[None, :], "
+                        f"mask=m_ok[:, None] & n_ok[None, :], other=0.0).to(tl.float32)")
+    body += list(spec.epilogue) or ["out = acc"]
+    if mapping.scatter:
+        body += ["out_row = tl.load(scatter_index_ptr + rm, mask=m_ok, other=0)",
+                 "tl.atomic_add(c_ptr + out_row[:, None] * stride_cm + rn[None, :], "
+                 "out.to(c_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])"]
+    else:
+        body.append("tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], out.to(c_ptr.dtype.element_ty), "
+                    "mask=m_ok[:, None] & n_ok[None, :])")
+    return body
+
+
+def gemm_kernel(spec: GemmSpec) -> Kernel:
+    """The kernel ``spec`` describes: grouped program order (or one expert segment per row
+    tile), fp32 accumulation over K, then the epilogue and the store."""
+    mapping = spec.mapping
+    weights = ["w", "w2"] if spec.dual else ["w"]
+    sig = _signature(spec, weights)
 
     if mapping.kind == "dense":
         body = ["pid = tl.program_id(0)",
@@ -164,23 +198,7 @@ def gemm_kernel(spec: GemmSpec) -> Kernel:
         loop += _weight_lines(spec, suffix)
         loop += dot("a", w, acc, mixed_type(spec.w_dtype if spec.w_dtype.is_float else spec.a_dtype))
     body += ["for k0 in range(0, K, BLOCK_K):", *indent(loop, 1)]
-    for item in spec.inputs:
-        v = item.var
-        if item.kind == "vector":
-            body.append(f"{v} = tl.load({v}_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]")
-        elif item.kind == "rowscalar":
-            body.append(f"{v} = tl.load({v}_ptr + rm * stride_{v}, mask=m_ok, other=0.0).to(tl.float32)[:, None]")
-        else:
-            body.append(f"{v} = tl.load({v}_ptr + rm[:, None] * stride_{v} + rn[None, :], "
-                        f"mask=m_ok[:, None] & n_ok[None, :], other=0.0).to(tl.float32)")
-    body += list(spec.epilogue) or ["out = acc"]
-    if mapping.scatter:
-        body += ["out_row = tl.load(scatter_index_ptr + rm, mask=m_ok, other=0)",
-                 "tl.atomic_add(c_ptr + out_row[:, None] * stride_cm + rn[None, :], "
-                 "out.to(c_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])"]
-    else:
-        body.append("tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], out.to(c_ptr.dtype.element_ty), "
-                    "mask=m_ok[:, None] & n_ok[None, :])")
+    body += _epilogue_lines(spec)
 
     restore = ', restore_value=["c_ptr"]' if mapping.scatter else ""
     details = list(spec.details) + [

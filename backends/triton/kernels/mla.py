@@ -20,12 +20,10 @@ from __future__ import annotations
 
 from irc.graph import Node
 from irc.ops.attention import mla_softmax_scale
+from irc.ops.mla import OPERANDS
+from irc.ops.registry import by_name
 
 from backends.triton.kernels import attention, dequant, elementwise, norm
-
-OPERANDS = ("x", "position_ids", "attention_mask", "past_latent", "past_rope", "wq_absorbed", "q_a", "q_a_norm",
-            "q_b_absorbed", "kv_a", "kv_a_norm", "wo_absorbed")
-
 
 def norm_kernel(planner, dtype, eps: float, nodes: list[Node]) -> str:
     """The single-RMSNorm row kernel (shared with plain ``rms_norm`` nodes of the same eps)."""
@@ -35,7 +33,7 @@ def norm_kernel(planner, dtype, eps: float, nodes: list[Node]) -> str:
 
 
 def plan_mla(planner, node: Node) -> None:
-    ops = dict(zip(OPERANDS, list(node.inputs) + [None] * (len(OPERANDS) - len(node.inputs))))
+    ops = by_name(OPERANDS, node.inputs)
     attrs = node.attrs
     x = ops["x"]
     dtype = x.dtype

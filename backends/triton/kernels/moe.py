@@ -24,6 +24,7 @@ from functools import partial
 from typing import Optional
 
 from irc.graph import Node, Value
+from irc.rewrite.epilogue import glu_match
 
 from backends.triton.kernels import dequant, matmul
 from backends.triton.plan_gemm import raise_mixed
@@ -33,14 +34,12 @@ FRESH_PRODUCERS = ("linear", "dequant_linear", "mul", "add", "matmul", "swiglu",
 
 def claim(planner) -> None:
     """Claim the sorted-MoE patterns: grouped GLU (+ row gather) and down + weight + scatter."""
-    from backends.triton.plan_gemm import glu_match
-
     planner.special["grouped_gemm"] = plan_grouped_gemm
     for node in planner.graph.nodes:
         if node.name in planner.claimed:
             continue
         if node.op == "mul":
-            match = glu_match(planner, node, "grouped_gemm")
+            match = glu_match(planner.graph, node, ("grouped_gemm",), planner.free)
             if match:
                 gate, act, up = match
                 gather = _row_gather(planner, gate.inputs[0], {gate.name, up.name})

@@ -1,0 +1,87 @@
+"""The DSL's mixture of experts (part of ``frontends.dsl.Layer``): argument checks, the
+``moe`` op over the layer's expert weights, and the model's ``moe`` meta entry."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from frontends.dsl_args import GROUP_SCORES, MOE_SCORING, one_of, positive, positive_float
+
+if TYPE_CHECKING:
+    from frontends.dsl import Model, Tensor
+
+
+class MoeLayer:
+    """Mixin: needs the layer's ``model``, ``prefix`` (``layers.{i}.``) and ``index``."""
+
+    model: Model
+    prefix: str
+    index: int
+
+    def moe(self, x: Tensor, experts: int, top_k: int, d_ff: int, shared_experts: int = 0,
+            shared_d_ff: Optional[int] = None, scoring: str = "softmax", router_bias: bool = False,
+            norm_topk_prob: bool = True, routed_scale: float = 1.0, groups: Optional[int] = None,
+            top_groups: Optional[int] = None, group_score: str = "max", shared_expert_gate: bool = False,
+            activation: str = "silu") -> Tensor:
+        """Mixture of SwiGLU experts (fused ``moe.w_gate/w_up`` [E, d_ff, d], ``moe.w_down``
+        [E, d, d_ff]) routed by ``moe.router`` [E, d]: softmax or sigmoid scores, top_k
+        (group-limited when ``groups``/``top_groups`` are set), optional selection bias
+        ``moe.router_bias`` (DeepSeek-V3), ``routed_scale`` on the routed sum, and shared
+        experts of width ``shared_d_ff`` (default shared_experts * d_ff), optionally gated
+        by ``moe.shared_expert_gate`` [1, d] (Qwen-MoE)."""
+        m, p = self.model, self.prefix
+        where = m.origin()
+        d = m._features(x)
+        for arg, value in (("experts", experts), ("top_k", top_k), ("d_ff", d_ff)):
+            positive(arg, value, where)
+        if isinstance(shared_experts, bool) or not isinstance(shared_experts, int) or shared_experts < 0:
+            raise m.error("shared_experts", f"expected a non-negative integer, got {shared_experts!r}")
+        if top_k > experts:
+            raise m.error("top_k", f"top_k {top_k} exceeds {experts} experts")
+        one_of("scoring", scoring, MOE_SCORING, where)
+        one_of("group_score", group_score, GROUP_SCORES, where)
+        routed_scale = positive_float("routed_scale", routed_scale, where)
+        if (groups is None) != (top_groups is None):
+            raise m.error("groups" if groups is None else "top_groups", "groups and top_groups go together")
+        if groups is not None:
+            positive("groups", groups, where)
+            positive("top_groups", top_groups, where)
+            if experts % groups:
+                raise m.error("groups", f"{experts} experts do not split into {groups} groups")
+            if top_groups > groups:
+                raise m.error("top_groups", f"top_groups {top_groups} exceeds {groups} groups")
+            if top_k > top_groups * (experts // groups):
+                raise m.error("top_k", f"top_k {top_k} exceeds the {top_groups * (experts // groups)} experts "
+                                       f"in {top_groups} groups")
+        if shared_d_ff is not None:
+            positive("shared_d_ff", shared_d_ff, where)
+            if not shared_experts:
+                raise m.error("shared_d_ff", "set shared_experts too")
+        shared = shared_d_ff or shared_experts * d_ff
+        if shared_expert_gate and not shared:
+            raise m.error("shared_expert_gate", "a shared expert gate needs shared experts")
+        router = m.param(f"{p}moe.router", (experts, d))
+        w_gate = m.param(f"{p}moe.w_gate", (experts, d_ff, d))
+        w_up = m.param(f"{p}moe.w_up", (experts, d_ff, d))
+        w_down = m.param(f"{p}moe.w_down", (experts, d, d_ff))
+        bias = m.param(f"{p}moe.router_bias", (experts,)) if router_bias else None
+        s_gate = s_up = s_down = s_sigmoid = None
+        if shared:
+            s_gate = m.param(f"{p}moe.shared_gate", (shared, d))
+            s_up = m.param(f"{p}moe.shared_up", (shared, d))
+            s_down = m.param(f"{p}moe.shared_down", (d, shared))
+        if shared_expert_gate:
+            s_sigmoid = m.param(f"{p}moe.shared_expert_gate", (1, d))
+        attrs = {"experts": experts, "top_k": top_k, "scoring": scoring, "norm_topk_prob": bool(norm_topk_prob),
+                 "routed_scale": routed_scale, "n_group": groups, "topk_group": top_groups,
+                 "group_score": group_score, "activation": activation}
+        out = m.emit("moe", [x, router, w_gate, w_up, w_down, bias, s_gate, s_up, s_down, s_sigmoid], attrs,
+                     f"{p}moe_out")[0]
+        meta = m.meta
+        if meta["moe"] is None:
+            meta["moe"] = {"experts": experts, "top_k": top_k, "d_ff": d_ff, "shared_experts": shared_experts,
+                           "shared_d_ff": shared or None, "scoring": scoring, "router_bias": bool(router_bias),
+                           "norm_topk_prob": bool(norm_topk_prob), "routed_scale": routed_scale,
+                           "groups": groups, "top_groups": top_groups, "group_score": group_score,
+                           "shared_expert_gate": bool(shared_expert_gate), "layers": []}
+        meta["moe"]["layers"].append(self.index)
+        return out
