@@ -25,14 +25,18 @@ from irc.graph import Graph
 @dataclass(frozen=True)
 class EmitOptions:
     """What every emitter may read: the target's name, the spec it came from, the seed for
-    absent weights, the context length, and the target's own options (``Target.arguments``)
-    by name."""
+    absent weights, the context length, the target's own options (``Target.arguments``)
+    by name, and ``files``: companions the spec carries for the output folder (name ->
+    bytes, or the path of a file to copy: a GGUF's tokenizer), which emitters that write a
+    model folder for a runtime (ONNX for onnxruntime-genai) put beside the model."""
 
     name: str = ""
     source: str = ""
     seed: int = 0
     context: int = 4096
     target: Mapping[str, Any] = field(default_factory=dict)
+    files: Mapping[str, Any] = field(default_factory=dict)
+    progress: Any = None    # an irc.progress.Progress for long writes (None: silent)
 
 
 def _fixed(pipeline: str) -> Callable[[Mapping[str, Any]], str]:
@@ -48,6 +52,11 @@ def _onnx_pipeline(name: str) -> Callable[[Mapping[str, Any]], str]:
     return default_pipeline
 
 
+def _onnx_prelude(options: Mapping[str, Any]) -> str:
+    from backends.onnx.targets import prelude  # plain data, no onnx import
+    return prelude(options)
+
+
 def _onnx_arguments(parser: argparse.ArgumentParser) -> None:
     from backends.onnx.targets import add_arguments
     add_arguments(parser)
@@ -58,7 +67,9 @@ class Target:
     """One ``--target``: ``summary`` says what ``-o`` writes; ``pipeline(options)`` is the
     default pipeline; ``add_arguments(parser)`` adds the target's own options (shared by
     targets of one backend: the CLI calls each function once) and ``arguments`` names them;
-    ``emitter`` is ``"module:function"``; ``needs_output`` when the target writes files only."""
+    ``emitter`` is ``"module:function"``; ``needs_output`` when the target writes files only;
+    ``prelude(options)`` names passes that run before any pipeline, the default or ``--passes``
+    (the ONNX targets' ``retype`` to ``--dtype``)."""
 
     summary: str
     emitter: Optional[str]
@@ -66,23 +77,25 @@ class Target:
     add_arguments: Optional[Callable[[argparse.ArgumentParser], None]] = None
     arguments: tuple = ()
     needs_output: bool = False
+    prelude: Callable[[Mapping[str, Any]], str] = _fixed("")
 
     def emit(self, graph: Graph, path: str, options: EmitOptions) -> list[str]:
         module, function = self.emitter.split(":")
         return getattr(importlib.import_module(module), function)(graph, path, options)
 
 
-ONNX_ARGUMENTS = ("opset", "weights")
+ONNX_ARGUMENTS = ("opset", "weights", "dtype")
 
 TARGETS = {
     "ir": Target("the printed IR", "backends.ir:emit_target"),
     "numpy": Target("a standalone NumPy module (+ .npz weights)", "backends.numpy.emit:emit_target",
                     _fixed("dce,cse")),
     "onnx": Target("an ONNX model, standard ops (+ genai_config.json)", "backends.onnx.compile:emit_target",
-                   _onnx_pipeline("onnx"), _onnx_arguments, ONNX_ARGUMENTS, needs_output=True),
+                   _onnx_pipeline("onnx"), _onnx_arguments, ONNX_ARGUMENTS, needs_output=True,
+                   prelude=_onnx_prelude),
     "onnx-ort": Target("an ONNX model with ONNX Runtime contrib ops (+ genai_config.json)",
                        "backends.onnx.compile:emit_target", _onnx_pipeline("onnx-ort"), _onnx_arguments,
-                       ONNX_ARGUMENTS, needs_output=True),
+                       ONNX_ARGUMENTS, needs_output=True, prelude=_onnx_prelude),
     "triton": Target("a Triton module: generated kernels + launcher (+ .pt weights)",
                      "backends.triton.emit:emit_target", _fixed("dce,cse,mla-absorb,moe-sort")),
 }

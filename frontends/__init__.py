@@ -8,6 +8,8 @@
   ``model`` (a ``dsl.Model`` or a ``Graph``).
 - a directory holding ``config.json``: a Hugging Face model folder (``frontends.hf``),
   weights read lazily from its safetensors files when it has them.
+- ``.gguf``: a llama.cpp GGUF file, or any part of a split set (``-00001-of-00003.gguf``)
+  (``frontends.gguf``): exact block formats kept as quantized weights, the rest float.
 
 Every user mistake is a ``SpecError`` naming file:line:col and the offending key.
 """
@@ -29,12 +31,38 @@ def load_spec(path) -> Graph:
         from frontends.hf import load_hf
         return load_hf(path)
     suffix = Path(path).suffix.lower()
+    if suffix == ".gguf":
+        from frontends.gguf import load_gguf
+        return load_gguf(path)
     if suffix in (".yaml", ".yml"):
         return _load_yaml(path)
     if suffix == ".py":
         return _load_python(path)
     raise SpecError(f"unknown spec type {suffix or '(no extension)'!r}", location=path,
-                    hint="expected a .yaml/.yml spec or a .py DSL file")
+                    hint="expected a .yaml/.yml spec, a .py DSL file, a .gguf file or a model folder")
+
+
+def companion_files(path) -> tuple[dict, list]:
+    """Files a spec carries that belong beside the compiled model ({name: bytes, or the path
+    of a file to copy}), and notes for the user: a Hugging Face folder's tokenizer files as
+    they are (``frontends.hf.companion_files``); a GGUF's tokenizer as ``tokenizer.json`` and
+    ``tokenizer_config.json`` (``frontends.gguf.tokenizer``; none, with a note saying why,
+    when it cannot be converted faithfully). Other specs carry none. The CLI hands them to
+    the emitter (``backends.EmitOptions.files``), which writes them into the output folder."""
+    if os.path.isdir(str(path)):
+        from frontends.hf import companion_files as hf_files
+        return hf_files(str(path)), []
+    if Path(str(path)).suffix.lower() != ".gguf":
+        return {}, []
+    from frontends.gguf import tokenizer_files
+    files, note = tokenizer_files(path)
+    return {name: text.encode("utf-8") for name, text in files.items()}, [note] if note else []
+
+
+def load_notes(graph: Graph) -> list:
+    """One-line notes a frontend left for the user: how a GGUF's tensors were read (kept as
+    blocks, or dequantized to float, per format)."""
+    return [f"gguf: {note}" for note in (graph.meta.get("gguf") or {}).get("notes", [])]
 
 
 def _load_yaml(path: str) -> Graph:

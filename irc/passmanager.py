@@ -127,6 +127,7 @@ class PassManager:
     dot: Optional[Callable[[Graph], str]] = None
     out: TextIO = sys.stdout
     records: list = field(default_factory=list)
+    on_pass: Optional[Callable[[str], None]] = None  # told each pass's name as it starts (a progress bar)
 
     def run(self, graph: Graph) -> Graph:
         from irc.printer import print_graph
@@ -139,6 +140,8 @@ class PassManager:
         if self.dump_dir:
             self._dump(graph, 0, "input", text)
         for index, p in enumerate(self.passes, start=1):
+            if self.on_pass:
+                self.on_pass(repr(p))
             reason = p.precondition(graph)
             if reason:
                 raise PassError(f"pass {p!r} cannot run: {reason}", location=_after(done))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from irc.graph import Graph
+from irc.progress import SILENT
 from irc.text import describe_bytes
 
 from backends.onnx.emit import emit_model
@@ -11,7 +12,7 @@ from backends.onnx.targets import resolve_options
 def emit_target(graph: Graph, path: str, options) -> list[str]:
     opset, weights = resolve_options(options.name, options.target)
     result = emit_model(graph, path, target=options.name, opset=opset, weights=weights, seed=options.seed,
-                        context=options.context)
+                        context=options.context, files=options.files, progress=options.progress or SILENT)
     lines = [f"wrote {result.path} (target {result.target}, opset {result.opset})"]
     if result.data_path and result.weights_written:
         lines.append(f"wrote {result.data_path} ({describe_bytes(result.weight_bytes)} of weights)")
@@ -22,4 +23,5 @@ def emit_target(graph: Graph, path: str, options) -> list[str]:
         lines.append(f"wrote {result.genai_config}")
     elif result.genai_note:
         lines.append(result.genai_note)
+    lines += [f"wrote {path}" for path in result.files]
     return lines

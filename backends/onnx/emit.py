@@ -3,8 +3,10 @@
 ``emit_model(graph, path, target=..., opset=..., weights=...)`` lowers every node through
 the target's table (``backends.onnx.portable`` and friends; ``backends.onnx.ort`` for
 ``onnx-ort``), so an op the target cannot express raises one BackendError naming the node
-before anything is written. Then it writes the model (and ``genai_config.json``)
-through temporary files and renames: no half-written outputs.
+before anything is written. Then it writes the model, its weights, ``genai_config.json``
+and any companion files (``files``: a tokenizer) into the model's folder through
+``irc.output.OutputFolder``: staged beside it and renamed only when all are complete, after
+a free-space check, so a failure, Ctrl-C or SIGTERM leaves the previous output untouched.
 
 Signature: the irc graph's own inputs and outputs (``input_ids`` [B, T], ``attention_mask``
 [B, P+T], ``position_ids`` [B, T], ``past_key_values.{i}.key/.value`` [B, K, P, D] ->
@@ -16,7 +18,10 @@ Weights: params become initializers (seeded by name when absent, ``irc.weights``
 model holds the reference interpreter's weights). When they add up to more than
 ``external_threshold`` bytes (64 MiB by default, and always above 2 GiB, protobuf's limit)
 every tensor of 1 KiB or more goes to one file beside the model, ``<model>.data``, each
-at a 4 KiB-aligned offset. ``weights="none"`` is a shape-only compile: nothing is loaded
+at a 4 KiB-aligned offset, streamed there a few row blocks at a time
+(``backends.onnx.writer``): the protobuf holds only references, and memory stays bounded
+whatever the model's size. fp16 graphs cast to f32 around ops ORT's CPU provider has no
+fp16 kernel for (``backends.onnx.precision``). ``weights="none"`` is a shape-only compile: nothing is loaded
 or seeded; the model is written with external-data references of the right sizes into
 ``<model>.data``, and that file is not written (the model loads once it is provided).
 
@@ -26,30 +31,31 @@ emission, and nothing depends on time or addresses, so the same graph gives the 
 from __future__ import annotations
 
 import os
-import tempfile
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
 
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from irc import dims
 from irc.errors import BackendError
 from irc.graph import Graph
-from irc.passmanager import write_atomic
+from irc.output import OutputFolder
+from irc.progress import SILENT, Progress
 from irc.weights import seed_absent
 
 from backends.onnx import moe_sorted, ort, portable, quant
 from backends.onnx.attention import lower_attention, lower_rope
 from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
+from backends.onnx.genai import CONFIG, write_genai_config
 from backends.onnx.mla import lower_mla_absorbed_attention, lower_mla_attention
 from backends.onnx.moe import lower_moe
+from backends.onnx.precision import lower_in_f32, needs_f32
 from backends.onnx.targets import DEFAULT_OPSET, check_options
+from backends.onnx.writer import SMALL_TENSOR, WORKERS, inline_tensors, plan, write_data
 
 EXTERNAL_DATA_THRESHOLD = 64 << 20
 PROTO_LIMIT = 2 << 30
-SMALL_TENSOR = 1024
-ALIGN = 4096
 PRODUCER_VERSION = "0.1.0"
 DIM_NAMES = {"B": "batch_size", "T": "sequence_length", "P": "past_sequence_length", "P+T": "total_sequence_length"}
 
@@ -71,6 +77,7 @@ class Emitted:
     weights_written: bool = True        # False for a shape-only compile
     genai_config: Optional[str] = None  # its path, or None
     genai_note: str = ""                # why no genai_config.json was written
+    files: list = field(default_factory=list)  # companion files written beside the model
 
 
 def dim_param(d):
@@ -104,7 +111,11 @@ def build(graph: Graph, *, target: str = "onnx", opset: int = DEFAULT_OPSET, con
             raise BackendError(f"op {node.op!r} has no lowering for target {target}", location=where,
                                hint=f"lower it with a pass first; the target takes {', '.join(sorted(table))}")
         try:
-            table[node.op](b, node, [b.name_for(v) for v in node.outputs])
+            outs = [b.name_for(v) for v in node.outputs]
+            if needs_f32(node):
+                lower_in_f32(b, table[node.op], node, outs)
+            else:
+                table[node.op](b, node, outs)
         except BackendError as err:
             if err.location:
                 raise
@@ -125,8 +136,11 @@ def model_proto(graph: Graph, b: Builder, target: str, initializers: list) -> on
 
 def emit_model(graph: Graph, path: str, *, target: str = "onnx", opset: int = DEFAULT_OPSET, weights: str = "seeded",
                seed: int = 0, context: int = 4096, external_threshold: int = EXTERNAL_DATA_THRESHOLD,
-               genai: bool = True) -> Emitted:
-    """Compile ``graph`` to ``path`` (see the module docstring)."""
+               genai: bool = True, files: Optional[Mapping[str, object]] = None, progress: Progress = SILENT,
+               workers: int = WORKERS) -> Emitted:
+    """Compile ``graph`` to ``path`` (see the module docstring). ``files`` are companions the
+    output folder receives as they are (name -> bytes to write, or the path of a file to
+    copy: a tokenizer); ``progress`` shows the weights being written."""
     check_options(target, opset, weights)
     b = build(graph, target=target, opset=opset, context=context)
     shape_only = weights == "none"
@@ -134,84 +148,50 @@ def emit_model(graph: Graph, path: str, *, target: str = "onnx", opset: int = DE
         seed_absent(graph, seed)
     total = sum(init.nbytes for init in b.weights)
     external = shape_only or total > min(external_threshold, PROTO_LIMIT)
-    data_path = path + ".data" if external else None
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp_data = None
-    try:
+    name = os.path.basename(path)
+    data_name = name + ".data" if external else None
+    companions = _companions(files or {}, name, data_name)
+    with OutputFolder(os.path.dirname(os.path.abspath(path)), primary=name) as out:
         tensors = list(b.constants)
-        if external and not shape_only:
-            fd, tmp_data = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(data_path))
-            with os.fdopen(fd, "wb") as stream:
-                tensors += _write_external(b.weights, stream, os.path.basename(data_path))
-        elif external:
-            tensors += _reference_external(b.weights, os.path.basename(data_path))
+        layout = plan(b.weights, data_name, small=0 if shape_only else SMALL_TENSOR) if external else None
+        out.require((0 if shape_only else max(total, layout.size if layout else 0))
+                    + sum(_size(v) for v in companions.values()))  # before anything is written
+        if external:
+            tensors += layout.tensors(b.weights)  # shape-only: every weight referenced, none written
+            if not shape_only:
+                write_data(layout, out.stage(data_name), progress, workers)
         else:
-            tensors += [numpy_helper.from_array(init.array(), init.name) for init in b.weights]
+            tensors += inline_tensors(b.weights)
         model = model_proto(graph, b, target, tensors)
         if not external and model.ByteSize() > PROTO_LIMIT:
             raise BackendError("the model would be over 2 GiB, protobuf's limit",
                                hint="pass a lower external_threshold so the weights go to external data")
-        blob = model.SerializeToString(deterministic=True)
-        if tmp_data is not None:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp_data, 0o666 & ~umask)  # mkstemp makes 0600; outputs get the usual mode
-            os.replace(tmp_data, data_path)
-            tmp_data = None
-        write_atomic(path, blob)
-    finally:
-        if tmp_data is not None and os.path.exists(tmp_data):
-            os.unlink(tmp_data)
-    result = Emitted(path, target, opset, total, data_path, not shape_only)
-    if genai:
-        from backends.onnx.genai import write_genai_config
-        caches = sum(1 for v in graph.inputs if v.name.startswith("past_key_values.") and v.name.endswith(".key"))
-        in_place = caches > 0 and sum(n.op_type == "GroupQueryAttention" for n in b.nodes) == caches
-        result.genai_config, result.genai_note = write_genai_config(graph, path, context=context,
-                                                                    share_buffer=in_place)
+        out.write(name, model.SerializeToString(deterministic=True))
+        result = Emitted(path, target, opset, total, out.final(data_name) if external else None, not shape_only)
+        if genai:
+            caches = sum(1 for v in graph.inputs if v.name.startswith("past_key_values.") and v.name.endswith(".key"))
+            in_place = caches > 0 and sum(n.op_type == "GroupQueryAttention" for n in b.nodes) == caches
+            result.genai_config, result.genai_note = write_genai_config(graph, out, name, context=context,
+                                                                        share_buffer=in_place)
+        for companion, source in companions.items():
+            result.files.append(out.write(companion, source) if isinstance(source, bytes) else
+                                out.copy(companion, source))
     return result
 
 
-def _external(tensor: TensorProto, location: str, offset: int, length: int) -> TensorProto:
-    del tensor.external_data[:]
-    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
-        entry = tensor.external_data.add()
-        entry.key, entry.value = key, value
-    tensor.data_location = TensorProto.EXTERNAL
-    return tensor
+def _companions(files: Mapping[str, object], name: str, data_name: Optional[str]) -> dict:
+    """``files`` checked: plain names that are not the model's own outputs."""
+    taken = {name, data_name, CONFIG}
+    checked = {}
+    for companion, source in sorted(files.items()):
+        if companion in taken or os.path.basename(companion) != companion:
+            raise BackendError(f"companion file {companion!r} would overwrite the model's own output or leave "
+                               "its folder", hint="companions are plain file names such as tokenizer.json")
+        if not isinstance(source, (bytes, str, os.PathLike)):
+            raise TypeError(f"companion {companion!r}: expected bytes or a path, got {type(source).__name__}")
+        checked[companion] = source if isinstance(source, bytes) else os.fspath(source)
+    return checked
 
 
-def _empty(init) -> TensorProto:
-    tensor = TensorProto()
-    tensor.name, tensor.data_type = init.name, ONNX_TYPES[init.dtype]
-    tensor.dims.extend(init.shape)
-    return tensor
-
-
-def _write_external(weights: list, stream, location: str) -> list:
-    """Write each weight of 1 KiB or more to ``stream`` (4 KiB aligned); smaller ones inline."""
-    tensors, offset = [], 0
-    for init in weights:
-        tensor = numpy_helper.from_array(init.array(), init.name)
-        if init.nbytes < SMALL_TENSOR:
-            tensors.append(tensor)
-            continue
-        padding = -offset % ALIGN
-        stream.write(b"\0" * padding)
-        offset += padding
-        raw = tensor.raw_data
-        stream.write(raw)
-        tensor.ClearField("raw_data")
-        tensors.append(_external(tensor, location, offset, len(raw)))
-        offset += len(raw)
-    return tensors
-
-
-def _reference_external(weights: list, location: str) -> list:
-    """External-data references laid out as ``_write_external`` would write them, no data."""
-    tensors, offset = [], 0
-    for init in weights:
-        offset += -offset % ALIGN
-        tensors.append(_external(_empty(init), location, offset, init.nbytes))
-        offset += init.nbytes
-    return tensors
+def _size(source) -> int:
+    return len(source) if isinstance(source, bytes) else os.path.getsize(source)

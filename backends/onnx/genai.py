@@ -22,11 +22,10 @@ and ``max_length`` are the compile's ``context``. Returns (path, "") or (None, r
 from __future__ import annotations
 
 import json
-import os
 import re
 
 from irc.graph import Graph
-from irc.passmanager import write_atomic
+from irc.output import OutputFolder
 
 CONFIG = "genai_config.json"
 
@@ -97,12 +96,12 @@ def genai_config(graph: Graph, filename: str, context: int, share_buffer: bool =
     return {"model": model, "search": search}
 
 
-def write_genai_config(graph: Graph, model_path: str, context: int, share_buffer: bool = False) -> tuple:
-    """Write ``genai_config.json`` beside ``model_path``: (its path, "") or (None, reason)."""
+def write_genai_config(graph: Graph, out: OutputFolder, model_name: str, context: int,
+                       share_buffer: bool = False) -> tuple:
+    """Stage ``genai_config.json`` for the model ``model_name`` in the output folder ``out``:
+    (its final path, "") or (None, reason)."""
     reason = decoder_layers(graph)[3]
     if reason:
         return None, f"genai_config.json not written: {reason}"
-    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), CONFIG)
-    config = genai_config(graph, os.path.basename(model_path), context, share_buffer)
-    write_atomic(path, json.dumps(config, indent=4, sort_keys=True) + "\n")
-    return path, ""
+    config = genai_config(graph, model_name, context, share_buffer)
+    return out.write(CONFIG, json.dumps(config, indent=4, sort_keys=True) + "\n"), ""

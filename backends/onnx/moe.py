@@ -21,9 +21,11 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
+from irc.dtypes import DType
 from irc.graph import Node, Param
+from irc.ops.registry import by_name
 
-from backends.onnx.builder import MS_DOMAIN, Builder
+from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
 from backends.onnx.portable import activation, gated_mlp, linear
 
 MOE_OPERANDS = ("x", "router", "w_gate", "w_up", "w_down", "router_bias", "shared_gate", "shared_up", "shared_down",
@@ -52,17 +54,21 @@ def interleave_gate_up(gate, up):
 
 
 def _operands(node: Node) -> dict:
-    return dict(zip(MOE_OPERANDS, list(node.inputs) + [None] * len(MOE_OPERANDS)))
+    return by_name(MOE_OPERANDS, node.inputs)
 
 
-def route(b: Builder, logits: str, bias, attrs: dict, out: str) -> tuple[str, str]:
-    """(expert ids [N, k] i64, gating weights [N, k]) from router logits [N, E]."""
+def route(b: Builder, logits: str, bias, attrs: dict, out: str, dtype: DType = DType.f32) -> tuple[str, str]:
+    """(expert ids [N, k] i64, gating weights [N, k] f32) from router logits [N, E] of type
+    ``dtype``; the routing is computed in f32 (logits of another type are cast first), as
+    the reference routes."""
     top_k = attrs["top_k"]
+    if dtype != DType.f32:
+        logits = b.op("Cast", [logits], f"{out}/router_logits_f32", to=TensorProto.FLOAT)
     if attrs["scoring"] == "softmax":
         scores = b.op("Softmax", [logits], f"{out}/scores", axis=-1)
     else:
         scores = b.op("Sigmoid", [logits], f"{out}/scores")
-    choice = scores if bias is None else b.op("Add", [scores, b.weight(bias, dtype=None)], f"{out}/choice")
+    choice = scores if bias is None else b.op("Add", [scores, b.weight(bias, dtype=DType.f32)], f"{out}/choice")
     if attrs["n_group"] is not None:
         choice = _limit_groups(b, choice, attrs, out)
     ids = b.fresh(f"{out}/expert_ids")
@@ -121,15 +127,18 @@ def lower_moe(b: Builder, node: Node, outs: list[str]) -> None:
     d, experts, f = x_value.shape[-1], a["experts"], ops["w_gate"].shape[1]
     x2 = b.op("Reshape", [b.value(x_value), b.i64([-1, d])], f"{out}/tokens")
     logits = linear(b, x2, x_value.dtype, ops["router"], None, b.fresh(f"{out}/router_logits"))
-    ids, weights = route(b, logits, ops["router_bias"], a, out)
+    ids, weights = route(b, logits, ops["router_bias"], a, out, x_value.dtype)
     onehot = b.op("OneHot", [ids, b.i64(experts), b.const([0.0, 1.0], np.float32, "onehot/values")],
                   f"{out}/chosen", axis=-1)
     gating = b.op("Mul", [onehot, b.op("Unsqueeze", [weights, b.i64([-1])], f"{out}/weights3")], f"{out}/gating3")
     gating = b.op("ReduceSum", [gating, b.i64([1])], f"{out}/gating", keepdims=0)
+    if x_value.dtype != DType.f32:
+        gating = b.op("Cast", [gating], f"{out}/gating_{x_value.dtype}", to=ONNX_TYPES[x_value.dtype])
 
     def packed(param, load, shape, role):
         if isinstance(param, Param):
-            return b.derived(f"{param.name}.{role}", param.dtype, shape, (param,), load)
+            return b.converted(b.derived(f"{param.name}.{role}", param.dtype, shape, (param,), load), param.dtype,
+                               x_value.dtype)
         perm = [2, 0, 1] if role == "experts_in" else [0, 2, 1]  # a dequantized weight, in the graph
         moved = b.op("Transpose", [b.value(param)], f"{param.name}.{role}_3d", perm=perm)
         return b.op("Reshape", [moved, b.i64(list(shape))], f"{param.name}.{role}")
@@ -178,8 +187,11 @@ def lower_moe_ort(b: Builder, node: Node, outs: list[str]) -> None:
     x2 = b.op("Reshape", [b.value(x_value), b.i64([-1, d])], f"{out}/tokens")
     logits = linear(b, x2, x_value.dtype, ops["router"], None, b.fresh(f"{out}/router_logits"))
     gate, up = ops["w_gate"], ops["w_up"]
-    fc1 = b.derived(f"{gate.name}.interleaved_up", gate.dtype, (experts, 2 * f, d), (gate, up), interleave_gate_up)
-    routed = b.op("MoE", [x2, logits, fc1, "", b.weight(ops["w_down"])], f"{out}/routed", domain=MS_DOMAIN,
+    fc1 = b.derived(f"{gate.name}.interleaved_up", gate.dtype, (experts, 2 * f, d), (gate, up), interleave_gate_up,
+                    "rows")
+    fc1 = b.converted(fc1, gate.dtype, x_value.dtype)
+    fc2 = b.weight(ops["w_down"], dtype=x_value.dtype)
+    routed = b.op("MoE", [x2, logits, fc1, "", fc2], f"{out}/routed", domain=MS_DOMAIN,
                   k=a["top_k"], normalize_routing_weights=int(a["norm_topk_prob"]), activation_type="swiglu",
                   swiglu_fusion=1, activation_alpha=1.0, activation_beta=0.0)
     total = _shared(b, ops, x2, routed, "silu", out)

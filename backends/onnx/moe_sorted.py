@@ -28,6 +28,7 @@ from onnx import TensorProto, helper
 
 from irc.dtypes import DType
 from irc.graph import Node, Param
+from irc.ops.registry import pad_inputs
 
 from backends.onnx.builder import ONNX_TYPES, Builder
 from backends.onnx.moe import route
@@ -35,16 +36,13 @@ from backends.onnx.portable import linear
 
 
 def lower_moe_route(b: Builder, node: Node, outs: list[str]) -> None:
-    x, router, bias = (list(node.inputs) + [None])[:3]
+    x, router, bias = pad_inputs(node.inputs, 3)
     name = outs[0]
     tokens = b.op("Reshape", [b.value(x), b.i64([-1, x.shape[-1]])], f"{name}/tokens")
     logits = linear(b, tokens, x.dtype, router, None, b.fresh(f"{name}/router_logits"))
-    ids, weights = route(b, logits, bias, node.attrs, name)
+    ids, weights = route(b, logits, bias, node.attrs, name, x.dtype)  # weights in f32, as moe_route gives them
     b.node("Identity", [ids], outs[:1])
-    if x.dtype == DType.f32:
-        b.node("Identity", [weights], outs[1:])
-    else:
-        b.node("Cast", [weights], outs[1:], to=TensorProto.FLOAT)
+    b.node("Identity", [weights], outs[1:])
 
 
 def _sort_ascending(b: Builder, keys: str, count: str, hint: str) -> tuple[str, str]:
@@ -110,7 +108,7 @@ def experts_transposed(w):
 def _experts_in_out(b: Builder, w, dtype: DType) -> str:
     if isinstance(w, Param):
         name = b.derived(f"{w.name}.T", w.dtype, (w.shape[0], w.shape[2], w.shape[1]), (w,),
-                         partial(experts_transposed))
+                         partial(experts_transposed), "rows")
     else:
         name = b.cached(("experts-T", w.name), lambda: b.op("Transpose", [b.value(w)], f"{w.name}.T", perm=[0, 2, 1]))
     if w.dtype != dtype:

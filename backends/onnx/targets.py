@@ -11,6 +11,12 @@ Plain data, no ``onnx`` import: the CLI reads this table at start-up.
 - ``onnx-ort``: the ONNX Runtime flavour: ``com.microsoft`` ``GroupQueryAttention``,
   ``RotaryEmbedding``, ``SkipSimplifiedLayerNormalization`` and ``MoE`` where they fit,
   standard ops where they do not (see ``backends.onnx.ort``).
+
+Both take ``--dtype {auto,f32,f16,bf16}``: every compile runs ``retype{dtype=...}`` before
+its pipeline (``prelude``), so weights, activations, the KV cache and quantization scales
+share one float type (``auto``: f32). fp16 graphs cast to f32 around the ops ORT's CPU
+provider has no fp16 kernel for (``backends.onnx.precision``); bf16 graphs are for
+providers with bf16 kernels (the CPU provider has none for MatMul).
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ DEFAULT_OPSET = 23
 MIN_OPSET = 21
 MAX_OPSET = 24
 WEIGHTS = ("seeded", "none")
+DTYPES = ("auto", "f32", "f16", "bf16")
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--weights", default=None,
                         help="ONNX targets: seeded (default; absent weights seeded by name) or none (shape-only: "
                              "the model references external weights that are not written)")
+    parser.add_argument("--dtype", default=None, choices=DTYPES,
+                        help="ONNX targets: the type of float weights and activations (default auto: f32 on CPU, "
+                             "the fastest exact model ONNX Runtime's CPU provider runs; quantized weights keep "
+                             "their codes, with scales in this type)")
 
 
 def resolve_options(target: str, options) -> tuple[int, str]:
@@ -59,6 +70,23 @@ def resolve_options(target: str, options) -> tuple[int, str]:
     weights = "seeded" if options.get("weights") is None else options["weights"]
     check_options(target, opset, weights)
     return opset, weights
+
+
+def resolve_dtype(options) -> str:
+    """The float type ``--dtype`` asks for; ``auto`` is f32, ONNX Runtime's CPU provider's
+    fastest exact choice (``benchmarks/dtype_speed.py``: f32 weights decode as fast as bf16
+    weights cast in the graph and load faster; f16 has no CPU kernels for MatMul and is not
+    exact)."""
+    dtype = options.get("dtype") or "auto"
+    if dtype not in DTYPES:
+        raise BackendError(f"--dtype {dtype!r} is not supported", hint=f"one of {', '.join(DTYPES)}")
+    return "f32" if dtype == "auto" else dtype
+
+
+def prelude(options) -> str:
+    """Passes every ONNX compile runs before its pipeline: ``retype`` to the chosen float type
+    (first, so quantization scales follow the activations)."""
+    return f"retype{{dtype={resolve_dtype(options)}}}"
 
 
 def check_options(target: str, opset: int, weights: str) -> Target:

@@ -26,11 +26,23 @@ from irc.dtypes import DType
 from irc.errors import SpecError
 from irc.graph import Graph
 
-__all__ = ["load_hf", "read_arch", "is_hf_folder"]
+__all__ = ["load_hf", "read_arch", "is_hf_folder", "companion_files"]
+
+# what a runtime reads beside the model (onnxruntime-genai: tokenizer.json and
+# tokenizer_config.json; the rest for other tokenizer loaders and chat templates)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja")
 
 
 def is_hf_folder(path) -> bool:
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, CONFIG))
+
+
+def companion_files(folder) -> dict:
+    """The folder's tokenizer files that exist, by name -> path (copied beside the model so
+    onnxruntime-genai runs the output folder as it is)."""
+    paths = {name: os.path.join(str(folder), name) for name in TOKENIZER_FILES}
+    return {name: path for name, path in paths.items() if os.path.isfile(path)}
 
 
 def read_arch(folder) -> tuple[Arch, Config]:

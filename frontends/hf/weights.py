@@ -1,61 +1,108 @@
-"""safetensors checkpoints, read lazily, one tensor at a time.
+"""safetensors checkpoints, read lazily, a tensor or a block of its rows at a time.
 
 ``Checkpoint.find(folder)`` indexes a folder's weights: a single ``model.safetensors``
 (or any ``*.safetensors`` files) or a sharded checkpoint through
 ``model.safetensors.index.json``. Indexing reads only file headers (the JSON block at the
-start of each file) for names, dtypes and shapes; no tensor data.
+start of each file) for names, dtypes, shapes and byte ranges; no tensor data. A header is
+checked against its file when it is read: a shard shorter than its header promises
+(truncated) or a tensor whose byte range does not match its dtype and shape is a
+``SpecError`` naming the file and the tensor, before anything is compiled.
 
-A param's data is a ``CheckpointData``: ``load()`` opens the file holding its source with
-``safetensors.safe_open`` and reads only that tensor, only those rows of a fused
-projection (``Rows``), or the per-expert tensors of an MoE layer stacked into the fused
-[E, ...] param (``Stack``; each file opened once). So a 70B folder compiles without
-reading its weights, and running it reads each weight when the interpreter first needs it.
+A param's data is a ``CheckpointData``: ``load()`` reads its source, and ``rows(start,
+stop)`` reads only rows [start, stop) of it (the writer streams large weights this way).
+The source is one tensor, rows of a fused projection (``Rows``, Phi-3's qkv_proj), or the
+per-expert tensors of an MoE layer stacked into the fused [E, ...] param (``Stack``).
+Reads are plain positioned reads of the byte range into a fresh array (``read_bytes``), not
+memory maps: a mapped file's pages would count in the process's resident memory as they
+are touched, and the bytes a read returns are held only as long as the array is.
 
-Loaded arrays are cast to the param's dtype, which is the dtype of the checkpoint's
-embedding table; a tensor stored in another float type (DeepSeek-V3 keeps its router bias
-in f32 inside a bf16 checkpoint) is cast on load. Integer or 8-bit float tensors
-(quantized checkpoints) are refused.
+Loaded arrays are cast to the param's dtype (``irc.weights.convert``), which is the dtype of
+the checkpoint's embedding table unless a pass retypes the graph; a tensor stored in
+another float type (DeepSeek-V3 keeps its router bias in f32 inside a bf16 checkpoint) is
+cast on load. Integer or 8-bit float tensors (quantized checkpoints) are refused.
 """
 from __future__ import annotations
 
 import glob
 import json
 import os
-from collections import defaultdict
 from typing import Optional
 
+import ml_dtypes
 import numpy as np
-from safetensors import safe_open
 
 from irc.dtypes import DType
 from irc.errors import SpecError
+from irc.weights import convert
 
 INDEX = "model.safetensors.index.json"
 DTYPES = {"F32": DType.f32, "F16": DType.f16, "BF16": DType.bf16}
+STORED = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype(ml_dtypes.bfloat16)}
+ITEM_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+              "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
 MAX_HEADER = 100 << 20
 
 
-def read_header(path: str) -> dict:
-    """The tensors a .safetensors file holds: name -> {dtype, shape, data_offsets}."""
+def read_header(path: str) -> tuple[dict, int]:
+    """(the tensors a .safetensors file holds: name -> {dtype, shape, data_offsets}, the
+    byte offset where their data begins), checked against the file's size."""
     try:
         with open(path, "rb") as f:
             size = int.from_bytes(f.read(8), "little")
             if not 0 < size <= MAX_HEADER:
                 raise SpecError("not a safetensors file (bad header size)", location=path)
             header = json.loads(f.read(size))
+        file_size = os.path.getsize(path)
     except (OSError, ValueError) as err:
         raise SpecError(f"cannot read the safetensors header: {err}", location=path) from None
+    if not isinstance(header, dict):
+        raise SpecError("not a safetensors file (the header is not a JSON object)", location=path)
     header.pop("__metadata__", None)
-    return header
+    data_start = 8 + size
+    for name, entry in header.items():
+        _check_entry(path, name, entry, file_size - data_start)
+    return header, data_start
+
+
+def _check_entry(path: str, name: str, entry, room: int) -> None:
+    try:
+        dtype, shape, (begin, end) = entry["dtype"], list(entry["shape"]), entry["data_offsets"]
+        count = int(np.prod(shape, dtype=np.int64))
+        begin, end = int(begin), int(end)
+    except (KeyError, TypeError, ValueError):
+        raise SpecError(f"tensor {name}: malformed header entry {entry!r}", location=path) from None
+    if dtype in ITEM_BYTES and end - begin != count * ITEM_BYTES[dtype]:
+        raise SpecError(f"tensor {name}: {dtype} {shape} needs {count * ITEM_BYTES[dtype]:,} bytes but the "
+                        f"header gives it {end - begin:,}", location=path, hint="the file is corrupt")
+    if not 0 <= begin <= end or end > room:
+        raise SpecError(f"truncated shard: tensor {name} ends at byte {end:,} of the data, which holds only "
+                        f"{max(room, 0):,} bytes", location=path,
+                        hint="the file is incomplete (an interrupted download or copy?); fetch it again")
+
+
+def read_bytes(path: str, offset: int, size: int) -> np.ndarray:
+    """``size`` bytes of ``path`` from ``offset``, into a new uint8 array."""
+    buffer = np.empty(size, np.uint8)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as f:
+        f.seek(offset)
+        done = 0
+        while done < size:
+            got = f.readinto(view[done:])
+            if not got:
+                raise SpecError(f"the file ended {size - done:,} bytes early", location=path,
+                                hint="was it truncated after the compile started?")
+            done += got
+    return buffer
 
 
 class Checkpoint:
-    """Which file holds each tensor, and each tensor's dtype and shape."""
+    """Which file holds each tensor, and each tensor's dtype, shape and bytes."""
 
     def __init__(self, folder: str, files: dict[str, str]):
         self.folder = folder
         self.files = files  # tensor name -> file path
-        self._headers: dict[str, dict] = {}
+        self._headers: dict[str, tuple[dict, int]] = {}
 
     @classmethod
     def find(cls, folder: str) -> Optional["Checkpoint"]:
@@ -65,12 +112,13 @@ class Checkpoint:
             try:
                 with open(index, encoding="utf-8") as f:
                     weight_map = json.load(f)["weight_map"]
-            except (OSError, ValueError, KeyError, TypeError) as err:
+                files = {name: os.path.join(folder, file) for name, file in weight_map.items()}
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
                 raise SpecError(f"cannot read the shard index: {err}", location=index) from None
-            files = {name: os.path.join(folder, file) for name, file in weight_map.items()}
             for path in sorted(set(files.values())):
                 if not os.path.exists(path):
-                    raise SpecError(f"shard {os.path.basename(path)} is missing", location=index)
+                    raise SpecError(f"shard {os.path.basename(path)} is missing", location=index,
+                                    hint="the index lists it; copy or download it into the folder")
             return cls(folder, files)
         paths = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
         if not paths:
@@ -86,14 +134,18 @@ class Checkpoint:
     def header(self, path: str) -> dict:
         if path not in self._headers:
             self._headers[path] = read_header(path)
-        return self._headers[path]
+        return self._headers[path][0]
 
-    def info(self, name: str) -> tuple[str, list[int]]:
-        """(safetensors dtype, shape) of a tensor, from its file's header."""
+    def entry(self, name: str) -> dict:
         path = self.file(name)
         entry = self.header(path).get(name)
         if entry is None:
             raise SpecError(f"tensor {name} is not in {os.path.basename(path)}", location=path)
+        return entry
+
+    def info(self, name: str) -> tuple[str, list[int]]:
+        """(safetensors dtype, shape) of a tensor, from its file's header."""
+        entry = self.entry(name)
         return entry["dtype"], list(entry["shape"])
 
     def file(self, name: str) -> str:
@@ -110,6 +162,20 @@ class Checkpoint:
                             hint="quantized checkpoints are not supported; use the unquantized weights")
         return DTYPES[stored]
 
+    def read(self, name: str, start: Optional[int] = None, stop: Optional[int] = None) -> np.ndarray:
+        """A tensor as stored, or only rows [start, stop) of its first axis."""
+        self.dtype(name)  # refuses non-float tensors
+        entry = self.entry(name)
+        shape = list(entry["shape"])
+        item = STORED[entry["dtype"]]
+        row = int(np.prod(shape[1:], dtype=np.int64)) * item.itemsize
+        first = 0 if start is None else start
+        last = (shape[0] if shape else 1) if stop is None else stop
+        path = self.file(name)
+        offset = self._headers[path][1] + int(entry["data_offsets"][0]) + first * row
+        data = read_bytes(path, offset, (last - first) * row).view(item)
+        return data.reshape([last - first] + shape[1:]) if shape else data.reshape(())
+
 
 # ---- where a param's data comes from ------------------------------------------------------
 
@@ -122,7 +188,8 @@ class Source:
     def shape(self, checkpoint: Checkpoint) -> list[int]:
         raise NotImplementedError
 
-    def read(self, checkpoint: Checkpoint) -> np.ndarray:
+    def rows(self, checkpoint: Checkpoint, start: int, stop: int) -> np.ndarray:
+        """Rows [start, stop) of the param's first axis, as stored."""
         raise NotImplementedError
 
 
@@ -138,12 +205,8 @@ class Tensor(Source):
     def shape(self, checkpoint: Checkpoint) -> list[int]:
         return checkpoint.info(self.name)[1]
 
-    def read_from(self, handle) -> np.ndarray:
-        return handle.get_tensor(self.name)
-
-    def read(self, checkpoint: Checkpoint) -> np.ndarray:
-        with safe_open(checkpoint.file(self.name), framework="np") as handle:
-            return self.read_from(handle)
+    def rows(self, checkpoint: Checkpoint, start: int, stop: int) -> np.ndarray:
+        return checkpoint.read(self.name, start, stop)
 
     def __repr__(self) -> str:
         return self.name
@@ -163,8 +226,8 @@ class Rows(Tensor):
                             location=checkpoint.file(self.name))
         return [self.stop - self.start, full[1]]
 
-    def read_from(self, handle) -> np.ndarray:
-        return handle.get_slice(self.name)[self.start:self.stop]
+    def rows(self, checkpoint: Checkpoint, start: int, stop: int) -> np.ndarray:
+        return checkpoint.read(self.name, self.start + start, self.start + stop)
 
     def __repr__(self) -> str:
         return f"{self.name}[{self.start}:{self.stop}]"
@@ -187,30 +250,31 @@ class Stack(Source):
                                 location=checkpoint.file(part.name))
         return [len(self.parts)] + shapes[0]
 
-    def read(self, checkpoint: Checkpoint) -> np.ndarray:
-        by_file: dict[str, list[int]] = defaultdict(list)
-        for i, part in enumerate(self.parts):
-            by_file[checkpoint.file(part.name)].append(i)
-        arrays: list[Optional[np.ndarray]] = [None] * len(self.parts)
-        for path, indices in by_file.items():
-            with safe_open(path, framework="np") as handle:
-                for i in indices:
-                    arrays[i] = self.parts[i].read_from(handle)
-        return np.stack(arrays)
+    def rows(self, checkpoint: Checkpoint, start: int, stop: int) -> np.ndarray:
+        parts = [checkpoint.read(part.name) for part in self.parts[start:stop]]
+        if len({p.dtype for p in parts}) > 1:  # experts stored in different float types
+            parts = [p.astype(np.float32) for p in parts]
+        return np.stack(parts)
 
     def __repr__(self) -> str:
         return f"stack({self.parts[0].name}, ... {len(self.parts)} tensors)"
 
 
 class CheckpointData:
-    """Lazy ``Param.data``: ``load()`` reads the source from the checkpoint, cast to ``dtype``."""
+    """Lazy ``Param.data``: ``load()`` or ``rows(start, stop)`` reads the source from the
+    checkpoint, cast to ``dtype``."""
+
+    reads_rows = True
 
     def __init__(self, checkpoint: Checkpoint, source: Source, dtype: DType):
         self.checkpoint, self.source, self.dtype = checkpoint, source, dtype
 
     def load(self) -> np.ndarray:
-        array = self.source.read(self.checkpoint)
-        return np.ascontiguousarray(array.astype(self.dtype.numpy, copy=False))
+        shape = self.source.shape(self.checkpoint)
+        return self.rows(0, shape[0] if shape else 1)
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        return convert(self.source.rows(self.checkpoint, start, stop), self.dtype)
 
     def __repr__(self) -> str:
         return f"safetensors({self.source!r})"

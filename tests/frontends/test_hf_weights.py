@@ -1,7 +1,8 @@
 """HF checkpoints are read lazily: building a graph reads headers only; loading one param
-opens only the shard that holds it (experts: each of their shards once), reads only its
-rows of a fused projection (Phi-3), and the result equals transformers' own weights.
-Checkpoints that do not fit config.json are refused with the tensor's name."""
+reads only its bytes from the shard that holds it (experts: each expert's tensor), only its
+rows of a fused projection (Phi-3), or only the rows asked for; the result equals
+transformers' own weights. Checkpoints that do not fit config.json, truncated shards and
+corrupt headers are refused with the tensor's name."""
 import json
 
 import ml_dtypes
@@ -21,36 +22,26 @@ TINY = {"model_type": "llama", "vocab_size": 64, "hidden_size": 16, "intermediat
         "num_attention_heads": 2, "num_key_value_heads": 1, "rms_norm_eps": 1e-5, "tie_word_embeddings": False}
 
 
-class OpenLog:
-    """Wraps safetensors.safe_open in frontends.hf.weights: which files are opened and
-    which tensors are read whole (get_tensor) or in part (get_slice)."""
+class ReadLog:
+    """Wraps the positioned reads of frontends.hf.weights: (file name, offset, bytes) of each."""
 
     def __init__(self, monkeypatch):
-        self.opened, self.whole, self.sliced = [], [], []
-        real = hf_weights.safe_open
-        log = self
+        self.reads = []
+        real = hf_weights.read_bytes
 
-        class Handle:
-            def __init__(self, path, framework):
-                self.inner = real(path, framework=framework)
-                log.opened.append(str(path))
+        def logged(path, offset, size):
+            self.reads.append((str(path), offset, size))
+            return real(path, offset, size)
 
-            def __enter__(self):
-                self.handle = self.inner.__enter__()
-                return self
+        monkeypatch.setattr(hf_weights, "read_bytes", logged)
 
-            def __exit__(self, *exc):
-                return self.inner.__exit__(*exc)
+    @property
+    def files(self) -> list:
+        return sorted({path for path, _, _ in self.reads})
 
-            def get_tensor(self, name):
-                log.whole.append(name)
-                return self.handle.get_tensor(name)
-
-            def get_slice(self, name):
-                log.sliced.append(name)
-                return self.handle.get_slice(name)
-
-        monkeypatch.setattr(hf_weights, "safe_open", Handle)
+    @property
+    def total(self) -> int:
+        return sum(size for _, _, size in self.reads)
 
 
 # ---- transformers checkpoints ------------------------------------------------------------
@@ -73,18 +64,18 @@ def test_sharded_checkpoint_loads_one_shard_per_param(transformers, tmp_path, mo
                          intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2)
     index = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
     assert len(set(index.values())) > 2
-    log = OpenLog(monkeypatch)
+    log = ReadLog(monkeypatch)
     graph = load_spec(folder)
-    assert log.opened == []  # building reads headers, never tensors
+    assert log.reads == []  # building reads headers, never tensors
     assert all(isinstance(p.data, CheckpointData) for p in graph.params.values())
     param = graph.params["layers.2.mlp.w_up"]
     array = param.array()
-    assert log.opened == [str(folder / index["model.layers.2.mlp.up_proj.weight"])]
-    assert log.whole == ["model.layers.2.mlp.up_proj.weight"]
+    assert log.files == [str(folder / index["model.layers.2.mlp.up_proj.weight"])]
+    assert log.total == array.nbytes == 64 * 32 * 4
     np.testing.assert_array_equal(array, model.model.layers[2].mlp.up_proj.weight.detach().numpy())
 
 
-def test_experts_stack_from_their_shards_each_opened_once(transformers, tmp_path, monkeypatch):
+def test_experts_stack_from_their_shards(transformers, tmp_path, monkeypatch):
     from safetensors.numpy import load_file
     model, folder = save(transformers, tmp_path, "MixtralConfig", vocab_size=64, hidden_size=16, intermediate_size=32,
                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, num_local_experts=4,
@@ -97,25 +88,27 @@ def test_experts_stack_from_their_shards_each_opened_once(transformers, tmp_path
     for shard in ("a.safetensors", "b.safetensors"):
         save_file({k: v for k, v in tensors.items() if shard_of[k] == shard}, str(folder / shard))
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": shard_of}))
-    log = OpenLog(monkeypatch)
-    w_gate = load_spec(folder).params["layers.0.moe.w_gate"].array()
-    assert sorted(log.opened) == [str(folder / "a.safetensors"), str(folder / "b.safetensors")]
-    assert log.whole == [f"model.layers.0.block_sparse_moe.experts.{e}.w1.weight" for e in range(4)]
+    log = ReadLog(monkeypatch)
+    param = load_spec(folder).params["layers.0.moe.w_gate"]
+    w_gate = param.array()
+    assert log.files == [str(folder / "a.safetensors"), str(folder / "b.safetensors")]
+    assert [size for _, _, size in log.reads] == [32 * 16 * 4] * 4  # one read per expert's w1
     gate_up = model.model.layers[0].mlp.experts.gate_up_proj.detach().numpy()  # fused in memory: [E, 2f, d]
     np.testing.assert_array_equal(w_gate, gate_up[:, :32])
+    np.testing.assert_array_equal(param.data.rows(1, 3), w_gate[1:3])  # experts 1 and 2, from both shards
 
 
 def test_phi3_fused_projections_split_by_rows(transformers, tmp_path, monkeypatch):
     model, folder = save(transformers, tmp_path, "Phi3Config", vocab_size=64, hidden_size=32, intermediate_size=24,
                          num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, pad_token_id=0)
-    log = OpenLog(monkeypatch)
+    log = ReadLog(monkeypatch)
     graph = load_spec(folder)
     qkv = model.model.layers[0].self_attn.qkv_proj.weight.detach().numpy()
     gate_up = model.model.layers[0].mlp.gate_up_proj.weight.detach().numpy()
     for name, want in (("attn.wq", qkv[:32]), ("attn.wk", qkv[32:48]), ("attn.wv", qkv[48:]),
                        ("mlp.w_gate", gate_up[:24]), ("mlp.w_up", gate_up[24:])):
         np.testing.assert_array_equal(graph.params[f"layers.0.{name}"].array(), want)
-    assert log.whole == [] and len(log.sliced) == 5
+    assert [size for _, _, size in log.reads] == [32 * 32 * 4, 16 * 32 * 4, 16 * 32 * 4, 24 * 32 * 4, 24 * 32 * 4]
 
 
 # ---- hand-made checkpoints -----------------------------------------------------------------
@@ -189,4 +182,40 @@ def test_shard_index_naming_a_missing_file(tmp_path):
     (folder / "model.safetensors.index.json").write_text(json.dumps(
         {"weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors"}}))
     with pytest.raises(SpecError, match="shard model-00001-of-00002.safetensors is missing"):
+        load_spec(folder)
+
+
+def test_rows_read_only_the_rows_asked_for(tmp_path, monkeypatch):
+    folder, tensors = write_tiny(tmp_path, dtype=ml_dtypes.bfloat16)
+    data = load_spec(folder).params["lm_head"].data
+    log = ReadLog(monkeypatch)
+    rows = data.rows(10, 13)
+    assert log.total == 3 * 16 * 2  # three bf16 rows of 16
+    np.testing.assert_array_equal(rows, tensors["lm_head.weight"][10:13])
+    as_f32 = CheckpointData(data.checkpoint, data.source, DType.f32)
+    assert as_f32.rows(10, 13).dtype == np.float32 and as_f32.load().shape == (64, 16)
+
+
+def test_a_truncated_shard_is_refused_before_anything_is_read(tmp_path):
+    folder, _ = write_tiny(tmp_path)
+    path = folder / "model.safetensors"
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size - 100)
+    with pytest.raises(SpecError, match=r"model.safetensors: truncated shard: tensor .* ends at byte"):
+        load_spec(folder)
+
+
+def test_a_header_whose_bytes_disagree_with_its_dtype_and_shape(tmp_path):
+    folder, _ = write_tiny(tmp_path)
+    path = folder / "model.safetensors"
+    blob = path.read_bytes()
+    size = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + size])
+    name = "model.layers.0.mlp.up_proj.weight"
+    header[name]["shape"] = [24, 15]  # the bytes still hold 24 x 16 floats
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(len(text).to_bytes(8, "little") + text + blob[8 + size:])
+    with pytest.raises(SpecError, match=rf"tensor {name}: F32 \[24, 15\] needs 1,440 bytes but the header gives "
+                                        r"it 1,536"):
         load_spec(folder)

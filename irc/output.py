@@ -1,0 +1,163 @@
+"""Outputs written atomically: files are staged in a hidden folder beside them and renamed
+into place only when all of them are complete.
+
+    with OutputFolder("out", primary="model.onnx") as out:
+        out.require(total_bytes)               # refuses before writing when the disk lacks room
+        with open(out.stage("model.onnx.data"), "wb") as f: ...
+        out.write("genai_config.json", text)
+        out.copy("tokenizer.json", "/models/llama/tokenizer.json")
+
+Guarantees:
+
+- nothing in the destination changes until the block ends without an exception; then every
+  staged file replaces its namesake with ``os.replace`` (atomic per file), the ``primary``
+  file last, so a previous good output stays whole until the new one is complete;
+- an exception, Ctrl-C (``KeyboardInterrupt``) or SIGTERM (raised as ``Terminated`` while the
+  block runs in the main thread) removes the staging folder, and the destination folder
+  too when this block created it; no partial model and no stray temporary file remain;
+- a staging folder is named ``.irc-tmp-<pid>-<random>``; one left by a process that no
+  longer runs (killed with SIGKILL, say) is removed by the next ``OutputFolder`` there.
+
+Staged files get the usual mode (0666 less the umask), as ``open`` would give them.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from typing import Optional
+
+from irc.errors import IRCError
+
+PREFIX = ".irc-tmp-"
+MARGIN = 64 << 20   # room kept free beyond the bytes an output needs
+
+
+class OutputError(IRCError):
+    """An output cannot be written where it was asked for (no room, not a folder...)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived while an output was being written."""
+
+
+class OutputFolder:
+    """Stage files for ``directory`` and move them in at the end (module docstring)."""
+
+    def __init__(self, directory: str, primary: Optional[str] = None):
+        self.directory = os.path.abspath(directory)
+        self.primary = primary
+        self.staging: Optional[str] = None
+        self.staged: list[str] = []
+        self._created = False
+        self._previous_handler = None
+
+    # ---- the block -------------------------------------------------------------------
+    def __enter__(self) -> "OutputFolder":
+        if os.path.exists(self.directory) and not os.path.isdir(self.directory):
+            raise OutputError("the output's folder is a file", location=self.directory)
+        if not os.path.exists(self.directory):
+            try:
+                os.makedirs(self.directory)
+            except OSError as err:
+                raise OutputError(f"cannot create the output folder: {err.strerror}", location=self.directory) \
+                    from None
+            self._created = True
+        remove_stale(self.directory)
+        self.staging = tempfile.mkdtemp(dir=self.directory, prefix=f"{PREFIX}{os.getpid()}-")
+        if threading.current_thread() is threading.main_thread():
+            self._previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
+        return self
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        try:
+            if kind is None:
+                self._commit()
+        finally:
+            if self._previous_handler is not None:
+                signal.signal(signal.SIGTERM, self._previous_handler)
+                self._previous_handler = None
+            shutil.rmtree(self.staging, ignore_errors=True)
+            if kind is not None and self._created:
+                try:
+                    os.rmdir(self.directory)  # only when empty: never anything but what we made
+                except OSError:
+                    pass
+        return False
+
+    # ---- staging -----------------------------------------------------------------------
+    def stage(self, name: str) -> str:
+        """The temporary path to write ``name`` to (a plain file name, no folders)."""
+        if self.staging is None:
+            raise RuntimeError("OutputFolder.stage outside its with-block")
+        if os.path.basename(name) != name or name in ("", ".", ".."):
+            raise OutputError(f"output name {name!r} must be a plain file name", location=self.directory)
+        if name not in self.staged:
+            self.staged.append(name)
+        return os.path.join(self.staging, name)
+
+    def final(self, name: str) -> str:
+        """Where ``name`` will be once the block completes."""
+        return os.path.join(self.directory, name)
+
+    def write(self, name: str, data: str | bytes) -> str:
+        with open(self.stage(name), "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        return self.final(name)
+
+    def copy(self, name: str, source: str) -> str:
+        shutil.copyfile(source, self.stage(name))
+        return self.final(name)
+
+    def require(self, nbytes: int) -> None:
+        """Refuse (OutputError) when the disk lacks ``nbytes`` (plus a small margin)."""
+        free = free_bytes(self.staging)
+        if nbytes + MARGIN > free:
+            raise OutputError(f"not enough room on the disk: the output needs {nbytes:,} bytes and "
+                              f"{free:,} are free", location=self.directory,
+                              hint="free some space or write the output to another disk")
+
+    def _commit(self) -> None:
+        umask = os.umask(0)
+        os.umask(umask)
+        order = [n for n in self.staged if n != self.primary] + [n for n in self.staged if n == self.primary]
+        for name in order:
+            path = os.path.join(self.staging, name)
+            if os.path.exists(path):
+                os.chmod(path, 0o666 & ~umask)
+                os.replace(path, self.final(name))
+
+
+def free_bytes(path: str) -> int:
+    """Free bytes on the disk holding ``path`` (a seam the tests replace)."""
+    return shutil.disk_usage(path).free
+
+
+def remove_stale(directory: str) -> None:
+    """Remove staging folders in ``directory`` whose process no longer runs."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(PREFIX):
+            continue
+        pid = name[len(PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated(f"signal {signum}")
