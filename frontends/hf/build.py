@@ -23,7 +23,7 @@ from irc.graph import Graph
 def build_graph(arch: Arch, cfg: Config) -> Graph:
     """The graph of ``arch`` with every param absent."""
     try:
-        return _expand(arch, cfg.path)
+        return expand(arch, cfg.path)
     except ArgError as err:
         key = DSL_ARGS.get(err.arg, err.arg)
         if key == "num_experts" and not cfg.has(key):
@@ -31,7 +31,9 @@ def build_graph(arch: Arch, cfg: Config) -> Graph:
         raise SpecError(f"{key}: {err.detail}", location=cfg.where(key), hint=err.hint) from None
 
 
-def _expand(arch: Arch, origin: str) -> Graph:
+def expand(arch: Arch, origin: str) -> Graph:
+    """The decoder of ``arch`` through the DSL, every node's origin ``origin``; a DSL refusal
+    propagates as ``ArgError`` (``build_graph`` names the config.json key behind it)."""
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     eps, offset = arch.norm_eps, arch.norm_offset
     with m.at(origin):

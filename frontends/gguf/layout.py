@@ -1,0 +1,66 @@
+"""Which GGUF tensor holds each irc param, with what the converter did undone.
+
+``Layout(gguf, arch).source(param)`` gives a ``frontends.gguf.tensors`` source for an irc
+param name (``layers.3.attn.wq`` -> ``blk.3.attn_q.weight``, un-permuted for Llama). The
+names and the converter's changes are listed in ``frontends.gguf.tensors``; ``consumed``
+names the tensors the architecture itself reads (Llama 3's ``rope_freqs``).
+"""
+from __future__ import annotations
+
+import re
+
+from frontends.gguf.reader import GGUFFile
+from frontends.gguf.tensors import LAYER, TOP, KvFromHalves, TensorSource
+from frontends.hf.config import Arch
+from irc.errors import SpecError
+
+LAYER_PARAM = re.compile(r"layers\.(\d+)\.(.+)")
+PERMUTED = {"attn.wq": "heads", "attn.bq": "heads", "attn.wk": "kv_heads", "attn.bk": "kv_heads"}
+
+
+class Layout:
+    """The GGUF source of each param of a graph built from ``arch``."""
+
+    def __init__(self, gguf: GGUFFile, arch: Arch):
+        self.gguf, self.arch = gguf, arch
+        self.consumed = {"rope_freqs.weight"} & set(gguf.tensors)
+
+    def source(self, param: str):
+        if param in TOP:
+            return TensorSource(TOP[param], offset=self._offset(param))
+        match = LAYER_PARAM.fullmatch(param)
+        suffix = match.group(2) if match else None
+        if suffix not in LAYER:
+            raise SpecError(f"no GGUF tensor is known for @{param} in the {self.gguf.arch} layout",
+                            location=self.gguf.path)
+        block = f"blk.{match.group(1)}."
+        if self.gguf.arch == "phi3":
+            fused = self._phi3(block, suffix)
+            if fused is not None:
+                return fused
+        if suffix == "attn.kv_b" and block + LAYER[suffix] not in self.gguf.tensors \
+                and block + "attn_k_b.weight" in self.gguf.tensors:
+            return KvFromHalves(block + "attn_k_b.weight", block + "attn_v_b.weight")
+        heads = None
+        if self.gguf.arch == "llama" and suffix in PERMUTED:
+            a = self.arch.attention
+            heads = a.heads if PERMUTED[suffix] == "heads" else a.kv_heads
+        shape = (1, self.arch.d_model) if suffix == "moe.shared_expert_gate" else None
+        return TensorSource(block + LAYER[suffix], permute_heads=heads, offset=self._offset(suffix), shape=shape)
+
+    def _offset(self, name: str) -> float:
+        """Gemma stores its (1 + w) norm weights as 1 + w."""
+        return self.arch.norm_offset if name.split(".")[-1].endswith("norm") else 0.0
+
+    def _phi3(self, block: str, suffix: str):
+        """Rows of Phi-3's fused ``attn_qkv`` and gate/up ``ffn_up`` (None: not fused)."""
+        a = self.arch.attention
+        if suffix in ("attn.wq", "attn.wk", "attn.wv") and block + "attn_qkv.weight" in self.gguf.tensors:
+            q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
+            rows = {"attn.wq": (0, q), "attn.wk": (q, q + kv), "attn.wv": (q + kv, q + 2 * kv)}[suffix]
+            return TensorSource(block + "attn_qkv.weight", rows=rows)
+        if suffix in ("mlp.w_gate", "mlp.w_up") and block + "ffn_gate.weight" not in self.gguf.tensors:
+            d_ff = self.arch.mlp["d_ff"]
+            rows = (0, d_ff) if suffix == "mlp.w_gate" else (d_ff, 2 * d_ff)
+            return TensorSource(block + "ffn_up.weight", rows=rows)
+        return None

@@ -1,0 +1,221 @@
+"""Small GGUF files for the GGUF frontend's tests, written with ``gguf.GGUFWriter``.
+
+``write_model(path, model, arch, ...)`` converts a tiny random transformers model the way
+llama.cpp's converter does, independently of ``frontends.gguf``: tensor names come from
+the ``gguf`` package's own HF -> GGUF table (``gguf.get_tensor_name_map``), and the
+converter's changes are made here as its code makes them: Llama's Q/K rows permuted to
+interleaved pairs, Gemma's norm weights stored as 1 + w, MoE experts stacked [E, ...],
+DeepSeek's ``kv_b`` split into ``k_b`` (transposed per head) and ``v_b`` on request, the
+Qwen2-MoE shared-expert gate as a vector, Llama 3 RoPE scaling as a ``rope_freqs`` table.
+Hyperparameters go under the keys the converter writes. ``qtype`` quantizes every weight
+of rank >= 2 whose rows fit whole blocks with ``gguf.quants.quantize``.
+"""
+from __future__ import annotations
+
+import math
+
+import gguf
+import numpy as np
+
+ARCHS = {"llama": "LLAMA", "qwen2": "QWEN2", "qwen3": "QWEN3", "qwen2moe": "QWEN2MOE", "qwen3moe": "QWEN3MOE",
+         "gemma2": "GEMMA2", "gemma3": "GEMMA3", "phi3": "PHI3", "deepseek2": "DEEPSEEK2"}
+
+
+def permute(w: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's ``LlamaModel.permute``: rotate-half pairs -> interleaved pairs, per head."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama3_rope_freqs(dim: int, base: float, rope: dict) -> np.ndarray:
+    """``LlamaModel.generate_extra_tensors``: the per-frequency divisors of Llama 3 scaling."""
+    factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+    old = rope["original_max_position_embeddings"]
+    freqs = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / high:
+            out.append(1)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def _tensors(model, arch: str, kv_split: bool):
+    config = model.config
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[ARCHS[arch]], config.num_hidden_layers)
+    for key, value in model.state_dict().items():
+        data = value.detach().float().numpy().copy()
+        block = key.split(".")[2] if key.startswith("model.layers.") else None
+        if key == "lm_head.weight" and config.tie_word_embeddings:
+            continue
+        if key.endswith("mlp.experts.gate_up_proj"):
+            half = data.shape[1] // 2
+            yield f"blk.{block}.ffn_gate_exps.weight", data[:, :half]
+            yield f"blk.{block}.ffn_up_exps.weight", data[:, half:]
+            continue
+        if key.endswith("mlp.experts.down_proj"):
+            yield f"blk.{block}.ffn_down_exps.weight", data
+            continue
+        if key.endswith("e_score_correction_bias"):
+            yield f"blk.{block}.exp_probs_b.bias", data
+            continue
+        if arch == "llama" and (".q_proj." in key or ".k_proj." in key):
+            heads = config.num_attention_heads if ".q_proj." in key else config.num_key_value_heads
+            data = permute(data, heads)
+        if arch.startswith("gemma") and key.endswith("norm.weight"):
+            data = data + 1
+        if key.endswith("shared_expert_gate.weight"):
+            data = data.reshape(-1)
+        if kv_split and key.endswith("kv_b_proj.weight"):
+            nope, v = config.qk_nope_head_dim, config.v_head_dim
+            kv_b = data.reshape(config.num_attention_heads, nope + v, data.shape[-1])
+            yield f"blk.{block}.attn_k_b.weight", np.ascontiguousarray(kv_b[:, :nope].transpose(0, 2, 1))
+            yield f"blk.{block}.attn_v_b.weight", np.ascontiguousarray(kv_b[:, nope:])
+            continue
+        name = names.get_name(key, try_suffixes=(".weight", ".bias"))
+        assert name is not None, key
+        yield name, data
+
+
+def _rope_params(config) -> dict:
+    params = getattr(config, "rope_parameters", None) or {}
+    return params.get("full_attention", params)
+
+
+def _hparams(w, config, arch: str) -> None:
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    w.add_context_length(config.max_position_embeddings)
+    w.add_embedding_length(config.hidden_size)
+    w.add_block_count(config.num_hidden_layers)
+    w.add_feed_forward_length(config.intermediate_size)
+    w.add_head_count(heads)
+    w.add_head_count_kv(getattr(config, "num_key_value_heads", heads))
+    w.add_layer_norm_rms_eps(config.rms_norm_eps)
+    w.add_vocab_size(config.vocab_size)
+    rope = _rope_params(config)
+    w.add_rope_freq_base(rope.get("rope_theta", 10000.0))
+    if arch in ("llama", "qwen3", "qwen3moe", "gemma2", "gemma3"):
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    if arch == "llama":
+        w.add_rope_dimension_count(head_dim)
+    if arch == "phi3":
+        w.add_rope_dimension_count(int(head_dim * getattr(config, "partial_rotary_factor", 1.0)))
+    if rope.get("rope_type") == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(rope["factor"])
+    if getattr(config, "sliding_window", None) and arch in ("llama", "phi3", "gemma2", "gemma3"):
+        w.add_sliding_window(config.sliding_window)
+    if arch.startswith("gemma"):
+        if getattr(config, "attn_logit_softcapping", None):
+            w.add_attn_logit_softcapping(config.attn_logit_softcapping)
+        if getattr(config, "final_logit_softcapping", None):
+            w.add_final_logit_softcapping(config.final_logit_softcapping)
+    experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
+    if experts and arch != "deepseek2":
+        w.add_expert_count(experts)
+        w.add_expert_used_count(config.num_experts_per_tok)
+    if arch in ("qwen2moe", "qwen3moe"):
+        w.add_expert_feed_forward_length(config.moe_intermediate_size)
+    if arch == "qwen2moe":
+        w.add_expert_shared_feed_forward_length(config.shared_expert_intermediate_size)
+    if arch == "deepseek2":
+        _deepseek(w, config, rope)
+
+
+def _deepseek(w, config, rope: dict) -> None:
+    """``DeepseekV2Model.set_gguf_parameters`` (MLA as MQA over the latent)."""
+    w.add_head_count_kv(1)
+    w.add_leading_dense_block_count(config.first_k_dense_replace)
+    if config.q_lora_rank is not None:
+        w.add_q_lora_rank(config.q_lora_rank)
+    w.add_kv_lora_rank(config.kv_lora_rank)
+    w.add_key_length(config.kv_lora_rank + config.qk_rope_head_dim)
+    w.add_value_length(config.kv_lora_rank)
+    w.add_key_length_mla(config.qk_nope_head_dim + config.qk_rope_head_dim)
+    w.add_value_length_mla(config.v_head_dim)
+    w.add_rope_dimension_count(config.qk_rope_head_dim)
+    w.add_expert_feed_forward_length(config.moe_intermediate_size)
+    w.add_expert_count(config.n_routed_experts)
+    w.add_expert_used_count(config.num_experts_per_tok)
+    w.add_expert_shared_count(config.n_shared_experts)
+    w.add_expert_weights_scale(config.routed_scaling_factor)
+    v3 = config.model_type == "deepseek_v3"
+    if v3 and config.norm_topk_prob:
+        w.add_expert_weights_norm(True)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID if v3 else gguf.ExpertGatingFuncType.SOFTMAX)
+    if getattr(config, "n_group", None) and (v3 or config.topk_method == "group_limited_greedy"):
+        w.add_expert_group_count(config.n_group)
+        w.add_expert_group_used_count(config.topk_group)
+    if rope.get("rope_type") == "yarn":
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(rope["factor"])
+        w.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+        w.add_rope_scaling_yarn_beta_fast(rope["beta_fast"])
+        w.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
+        w.add_rope_scaling_yarn_log_mul(0.1 * rope["mscale_all_dim"])
+
+
+def _quantizable(name: str, data: np.ndarray, qtype) -> bool:
+    if qtype is None or data.ndim < 2 or "norm" in name:
+        return False
+    return data.shape[-1] % gguf.GGML_QUANT_SIZES[qtype][0] == 0
+
+
+def write_model(path, model, arch: str, *, qtype=None, kv_split: bool = False, extra=None) -> str:
+    """``model`` (a transformers causal LM) as a GGUF file at ``path``; ``extra(writer)``
+    may add keys or tensors."""
+    config = model.config
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name("tiny")
+    _hparams(w, config, arch)
+    rope = _rope_params(config)
+    if rope.get("rope_type") == "llama3":
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        w.add_tensor("rope_freqs.weight", llama3_rope_freqs(head_dim, rope["rope_theta"], rope))
+    for name, data in _tensors(model, arch, kv_split):
+        if _quantizable(name, data, qtype):
+            raw = gguf.quants.quantize(data.astype(np.float32), qtype)
+            w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=qtype)
+        else:
+            w.add_tensor(name, data.astype(np.float32))
+    if extra is not None:
+        extra(w)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
+
+
+def write_file(path, arch: str, keys: dict, tensors: dict) -> str:
+    """A GGUF from explicit keys ({key: value}, typed by value) and tensors ({name: array or
+    (raw bytes array, ggml type)})."""
+    w = gguf.GGUFWriter(str(path), arch)
+    for key, value in keys.items():
+        if isinstance(value, bool):
+            w.add_bool(key, value)
+        elif isinstance(value, int):
+            w.add_uint32(key, value)
+        elif isinstance(value, float):
+            w.add_float32(key, value)
+        elif isinstance(value, str):
+            w.add_string(key, value)
+        else:
+            w.add_array(key, value)
+    for name, data in tensors.items():
+        if isinstance(data, tuple):
+            raw, qtype = data
+            w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=qtype)
+        else:
+            w.add_tensor(name, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
