@@ -31,11 +31,12 @@ import numpy as np
 
 from irc import dims
 from irc.graph import Graph, Param
-from irc.ops.quant import dequantize_blocks
+from irc.evaluate import DEFAULT_WINDOW, perplexity_and_agreement
+from irc.ops.quant import dequantize_blocks, quantize_blocks
 from irc.check import relative_error
 from irc.weights import materialize
 
-QUANT_OPS = {"dequant_linear": 1, "dequantize": 0}  # op -> index of its qweight operand
+QUANT_OPS = {"dequant_linear": 1, "dequantize": 0, "dequant_embedding": 1}  # op -> index of its qweight operand
 
 
 # ---- per tensor ------------------------------------------------------------------------------
@@ -81,19 +82,79 @@ def quantized_weights(graph: Graph) -> list[tuple[str, list, dict]]:
     return found
 
 
-def tensor_report(float_graph: Graph, quant_graph: Graph) -> list[dict]:
+def tensor_report(float_graph: Graph, quant_graph: Graph, baseline: bool = False) -> list[dict]:
+    """One row per quantized weight with data (module docstring); with ``baseline``, also
+    ``sqnr_rtn_db``: the SQNR max-abs RTN (``quantize_blocks``) gets with the same bits,
+    block and symmetry, the figure a searched method is held against. One weight at a time."""
     rows = []
     for name, (qweight, scales, zero_points), attrs in quantized_weights(quant_graph):
         source = float_graph.params.get(name)
-        if source is None:
+        if source is None or source.data is None:
             continue
         arrays = [None if p is None else materialize(p) for p in (qweight, scales, zero_points)]
-        row = {"name": name, "shape": list(source.shape), "bits": attrs["bits"], "block_size": attrs["block_size"],
+        bits, block = attrs["bits"], attrs["block_size"]
+        row = {"name": name, "shape": list(source.shape), "bits": bits, "block_size": block,
                "symmetric": zero_points is None, "float_bytes": source.nbytes,
                "quantized_bytes": sum(p.nbytes for p in (qweight, scales, zero_points) if p is not None)}
-        row.update(weight_error(materialize(source), *arrays, bits=attrs["bits"], block_size=attrs["block_size"]))
+        weight = materialize(source)
+        row.update(weight_error(weight, *arrays, bits=bits, block_size=block))
+        if baseline:
+            rtn = quantize_blocks(weight, bits=bits, block_size=block, symmetric=zero_points is None,
+                                  scale_dtype=np.asarray(arrays[1]).dtype.name)
+            row["sqnr_rtn_db"] = weight_error(weight, *rtn, bits=bits, block_size=block)["sqnr_db"]
         rows.append(row)
     return rows
+
+
+def pass_report(float_graph: Graph, quant_graph: Graph, method: str, tokens: Optional[Sequence[int]] = None,
+                window: int = DEFAULT_WINDOW) -> dict:
+    """What one ``quantize`` run reports in the dump stats: per tensor, SQNR of ``method``
+    and of RTN; a summary (bytes before and after, mean and min SQNR both ways); with
+    ``tokens``, ``eval``: perplexity of both graphs over the text and top-1 agreement
+    (``irc.evaluate.perplexity_and_agreement``, streamed)."""
+    tensors = tensor_report(float_graph, quant_graph, baseline=method != "rtn")
+    report = {"method": method, "tensors": tensors, "summary": _summary(float_graph, quant_graph, tensors)}
+    if tokens is not None:
+        result = perplexity_and_agreement(float_graph, quant_graph, tokens, window)
+        report["eval"] = {"tokens": result["tokens"], "window": result["window"], "positions": result["positions"],
+                          "perplexity_float": result["perplexity"]["reference"],
+                          "perplexity_quantized": result["perplexity"]["candidate"],
+                          "top1_agreement": result["top1_agreement"]}
+    return report
+
+
+def format_pass_report(report: dict) -> str:
+    """``pass_report`` in a few lines (what ``irc compile`` prints)."""
+    summary = report["summary"]
+    mb = 1e6
+    lines = [f"quantize ({report['method']}): {summary['tensors']} tensors; params "
+             f"{summary['param_bytes_float'] / mb:.1f} MB -> {summary['param_bytes_quantized'] / mb:.1f} MB"]
+    if summary["mean_sqnr_db"] is not None:
+        line = f"  SQNR mean {summary['mean_sqnr_db']:.2f} dB, min {summary['min_sqnr_db']:.2f} dB"
+        if summary["mean_sqnr_rtn_db"] is not None:
+            line += f" (rtn: mean {summary['mean_sqnr_rtn_db']:.2f} dB, min {summary['min_sqnr_rtn_db']:.2f} dB)"
+        lines.append(line)
+    result = report.get("eval")
+    if result:
+        lines.append(f"  eval text, {result['tokens']} tokens: perplexity {result['perplexity_float']:.3f} (float) -> "
+                     f"{result['perplexity_quantized']:.3f} (quantized); top-1 agreement "
+                     f"{result['top1_agreement']:.1%}")
+    return "\n".join(lines) + "\n"
+
+
+def _summary(float_graph: Graph, quant_graph: Graph, tensors: list) -> dict:
+    def mean(key):
+        values = [t[key] for t in tensors if key in t and math.isfinite(t[key])]
+        return float(np.mean(values)) if values else None
+
+    def least(key):
+        values = [t[key] for t in tensors if key in t]
+        return min(values) if values else None
+
+    return {"tensors": len(tensors), "param_bytes_float": sum(p.nbytes for p in float_graph.params.values()),
+            "param_bytes_quantized": sum(p.nbytes for p in quant_graph.params.values()),
+            "mean_sqnr_db": mean("sqnr_db"), "min_sqnr_db": least("sqnr_db"),
+            "mean_sqnr_rtn_db": mean("sqnr_rtn_db"), "min_sqnr_rtn_db": least("sqnr_rtn_db")}
 
 
 def logical_param_count(graph: Graph) -> int:
@@ -230,5 +291,6 @@ def gaussian_rtn_sqnr_db(bits: int, group: int) -> float:
     return 10.0 * math.log10(1.0 / mse)
 
 
-__all__ = ["quantization_report", "format_report", "default_prompts", "gaussian_rtn_sqnr_db", "sqnr_db",
+__all__ = ["quantization_report", "pass_report", "format_pass_report", "format_report", "default_prompts",
+           "gaussian_rtn_sqnr_db", "sqnr_db",
            "weight_error", "logical_param_count", "prompt_logits"]

@@ -6,28 +6,35 @@ User mistakes print one message (file:line and key, or the node) and exit with c
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Optional
 
 import passes  # noqa: F401  (registers the passes)
 from backends import TARGETS, EmitOptions, get_target
+from frontends import companion_files, load_notes
 from irc.analysis import analyze, stats_line
 from irc.check import compare_outputs
 from irc.dot import graph_to_dot
 from irc.dtypes import DType
 from irc.errors import BackendError, IRCError
 from irc.interpreter import generate, random_feeds
+from irc.output import Terminated
 from irc.passmanager import PASSES, PassManager, parse_pipeline
 from irc.printer import print_graph
+from irc.progress import SILENT, Progress
 from irc.text import describe_bytes
 from irc.weights import seed_absent
+from irc_cli import evaluate as eval_cli
 from irc_cli import report as report_cli
 from irc_cli import tile as tile_cli
 from irc_cli.spec import load
 
-def _apply_passes(graph, args, *, check: bool = False, out=sys.stdout):
-    pipeline = parse_pipeline(args.passes if args.passes is not None else _default_pipeline(args))
+def _apply_passes(graph, args, *, check: bool = False, out=sys.stdout, progress: Progress = SILENT,
+                  eval_tokens=None):
+    pipeline = parse_pipeline(_pipeline_text(args))
+    eval_cli.attach(pipeline, eval_tokens)  # --eval-text: the passes that evaluate a text
     checker = None
     if check:
         seed_absent(graph, args.seed)
@@ -43,9 +50,20 @@ def _apply_passes(graph, args, *, check: bool = False, out=sys.stdout):
     manager = PassManager(pipeline, dump_dir=dump_dir,
                           print_after_all=getattr(args, "print_after_all", False),
                           print_after_change=getattr(args, "print_after_change", False),
-                          checker=checker, stats=stats if dump_dir else None, dot=graph_to_dot, out=out)
-    manager.run(graph)
+                          checker=checker, stats=stats if dump_dir else None, dot=graph_to_dot, out=out,
+                          on_pass=progress.pass_started)
+    with progress.passes(len(pipeline)):
+        manager.run(graph)
     return manager
+
+
+def _pipeline_text(args) -> str:
+    """The target's prelude (``retype`` for ONNX), then ``--passes`` or the default pipeline."""
+    main = args.passes if args.passes is not None else _default_pipeline(args)
+    if getattr(args, "target", None) is None:
+        return main
+    prelude = get_target(args.target).prelude(_target_options(args))
+    return ",".join(part for part in (prelude, main) if part)
 
 
 def _default_pipeline(args) -> str:
@@ -105,12 +123,20 @@ def cmd_compile(args) -> int:
     graph = load(args.spec)
     if args.output and args.target != "ir" and options.target.get("weights") != "none":
         seed_absent(graph, args.seed)  # before the passes, so weights they derive (quantize) can be computed
+    eval_tokens = eval_cli.tokens(args, graph)
+    progress = Progress.for_terminal(sys.stderr, quiet=args.quiet)  # bars on a terminal only
     with report_cli.compile_report(args, graph) as report:  # --report FILE: dumps, then the page
-        manager = _apply_passes(graph, args, check=args.check, out=sys.stdout)
+        manager = _apply_passes(graph, args, check=args.check, out=sys.stdout, progress=progress,
+                                eval_tokens=eval_tokens)
         report.write(manager, graph)
-    _print_records(manager, args.check)
+    if not args.quiet:
+        _print_records(manager, args.check)
+    for line in eval_cli.results(manager, graph) if eval_tokens is not None else []:
+        print(line, file=sys.stderr)
     if args.output:
-        for line in target.emit(graph, args.output, options):
+        files, notes = companion_files(args.spec)  # a tokenizer, for the model's folder
+        lines = target.emit(graph, args.output, dataclasses.replace(options, files=files, progress=progress))
+        for line in [] if args.quiet else load_notes(graph) + notes + lines:
             print(line, file=sys.stderr)
     elif args.target == "ir":
         sys.stdout.write(print_graph(graph))
@@ -184,9 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--print-after-all", action="store_true")
     comp.add_argument("--print-after-change", action="store_true")
     comp.add_argument("--check", action="store_true", help="hold every pass to the reference interpreter")
+    comp.add_argument("--quiet", action="store_true",
+                      help="no progress bar (shown only on a terminal anyway) and no report lines; errors still")
     for add_arguments in dict.fromkeys(t.add_arguments for t in TARGETS.values() if t.add_arguments):
         add_arguments(comp)  # each target's own options, once per backend
     report_cli.add_compile_arguments(comp)
+    eval_cli.add_compile_arguments(comp)
     comp.set_defaults(func=cmd_compile)
 
     run = sub.add_parser("run", help="greedy generation with the reference interpreter")
@@ -213,6 +242,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             raise
         print(f"irc: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM while an output is written
+        if args.debug:
+            raise
+        print("irc: interrupted; no output was left behind", file=sys.stderr)
+        return 143 if isinstance(stop, Terminated) else 130
 
 
 if __name__ == "__main__":

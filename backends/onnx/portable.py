@@ -18,6 +18,7 @@ from onnx import TensorProto
 from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Node, Param, Value
+from irc.ops.registry import pad_inputs
 
 from backends.onnx.builder import ONNX_TYPES, Builder
 
@@ -216,7 +217,7 @@ def lower_rms_norm(b: Builder, node: Node, outs: list[str]) -> None:
 
 
 def lower_layer_norm(b: Builder, node: Node, outs: list[str]) -> None:
-    x, weight, bias = (list(node.inputs) + [None])[:3]
+    x, weight, bias = pad_inputs(node.inputs, 3)
     inputs = [b.value(x), b.weight(weight, dtype=x.dtype)] + ([b.weight(bias, dtype=x.dtype)] if bias else [])
     b.node("LayerNormalization", inputs, outs, axis=-1, epsilon=float(node.attrs["eps"]), stash_type=1)
 
@@ -238,9 +239,10 @@ def linear(b: Builder, x: str, dtype: DType, weight: Value, bias, out: str) -> s
     is not a param (a ``dequantize`` result) is transposed in the graph (``backends.onnx.quant``)."""
     product = out if bias is None else b.fresh(f"{out}/matmul")
     if not isinstance(weight, Param):
-        from backends.onnx.quant import transposed_weight
+        from backends.onnx.quant import matmul_nbits, transposed_weight
 
-        b.node("MatMul", [x, transposed_weight(b, weight)], [product])
+        if not matmul_nbits(b, x, dtype, weight, product):
+            b.node("MatMul", [x, transposed_weight(b, weight)], [product])
     elif b.cached(("matrix-only", weight.name), lambda: only_matrix_uses(weight)):
         b.node("MatMul", [x, b.weight(weight, "transposed", dtype)], [product])
     else:
@@ -255,7 +257,7 @@ def linear(b: Builder, x: str, dtype: DType, weight: Value, bias, out: str) -> s
 
 
 def lower_linear(b: Builder, node: Node, outs: list[str]) -> None:
-    x, weight, bias = (list(node.inputs) + [None])[:3]
+    x, weight, bias = pad_inputs(node.inputs, 3)
     linear(b, b.value(x), x.dtype, weight, bias, outs[0])
 
 
@@ -282,7 +284,7 @@ def lower_gated_mlp(b: Builder, node: Node, outs: list[str]) -> None:
 
 
 def lower_gelu_mlp(b: Builder, node: Node, outs: list[str]) -> None:
-    x, up, down, b_up, b_down = (list(node.inputs) + [None] * 5)[:5]
+    x, up, down, b_up, b_down = pad_inputs(node.inputs, 5)
     hidden = linear(b, b.value(x), x.dtype, up, b_up, b.fresh(f"{outs[0]}/up"))
     kind = "gelu_tanh" if node.attrs["approximate"] == "tanh" else "gelu"
     act = activation(b, kind, hidden, b.fresh(f"{outs[0]}/act"))

@@ -5,7 +5,13 @@ Weights (codes and scales in MatMulNBits' layout, ``irc.ops.quant``):
 
 - ``onnx-ort``: ``dequant_linear`` with a power-of-two ``block_size`` >= 16 is one
   ``com.microsoft.MatMulNBits`` (qweight, scales and packed zero points as stored, bias
-  as input 5), 1:1. Other block sizes take the portable form.
+  as input 5), 1:1, except that those reading one activation (q, k, v) share one over their
+  stacked codes (``backends.onnx.quant_pack``). Its ``accuracy_level`` is the node's, else
+  ``ORT_ACCURACY_LEVEL`` (4: int8 activations; on SmolLM2-135M it decoded faster than the
+  exact level 0 and moved perplexity by under 0.6%, ``benchmarks/int4_real.py``). Other
+  block sizes take the portable form.
+- ``dequant_embedding``: ``backends.onnx.quant_embedding`` (GatherBlockQuantized on
+  ``onnx-ort``, the gathered rows dequantized alone on the portable target).
 - portable (and the fallback): a blocked ``DequantizeLinear`` (opset 21) over codes
   stored transposed, [K, N] with ``axis=0``, then ``MatMul`` (+ ``Add`` for the bias). No
   run-time Transpose, and it is the QDQ pattern ORT itself fuses into MatMulNBits, with
@@ -14,10 +20,19 @@ Weights (codes and scales in MatMulNBits' layout, ``irc.ops.quant``):
   (int4/int8, code - 2^(bits-1)) with no zero point; asymmetric ones unsigned
   (uint4/uint8) with uint4/uint8 zero points [nb, N]. The padding of a last partial block
   is dropped (DequantizeLinear takes ceil(K / block_size) scales along the axis).
+- Float zero points (one per block in the scales' type, ``frontends.gguf``'s Q4_1 and
+  K-quants): MatMulNBits takes them as they are with 4-bit codes (onnx-ort; ORT 1.32's CPU
+  kernel refuses them with 8-bit codes, which take the portable form). DequantizeLinear cannot, so
+  the portable form computes what the reference does, (Cast(codes) - zero point) * scale
+  per block, with codes, scales and zero points stored blocked ([nb, bs, N] and [nb, 1, N],
+  or [..., N, nb, bs] and [..., N, nb, 1]), then Reshape (and Slice off a padded last
+  block): the same float32 operations, so the same weights bit for bit. All its inputs
+  are initializers, so ONNX Runtime folds it into a float weight when the session loads.
 - ``dequantize`` is the same DequantizeLinear over [..., N, K] (``axis=-1``), giving the
   float weight its readers expect. A rank-2 one read only as x @ W.T (``linear``'s
   operand, and the MLPs' and MLA's, through ``portable.linear``) is not emitted there: each such reader gets the
-  transposed form above.
+  transposed form above (on
+  ``onnx-ort``, one MatMulNBits over the codes where it fits: ``matmul_nbits``).
 
 KV cache: ``quantize_kv`` is Abs, ReduceMax, Div by 127, Div, Round (half to even, as
 NumPy), Clip to [-127, 127] and Cast to int8, with a zero scale giving zero codes;
@@ -33,12 +48,16 @@ from onnx import TensorProto
 from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Node, Value
-from irc.ops.quant import KV_QMAX, block_count, unpack_codes
+from irc.ops.quant import KV_QMAX, block_count, pack_codes, packed_width, unpack_codes
 
+from backends.onnx import quant_embedding, quant_pack
 from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
 from backends.onnx.portable import only_matrix_uses
 
 PARTS = ("qweight", "scales", "zero_points")
+# MatMulNBits' activation precision where a node does not set one (quantize{accuracy_level}):
+# 4 (int8 activations), chosen from benchmarks/int4_real.py on SmolLM2-135M (see there)
+ORT_ACCURACY_LEVEL = 4
 
 
 # ---- initializers, computed from the stored codes when the model is written ----------------
@@ -63,6 +82,41 @@ def dq_scales(scales, *, transpose: bool) -> np.ndarray:
     return np.asarray(scales).T if transpose else np.asarray(scales)
 
 
+def blocked_codes(qweight, *, bits: int, transpose: bool) -> np.ndarray:
+    """qweight u8 [..., N, nb, bs*bits/8] -> unsigned codes [..., N, nb, bs] (or [nb, bs, N])."""
+    codes = unpack_codes(qweight, bits)
+    return np.moveaxis(codes, -3, -1) if transpose else codes
+
+
+def blocked_per_block(values, *, transpose: bool) -> np.ndarray:
+    """Scales or float zero points [..., N, nb] -> [..., N, nb, 1] (or [nb, 1, N])."""
+    values = np.asarray(values)
+    return values.T[:, None, :] if transpose else values[..., None]
+
+
+def float_zero_dequantized(b: Builder, qweight, scales, zero_points, attrs: dict, *, transpose: bool,
+                           hint: str) -> str:
+    """(Cast(codes) - zero point) * scale per block, then Reshape (and Slice) to [..., N, K]
+    (or [K, N]): the reference's float32 arithmetic, for float zero points."""
+    bits, block, k = attrs["bits"], attrs["block_size"], attrs["K"]
+    *lead, n = qweight.shape[:-2]
+    nb = block_count(k, block)
+    role = "T" if transpose else "dq"
+    codes_shape, per_block = ((nb, block, n), (nb, 1, n)) if transpose else ((*lead, n, nb, block), (*lead, n, nb, 1))
+    codes = b.derived(f"{qweight.name}.{role}", _code_type(bits, False), codes_shape, (qweight,),
+                      partial(blocked_codes, bits=bits, transpose=transpose))
+    scale, zero = (b.derived(f"{p.name}.{role}", p.dtype, per_block, (p,), partial(blocked_per_block, transpose=transpose))
+                   for p in (scales, zero_points))
+    values = b.op("Cast", [codes], f"{hint}.{role}/codes", to=ONNX_TYPES[scales.dtype])
+    weight = b.op("Mul", [b.op("Sub", [values, zero], f"{hint}.{role}/centred"), scale], f"{hint}.{role}/blocks")
+    padded = (nb * block, n) if transpose else (*lead, n, nb * block)
+    weight = b.op("Reshape", [weight, b.i64(list(padded))], f"{hint}.{role}/padded" if k % block else f"{hint}.{role}")
+    if k % block:
+        axis = 0 if transpose else len(padded) - 1
+        weight = b.op("Slice", [weight, b.i64([0]), b.i64([k]), b.i64([axis])], f"{hint}.{role}")
+    return weight
+
+
 def _code_type(bits: int, signed: bool) -> DType:
     return {(4, True): DType.i4, (4, False): DType.u4, (8, True): DType.i8, (8, False): DType.u8}[(bits, signed)]
 
@@ -78,15 +132,18 @@ def dequantized(b: Builder, qweight, scales, zero_points, attrs: dict, *, transp
     role = "T" if transpose else "dq"
 
     def make():
+        if zero_points is not None and zero_points.dtype.is_float:
+            return float_zero_dequantized(b, qweight, scales, zero_points, attrs, transpose=transpose, hint=hint)
+        chunking = "columns" if transpose else "rows"  # row-wise functions: the writer streams them
         codes = b.derived(f"{qweight.name}.{role}", _code_type(bits, signed), shape, (qweight,),
-                          partial(dq_codes, bits=bits, k=k, signed=signed, transpose=transpose))
-        scale = (b.derived(f"{scales.name}.T", scales.dtype, (nb, n), (scales,), partial(dq_scales, transpose=True))
-                 if transpose else b.weight(scales))
+                          partial(dq_codes, bits=bits, k=k, signed=signed, transpose=transpose), chunking)
+        scale = (b.derived(f"{scales.name}.T", scales.dtype, (nb, n), (scales,), partial(dq_scales, transpose=True),
+                           chunking) if transpose else b.weight(scales))
         inputs = [codes, scale]
         if not signed:
             zp_shape = (nb, n) if transpose else (*lead, n, nb)
             inputs.append(b.derived(f"{zero_points.name}.{role}", _code_type(bits, False), zp_shape, (zero_points,),
-                                    partial(dq_zero_points, bits=bits, nb=nb, transpose=transpose)))
+                                    partial(dq_zero_points, bits=bits, nb=nb, transpose=transpose), chunking))
         return b.op("DequantizeLinear", inputs, f"{hint}.{role}", axis=0 if transpose else -1, block_size=block)
 
     return b.cached(("dequantized", qweight.name, transpose), make)
@@ -115,25 +172,104 @@ def lower_dequant_linear(b: Builder, node: Node, outs: list[str]) -> None:
 
 def matmul_nbits_fits(node: Node):
     """Why MatMulNBits cannot compute this dequant_linear (None when it can)."""
-    block = node.attrs["block_size"]
-    x, scales = node.inputs[0], node.inputs[2]
+    _, _, zero_points = _parts(node, 1)
+    return _nbits_refusal(node.attrs, node.inputs[0].dtype, node.inputs[2].dtype, zero_points)
+
+
+def _nbits_refusal(attrs: dict, x_dtype: DType, scale_dtype: DType, zero_points):
+    block = attrs["block_size"]
     if block < 16 or block & (block - 1):
         return f"block_size {block} (MatMulNBits takes a power of two >= 16)"
-    if x.dtype not in (DType.f32, DType.f16) or scales.dtype != x.dtype:
-        return f"{x.dtype} activations with {scales.dtype} scales"
+    if x_dtype not in (DType.f32, DType.f16) or scale_dtype != x_dtype:
+        return f"{x_dtype} activations with {scale_dtype} scales"
+    if zero_points is not None and zero_points.dtype.is_float:
+        if attrs["bits"] == 8:
+            return "8-bit codes with float zero points (ORT's CPU MatMulNBits refuses them)"
+        if attrs["K"] % block:
+            return "float zero points with a padded last block"
     return None
+
+
+def matmul_nbits(b: Builder, x: str, dtype: DType, weight: Value, out: str) -> bool:
+    """onnx-ort: x @ W.T as one MatMulNBits over the stored codes when W is a 2-D
+    ``dequantize`` result MatMulNBits can take (a dense MLP's or MLA's weight that was not
+    lowered to ``dequant_linear``); False, emitting nothing, otherwise."""
+    producer = weight.producer
+    if b.flavour != "ort" or producer is None or producer.op != "dequantize" or weight.rank != 2:
+        return False
+    qweight, scales, zero_points = _parts(producer, 0)
+    a = producer.attrs
+    if _nbits_refusal(a, dtype, scales.dtype, zero_points) is not None:
+        return False
+    emit_matmul_nbits(b, x, None, qweight, scales, zero_points, a, weight.shape[0], out)
+    return True
+
+
+def integer_zero_points(zero_points, *, bits: int) -> np.ndarray:
+    """Float zero points -> the nearest codes (clipped to [0, 2^bits)), packed u8."""
+    return pack_codes(np.clip(np.round(np.asarray(zero_points, np.float32)), 0, 2 ** bits - 1), bits)
+
+
+def zero_offsets(zero_points, scales, *, bits: int) -> np.ndarray:
+    """(zero point - its nearest code) * scale per block, [nb, N]: what the block sums of x
+    are multiplied by to finish ``integer_zero_points``' product."""
+    zero = np.asarray(zero_points, np.float32)
+    fraction = zero - np.clip(np.round(zero), 0, 2 ** bits - 1)
+    return (fraction * np.asarray(scales, np.float32)).T
+
+
+def emit_matmul_nbits(b: Builder, x: str, rank, qweight, scales, zero_points, attrs: dict, n: int, out: str,
+                      bias: str = "") -> None:
+    """x @ W.T (+ bias) as MatMulNBits over the stored codes. Float zero points avoid ORT
+    1.32's CPU path for them, which dequantizes the whole weight on every call (13 ms where
+    u8 zero points take 0.15 ms for a 1536 x 576 weight at one token): with zi the nearest
+    code to zp, x @ ((q - zp) * s).T = MatMulNBits(x, q, s, zi) - blocksums(x) @ ((zp - zi) * s).T,
+    the block sums over each block of K inputs; the second term is small (|zp - zi| <= 1/2
+    inside the code range), so little is lost to cancellation."""
+    a = attrs
+    float_zero = zero_points is not None and zero_points.dtype.is_float
+    zero = b.value(zero_points)
+    if float_zero:
+        zero = b.derived(f"{zero_points.name}.codes", DType.u8, qweight.shape[:-2] + (packed_width(scales.shape[-1],
+                         a["bits"]),), (zero_points,), partial(integer_zero_points, bits=a["bits"]))
+    product = b.fresh(f"{out}/codes") if float_zero else out
+    b.node("MatMulNBits", [x, b.weight(qweight), b.weight(scales), zero, "", bias], [product], domain=MS_DOMAIN,
+           K=a["K"], N=n, bits=a["bits"], block_size=a["block_size"], **accuracy_level(a))
+    if not float_zero:
+        return
+    nb, block = scales.shape[-1], a["block_size"]
+    blocks = b.op("Reshape", [x, b.i64([0] * (rank - 1) + [nb, block])], f"{out}/blocks") if rank else \
+        b.op("Reshape", [x, b.i64([-1, nb, block])], f"{out}/blocks")
+    sums = b.op("ReduceSum", [blocks, b.i64([-1])], f"{out}/block_sums", keepdims=0)
+    offsets = b.derived(f"{zero_points.name}.offsets", scales.dtype, (nb, n), (zero_points, scales),
+                        partial(zero_offsets, bits=a["bits"]))
+    correction = b.op("MatMul", [sums, offsets], f"{out}/zero_correction")
+    if not rank:
+        shape = b.op("Shape", [product], f"{out}/shape")
+        correction = b.op("Reshape", [correction, shape], f"{out}/zero_correction_shaped")
+    b.node("Sub", [product, correction], [out])
+
+
+def accuracy_level(attrs: dict) -> dict:
+    """MatMulNBits' ``accuracy_level`` attribute for a node: the node's own, else
+    ``ORT_ACCURACY_LEVEL``; none when that is 0 (ORT's default: exact)."""
+    level = attrs.get("accuracy_level")
+    level = ORT_ACCURACY_LEVEL if level is None else level
+    return {"accuracy_level": level} if level else {}
 
 
 def lower_dequant_linear_ort(b: Builder, node: Node, outs: list[str]) -> None:
     if matmul_nbits_fits(node) is not None:
         lower_dequant_linear(b, node, outs)
         return
+    group = quant_pack.siblings(b, node, matmul_nbits_fits)  # q, k, v (gate, up) reading one x
+    if len(group) > 1:
+        quant_pack.lower_packed(b, group, accuracy_level(node.attrs))
+        return
     x, _, _, _, bias = (list(node.inputs) + [None] * 5)[:5]
     qweight, scales, zero_points = _parts(node, 1)
-    a = node.attrs
-    inputs = [b.value(x), b.weight(qweight), b.weight(scales), b.value(zero_points), "", b.value(bias)]
-    b.node("MatMulNBits", inputs, outs, domain=MS_DOMAIN, K=a["K"], N=a["N"], bits=a["bits"],
-           block_size=a["block_size"])
+    emit_matmul_nbits(b, b.value(x), x.rank, qweight, scales, zero_points, node.attrs, node.attrs["N"], outs[0],
+                      b.value(bias))
 
 
 def reads_only_as_matrix(value: Value) -> bool:
@@ -194,5 +330,5 @@ def lower_dequantize_kv(b: Builder, node: Node, outs: list[str]) -> None:
 
 
 LOWERINGS = {"dequant_linear": lower_dequant_linear, "dequantize": lower_dequantize,
-             "quantize_kv": lower_quantize_kv, "dequantize_kv": lower_dequantize_kv}
-ORT_OVERRIDES = {"dequant_linear": lower_dequant_linear_ort}
+             "quantize_kv": lower_quantize_kv, "dequantize_kv": lower_dequantize_kv, **quant_embedding.LOWERINGS}
+ORT_OVERRIDES = {"dequant_linear": lower_dequant_linear_ort, **quant_embedding.ORT_OVERRIDES}

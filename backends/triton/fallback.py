@@ -9,6 +9,7 @@ An op in neither this table nor the kernel generators is refused (``BackendError
 from __future__ import annotations
 
 from irc.dtypes import DType
+from irc.text import literal, shape_text
 
 from backends.triton.kernels import torch_type
 
@@ -30,6 +31,8 @@ HELPERS = {
     nb = scales.shape[-1]
     if zero_points is None:
         zero = float(2 ** (bits - 1))
+    elif zero_points.is_floating_point():  # one float zero point per block
+        zero = zero_points.float()[..., None]
     else:
         zero = zero_points.to(torch.int32)
         if bits == 4:
@@ -99,77 +102,70 @@ UNARY = {"exp": "torch.exp", "tanh": "torch.tanh", "sqrt": "torch.sqrt", "rsqrt"
          "sigmoid": "torch.sigmoid", "silu": "torch.nn.functional.silu", "cos": "torch.cos", "sin": "torch.sin",
          "neg": "torch.neg"}
 REDUCE = {"reduce_sum": "sum", "reduce_mean": "mean", "reduce_max": "amax"}
+# op -> the line's right-hand side: {0}, {1}, ... the operands, {dtype} the result's torch
+# dtype, {attrs[...]} an attribute as Python writes it
+TEMPLATES = {
+    "cast": "{0}.to({dtype})",
+    "gather": "take({0}, {1}, {attrs[axis]})",
+    "scatter_add": "{0}.float().index_add(0, {1}, {2}.float()).to({dtype})",
+    "softmax": "torch.softmax({0}.float(), dim={attrs[axis]}).to({dtype})",
+    "matmul": "torch.matmul({0}.float(), {1}.float()).to({dtype})",
+    "where": "torch.where({0}, {1}, {2})",
+    "maximum": "torch.maximum({0}.float(), {1}.float()).to({dtype})",
+    "logical_and": "torch.logical_and({0}, {1})",
+    "argsort": "torch.sort({0}, dim={attrs[axis]}, stable=True).indices",
+    "quantize_kv": "quantize_kv({0})",
+    "dequantize_kv": "({0}.float() * {1}.float()[..., None])",
+    **{op: f"({{0}}.float() {symbol} {{1}}.float()).to({{dtype}})" for op, symbol in BINARY.items()},
+    **{op: f"({{0}} {symbol} {{1}})" for op, symbol in COMPARE.items()},
+    **{op: f"{function}({{0}}.float()).to({{dtype}})" for op, function in UNARY.items()},
+}
+TEMPLATE_HELPERS = {"gather": {"take"}, "quantize_kv": {"quantize_kv"}}
+MOE_ROUTE_ARGS = ("experts", "top_k", "scoring", "norm_topk_prob", "routed_scale", "n_group", "topk_group",
+                  "group_score")
 
 
-def _shape(shape) -> str:
-    items = [str(d) for d in shape]
-    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-
-
-def fallback_line(op: str, attrs: dict, args: list[str], outputs: list, literal) -> tuple[str, set]:
+def fallback_line(op: str, attrs: dict, args: list[str], outputs: list) -> tuple[str, set]:
     """(the Python statement's right-hand side, helper names it calls), or raise KeyError.
 
     ``args`` are operand expressions ("None" for an omitted one), ``outputs`` the output
-    Values, ``literal(x)`` renders an attribute value as Python text."""
+    Values. Constants are written by ``irc.text.literal``, shapes by ``irc.text.shape_text``,
+    scalar keyword arguments by ``repr``."""
     out = outputs[0]
     dtype = torch_type(out.dtype) if out.dtype in (DType.f32, DType.f16, DType.bf16, DType.i64, DType.i32,
                                                      DType.bool, DType.i8, DType.u8) else None
-    if op == "reshape":
-        return f"{args[0]}.reshape({_shape(attrs['shape'])})", set()
-    if op == "expand":
-        return f"{args[0]}.expand({_shape(attrs['shape'])})", set()
-    if op == "cast":
-        return f"{args[0]}.to({dtype})", set()
+    if op in TEMPLATES:
+        return TEMPLATES[op].format(*args, dtype=dtype, attrs=attrs), set(TEMPLATE_HELPERS.get(op, ()))
+    if op in ("reshape", "expand"):
+        return f"{args[0]}.{op}({shape_text(attrs['shape'])})", set()
+    if op == "transpose":
+        return f"{args[0]}.permute({shape_text(attrs['perm'])}).contiguous()", set()
     if op == "constant":
         return f"torch.tensor({literal(attrs['value'])}, dtype={dtype}, device=DEVICE)", set()
-    if op == "gather":
-        return f"take({args[0]}, {args[1]}, {attrs['axis']})", {"take"}
-    if op == "scatter_add":
-        return (f"{args[0]}.float().index_add(0, {args[1]}, {args[2]}.float()).to({dtype})", set())
-    if op == "transpose":
-        return f"{args[0]}.permute({_shape(attrs['perm'])}).contiguous()", set()
     if op == "slice":
         end = "" if attrs["end"] is None else str(attrs["end"])
         index = ", ".join([":"] * (attrs["axis"] % out.rank) + [f"{attrs['start']}:{end}"])
         return f"{args[0]}[{index}].contiguous()", set()
     if op == "concat":
         return f"torch.cat([{', '.join(args)}], dim={attrs['axis']})", set()
-    if op == "softmax":
-        return f"torch.softmax({args[0]}.float(), dim={attrs['axis']}).to({dtype})", set()
-    if op == "matmul":
-        return f"torch.matmul({args[0]}.float(), {args[1]}.float()).to({dtype})", set()
-    if op == "where":
-        return f"torch.where({args[0]}, {args[1]}, {args[2]})", set()
-    if op in BINARY:
-        return f"({args[0]}.float() {BINARY[op]} {args[1]}.float()).to({dtype})", set()
-    if op == "maximum":
-        return f"torch.maximum({args[0]}.float(), {args[1]}.float()).to({dtype})", set()
-    if op in COMPARE:
-        return f"({args[0]} {COMPARE[op]} {args[1]})", set()
-    if op == "logical_and":
-        return f"torch.logical_and({args[0]}, {args[1]})", set()
-    if op in UNARY:
-        return f"{UNARY[op]}({args[0]}.float()).to({dtype})", set()
     if op in REDUCE:
-        axes = _shape(attrs["axes"])
+        axes = shape_text(attrs["axes"])
         return (f"{args[0]}.float().{REDUCE[op]}(dim={axes}, keepdim={attrs['keepdims']}).to({dtype})", set())
-    if op == "argsort":
-        return f"torch.sort({args[0]}, dim={attrs['axis']}, stable=True).indices", set()
     if op == "topk" and attrs["axis"] in (-1, outputs[0].rank - 1):
         return f"topk({args[0]}, {attrs['k']}, {attrs['largest']})", {"topk", "top_indices"}
     if op == "moe_route":
-        keys = ("experts", "top_k", "scoring", "norm_topk_prob", "routed_scale", "n_group", "topk_group",
-                "group_score")
-        kwargs = ", ".join(f"{k}={literal(attrs[k])}" for k in keys)
+        kwargs = ", ".join(f"{k}={attrs[k]!r}" for k in MOE_ROUTE_ARGS)
         return f"moe_route({args[0]}, {args[1]}, {args[2]}, {kwargs})", {"moe_route", "top_indices"}
     if op == "dequantize":
         return (f"dequantize_blocks({args[0]}, {args[1]}, {args[2] if len(args) > 2 else 'None'}, {attrs['bits']}, "
                 f"{attrs['block_size']}, {attrs['K']})", {"dequantize_blocks"})
-    if op == "quantize_kv":
-        return f"quantize_kv({args[0]})", {"quantize_kv"}
-    if op == "dequantize_kv":
-        return f"({args[0]}.float() * {args[1]}.float()[..., None])", set()
+    if op == "dequant_embedding":  # only the looked-up rows are dequantized
+        ids, zero = args[0], (f"{args[3]}[{args[0]}]" if len(args) > 3 and args[3] != "None" else "None")
+        rows = (f"dequantize_blocks({args[1]}[{ids}], {args[2]}[{ids}], {zero}, {attrs['bits']}, "
+                f"{attrs['block_size']}, {attrs['K']})")
+        scale = attrs["scale"]
+        return (rows if scale is None else f"({rows}.float() * {float(scale)!r}).to({dtype})"), {"dequantize_blocks"}
     if op == "moe_dispatch":
         return (f"moe_dispatch({args[0]}, experts={attrs['experts']}, "
-                f"capacity_factor={literal(attrs['capacity_factor'])})", {"moe_dispatch"})
+                f"capacity_factor={attrs['capacity_factor']!r})", {"moe_dispatch"})
     raise KeyError(op)

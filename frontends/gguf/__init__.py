@@ -94,5 +94,5 @@ def tokenizer_files(path) -> tuple[dict, str]:
     try:
         from frontends.gguf.tokenizer import tokenizer_files as files
     except ImportError:
-        return {}, "tokenizer.json not written: it needs the tokenizers package (pip install 'irc[gguf]')"
+        return {}, "tokenizer.json not written: it needs the tokenizers package (pip install 'irc[text]')"
     return files(GGUFFile.open(path))

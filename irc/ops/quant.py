@@ -12,7 +12,9 @@ weight W [..., N, K] (N outputs, K inputs: checkpoint layout) is split along K i
   4-bit codes two per byte, element 2i in the low nibble and 2i+1 in the high nibble;
 - ``scales`` [..., N, nb], a float type (the source weight's): the result type;
 - ``zero_points`` u8 [..., N, ceil(nb * bits / 8)], 4-bit ones packed the same way, or
-  omitted: symmetric, zero point 2^(bits-1) (MatMulNBits' default: 8 or 128).
+  float in the scales' dtype [..., N, nb], one per block, unpacked (MatMulNBits takes
+  those too: llama.cpp's Q4_1 and K-quant minimums, ``frontends.gguf``), or omitted:
+  symmetric, zero point 2^(bits-1) (MatMulNBits' default: 8 or 128).
 
 Per output channel is one block spanning the row (block_size = K, rounded up to even for
 4 bits). Padding codes equal the zero point, so they dequantize to exactly 0.
@@ -52,6 +54,9 @@ from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, register
 
 BITS = (4, 8)
 KV_QMAX = 127
+# MatMulNBits' compute precision for the activations: null (the backend's choice), 0 (exact:
+# the activation's type), 1 f32, 2 f16, 3 bf16, 4 int8 (per block, symmetric)
+ACCURACY_LEVELS = (None, 0, 1, 2, 3, 4)
 
 
 # ---- the math (module level, emit-friendly) -------------------------------------------------
@@ -136,8 +141,10 @@ def dequantize_blocks(qweight, scales, zero_points=None, *, bits: int, block_siz
     nb = scales.shape[-1]
     if zero_points is None:
         zero = np.float32(2 ** (bits - 1))
-    else:
+    elif np.asarray(zero_points).dtype == np.uint8:
         zero = unpack_codes(zero_points, bits)[..., :nb].astype(np.float32)[..., None]
+    else:  # float zero points, one per block
+        zero = f32(zero_points)[..., None]
     weight = (codes - zero) * scales[..., None]
     return weight.reshape(weight.shape[:-2] + (nb * block_size,))[..., :k]
 
@@ -176,7 +183,11 @@ def _check_blocks(op, qweight, scales, zero_points, attrs, k) -> tuple:
     expect(scales.dtype.is_float, f"{op}: scales must be float, got {scales.dtype}")
     expect(scales.shape == lead + (n, nb),
            f"{op}: scales {dims.format_shape(scales.shape)} should be {dims.format_shape(lead + (n, nb))}")
-    if zero_points is not None:
+    if zero_points is not None and zero_points.dtype.is_float:
+        expect(zero_points.dtype == scales.dtype and zero_points.shape == lead + (n, nb),
+               f"{op}: float zero_points should be {scales.dtype}{dims.format_shape(lead + (n, nb))} (one per "
+               f"block, the scales' type), got {zero_points.dtype}{dims.format_shape(zero_points.shape)}")
+    elif zero_points is not None:
         zp = lead + (n, packed_width(nb, bits))
         expect(zero_points.dtype == DType.u8 and zero_points.shape == zp,
                f"{op}: zero_points should be u8{dims.format_shape(zp)}, got "
@@ -194,7 +205,16 @@ def _dequant_linear_infer(inputs, attrs):
     expect(same_dims(x.shape[-1], k), f"dequant_linear: activation has {x.shape[-1]} features, K={k}")
     if bias is not None:
         expect(bias.shape == (n,), f"dequant_linear: bias must be [{n}]")
+    _check_accuracy_level("dequant_linear", attrs)
     return [TensorType(x.dtype, x.shape[:-1] + (n,))]
+
+
+def _check_accuracy_level(op, attrs) -> None:
+    """``accuracy_level``: a backend hint for the matmuls that read these codes (MatMulNBits'
+    activation precision); the reference always computes exactly."""
+    expect(attrs["accuracy_level"] in ACCURACY_LEVELS,
+           f"{op}: accuracy_level must be null or one of {', '.join(map(str, ACCURACY_LEVELS[1:]))}, "
+           f"got {attrs['accuracy_level']!r}")
 
 
 def _dequant_linear_reference(inputs, attrs):
@@ -225,7 +245,7 @@ def quantized_elements(attrs, operand, shape):
 
 
 register(OpDef("dequant_linear", ("x", "qweight", "scales", "zero_points?", "bias?"),
-               {"K": REQUIRED, "N": REQUIRED, "bits": REQUIRED, "block_size": REQUIRED},
+               {"K": REQUIRED, "N": REQUIRED, "bits": REQUIRED, "block_size": REQUIRED, "accuracy_level": None},
                _dequant_linear_infer, _dequant_linear_reference, _dequant_linear_cost, level="model",
                logical_elements=quantized_elements))
 
@@ -233,6 +253,7 @@ register(OpDef("dequant_linear", ("x", "qweight", "scales", "zero_points?", "bia
 def _dequantize_infer(inputs, attrs):
     qweight, scales, zero_points = (list(inputs) + [None] * 3)[:3]
     lead, n = _check_blocks("dequantize", qweight, scales, zero_points, attrs, attrs["K"])
+    _check_accuracy_level("dequantize", attrs)
     return [TensorType(scales.dtype, lead + (n, attrs["K"]))]
 
 
@@ -251,8 +272,44 @@ def _dequantize_cost(inputs, outputs, attrs):
 
 
 register(OpDef("dequantize", ("qweight", "scales", "zero_points?"),
-               {"K": REQUIRED, "bits": REQUIRED, "block_size": REQUIRED},
+               {"K": REQUIRED, "bits": REQUIRED, "block_size": REQUIRED, "accuracy_level": None},
                _dequantize_infer, _dequantize_reference, _dequantize_cost, foldable=False, weight_view=True,
+               logical_elements=quantized_elements))
+
+
+def _dequant_embedding_infer(inputs, attrs):
+    ids, qweight, scales, zero_points = (list(inputs) + [None] * 4)[:4]
+    expect(ids.dtype in (DType.i64, DType.i32), f"dequant_embedding: ids must be integer, got {ids.dtype}")
+    lead, _ = _check_blocks("dequant_embedding", qweight, scales, zero_points, attrs, attrs["K"])
+    expect(not lead, "dequant_embedding: qweight must be [vocab, K/block, block*bits/8]")
+    return [TensorType(scales.dtype, ids.shape + (attrs["K"],))]
+
+
+def _dequant_embedding_reference(inputs, attrs):
+    """The table rows of ``ids``, dequantized from their codes alone (GatherBlockQuantized),
+    times ``scale`` when set; the same values as ``embedding`` of the ``dequantize``d table."""
+    ids, qweight, scales, zero_points = (list(inputs) + [None] * 4)[:4]
+    ids = np.asarray(ids)
+    rows = dequantize_blocks(np.asarray(qweight)[ids], np.asarray(scales)[ids],
+                             None if zero_points is None else np.asarray(zero_points)[ids],
+                             bits=attrs["bits"], block_size=attrs["block_size"], k=attrs["K"])
+    if attrs["scale"] is not None:
+        rows = rows * np.float32(attrs["scale"])
+    return [rows.astype(scales.dtype)]
+
+
+def _dequant_embedding_cost(inputs, outputs, attrs):
+    """A lookup: reads the ids and, per id, one row of codes, scales and zero points;
+    dequantizing costs 2 FLOPs per element written (apart, as for ``dequantize``)."""
+    ids, parts = inputs[0], [t for t in inputs[1:] if t is not None]
+    rows = sum(t.nbytes // t.shape[0] for t in parts)
+    return Cost(other_flops=2 * outputs[0].numel, bytes_read=ids.nbytes + ids.numel * rows,
+                bytes_written=outputs[0].nbytes)
+
+
+register(OpDef("dequant_embedding", ("ids", "qweight", "scales", "zero_points?"),
+               {"K": REQUIRED, "bits": REQUIRED, "block_size": REQUIRED, "scale": None},
+               _dequant_embedding_infer, _dequant_embedding_reference, _dequant_embedding_cost, level="model",
                logical_elements=quantized_elements))
 
 

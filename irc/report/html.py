@@ -18,7 +18,7 @@ from typing import Optional, Sequence, Union
 from irc.errors import IRCError
 from irc.graph import Graph
 from irc.parser import parse_graph
-from irc.report import diff, layout, model, npu, provenance, svg
+from irc.report import diff, layout, model, npu, provenance, quant, svg
 from irc.report.diff import layer_index
 from irc.report.steps import Step, load_steps
 
@@ -71,6 +71,16 @@ def build_report(dump: Union[str, Sequence[Step]], graph: Optional[Graph] = None
              "<code>irc report --spec SPEC</code> to link nodes to their spec lines.</p>", "</section>"]
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>irc report: {escape(name)}</title>'
             f"<style>{CSS}</style></head><body>{svg.arrow_defs()}\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def npu_page(plan: dict) -> str:
+    """An NPU plan alone as one self-contained page (``irc tile --report``): the report's
+    NPU section (``irc.report.npu.render``) under the report's style; same plan, same bytes."""
+    target = plan.get("target") if isinstance(plan.get("target"), dict) else {}
+    name = f"{plan.get('model', 'model')} on {target.get('name', 'an NPU')}"
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>NPU plan: {escape(name)}</title>'
+            f"<style>{CSS}</style></head><body>\n<header><h1>NPU plan: {escape(name)}</h1></header>\n"
+            f'<section id="npu">{npu.render(plan)}</section>\n</body></html>\n')
 
 
 class _Parsed:
@@ -178,6 +188,8 @@ def _pass(step, before_step, regions, parsed: _Parsed, prov, times: bool) -> str
              f"<p class='facts'>{escape('; '.join(facts))}</p>"]
     if step.notes:
         parts.append("<ul class='notes'>" + "".join(f"<li>{escape(str(n))}</li>" for n in step.notes) + "</ul>")
+    if isinstance(step.stats.get("quantize"), dict):  # the quantize pass's own figures
+        parts.append(quant.render(step.stats["quantize"]))
     for number, group in enumerate(groups[:MAX_GROUPS]):
         parts.append(_group(step, before_step, group, number, parsed, prov))
     if len(groups) > MAX_GROUPS:

@@ -146,7 +146,7 @@ def test_golden_int8_channel_asymmetric_with_kv_cache():
     check_golden("quantize-kv.after.ir", print_graph(after))
 
 
-@pytest.mark.parametrize("options", [{}, {"bits": 8}, {"bits": 4, "group": 64, "symmetric": False,
+@pytest.mark.parametrize("options", [{}, {"bits": 8}, {"bits": 4, "group": 32, "symmetric": False,
                                                          "embeddings": True, "kv_cache": True}])
 def test_second_run_changes_nothing(options):
     after, changed = apply_pass(Quantize(**options), example("tiny-llama3"))
@@ -206,7 +206,7 @@ def test_tied_head_is_the_embedding():
     after, _ = apply_pass(Quantize(embeddings=True), g)
     assert "embed" not in after.params and "embed.qweight" in after.params
     readers = sorted(n.op for n in after.params["embed.qweight"].uses)
-    assert readers == ["dequant_linear", "dequantize"]  # the LM head and the embedding's table
+    assert readers == ["dequant_embedding", "dequant_linear"]  # the lookup and the LM head share the codes
 
 
 def test_shape_only_compile_stays_lazy():
@@ -261,7 +261,7 @@ def test_int4_group32_sqnr_matches_theory():
 @pytest.mark.parametrize("name", ["tiny-llama3", "tiny-mixtral-8x7b", "tiny-qwen2-7b", "tiny-deepseek-v2"])
 def test_report_on_tiny_models(name):
     g = example(name)
-    int8, _ = apply_pass(Quantize(bits=8), g)
+    int8, _ = apply_pass(Quantize(bits=8, method="rtn"), g)  # RTN: every element within half a step
     report = quantization_report(g, int8)
     e2e = report["end_to_end"]
     assert e2e["top1_agreement"] >= 0.9 and e2e["logits_rms_relative_error"] < 0.15
@@ -271,7 +271,7 @@ def test_report_on_tiny_models(name):
     json.dumps(report)
     int4, _ = apply_pass(Quantize(bits=4, kv_cache=True), g)
     report4 = quantization_report(g, int4)
-    assert report4["int8_kv_cache"] and 18 < report4["tensor_summary"]["mean_sqnr_db"] < 22
+    assert report4["int8_kv_cache"] and 19 < report4["tensor_summary"]["mean_sqnr_db"] < 23  # mse: above RTN's 20.3
     assert report4["end_to_end"]["logits_rms_relative_error"] > e2e["logits_rms_relative_error"]
     assert "top-1 agreement" in format_report(report4)
 

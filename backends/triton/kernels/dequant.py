@@ -19,7 +19,9 @@ from __future__ import annotations
 from typing import Optional
 
 from irc.dtypes import DType
+from irc.errors import BackendError
 from irc.graph import Node, Value
+from irc.ops.registry import pad_inputs
 
 from backends.triton.kernels import signature_type
 
@@ -75,6 +77,10 @@ def claim(planner) -> None:
 
 
 def _quant(node: Node, bits_attrs: dict, qweight: Value, scales: Value, zeros: Optional[Value], grouped: bool):
+    if zeros is not None and zeros.dtype.is_float:
+        raise BackendError(f"float zero points (@{zeros.name}) are not supported by the Triton kernels",
+                           location=f"node %{node.name} ({node.op})",
+                           hint="compile GGUF Q4_1/K-quant weights for onnx/onnx-ort, or load them as float")
     fields = weight_fields(bits_attrs["bits"], bits_attrs["block_size"], zeros is not None, scales.dtype, grouped)
     return fields, [qweight, scales] + ([zeros] if zeros is not None else [])
 
@@ -85,13 +91,13 @@ def weight(planner, value: Value, grouped: bool = False) -> tuple[dict, list]:
     node = getattr(planner, "dequantized", {}).get(value.name)
     if node is None:
         return {"w_dtype": value.dtype}, [value]
-    qweight, scales, zeros = (list(node.inputs) + [None])[:3]
+    qweight, scales, zeros = pad_inputs(node.inputs, 3)
     return _quant(node, node.attrs, qweight, scales, zeros, grouped)
 
 
 def linear_weight(node: Node) -> tuple[dict, list]:
     """(GemmSpec fields, operands) of a ``dequant_linear`` node's quantized weight."""
-    qweight, scales, zeros = (list(node.inputs) + [None] * 3)[1:4]
+    qweight, scales, zeros = pad_inputs(node.inputs, 4)[1:]
     return _quant(node, node.attrs, qweight, scales, zeros, grouped=False)
 
 

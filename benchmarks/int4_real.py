@@ -1,0 +1,341 @@
+"""int4 on a real model: irc's ``quantize`` methods and MatMulNBits accuracy levels against
+onnxruntime-genai's builder on SmolLM2-135M-Instruct (``real_model.py`` prepares it).
+Prints tables and never asserts on time.
+
+Rows, all in this one process:
+
+- transformers fp32 (the reference): the Hugging Face folder in torch, eager;
+- irc fp32: ``irc compile HF --target onnx-ort``;
+- irc int4, per method (``rtn``, ``mse``, ``imatrix`` with ``CALIBRATION``, a text other
+  than the evaluation text) and per accuracy level (0, 1, 2, 4):
+  ``lower-mlp,quantize{bits=4,group=32,embeddings=true,method=M,accuracy_level=0},dce``
+  (embedding table and tied head in int4, as the builder does), compiled once per method;
+  each level is a copy of model.onnx with ``accuracy_level`` set on every MatMulNBits
+  (same external data);
+- builder int4: ``python -m onnxruntime_genai.models.builder -i HF -o OUT -p int4 -e cpu``.
+
+Columns: MB on disk (model.onnx + external data); perplexity over the first 512 tokens of
+``real_model.SEED_TEXT`` (one ORT prefill, 2 threads; torch for transformers) and top-1
+agreement of the next-token argmax with transformers fp32 over those positions; prefill ms
+of a 128-token prompt (the text's first 128 tokens) and decode tok/s (64 new tokens, 1 /
+the median step) through onnxruntime-genai's generate loop on 2 threads (torch eager for
+transformers), medians over ``--rounds`` interleaved rounds (A B C ... A B C ...), each
+model loaded afresh for its run and dropped after it: an idle ONNX Runtime session's thread
+pool spins and would steal the cores from the session being timed. Then the
+targets against the builder (int4 size <= 1.05x, decode >= 1.0x, perplexity gap to fp32 at
+most half the builder's), the whole-process compile times, and the quantization speed
+(MB of float32 weights per second) of each method's code search over every weight of the
+model, in this process, against RTN.
+
+    python benchmarks/int4_real.py [--rounds 5] [--threads 2] [--workdir DIR] [--model-dir /work/cache/smollm2]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from onnx_vs_peers import ROOT, median, timed_process  # noqa: E402
+from quantize_onnx import disk_bytes  # noqa: E402
+from real_model import DEFAULT_DIR, SEED_TEXT, eval_tokens, prepare  # noqa: E402
+
+CALIBRATION = "/work/shared/seeds/000_812997a390ead4ae.txt"
+METHODS = ("rtn", "mse", "imatrix")
+LEVELS = (0, 1, 2, 4)
+PROMPT, NEW = 128, 64
+
+
+def pipeline(method: str, hf: str) -> str:
+    extra = f",calibration={CALIBRATION},tokenizer={os.path.join(hf, 'tokenizer.json')}" if method == "imatrix" else ""
+    return f"lower-mlp,quantize{{bits=4,group=32,embeddings=true,method={method},accuracy_level=0{extra}}},dce"
+
+
+def build(work: str, hf: str) -> dict:
+    """{name: (folder, whole-process seconds, failure note)} for every compiled model."""
+    irc = [sys.executable, "-m", "irc_cli", "compile", hf, "--target", "onnx-ort", "-o"]
+    jobs = {"irc fp32": irc + [os.path.join(work, "irc-fp32", "model.onnx")]}
+    for method in METHODS:
+        jobs[f"irc int4 {method}"] = irc + [os.path.join(work, f"irc-{method}", "model.onnx"),
+                                            "--passes", pipeline(method, hf)]
+    jobs["builder int4"] = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf, "-o",
+                            os.path.join(work, "builder-int4"), "-p", "int4", "-e", "cpu", "-c",
+                            os.path.join(work, "builder-cache")]
+    built = {}
+    for name, argv in jobs.items():
+        folder = os.path.dirname(argv[argv.index("-o") + 1]) if name.startswith("irc") else argv[argv.index("-o") + 1]
+        seconds, note = timed_process(argv, ROOT)
+        built[name] = (folder, seconds, note)
+    return built
+
+
+def with_level(folder: str, level: int, threads: int) -> str:
+    """A sibling folder whose model.onnx sets ``accuracy_level`` on every MatMulNBits (none for
+    0); the external data and tokenizer are hard links to ``folder``'s (ONNX Runtime refuses
+    external data that resolves outside the model's folder, as a symbolic link does)."""
+    import onnx
+
+    out = f"{folder}-acc{level}"
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    for name in os.listdir(folder):
+        if name not in ("model.onnx", "genai_config.json"):
+            os.link(os.path.join(folder, name), os.path.join(out, name))
+    shutil.copy(os.path.join(folder, "genai_config.json"), out)
+    model = onnx.load(os.path.join(folder, "model.onnx"), load_external_data=False)
+    for node in model.graph.node:
+        if node.op_type == "MatMulNBits":
+            for attribute in [a for a in node.attribute if a.name == "accuracy_level"]:
+                node.attribute.remove(attribute)
+            if level:
+                node.attribute.append(onnx.helper.make_attribute("accuracy_level", level))
+    onnx.save(model, os.path.join(out, "model.onnx"))
+    set_threads(out, threads)
+    return out
+
+
+def set_threads(folder: str, threads: int) -> None:
+    path = os.path.join(folder, "genai_config.json")
+    with open(path) as f:
+        config = json.load(f)
+    options = config["model"]["decoder"].setdefault("session_options", {})
+    options["intra_op_num_threads"], options["inter_op_num_threads"] = threads, 1
+    with open(path, "w") as f:
+        json.dump(config, f, indent=4)
+
+
+def ort_logits(folder: str, ids: list, threads: int, head_dim: int = 64) -> np.ndarray:
+    """Logits [T, V] of one prefill over ``ids`` through plain ONNX Runtime (empty caches;
+    ``head_dim`` where a cache input leaves it symbolic, as the builder's do)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.log_severity_level = 3
+    session = ort.InferenceSession(os.path.join(folder, "model.onnx"), options, providers=["CPUExecutionProvider"])
+    t = len(ids)
+    feeds = {"input_ids": np.asarray([ids], np.int64), "attention_mask": np.ones((1, t), np.int64),
+             "position_ids": np.arange(t, dtype=np.int64)[None]}
+    types = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+    for i in session.get_inputs():
+        if i.name.startswith("past_key_values"):
+            shape = [1, i.shape[1], 0, i.shape[3] if isinstance(i.shape[3], int) else head_dim]
+            feeds[i.name] = np.zeros(shape, types[i.type])
+    names = {i.name for i in session.get_inputs()}
+    logits = session.run(["logits"], {k: v for k, v in feeds.items() if k in names})[0]
+    return np.asarray(logits[0], np.float32)
+
+
+def quality(logits: np.ndarray, ids: list, reference_top: np.ndarray) -> tuple:
+    """(perplexity, top-1 agreement with the reference's argmax) over positions 0..T-2."""
+    from irc.evaluate import next_token_nll, perplexity
+
+    top = logits[:-1].argmax(axis=-1)
+    return perplexity(next_token_nll(logits, ids)), float(np.mean(top == reference_top))
+
+
+def transformers_model(hf: str, threads: int):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(threads)
+    return AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
+
+
+def torch_logits(model, ids: list) -> np.ndarray:
+    import torch
+
+    with torch.inference_mode():
+        return model(torch.tensor([ids])).logits[0].float().numpy()
+
+
+def search_speed(hf: str, calibration_stats: dict | None) -> dict:
+    """MB/s of float32 weights through each method's code search, every 2-D weight of the model."""
+    from frontends import load_spec
+    from passes.quantize_methods import quantize_weight
+
+    graph = load_spec(hf)
+    weights = [p for p in graph.params.values() if p.rank == 2]
+    speeds = {}
+    for method in METHODS:
+        seconds, size = 0.0, 0
+        for param in weights:
+            w = np.asarray(param.array(), np.float32)
+            importance = (calibration_stats or {}).get(param.name) if method == "imatrix" else None
+            start = time.perf_counter()
+            quantize_weight(w, bits=4, block_size=32, symmetric=True, method="mse" if importance is None and
+                            method == "imatrix" else method, importance=importance)
+            seconds += time.perf_counter() - start
+            size += w.nbytes
+        speeds[method] = size / seconds / 1e6
+    return speeds
+
+
+def calibration_seconds(hf: str) -> tuple:
+    """(seconds, statistics) of the imatrix calibration run as the pass does it."""
+    from frontends import load_spec
+    from irc.evaluate import text_tokens
+    from passes.quantize import Quantize
+    from passes.quantize_calibrate import importance
+
+    graph = load_spec(hf)
+    tokens = text_tokens(CALIBRATION, os.path.join(hf, "tokenizer.json"),
+                         Quantize.options["calibration_tokens"], what="calibration text")
+    start = time.perf_counter()
+    stats = importance(graph, tokens, {p.name for p in graph.params.values() if p.rank == 2})
+    return time.perf_counter() - start, stats, len(tokens)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--model-dir", default=DEFAULT_DIR)
+    args = parser.parse_args()
+    hf = prepare(args.model_dir)["f32"]
+    work = args.workdir or tempfile.mkdtemp(prefix="int4-real-")
+    ids = eval_tokens(hf)
+    prompt = np.asarray([ids[:PROMPT]], np.int64)
+    print(f"model {hf}; eval: first {len(ids)} tokens of {SEED_TEXT}; work dir {work}", flush=True)
+
+    built = build(work, hf)
+    rows = {"irc fp32": built["irc fp32"][0]}
+    for method in METHODS:
+        for level in LEVELS:
+            if not built[f"irc int4 {method}"][2]:
+                rows[f"irc int4 {method} acc{level}"] = with_level(built[f"irc int4 {method}"][0], level, args.threads)
+    rows["builder int4"] = built["builder int4"][0]
+    for folder in (built["irc fp32"][0], built["builder int4"][0]):
+        set_threads(folder, args.threads)
+
+    reference = transformers_model(hf, args.threads)
+    reference_logits = torch_logits(reference, ids)
+    reference_top = reference_logits[:-1].argmax(axis=-1)
+    scores = {"transformers fp32": quality(reference_logits, ids, reference_top)}
+    for name, folder in rows.items():
+        scores[name] = quality(ort_logits(folder, ids, args.threads), ids, reference_top)
+        print(f"  scored {name}: perplexity {scores[name][0]:.2f}", flush=True)
+
+    timings = measure_decode(rows, reference, prompt, args.rounds)
+    report(rows, built, scores, timings, hf)
+    seconds, stats, count = calibration_seconds(hf)
+    speeds = search_speed(hf, stats)
+    print(f"\nquantization speed (every 2-D weight of the model, float32 MB/s, this process): "
+          + ", ".join(f"{m} {s:.1f} MB/s ({s / speeds['rtn']:.2f}x rtn)" for m, s in speeds.items())
+          + f"; imatrix calibration: {count} tokens in {seconds:.1f} s (reference interpreter, streamed)")
+
+
+class GenaiStepper:
+    """onnxruntime-genai's generate loop, one call at a time: ``start`` appends the prompt
+    (the prefill), ``step`` generates one token; each returns its seconds."""
+
+    def __init__(self, model):
+        self.model, self.generator = model, None
+
+    def start(self, prompt: np.ndarray) -> float:
+        import onnxruntime_genai as og
+
+        params = og.GeneratorParams(self.model)
+        params.set_search_options(max_length=prompt.shape[1] + NEW + 1, do_sample=False)
+        self.generator = og.Generator(self.model, params)
+        begin = time.perf_counter()
+        self.generator.append_tokens(prompt.astype(np.int32))
+        return time.perf_counter() - begin
+
+    def step(self) -> float:
+        begin = time.perf_counter()
+        self.generator.generate_next_token()
+        return time.perf_counter() - begin
+
+
+class TorchStepper:
+    """transformers eager with its KV cache, greedy, one forward at a time."""
+
+    def __init__(self, model):
+        import inspect
+
+        self.model, self.out = model, None
+        self.keyword = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def start(self, prompt: np.ndarray) -> float:
+        import torch
+
+        with torch.inference_mode():
+            begin = time.perf_counter()
+            self.out = self.model(torch.from_numpy(prompt), use_cache=True)
+            return time.perf_counter() - begin
+
+    def step(self) -> float:
+        import torch
+
+        with torch.inference_mode():
+            begin = time.perf_counter()
+            token = self.out.logits[:, -1].argmax(-1, keepdim=True)
+            past = getattr(self.out, "cache", None) or self.out.past_key_values
+            self.out = self.model(token, use_cache=True, **{self.keyword: past})
+            return time.perf_counter() - begin
+
+
+def measure_decode(rows: dict, reference, prompt: np.ndarray, rounds: int) -> dict:
+    """{name: (prefill seconds per round, decode step seconds)}: every round runs each model
+    in turn (A B C ... A B C ...), loading it afresh and dropping it after its run, so no idle
+    session's spinning thread pool competes with the one being timed."""
+    import gc
+
+    import onnxruntime_genai as og
+
+    timings = {name: ([], []) for name in ["transformers fp32", *rows]}
+    for _ in range(rounds):
+        for name in timings:
+            model = reference if name == "transformers fp32" else og.Model(rows[name])
+            stepper = TorchStepper(model) if name == "transformers fp32" else GenaiStepper(model)
+            stepper.start(prompt)  # warm-up: the first run of a session allocates
+            for _ in range(4):
+                stepper.step()
+            timings[name][0].append(stepper.start(prompt))
+            timings[name][1].extend(stepper.step() for _ in range(NEW))
+            del stepper, model
+            gc.collect()
+    return timings
+
+
+def report(rows: dict, built: dict, scores: dict, timings: dict, hf: str) -> None:
+    sizes = {"transformers fp32": sum(os.path.getsize(os.path.join(hf, n)) for n in os.listdir(hf)
+                                      if n.endswith(".safetensors"))}
+    sizes.update({name: disk_bytes(folder) for name, folder in rows.items()})
+    print(f"\nSmolLM2-135M-Instruct, CPU, prefill {PROMPT} tokens and decode {NEW} through onnxruntime-genai "
+          f"(torch eager for transformers); perplexity and top-1 over the eval text")
+    print(f"  {'model':<26} {'MB on disk':>10} {'perplexity':>10} {'top-1':>7} {'prefill ms':>10} {'decode tok/s':>12}")
+    for name in ["transformers fp32", *rows]:
+        prefill, steps = timings[name]
+        ppl, top1 = scores[name]
+        print(f"  {name:<26} {sizes[name] / 1e6:10.1f} {ppl:10.2f} {top1:7.1%} {median(prefill) * 1000:10.1f} "
+              f"{1 / median(steps):12.1f}")
+    builder = "builder int4"
+    gap = scores[builder][0] - scores["transformers fp32"][0]
+    limit = scores["transformers fp32"][0] + gap / 2
+    print(f"\ntargets against the builder (size <= 1.05x, decode >= 1.0x, perplexity <= {limit:.2f}, "
+          f"half the builder's gap of {gap:.2f}):")
+    speed = 1 / median(timings[builder][1])
+    for name in rows:
+        if name.startswith("irc int4"):
+            size, tps, ppl = sizes[name] / sizes[builder], 1 / median(timings[name][1]) / speed, scores[name][0]
+            ok = size <= 1.05 and tps >= 1.0 and ppl <= limit
+            print(f"  {name:<26} size {size:5.3f}x  decode {tps:5.2f}x  perplexity {ppl:7.2f}  "
+                  f"{'all met' if ok else 'missed'}")
+    print("\nwhole-process compile time (one run each):")
+    for name, (_, seconds, note) in built.items():
+        print(f"  {name:<26} {seconds:7.1f} s  {note}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""``irc compile`` with quantize: --eval-text in the output, the dump stats and the report;
+one clear message and exit code 2 (and no output file) for each bad quantize input."""
+import json
+
+import pytest
+
+from irc_cli import main
+
+TINY = "examples/tiny-llama3.yaml"  # vocabulary 256, d_ff 160
+TEXT = "the cat sat on the mat and the dog sat on the log while the bird sang " * 8
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = sorted(set(TEXT.split()))
+    model = Tokenizer(models.WordLevel({w: i + 1 for i, w in enumerate(words)} | {"[unk]": 0}, unk_token="[unk]"))
+    model.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    model.save(str(path))
+    return str(path)
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_eval_text_reaches_output_dumps_and_report(capsys, tmp_path, tokenizer):
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT)
+    dump, page = tmp_path / "dump", tmp_path / "report.html"
+    code, _, err = run_cli(capsys, "compile", TINY, "--passes", "lower-mlp,quantize{bits=4,group=32,embeddings=true}",
+                           "--eval-text", str(text), "--tokenizer", tokenizer, "--dump-dir", str(dump),
+                           "--report", str(page))
+    assert code == 0, err
+    assert "quantize (mse):" in err and "top-1 agreement" in err
+    stats = json.loads((dump / "02-quantize.stats.json").read_text())["quantize"]
+    assert stats["eval"]["tokens"] == len(TEXT.split()) and 0 < stats["eval"]["top1_agreement"] <= 1
+    assert stats["summary"]["mean_sqnr_db"] > stats["summary"]["mean_sqnr_rtn_db"]
+    html = page.read_text()
+    assert "Mean SQNR per layer" in html and "eval text" in html
+
+
+@pytest.mark.parametrize("passes, message", [
+    ("quantize{group=64}", "group 64 does not divide K=160 of @layers.0.mlp.w_down"),
+    ("quantize{bits=3}", "bits must be 4 or 8"),
+    ("quantize{method=awq}", "unknown method 'awq'"),
+])
+def test_bad_quantize_input(capsys, tmp_path, passes, message):
+    out = tmp_path / "model.onnx"
+    code, _, err = run_cli(capsys, "compile", TINY, "--target", "onnx", "--passes", passes, "-o", str(out))
+    assert code == 2 and message in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_eval_text_of_one_token(capsys, tmp_path, tokenizer):
+    short = tmp_path / "short.txt"
+    short.write_text("cat")
+    code, _, err = run_cli(capsys, "compile", TINY, "--passes", "quantize", "--eval-text", str(short),
+                           "--tokenizer", tokenizer)
+    assert code == 2 and "has 1 token(s); perplexity needs at least 2" in err
+
+
+def test_eval_text_needs_a_pass_that_evaluates(capsys, tmp_path, tokenizer):
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT)
+    code, _, err = run_cli(capsys, "compile", TINY, "--passes", "dce", "--eval-text", str(text), "--tokenizer",
+                           tokenizer)
+    assert code == 2 and "no pass in the pipeline evaluates a text" in err
