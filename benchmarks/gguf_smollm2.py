@@ -37,7 +37,7 @@ from frontends.gguf.tensors import BlockData  # noqa: E402
 from frontends.gguf.tokenizer import build_tokenizer  # noqa: E402
 from irc.ops.quant import dequantize_blocks, unpack_codes  # noqa: E402
 
-SEED_TEXT = "/work/shared/seeds/001_03b3848d8222c4ff.txt"
+SEED_TEXT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shared", "seeds", "001_03b3848d8222c4ff.txt")
 PROMPT = "The capital of France is"
 REFERENCE_TOKENS = 128
 NEW_TOKENS = 32

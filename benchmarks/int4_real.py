@@ -48,7 +48,7 @@ from onnx_vs_peers import ROOT, median, timed_process  # noqa: E402
 from quantize_onnx import disk_bytes  # noqa: E402
 from real_model import DEFAULT_DIR, SEED_TEXT, eval_tokens, prepare  # noqa: E402
 
-CALIBRATION = "/work/shared/seeds/000_812997a390ead4ae.txt"
+CALIBRATION = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shared", "seeds", "000_812997a390ead4ae.txt")
 METHODS = ("rtn", "mse", "imatrix")
 LEVELS = (0, 1, 2, 4)
 PROMPT, NEW = 128, 64

