@@ -31,6 +31,7 @@ from irc_cli import report as report_cli
 from irc_cli import tile as tile_cli
 from irc_cli.spec import load
 
+
 def _apply_passes(graph, args, *, check: bool = False, out=sys.stdout, progress: Progress = SILENT,
                   eval_tokens=None):
     pipeline = parse_pipeline(_pipeline_text(args))

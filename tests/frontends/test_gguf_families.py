@@ -17,7 +17,7 @@ from frontends.gguf import load_gguf
 from frontends.gguf.blocks import EXACT
 from gguf_writer import write_model
 from irc.interpreter import generate
-from test_hf_models import MLA, SMALL, TOLERANCE, hf_logits, irc_logits, prompts, randomize, relative_error
+from test_hf_models import MLA, SMALL, TOLERANCE, assert_logits_match, built_once, irc_logits, prompts, randomize, relative_error
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -76,24 +76,13 @@ def build_case(name: str, folder):
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    built = {}
-
-    def get(name):
-        if name not in built:
-            built[name] = build_case(name, tmp_path_factory.mktemp(name))
-        return built[name]
-
-    return get
+    return built_once(build_case, tmp_path_factory)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_logits_match_transformers(models, name):
     model, path = models(name)
-    graph = load_spec(path)
-    ids, mask, positions = prompts()
-    got, want = irc_logits(graph, ids, mask, positions), hf_logits(model, ids, mask, positions)
-    real = mask.astype(bool)
-    assert relative_error(got[real], want[real]) <= TOLERANCE
+    assert_logits_match(load_spec(path), model)
 
 
 @pytest.mark.parametrize("name", ["llama-llama3-rope", "gemma3-local-global", "deepseek-v3-groups"])

@@ -119,17 +119,22 @@ def build_case(name: str, folder):
     return model, folder
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    """name -> (transformers model, saved folder); each built once per module."""
+def built_once(build, tmp_path_factory):
+    """name -> build(name, a fresh folder), each name built once."""
     built = {}
 
     def get(name):
         if name not in built:
-            built[name] = build_case(name, tmp_path_factory.mktemp(name))
+            built[name] = build(name, tmp_path_factory.mktemp(name))
         return built[name]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """name -> (transformers model, saved folder); each built once per module."""
+    return built_once(build_case, tmp_path_factory)
 
 
 def prompts(vocab: int = 128):
@@ -162,15 +167,20 @@ def relative_error(got, want) -> float:
     return float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_logits_match_on_a_left_padded_batch(models, name):
-    model, folder = models(name)
-    graph = load_spec(folder)
+def assert_logits_match(graph, model) -> None:
+    """The reference interpreter's logits equal transformers' on the real tokens of a
+    left-padded batch (``prompts``)."""
     ids, mask, positions = prompts()
     got, want = irc_logits(graph, ids, mask, positions), hf_logits(model, ids, mask, positions)
     real = mask.astype(bool)
     assert got.shape == want.shape
     assert relative_error(got[real], want[real]) <= TOLERANCE
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_logits_match_on_a_left_padded_batch(models, name):
+    model, folder = models(name)
+    assert_logits_match(load_spec(folder), model)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
