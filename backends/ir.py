@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from irc.graph import Graph
-from irc.passmanager import write_atomic
+from irc.output import write_atomic
 from irc.printer import print_graph
 
 

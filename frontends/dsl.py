@@ -38,6 +38,7 @@ from irc import build, dims
 from irc.dtypes import DType
 from irc.errors import ShapeError, SpecError
 from irc.graph import Graph, Param, Value
+from irc.limits import LimitError, check_layers, check_nodes
 from frontends.dsl_args import ArgError, call_site, one_of, positive, positive_float
 from frontends.dsl_moe import MoeLayer
 from frontends.dsl_rope import Rope, emit_rope
@@ -149,7 +150,10 @@ class Model:
     def param(self, name: str, shape) -> Param:
         if name in self._graph.params:
             raise self.error("name", f"param @{name} already exists", hint="give this weight another name")
-        return self._graph.add_param(name, self.dtype, shape)
+        try:
+            return self._graph.add_param(name, self.dtype, shape)
+        except LimitError as err:
+            raise SpecError(err.message, location=self.origin(), hint=err.hint) from None
 
     def _features(self, x: Tensor) -> int:
         d = x.shape[-1]
@@ -222,14 +226,24 @@ class Model:
         return self.norm(x, name, "layer", eps, bias=bias)
 
     def layers(self, n: int) -> Iterator["Layer"]:
-        """Yield ``n`` layers, numbered on from the layers made so far."""
-        positive("n", n, self.origin())
-        for _ in range(n):
+        """Yield ``n`` layers, numbered on from the layers made so far. Once the first is
+        built, the graph's size is estimated and held to ``irc.limits`` (argument ``n``)."""
+        positive("n", n, self.origin(), limit=check_layers)
+        before = len(self._graph.nodes)
+        for k in range(n):
             index = self._n_layers
             self._n_layers += 1
             self._scope = f"layers.{index}."
             yield Layer(self, index)
+            if k == 0:
+                self._check_nodes(before + (len(self._graph.nodes) - before) * n)
         self._scope = ""
+
+    def _check_nodes(self, estimate: int) -> None:
+        try:
+            check_nodes(estimate)
+        except LimitError as err:
+            raise self.error("n", err.message, err.hint) from None
 
     def logits(self, x: Tensor, tied: bool = False, softcap: Optional[float] = None) -> Tensor:
         """The LM head (``@lm_head`` [V, d], or ``@embed`` when tied), optionally soft-capped;

@@ -5,6 +5,7 @@ import os
 import sys
 from typing import Optional
 
+from irc import limits
 from irc.errors import SpecError
 
 MOE_SCORING = ("softmax", "sigmoid")
@@ -33,9 +34,14 @@ def call_site() -> str:
     return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
-def positive(arg: str, value, location: Optional[str] = None) -> int:
+def positive(arg: str, value, location: Optional[str] = None, limit=limits.check_dim) -> int:
+    """``value`` as a positive integer within its size limit (``irc.limits``)."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ArgError(arg, f"expected a positive integer, got {value!r}", location or call_site())
+    try:
+        limit(value)
+    except limits.LimitError as err:
+        raise ArgError(arg, err.message, location or call_site(), err.hint) from None
     return value
 
 

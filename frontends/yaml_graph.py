@@ -36,7 +36,7 @@ from typing import Any, Optional
 
 from irc import yamlloc
 from irc.yamlloc import Fields, LocDict, LocList, Loc, string
-from irc import build, dims, ops
+from irc import build, dims, limits, ops
 from irc.dtypes import DType
 from irc.errors import ShapeError, SpecError
 from irc.graph import Graph, Value
@@ -100,7 +100,14 @@ def _list(container: Fields, key: str) -> list:
 
 def _repeat(item: dict, path: str) -> tuple[Fields, int]:
     body = Fields(item, path, ("repeat",)).sub("repeat", REPEAT_KEYS, required=True)
-    return body, body.get("count", yamlloc.positive_int)
+    count = body.get("count", yamlloc.positive_int)
+    nodes = body.data.get("nodes")
+    try:  # before anything is expanded (irc.limits)
+        limits.check_layers(count)
+        limits.check_nodes(count * (len(nodes) if isinstance(nodes, list) else 1))
+    except limits.LimitError as err:
+        raise body.error("count", err.message, hint=err.hint) from None
+    return body, count
 
 
 def _is_repeat(item) -> bool:
@@ -193,7 +200,8 @@ def build_graph(data, filename: str) -> Graph:
     nodes = _node_entries(g)
     made_at = {}
     for entry in nodes:
-        for k, name in enumerate(entry.fields.data.get("outputs") or []):
+        outputs = entry.fields.data.get("outputs")  # checked, with its location, when the node is added
+        for k, name in enumerate(outputs if isinstance(outputs, list) else []):
             if isinstance(name, str):
                 made_at.setdefault(name, yamlloc.where(entry.fields.data["outputs"], k))
     for entry in nodes:
@@ -214,7 +222,10 @@ def _add_input(graph: Graph, entry: _Entry, values: dict) -> None:
     shape = f.items("shape", _dim, required=True)
     if name in values:
         raise entry.error("name", f"duplicate name {name!r}")
-    values[name] = graph.add_input(name, dtype, shape)
+    try:
+        values[name] = graph.add_input(name, dtype, shape)
+    except limits.LimitError as err:
+        raise entry.error("shape", err.message, hint=err.hint) from None
 
 
 def _add_param(graph: Graph, entry: _Entry) -> None:
@@ -224,7 +235,10 @@ def _add_param(graph: Graph, entry: _Entry) -> None:
     shape = f.items("shape", yamlloc.non_negative_int, required=True)
     if name in graph.params:
         raise entry.error("name", f"duplicate param @{name}")
-    graph.add_param(name, dtype, shape)
+    try:
+        graph.add_param(name, dtype, shape)
+    except limits.LimitError as err:
+        raise entry.error("shape", err.message, hint=err.hint) from None
 
 
 def _add_node(graph: Graph, entry: _Entry, values: dict, made_at: dict) -> None:
@@ -233,11 +247,11 @@ def _add_node(graph: Graph, entry: _Entry, values: dict, made_at: dict) -> None:
     if op not in ops.OPS:
         close = difflib.get_close_matches(op, list(ops.OPS), n=1)
         raise entry.error("op", f"unknown op {op!r}", hint=f"did you mean {close[0]!r}?" if close else None)
+    if f.data.get("inputs") is not None and not isinstance(f.data["inputs"], list):
+        raise entry.error("inputs", "expected a list of value names, @params or null")
     inputs = []
     for k, ref in enumerate(f.data.get("inputs") or []):
         inputs.append(_resolve(graph, entry, ref, k, values, made_at))
-    if "inputs" in f.data and not isinstance(f.data["inputs"], list):
-        raise entry.error("inputs", "expected a list of value names, @params or null")
     attrs = f.data.get("attrs")
     if attrs is not None and not isinstance(attrs, dict):
         raise entry.error("attrs", "expected a mapping")

@@ -74,7 +74,7 @@ from typing import Optional
 from irc import yamlloc
 from frontends.dsl import ArgError, Model, Rope
 from frontends.dsl_rope import SCALING_FIELDS, SCALING_KINDS
-from irc.yamlloc import (Bad, Fields, boolean, choice, non_negative_int, number, optional, positive_int,
+from irc.yamlloc import (Bad, Fields, boolean, choice, layer_count, non_negative_int, number, optional, positive_int,
                                positive_number, string)
 from irc.errors import SpecError
 from irc.graph import Graph
@@ -136,7 +136,7 @@ class _Expander:
         self.dtype = model.get("dtype", choice("f32", "bf16", "f16"), "f32")
         self.vocab = model.get("vocab_size", positive_int)
         self.d_model = model.get("d_model", positive_int)
-        self.n_layers = model.get("n_layers", positive_int)
+        self.n_layers = model.get("n_layers", layer_count)
         self.tied = model.get("tied_embeddings", boolean, False)
         self.final_softcap = model.get("final_softcap", optional(positive_number), None)
         scale = model.get("embedding_scale", optional(_embedding_scale), None)
@@ -280,6 +280,15 @@ class _Expander:
             m = Model(self.name, vocab=self.vocab, d_model=self.d_model, dtype=self.dtype)
         with m.at(f.origin("vocab_size")), _blame(f, {"scale": (f, "embedding_scale")}):
             x = m.embed(m.input_ids(), scale=self.embedding_scale)
+        with _blame(f, {"n": (f, "n_layers")}):  # a size limit (irc.limits)
+            x = self._layers(m, x)
+        x = self._norm(m, x, "norm")
+        with m.at(f.origin("final_softcap" if self.final_softcap else "vocab_size")):
+            m.logits(x, tied=self.tied, softcap=self.final_softcap)
+        return m.graph
+
+    def _layers(self, m: Model, x):
+        f = self.f
         for layer in m.layers(self.n_layers):
             h = self._norm(m, x, layer.prefix + "attn_norm")
             with m.at(self.attn_f.origin()), _blame(self.attn_f, self._attention_table()):
@@ -294,10 +303,7 @@ class _Expander:
                 h = self._norm(m, h, layer.prefix + "post_mlp_norm")
             with m.at(f.origin("n_layers")):
                 x = x + h
-        x = self._norm(m, x, "norm")
-        with m.at(f.origin("final_softcap" if self.final_softcap else "vocab_size")):
-            m.logits(x, tied=self.tied, softcap=self.final_softcap)
-        return m.graph
+        return x
 
     def _norm(self, m: Model, x, pname: str):
         with m.at(self.norm_f.origin()), _blame(self.norm_f):

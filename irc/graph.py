@@ -11,7 +11,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from irc import dims
+from irc import dims, limits
 from irc.dtypes import DType, Sized
 
 
@@ -111,6 +111,15 @@ class Node:
         return f"<Node {self.op} -> %{self.name}>"
 
 
+def _check_size(name: str, shape) -> None:
+    """A graph input or param must stay within ``irc.limits`` (its elements, each dimension)."""
+    try:
+        limits.check_tensor(shape)
+    except limits.LimitError as err:
+        err.message = f"{name} {list(shape)}: {err.message}"
+        raise
+
+
 class Graph:
     def __init__(self, name: str):
         self.name = name
@@ -139,6 +148,7 @@ class Graph:
 
     # ---- building ----------------------------------------------------------------
     def add_input(self, name: str, dtype: DType, shape) -> Value:
+        _check_size(name, shape)
         value = Value(self._claim(name), dtype, shape)
         self.inputs.append(value)
         return value
@@ -146,6 +156,7 @@ class Graph:
     def add_param(self, name: str, dtype: DType, shape, data: Any = None) -> Param:
         if name in self.params:
             raise ValueError(f"duplicate param @{name}")
+        _check_size("@" + name, shape)
         param = Param(name, dtype, shape, data)
         self.params[name] = param
         return param

@@ -1,5 +1,6 @@
 """Outputs written atomically: files are staged in a hidden folder beside them and renamed
-into place only when all of them are complete.
+into place only when all of them are complete. Every file irc writes goes through here
+(``write_atomic`` for a single file).
 
     with OutputFolder("out", primary="model.onnx") as out:
         out.require(total_bytes)               # refuses before writing when the disk lacks room
@@ -15,6 +16,8 @@ Guarantees:
 - an exception, Ctrl-C (``KeyboardInterrupt``) or SIGTERM (raised as ``Terminated`` while the
   block runs in the main thread) removes the staging folder, and the destination folder
   too when this block created it; no partial model and no stray temporary file remain;
+- the renames run with SIGINT and SIGTERM held back, so a signal cannot leave half of the
+  files new and half old; it takes effect once they are all in place;
 - a staging folder is named ``.irc-tmp-<pid>-<random>``; one left by a process that no
   longer runs (killed with SIGKILL, say) is removed by the next ``OutputFolder`` there.
 
@@ -32,6 +35,7 @@ from typing import Optional
 from irc.errors import IRCError
 
 PREFIX = ".irc-tmp-"
+HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 MARGIN = 64 << 20   # room kept free beyond the bytes an output needs
 
 
@@ -58,28 +62,42 @@ class OutputFolder:
     def __enter__(self) -> "OutputFolder":
         if os.path.exists(self.directory) and not os.path.isdir(self.directory):
             raise OutputError("the output's folder is a file", location=self.directory)
-        if not os.path.exists(self.directory):
-            try:
-                os.makedirs(self.directory)
-            except OSError as err:
-                raise OutputError(f"cannot create the output folder: {err.strerror}", location=self.directory) \
-                    from None
-            self._created = True
-        remove_stale(self.directory)
-        self.staging = tempfile.mkdtemp(dir=self.directory, prefix=f"{PREFIX}{os.getpid()}-")
         if threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
+        try:
+            if not os.path.exists(self.directory):
+                try:
+                    os.makedirs(self.directory)
+                except OSError as err:
+                    raise OutputError(f"cannot create the output folder: {err.strerror}",
+                                      location=self.directory) from None
+                self._created = True
+            remove_stale(self.directory)
+            try:
+                self.staging = tempfile.mkdtemp(dir=self.directory, prefix=f"{PREFIX}{os.getpid()}-")
+            except OSError as err:
+                raise OutputError(f"cannot write in the output folder: {err.strerror}",
+                                  location=self.directory) from None
+        except BaseException as err:
+            self.__exit__(type(err), err, None)
+            raise
         return self
 
     def __exit__(self, kind, error, traceback) -> bool:
+        held = kind is None and self._previous_handler is not None
         try:
+            if held:  # no signal between the first rename and the last
+                signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
             if kind is None:
                 self._commit()
         finally:
             if self._previous_handler is not None:
                 signal.signal(signal.SIGTERM, self._previous_handler)
                 self._previous_handler = None
-            shutil.rmtree(self.staging, ignore_errors=True)
+            if held:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+            if self.staging is not None:
+                shutil.rmtree(self.staging, ignore_errors=True)
             if kind is not None and self._created:
                 try:
                     os.rmdir(self.directory)  # only when empty: never anything but what we made
@@ -128,6 +146,13 @@ class OutputFolder:
             if os.path.exists(path):
                 os.chmod(path, 0o666 & ~umask)
                 os.replace(path, self.final(name))
+
+
+def write_atomic(path: str, data: str | bytes) -> str:
+    """Write one file atomically (an ``OutputFolder`` of one file); its path."""
+    directory, name = os.path.split(os.path.abspath(path))
+    with OutputFolder(directory, primary=name) as out:
+        return out.write(name, data)
 
 
 def free_bytes(path: str) -> int:

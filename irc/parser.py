@@ -8,6 +8,8 @@ from irc import dims
 from irc.dtypes import DType
 from irc.errors import ParseError, ShapeError
 from irc.graph import Graph, Node, Value
+from irc.inputs import read_text
+from irc.limits import LimitError, current as current_limits
 from irc.ops import get_op
 
 _HEADER = re.compile(r"graph ([A-Za-z0-9_.\-]+)\((.*)\) -> \((.*)\) \{\Z")
@@ -69,6 +71,11 @@ def _parse_attrs(line: _Line, text: str, pos: int) -> tuple[dict, int]:
             raise line.error(f"expected ',' or '}}' after attribute {key!r}")
 
 
+def read_graph(path: str) -> Graph:
+    """The graph in the ``.ir`` file ``path``; unreadable or non-UTF-8 files are ParseErrors."""
+    return parse_graph(read_text(path, ParseError), source=path)
+
+
 def parse_graph(text: str, source: str = "<text>") -> Graph:
     lines = [_Line(t.strip(), i + 1, source) for i, t in enumerate(text.splitlines())]
     lines = [ln for ln in lines if ln.text and not ln.text.startswith("#")]
@@ -99,10 +106,7 @@ def parse_graph(text: str, source: str = "<text>") -> Graph:
     for line in body[:-1]:
         t = line.text
         if t.startswith("meta "):
-            try:
-                graph.meta = json.loads(t[5:])
-            except json.JSONDecodeError as err:
-                raise line.error(f"meta: {err.msg}") from None
+            graph.meta = _meta(line, t[5:])
         elif t.startswith("param "):
             m = _PARAM.match(t)
             if not m:
@@ -110,7 +114,7 @@ def parse_graph(text: str, source: str = "<text>") -> Graph:
             dtype, shape = _type(line, m.group(2), m.group(3))
             try:
                 graph.add_param(m.group(1), dtype, shape)
-            except ValueError as err:
+            except (ValueError, LimitError) as err:
                 raise line.error(str(err)) from None
         elif t.startswith("return"):
             returned = [_lookup(graph, env, line, name) for name in _split_top(t[len("return"):])]
@@ -127,10 +131,73 @@ def parse_graph(text: str, source: str = "<text>") -> Graph:
     return graph
 
 
+def _meta(line: _Line, text: str) -> dict:
+    """The ``meta`` JSON object, its entries the analyses and backends read checked by type."""
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise line.error(f"meta: {err.msg}") from None
+    except (ValueError, RecursionError):  # an integer of thousands of digits, runaway nesting
+        raise line.error("meta: a value out of range or nested too deeply") from None
+    if not isinstance(meta, dict):
+        raise line.error("meta: expected a JSON object")
+    for key, allowed in META_KINDS.items():
+        if meta.get(key) is not None and not allowed(meta[key]):
+            raise line.error(f"meta: {key} {json.dumps(meta[key])[:60]} is not {allowed.__doc__}")
+    rope = meta.get("rope") or {}
+    if rope.get("base") is not None and not _positive_number(rope["base"]):
+        raise line.error("meta: rope.base must be a positive number")
+    return meta
+
+
+def _count(value) -> bool:
+    """a non-negative integer within irc's size limits"""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= current_limits().dim
+
+
+def _layers(value) -> bool:
+    """a layer count within irc's limits"""
+    return _count(value) and value <= current_limits().layers
+
+
+def _positive_number(value) -> bool:
+    """a positive number"""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+
+
+def _number(value) -> bool:
+    """a number"""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < float("inf")
+
+
+def _mapping(value) -> bool:
+    """a JSON object"""
+    return isinstance(value, dict)
+
+
+def _dtype(value) -> bool:
+    """a dtype"""
+    try:
+        DType.parse(value)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
+
+
+def _token_ids(value) -> bool:
+    """a token id or a list of them"""
+    return _count(value) or (isinstance(value, list) and all(_count(v) for v in value))
+
+
+META_KINDS = {"vocab_size": _count, "d_model": _count, "n_layers": _layers, "n_heads": _count, "n_kv_heads": _count,
+              "head_dim": _count, "max_positions": _count, "dtype": _dtype, "norm_offset": _number, "rope": _mapping,
+              "generation": _mapping, "eos_token_id": _token_ids, "bos_token_id": _token_ids}
+
+
 def _claim(graph, line, add, name, *args):
     try:
         return add(name, *args)
-    except ValueError as err:
+    except (ValueError, LimitError) as err:
         raise line.error(str(err)) from None
 
 

@@ -20,13 +20,13 @@ import json
 import os
 import re
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, TextIO
 
 from irc.errors import IRCError, PassError, VerifyError
 from irc.graph import Graph
+from irc.output import write_atomic  # noqa: F401  (also imported from here)
 from irc.verify import verify
 
 
@@ -213,21 +213,3 @@ def region_diff(before: str, after: str, context: int = 2) -> str:
 
 def _after(done: list[str]) -> str:
     return "pipeline start" if not done else "after " + ", ".join(done)
-
-
-def write_atomic(path: str, text: str | bytes) -> None:
-    """Write to a temporary file beside ``path`` and rename: no half-written outputs."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode() if isinstance(text, str) else text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; outputs get the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -13,11 +13,13 @@ path (``model.attention.n_kv_heads: ...``). Both YAML frontends use it.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from typing import Any, Callable, NamedTuple, Optional
 
 import yaml
 
+from irc import limits
 from irc.errors import SpecError
 from irc.graph import plain_copy as plain
 
@@ -51,6 +53,7 @@ class LocList(list):
     item_locs: list
 
 
+MAX_DEPTH = 64  # levels of nesting; a spec uses four or five
 _FLOAT_WITHOUT_DOT = re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$")
 
 
@@ -60,6 +63,18 @@ class LocatingSafeLoader(yaml.SafeLoader):
     def __init__(self, stream, filename: str):
         super().__init__(stream)
         self.filename = filename
+        self.depth = 0
+
+    def compose_node(self, parent, index):
+        """Refuse runaway nesting at once (PyYAML recurses once per level)."""
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep",
+                                                  self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
     def loc(self, mark) -> Loc:
         return Loc(self.filename, mark.line + 1, mark.column + 1)
@@ -99,15 +114,22 @@ LocatingSafeLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_WITHO
 
 def loads(text: str, filename: str = "<string>") -> Any:
     """Parse YAML text; syntax errors become SpecError at file:line:col."""
-    loader = LocatingSafeLoader(text, filename)
+    loader = None
     try:
+        loader = LocatingSafeLoader(text, filename)  # refuses unprintable characters already
         return loader.get_single_data()
     except yaml.MarkedYAMLError as err:
         raise _syntax_error(err, text, filename) from None
     except yaml.YAMLError as err:
-        raise SpecError(f"YAML error: {err}", location=filename) from None
+        raise SpecError(f"YAML error: {' '.join(str(err).split())}", location=filename) from None
+    except RecursionError:
+        raise SpecError("YAML nested too deeply to read", location=filename,
+                        hint="a spec nests a few levels; look for runaway brackets") from None
+    except ValueError as err:  # an integer of thousands of digits
+        raise SpecError(f"YAML value out of range: {str(err).split(':')[0]}", location=filename) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _syntax_error(err: yaml.MarkedYAMLError, text: str, filename: str) -> SpecError:
@@ -130,6 +152,9 @@ def load_file(path) -> Any:
             text = f.read()
     except OSError as err:
         raise SpecError(f"cannot read spec: {err.strerror}", location=str(path)) from None
+    except UnicodeDecodeError as err:
+        raise SpecError(f"not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start})",
+                        location=str(path)) from None
     return loads(text, str(path))
 
 
@@ -155,7 +180,8 @@ Kind = Callable[[Any], Any]
 
 
 def _show(value: Any) -> str:
-    return "null" if value is None else repr(plain(value))
+    text = "null" if value is None else repr(plain(value))
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text):,} characters)"
 
 
 def _is_int(value) -> bool:
@@ -168,6 +194,24 @@ def positive_int(value):
     return value
 
 
+def layer_count(value):
+    """A positive integer within the layer limit (``irc.limits``)."""
+    return _within(positive_int(value), limits.check_layers)
+
+
+def size(value):
+    """A positive integer within the dimension limit (``irc.limits``): d_model, heads, ..."""
+    return _within(positive_int(value), limits.check_dim)
+
+
+def _within(value: int, check) -> int:
+    try:
+        check(value)
+    except limits.LimitError as err:
+        raise Bad(f"{err.message}; {err.hint}") from None
+    return value
+
+
 def non_negative_int(value):
     if not _is_int(value) or value < 0:
         raise Bad(f"expected a non-negative integer, got {_show(value)}")
@@ -177,13 +221,24 @@ def non_negative_int(value):
 def number(value):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise Bad(f"expected a number, got {_show(value)}")
-    return float(value)
+    return _finite(value)
 
 
 def positive_number(value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise Bad(f"expected a positive number, got {_show(value)}")
-    return float(value)
+    return _finite(value)
+
+
+def _finite(value) -> float:
+    """``value`` as a float, refusing NaN, infinities and integers past the float range."""
+    try:
+        result = float(value)
+    except OverflowError:
+        result = math.inf
+    if not math.isfinite(result):
+        raise Bad(f"expected a finite number, got {_show(value)}")
+    return result
 
 
 def boolean(value):

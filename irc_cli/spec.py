@@ -5,7 +5,7 @@ import os
 
 from irc.errors import IRCError
 from irc.graph import Graph
-from irc.parser import parse_graph
+from irc.parser import read_graph
 
 from frontends import load_spec
 
@@ -16,6 +16,5 @@ def load(path: str) -> Graph:
     if not os.path.exists(path):
         raise IRCError(f"no such file: {path}")
     if path.endswith(".ir"):
-        with open(path) as f:
-            return parse_graph(f.read(), source=path)
+        return read_graph(path)
     return load_spec(path)

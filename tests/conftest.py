@@ -16,6 +16,8 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "fuzz: mutated inputs of every format (tests/fuzz; IRC_FUZZ_EXAMPLES=2000 "
+                                       "for a long run, --hypothesis-seed=N to replay one)")
     irc.testing.golden.directory = Path(__file__).resolve().parent / "golden"
     irc.testing.golden.update = bool(config.getoption("--update-golden"))
 

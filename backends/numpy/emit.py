@@ -39,7 +39,7 @@ from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Graph, Node, Param
 from irc.ops import get_op
-from irc.passmanager import write_atomic
+from irc.output import OutputFolder
 from irc.printer import format_node
 from irc.text import identifier, interface_lines, literal, one_line
 from irc.weights import seed_absent
@@ -111,8 +111,10 @@ def emit_module(graph: Graph, path: str, *, source: str = "") -> None:
     Both are built in memory first, then written atomically: an error leaves no file."""
     text = module_source(graph, source=source)
     weights = weights_npz(graph)
-    write_atomic(os.path.splitext(path)[0] + ".npz", weights)
-    write_atomic(path, text)
+    directory, name = os.path.split(os.path.abspath(path))
+    with OutputFolder(directory, primary=name) as out:  # both files or neither
+        out.write(os.path.splitext(name)[0] + ".npz", weights)
+        out.write(name, text)
 
 
 # ---- pieces --------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from irc import dims
 from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Graph, Param
-from irc.passmanager import write_atomic
+from irc.output import OutputFolder
 from irc.printer import format_node
 from irc.text import interface_lines
 from irc.weights import seed_absent
@@ -112,8 +112,10 @@ def emit_module(graph: Graph, path: str, *, source: str = "") -> None:
     planner = Planner(graph).run()
     text = module_source(graph, planner, source=source)
     weights = weights_pt(graph, planner)
-    write_atomic(os.path.splitext(path)[0] + ".pt", weights)
-    write_atomic(path, text)
+    directory, name = os.path.split(os.path.abspath(path))
+    with OutputFolder(directory, primary=name) as out:  # both files or neither
+        out.write(os.path.splitext(name)[0] + ".pt", weights)
+        out.write(name, text)
 
 
 def load_module(path: str):

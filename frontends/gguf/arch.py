@@ -17,6 +17,7 @@ import numpy as np
 
 from frontends.gguf.reader import GGUFFile
 from frontends.hf.config import Arch, Attention, RopeSpec
+from irc import limits
 
 LLAMA3_CANDIDATES = ((1.0, 4.0, 8192), (1.0, 4.0, 4096), (1.0, 4.0, 2048), (1.0, 4.0, 16384))
 
@@ -91,7 +92,15 @@ def read_dims(hp: Hparams) -> dict:
     if value_dim != head_dim:
         raise hp.error("attention.value_length", f"{value_dim} differs from the key length {head_dim}",
                        hint="irc's attention has one head size for keys and values")
-    return {"d": d, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "layers": hp.count("block_count")}
+    layers = hp.count("block_count")
+    for key, value, check in (("block_count", layers, limits.check_layers), ("embedding_length", d, limits.check_dim),
+                              ("attention.head_count", heads, limits.check_dim),
+                              ("attention.key_length", head_dim, limits.check_dim)):
+        try:  # before anything per layer or per head is made (irc.limits)
+            check(value)
+        except limits.LimitError as err:
+            raise hp.error(key, err.message, err.hint) from None
+    return {"d": d, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "layers": layers}
 
 
 def _vocab(hp: Hparams) -> int:

@@ -180,7 +180,10 @@ class GGUFFile:
               str: main == GGUFValueType.STRING, list: main == GGUFValueType.ARRAY}[kind]
         if not ok:
             raise self.error(key, f"expected {kind.__name__}, the file has {main.name.lower()}")
-        value = field.contents()
+        try:
+            value = field.contents()
+        except UnicodeDecodeError as err:
+            raise self.error(key, f"a string that is not UTF-8 (byte {err.object[err.start]:#04x})") from None
         return kind(value) if kind in (int, float, bool) else value
 
     def arch_key(self, key: str) -> str:

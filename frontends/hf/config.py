@@ -126,10 +126,16 @@ class Config:
                 text = f.read()
         except OSError as err:
             raise SpecError(f"cannot read {CONFIG}: {err.strerror}", location=path) from None
+        except UnicodeDecodeError as err:
+            raise SpecError(f"not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start})",
+                            location=path) from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
             raise SpecError(f"invalid JSON: {err.msg}", location=f"{path}:{err.lineno}:{err.colno}") from None
+        except (ValueError, RecursionError) as err:  # an integer of thousands of digits; runaway nesting
+            reason = "nested too deeply" if isinstance(err, RecursionError) else str(err).split(":")[0]
+            raise SpecError(f"invalid JSON: {reason}", location=path) from None
         if not isinstance(data, dict):
             raise SpecError("expected a JSON object at the top level", location=path)
         return cls(data, path, text)
@@ -197,14 +203,15 @@ class Config:
         for key in ("dtype", "torch_dtype"):
             value = self.data.get(key)
             if value is not None:
-                if value not in DTYPES:
+                if not isinstance(value, str) or value not in DTYPES:
                     raise self.unsupported(key, value, hint=f"dtypes: {', '.join(DTYPES)}")
                 return DTYPES[value]
         return "f32"
 
 
 def _show(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, (str, bool)) or value is None else repr(value)
+    text = json.dumps(value) if isinstance(value, (str, bool)) or value is None else repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text):,} characters)"
 
 
 # ---- value kinds (raise Bad; Config.get names the key) ------------------------------------
@@ -254,6 +261,8 @@ def read_rope(cfg: Config, head_dim: int, params: dict, key: str, *, default_bas
     when the dict does not give one (HF: ``max_position_embeddings``)."""
     kind = params.get("rope_type", params.get("type", "default"))
     kind_key = f"{key}.rope_type" if "rope_type" in params else f"{key}.type"
+    if not isinstance(kind, str):
+        raise cfg.error(kind_key, f"expected a string, got {_show(kind)}")
     if kind != "default" and kind not in SCALING_USES:
         raise cfg.unsupported(kind_key, kind, hint=f"RoPE types irc implements: default, {', '.join(SCALING_USES)}")
     for name in params:

@@ -43,7 +43,7 @@ from typing import Callable, Optional
 
 from frontends.hf.config import (Arch, Attention, Config, LayerSpec, RopeSpec, int_list, read_rope, rope_dict,
                                  string_list)
-from irc.yamlloc import boolean, non_negative_int, positive_int, positive_number, string
+from irc.yamlloc import boolean, layer_count, non_negative_int, positive_int, positive_number, size, string
 from frontends.hf.weights import Rows, Source, Stack, Tensor
 from irc.yamlloc import Bad
 from irc.errors import SpecError
@@ -87,7 +87,7 @@ DEFAULTS = {
 }
 
 # DSL argument -> the config.json key a refusal should name
-DSL_ARGS = {"vocab": "vocab_size", "d_model": "hidden_size", "heads": "num_attention_heads",
+DSL_ARGS = {"n": "num_hidden_layers", "vocab": "vocab_size", "d_model": "hidden_size", "heads": "num_attention_heads",
             "kv_heads": "num_key_value_heads", "head_dim": "head_dim", "d_ff": "intermediate_size",
             "experts": "num_experts", "top_k": "num_experts_per_tok", "groups": "n_group", "top_groups": "topk_group",
             "window": "sliding_window", "rope.rotary_dim": "partial_rotary_factor", "shared_d_ff":
@@ -114,10 +114,10 @@ def describe(cfg: Config, name: str) -> Arch:
 
 def _dims(cfg: Config) -> dict:
     """Sizes every family has; head_dim defaults to hidden_size / num_attention_heads."""
-    d = cfg.get("hidden_size", positive_int)
-    heads = cfg.get("num_attention_heads", positive_int)
-    kv_heads = cfg.get("num_key_value_heads", positive_int, heads)
-    head_dim = cfg.get("head_dim", positive_int, None)
+    d = cfg.get("hidden_size", size)
+    heads = cfg.get("num_attention_heads", size)
+    kv_heads = cfg.get("num_key_value_heads", size, heads)
+    head_dim = cfg.get("head_dim", size, None)
     if head_dim is None:
         if d % heads:
             raise cfg.error("num_attention_heads", f"hidden_size {d} is not divisible by {heads} heads",
@@ -126,7 +126,7 @@ def _dims(cfg: Config) -> dict:
     if heads % kv_heads:
         raise cfg.error("num_key_value_heads", f"{heads} heads are not divisible by {kv_heads} kv heads")
     return {"d": d, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
-            "layers": cfg.get("num_hidden_layers", positive_int)}
+            "layers": cfg.get("num_hidden_layers", layer_count)}  # sizes within irc.limits
 
 
 def _arch(cfg: Config, name: str, model_type: str, dims: dict, attention: Attention, layers: list[LayerSpec],

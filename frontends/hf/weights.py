@@ -53,24 +53,35 @@ def read_header(path: str) -> tuple[dict, int]:
                 raise SpecError("not a safetensors file (bad header size)", location=path)
             header = json.loads(f.read(size))
         file_size = os.path.getsize(path)
-    except (OSError, ValueError) as err:
-        raise SpecError(f"cannot read the safetensors header: {err}", location=path) from None
+    except (OSError, ValueError, RecursionError) as err:
+        raise SpecError(f"cannot read the safetensors header: {' '.join(str(err).split())[:200]}",
+                        location=path) from None
     if not isinstance(header, dict):
         raise SpecError("not a safetensors file (the header is not a JSON object)", location=path)
     header.pop("__metadata__", None)
     data_start = 8 + size
+    spans = []
     for name, entry in header.items():
-        _check_entry(path, name, entry, file_size - data_start)
+        spans.append((*_check_entry(path, name, entry, file_size - data_start), name))
+    spans.sort()
+    for (_, end, first), (begin, _, second) in zip(spans, spans[1:]):
+        if begin < end:
+            raise SpecError(f"tensors {first} and {second} overlap in the data", location=path,
+                            hint="the file is corrupt")
     return header, data_start
 
 
-def _check_entry(path: str, name: str, entry, room: int) -> None:
-    try:
-        dtype, shape, (begin, end) = entry["dtype"], list(entry["shape"]), entry["data_offsets"]
-        count = int(np.prod(shape, dtype=np.int64))
-        begin, end = int(begin), int(end)
-    except (KeyError, TypeError, ValueError):
-        raise SpecError(f"tensor {name}: malformed header entry {entry!r}", location=path) from None
+def _check_entry(path: str, name: str, entry, room: int) -> tuple[int, int]:
+    """(begin, end) of the tensor's bytes in the data, once its entry is found consistent."""
+    entry = entry if isinstance(entry, dict) else {"entry": entry}
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if not (isinstance(dtype, str) and _whole_numbers(shape) and _whole_numbers(offsets) and len(offsets) == 2):
+        shown = repr(entry) if len(repr(entry)) < 200 else repr(entry)[:200] + "..."
+        raise SpecError(f"tensor {name}: malformed header entry {shown}", location=path) from None
+    begin, end = offsets
+    count = 1
+    for d in shape:
+        count *= d
     if dtype in ITEM_BYTES and end - begin != count * ITEM_BYTES[dtype]:
         raise SpecError(f"tensor {name}: {dtype} {shape} needs {count * ITEM_BYTES[dtype]:,} bytes but the "
                         f"header gives it {end - begin:,}", location=path, hint="the file is corrupt")
@@ -78,6 +89,11 @@ def _check_entry(path: str, name: str, entry, room: int) -> None:
         raise SpecError(f"truncated shard: tensor {name} ends at byte {end:,} of the data, which holds only "
                         f"{max(room, 0):,} bytes", location=path,
                         hint="the file is incomplete (an interrupted download or copy?); fetch it again")
+    return begin, end
+
+
+def _whole_numbers(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
 
 
 def read_bytes(path: str, offset: int, size: int) -> np.ndarray:
@@ -113,8 +129,13 @@ class Checkpoint:
                 with open(index, encoding="utf-8") as f:
                     weight_map = json.load(f)["weight_map"]
                 files = {name: os.path.join(folder, file) for name, file in weight_map.items()}
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-                raise SpecError(f"cannot read the shard index: {err}", location=index) from None
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
+                raise SpecError(f"cannot read the shard index: {' '.join(str(err).split())[:200]}",
+                                location=index) from None
+            strays = sorted({f for f in weight_map.values() if os.path.basename(f) != f or f in ("", ".", "..")})
+            if strays:
+                raise SpecError(f"the shard index names {strays[0]!r}, not a file of this folder", location=index,
+                                hint="a weight_map names shard files beside the index")
             for path in sorted(set(files.values())):
                 if not os.path.exists(path):
                     raise SpecError(f"shard {os.path.basename(path)} is missing", location=index,

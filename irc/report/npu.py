@@ -20,6 +20,7 @@ from html import escape
 from typing import Optional
 
 from irc.analysis import layer_of
+from irc.inputs import read_json
 from irc.report.svg import column_chart, format_count
 from irc.text import format_bytes
 
@@ -35,8 +36,8 @@ def find_plan(graph_meta: dict, dump_dir: Optional[str] = None) -> Optional[dict
     for name in ("plan.json", "npu_plan.json"):
         path = os.path.join(dump_dir, name) if dump_dir else None
         if path and os.path.exists(path):
-            with open(path) as f:
-                return json.load(f)
+            plan = read_json(path)
+            return plan if isinstance(plan, dict) else None
     return None
 
 
@@ -46,6 +47,12 @@ def entries(plan: dict) -> list[dict]:
         if isinstance(value, list) and all(isinstance(e, dict) for e in value):
             return value
     return []
+
+
+def _items(entry: dict, key: str) -> list:
+    """``entry[key]`` when it is a list (a plan handed back may hold anything)."""
+    value = entry.get(key)
+    return value if isinstance(value, list) else []
 
 
 def _num(entry: dict, key: str) -> float:
@@ -157,8 +164,8 @@ def _ops_table(chosen: list[dict]) -> str:
         if detailed:
             tile = e.get("tile") if isinstance(e.get("tile"), dict) else {}
             cells += [f"<td>{escape('x'.join(str(v) for v in tile.values()))}</td>",
-                      f"<td>{escape('>'.join(str(v) for v in e.get('loop_order') or ()))}</td>",
-                      f"<td class='l'>{escape(', '.join(str(v) for v in e.get('fused') or ()))}</td>"]
+                      f"<td>{escape('>'.join(str(v) for v in _items(e, 'loop_order')))}</td>",
+                      f"<td class='l'>{escape(', '.join(str(v) for v in _items(e, 'fused')))}</td>"]
         parts.append("<tr>" + "".join(cells) + "</tr>")
     parts.append("</table></details>")
     return "".join(parts)

@@ -8,13 +8,13 @@ stats line otherwise (``"seconds"``, ``"notes"``), and leaves them out when neit
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from irc.errors import IRCError
+from irc.inputs import parse_json, read_text
 
 _DUMP = re.compile(r"(\d+)-(.+)\.ir\Z")
 
@@ -79,18 +79,46 @@ def _base_name(label: str) -> str:
     return label.split("{", 1)[0]
 
 
+def _flag(value) -> bool:
+    return isinstance(value, bool)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < float("inf")
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _list(value) -> bool:
+    return isinstance(value, list)
+
+
+STAT_KINDS = {"changed": (_flag, "true or false"), "seconds": (_number, "a number"),
+              "check_error": (_number, "a number"), "nodes": (_count, "a node count"), "notes": (_list, "a list")}
+
+
+def _check_stats(stats, path: str) -> None:
+    """A dump's stats as the report reads them (a file handed back may hold anything)."""
+    if not isinstance(stats, dict):
+        raise IRCError("expected a JSON object", location=path)
+    for key, (allowed, kind) in STAT_KINDS.items():
+        if stats.get(key) is not None and not allowed(stats[key]):
+            raise IRCError(f"{key}: expected {kind}, got {str(stats[key])[:40]}", location=path)
+    for key, value in stats.items():  # counts and sizes the report charts
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not abs(value) < 1e30:
+            raise IRCError(f"{key}: {str(value)[:40]} is out of range", location=path)
+
+
 def _read_step(dump_dir: str, index: int, entry: str) -> Step:
     name = _DUMP.match(entry).group(2)
-    with open(os.path.join(dump_dir, entry)) as f:
-        text = f.read()
+    text = read_text(os.path.join(dump_dir, entry))
     stats: dict = {}
     stats_path = os.path.join(dump_dir, entry[:-3] + ".stats.json")
     if os.path.exists(stats_path):
-        with open(stats_path) as f:
-            try:
-                stats = json.loads(f.read() or "{}")
-            except json.JSONDecodeError as err:
-                raise IRCError(f"{stats_path}: not JSON ({err.msg})", location=f"{stats_path}:{err.lineno}") from None
+        stats = parse_json(read_text(stats_path) or "{}", stats_path)
+        _check_stats(stats, stats_path)
     step = Step(index, name, name, text)
     step.changed = stats.pop("changed", None)
     step.check_error = stats.pop("check_error", None)
