@@ -24,7 +24,7 @@ from irc.graph import Graph, Node, Param, Value
 from irc.ops.registry import Cost, TensorType
 
 # multi-head latent attention, before and after ``mla-absorb``
-MLA_OPS = ("mla_attention", "mla_absorbed_attention")
+MLA_OPS = ("mla_attention", "mla_absorbed_attention", "mla_latent_attention")
 _LAYER = re.compile(r"(?:past_key_values|layers)\.(\d+)\.")
 
 

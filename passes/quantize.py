@@ -35,6 +35,7 @@ WEIGHT_OPERANDS = {
     "grouped_gemm": ("w",),
     "mla_attention": ("wq", "q_a", "q_b", "kv_a", "kv_b", "wo"),
     "mla_absorbed_attention": ("wq_absorbed", "q_a", "q_b_absorbed", "kv_a", "wo_absorbed"),
+    "mla_latent_attention": ("wq", "q_a", "q_b", "kv_a", "wo"),  # W^UK, W^UV: per-head blocks, kept
     "embedding": ("table",),
 }
 PARTS = ("qweight", "scales", "zero_points")

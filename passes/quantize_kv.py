@@ -18,6 +18,7 @@ CACHE_OPERANDS = {
     "attention": (("past_key", 1), ("past_value", 2)),
     "mla_attention": (("past_key", 1), ("past_value", 2)),
     "mla_absorbed_attention": (("past_latent", 1), ("past_rope", 2)),
+    "mla_latent_attention": (("past_latent", 1), ("past_rope", 2)),
 }
 
 

@@ -14,13 +14,20 @@ the absorbed weights, the latent and the shared RoPE key appended to their own c
 (``past_key_values.{i}.key`` [B, 1, P, d_c] and ``.value`` [B, 1, P, rope]), multi-query
 attention over [latent | RoPE key] with the latent as value, and the absorbed ``wo``.
 Its caches differ in width, so genai gets no config (as for un-absorbed MLA).
+
+``mla_latent_attention`` (``mla-absorb``'s default) shares that attention and adds two
+batched MatMuls over heads: q_nope [B, H, T, nope] x W^UK [H, nope, d_c] before it, and
+[B, H, T, d_c] x W^UV^T [H, d_c, v] after it, then the checkpoint's ``wo``.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from irc import dims
 from irc.graph import Node
 from irc.ops.attention import MLA_OPERANDS, mla_softmax_scale
 from irc.ops.mla import OPERANDS as ABSORBED_OPERANDS
+from irc.ops.mla_latent import OPERANDS as LATENT_OPERANDS
 from irc.ops.registry import by_name
 
 from backends.onnx.attention import attend_heads, heads_first, merge_heads, rope_tables, rotate_heads, visibility
@@ -83,44 +90,33 @@ def lower_mla_attention(b: Builder, node: Node, outs: list[str]) -> None:
     linear(b, merged, x_value.dtype, ops["wo"], None, name)
 
 
-def lower_mla_absorbed_attention(b: Builder, node: Node, outs: list[str]) -> None:
-    """Absorbed MLA (``irc.ops.mla``): multi-query attention of H heads of width d_c + rope
-    over the key [latent | rotated RoPE key] and the value ``latent``, one KV head. The two
-    caches are concatenated apart ([B, 1, P+T, d_c] and [B, 1, P+T, rope], the presents)
-    and joined along the width for the key; attention then has no past of its own."""
-    ops = by_name(ABSORBED_OPERANDS, node.inputs)
-    a = node.attrs
+def _project_query(b: Builder, ops: dict, a: dict, x: str, dtype, wq: str, q_b: str, name: str) -> str:
+    """The query projection [B, T, H*W]: ``ops[wq]`` directly, or q_a, its RMS norm, ``ops[q_b]``."""
+    if ops[wq] is not None:
+        return linear(b, x, dtype, ops[wq], None, b.fresh(f"{name}/q"))
+    q_a = linear(b, x, dtype, ops["q_a"], None, b.fresh(f"{name}/q_a"))
+    q_a = rms_norm(b, q_a, ops["q_a_norm"], a["eps"], 0.0, dtype, b.fresh(f"{name}/q_a_norm"))
+    return linear(b, q_a, dtype, ops[q_b], None, b.fresh(f"{name}/q"))
+
+
+def _latent_attention(b: Builder, ops: dict, a: dict, query: str, cos: str, sin: str, outs: list[str]) -> str:
+    """Multi-query attention of the latent queries [B, H, T, d_c + rope] over the key
+    [latent | rotated RoPE key] and the value ``latent``, one KV head; returns [B, H, T, d_c].
+    The two caches are concatenated apart ([B, 1, P+T, d_c] and [B, 1, P+T, rope], the
+    presents) and joined along the width for the key; attention then has no past of its own."""
     x_value = ops["x"]
     x, dtype = b.value(x_value), x_value.dtype
     batch, seq = x_value.shape[:2]
     heads, rank, rope_dim = a["heads"], a["kv_lora_rank"], a["qk_rope_head_dim"]
-    rope = a["rope"]
-    convention = rope.get("convention", "half")
     name = outs[0]
-    shape = dict(batch=batch, seq=seq)
-
-    # queries [B, H, T, d_c + rope]: W^UK already folded into the latent rows
-    if ops["wq_absorbed"] is not None:
-        q = linear(b, x, dtype, ops["wq_absorbed"], None, b.fresh(f"{name}/q"))
-    else:
-        q_a = linear(b, x, dtype, ops["q_a"], None, b.fresh(f"{name}/q_a"))
-        q_a = rms_norm(b, q_a, ops["q_a_norm"], a["eps"], 0.0, dtype, b.fresh(f"{name}/q_a_norm"))
-        q = linear(b, q_a, dtype, ops["q_b_absorbed"], None, b.fresh(f"{name}/q"))
-    q4 = heads_first(b, q, heads=heads, width=rank + rope_dim, out=b.fresh(f"{name}/q_heads"), **shape)
-    cos, sin = rope_tables(b, ops["position_ids"], rope_dim, rope["base"], rope.get("scaling"), dtype)
-    q_latent = slice_(b, q4, 0, rank, 3, b.fresh(f"{name}/q_latent"))
-    q_pe = slice_(b, q4, rank, rank + rope_dim, 3, b.fresh(f"{name}/q_pe"))
-    q_pe = rotate_heads(b, q_pe, (batch, heads, seq, rope_dim), cos, sin, convention, b.fresh(f"{name}/q_pe_rotated"))
-    query = b.op("Concat", [q_latent, q_pe], f"{name}/query", axis=3)
-
-    # the new latent [B, 1, T, d_c] and rotated RoPE key [B, 1, T, rope], appended to the caches
     compressed = linear(b, x, dtype, ops["kv_a"], None, b.fresh(f"{name}/kv_a"))
     c_kv = slice_(b, compressed, 0, rank, 2, b.fresh(f"{name}/c_kv_raw"))
     c_kv = rms_norm(b, c_kv, ops["kv_a_norm"], a["eps"], 0.0, dtype, b.fresh(f"{name}/c_kv"))
     latent = b.op("Unsqueeze", [c_kv, b.i64([1])], f"{name}/latent_new")
     k_pe = slice_(b, compressed, rank, rank + rope_dim, 2, b.fresh(f"{name}/k_pe_raw"))
     k_pe = b.op("Unsqueeze", [k_pe, b.i64([1])], f"{name}/k_pe_head")
-    k_pe = rotate_heads(b, k_pe, (batch, 1, seq, rope_dim), cos, sin, convention, b.fresh(f"{name}/k_pe"))
+    k_pe = rotate_heads(b, k_pe, (batch, 1, seq, rope_dim), cos, sin, a["rope"].get("convention", "half"),
+                        b.fresh(f"{name}/k_pe"))
     past_latent, past_rope = ops["past_latent"], ops["past_rope"]
     total = seq
     if past_latent is not None:
@@ -128,10 +124,86 @@ def lower_mla_absorbed_attention(b: Builder, node: Node, outs: list[str]) -> Non
         k_pe = b.node("Concat", [b.value(past_rope), k_pe], outs[2:3], axis=2)[0]
         total = dims.add(past_latent.shape[2], seq)
     key = b.op("Concat", [latent, k_pe], f"{name}/key", axis=3)
-
     visible = visibility(b, ops["attention_mask"], seq, total, a["causal"], None)
-    scale = mla_softmax_scale(a["qk_nope_head_dim"], rope_dim, rope, a["scale"])
-    out4 = attend_heads(b, query, key, latent, (), [], visible, heads=heads, kv_heads=1, head_dim=rank + rope_dim,
-                        v_head_dim=rank, scale=scale, cap=None, out=b.fresh(f"{name}/heads"), **shape)
+    scale = mla_softmax_scale(a["qk_nope_head_dim"], rope_dim, a["rope"], a["scale"])
+    if b.opset < 23:
+        return attend_heads(b, query, key, latent, (), [], visible, heads=heads, kv_heads=1,
+                            head_dim=rank + rope_dim, v_head_dim=rank, scale=scale, cap=None,
+                            out=b.fresh(f"{name}/heads"), batch=batch, seq=seq)
+    # every head reads the one latent "KV head": the heads become query rows [B, 1, H*T, .] of
+    # single-head attention (as FlashMLA does), so no runtime repeats the cache per head
+    rows = b.op("Reshape", [query, b.shape((batch, 1, dims.mul(heads, seq), rank + rope_dim))], f"{name}/q_rows",
+                allowzero=1)
+    if visible:
+        visible = b.cached(("head rows", visible, heads), lambda: b.op(
+            "Tile", [visible, b.i64([1, 1, heads, 1])], f"{visible}/head_rows"))
+    out = b.op("Attention", [rows, key, latent, visible], f"{name}/rows", scale=float(scale), is_causal=0)
+    return b.op("Reshape", [out, b.shape((batch, heads, seq, rank))], f"{name}/heads", allowzero=1)
+
+
+def lower_mla_absorbed_attention(b: Builder, node: Node, outs: list[str]) -> None:
+    """Absorbed MLA with folded weights (``irc.ops.mla``): the query through the absorbed
+    weight is already latent; attention over the latent (``_latent_attention``), then the
+    absorbed ``wo``."""
+    ops = by_name(ABSORBED_OPERANDS, node.inputs)
+    a = node.attrs
+    x_value = ops["x"]
+    x, dtype = b.value(x_value), x_value.dtype
+    batch, seq = x_value.shape[:2]
+    heads, rank, rope_dim = a["heads"], a["kv_lora_rank"], a["qk_rope_head_dim"]
+    rope = a["rope"]
+    name = outs[0]
+    shape = dict(batch=batch, seq=seq)
+
+    # queries [B, H, T, d_c + rope]: W^UK already folded into the latent rows
+    q = _project_query(b, ops, a, x, dtype, "wq_absorbed", "q_b_absorbed", name)
+    q4 = heads_first(b, q, heads=heads, width=rank + rope_dim, out=b.fresh(f"{name}/q_heads"), **shape)
+    cos, sin = rope_tables(b, ops["position_ids"], rope_dim, rope["base"], rope.get("scaling"), dtype)
+    q_latent = slice_(b, q4, 0, rank, 3, b.fresh(f"{name}/q_latent"))
+    q_pe = slice_(b, q4, rank, rank + rope_dim, 3, b.fresh(f"{name}/q_pe"))
+    q_pe = rotate_heads(b, q_pe, (batch, heads, seq, rope_dim), cos, sin, rope.get("convention", "half"),
+                        b.fresh(f"{name}/q_pe_rotated"))
+    query = b.op("Concat", [q_latent, q_pe], f"{name}/query", axis=3)
+    out4 = _latent_attention(b, ops, a, query, cos, sin, outs)
     merged = merge_heads(b, out4, heads=heads, width=rank, out=b.fresh(f"{name}/merged"), **shape)
     linear(b, merged, dtype, ops["wo_absorbed"], None, name)
+
+
+def lower_mla_latent_attention(b: Builder, node: Node, outs: list[str]) -> None:
+    """MLA absorbed at run time (``irc.ops.mla_latent``): the query's nope part goes into
+    latent space by one batched MatMul over heads with W^UK [H, nope, d_c]; attention over the
+    latent (``_latent_attention``); the result [B, H, T, d_c] comes back out by one batched
+    MatMul with W^UV stored per head as [H, d_c, v] (the same elements as the checkpoint's
+    W^UV, laid out for MatMul as linear weights are); then ``wo``. No per-head loops."""
+    ops = by_name(LATENT_OPERANDS, node.inputs)
+    a = node.attrs
+    x_value = ops["x"]
+    x, dtype = b.value(x_value), x_value.dtype
+    batch, seq = x_value.shape[:2]
+    heads, rank, nope, rope_dim, v_dim = (a["heads"], a["kv_lora_rank"], a["qk_nope_head_dim"], a["qk_rope_head_dim"],
+                                          a["v_head_dim"])
+    rope = a["rope"]
+    name = outs[0]
+    shape = dict(batch=batch, seq=seq)
+
+    q = _project_query(b, ops, a, x, dtype, "wq", "q_b", name)
+    q4 = heads_first(b, q, heads=heads, width=nope + rope_dim, out=b.fresh(f"{name}/q_heads"), **shape)
+    cos, sin = rope_tables(b, ops["position_ids"], rope_dim, rope["base"], rope.get("scaling"), dtype)
+    q_nope = slice_(b, q4, 0, nope, 3, b.fresh(f"{name}/q_nope"))
+    q_latent = b.op("MatMul", [q_nope, b.weight(ops["w_uk"], dtype=dtype)], f"{name}/q_latent")
+    q_pe = slice_(b, q4, nope, nope + rope_dim, 3, b.fresh(f"{name}/q_pe"))
+    q_pe = rotate_heads(b, q_pe, (batch, heads, seq, rope_dim), cos, sin, rope.get("convention", "half"),
+                        b.fresh(f"{name}/q_pe_rotated"))
+    query = b.op("Concat", [q_latent, q_pe], f"{name}/query", axis=3)
+    out4 = _latent_attention(b, ops, a, query, cos, sin, outs)
+    w_uv = ops["w_uv"]
+    w_uv_t = b.converted(b.derived(f"{w_uv.name}.T", w_uv.dtype, (heads, rank, v_dim), (w_uv,), heads_transposed),
+                         w_uv.dtype, dtype)
+    out_v = b.op("MatMul", [out4, w_uv_t], f"{name}/heads_v")
+    merged = merge_heads(b, out_v, heads=heads, width=v_dim, out=b.fresh(f"{name}/merged"), **shape)
+    linear(b, merged, dtype, ops["wo"], None, name)
+
+
+def heads_transposed(array) -> np.ndarray:
+    """[H, v, d_c] -> [H, d_c, v], contiguous: W^UV per head as MatMul's right operand."""
+    return np.ascontiguousarray(np.swapaxes(np.asarray(array), 1, 2))

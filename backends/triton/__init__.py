@@ -21,6 +21,8 @@ rope                                        rope kernel, in place / into the KV 
 attention                                   flash attention: prefill, split-KV decode
 mla_absorbed_attention                      matmuls, row and rope kernels, MLA attention
                                             over the latent cache
+mla_latent_attention                        the same, plus the per-head GEMM (W^UK into
+                                            the latent query, W^UV after attention)
 grouped_gemm (+ gather, act/mul, weighted   MoE grouped GEMMs (GLU; down + scatter-add)
 scatter_add)
 dequantize read as a GEMM weight            folded into that GEMM

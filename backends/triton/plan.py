@@ -120,7 +120,7 @@ class Planner(GemmPlanning, AttentionPlanning):
 
     # ---- the walk ------------------------------------------------------------------------
     def run(self) -> "Planner":
-        self.special = {"mla_absorbed_attention": mla.plan_mla}
+        self.special = {"mla_absorbed_attention": mla.plan_mla, "mla_latent_attention": mla.plan_mla}
         for node in self.graph.nodes:
             if node.op in REFUSED_HINTS:
                 raise BackendError(f"the triton target does not take {node.op!r}", location=f"node %{node.name}",
@@ -180,7 +180,7 @@ class Planner(GemmPlanning, AttentionPlanning):
         present buffer at the attention."""
         inputs = set(v.name for v in self.graph.inputs)
         for node in self.graph.nodes:
-            if node.op not in ("attention", "mla_absorbed_attention") or len(node.outputs) < 3:
+            if node.op not in ("attention", "mla_absorbed_attention", "mla_latent_attention") or len(node.outputs) < 3:
                 continue
             past = node.inputs[4:6] if node.op == "attention" else node.inputs[3:5]
             new_tokens = node.inputs[0].shape[1]

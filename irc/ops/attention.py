@@ -325,6 +325,18 @@ def _mla_infer(inputs, attrs):
     return out
 
 
+def latent_outputs(op, ops, batch, seq, wo, rank: int, rope_dim: int) -> list:
+    """The output types of an absorbed MLA op: [B, T, d_out], then the whole latent and
+    RoPE-key caches [B, 1, P+T, d_c] and [B, 1, P+T, rope] when it is given a past."""
+    total = _check_mask_and_past(op, batch, seq, ops["attention_mask"], ops["past_latent"], ops["past_rope"], 1,
+                                 rank, rope_dim)
+    out = [TensorType(ops["x"].dtype, (batch, seq, wo.shape[0]))]
+    if ops["past_latent"] is not None:
+        out += [TensorType(ops["past_latent"].dtype, (batch, 1, total, rank)),
+                TensorType(ops["past_rope"].dtype, (batch, 1, total, rope_dim))]
+    return out
+
+
 def with_caches(out, caches, x, pasts) -> list:
     """An attention reference's results: ``out`` in ``x``'s dtype, then the present caches
     in their pasts' dtypes (none without a past)."""

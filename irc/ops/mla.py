@@ -1,5 +1,7 @@
 """``mla_absorbed_attention``: DeepSeek multi-head latent attention with the up-projections
-absorbed, attending directly over the cached latent (what ``mla-absorb`` produces).
+folded into the query and output weights, attending directly over the cached latent (what
+``mla-absorb{fold_weights=true}`` produces; its default, absorption at run time without new
+weights, is ``irc.ops.mla_latent``).
 
 The un-absorbed ``mla_attention`` expands the latent c_kv [S, d_c] per head through
 kv_b = [W^UK_h; W^UV_h] (per head h: W^UK_h [nope, d_c], W^UV_h [v, d_c]) and caches the
@@ -30,10 +32,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from irc.ops.attention import (_check_mask_and_past, attend, check_mla_inputs, merge_heads, mla_cost, mla_rotated,
-                               mla_softmax_scale, visible_keys, with_caches, with_past)
+from irc.ops.attention import (attend, check_mla_inputs, merge_heads, mla_cost, mla_rotated,
+                               mla_softmax_scale, latent_outputs, visible_keys, with_caches, with_past)
 from irc.ops.nn import linear
-from irc.ops.registry import REQUIRED, OpDef, TensorType, by_name, expect, expect_shape, register
+from irc.ops.registry import REQUIRED, OpDef, by_name, expect, expect_shape, register
 
 OP = "mla_absorbed_attention"
 OPERANDS = ("x", "position_ids", "attention_mask?", "past_latent?", "past_rope?", "wq_absorbed?", "q_a?",
@@ -96,19 +98,12 @@ def mla_absorbed_attention(x, position_ids, attention_mask=None, past_latent=Non
 
 def _mla_absorbed_infer(inputs, attrs):
     ops = by_name(OPERANDS, inputs)
-    x = ops["x"]
     heads, rank, rope_dim = attrs["heads"], attrs["kv_lora_rank"], attrs["qk_rope_head_dim"]
     batch, seq, _ = check_mla_inputs(OP, ops, attrs, "wq_absorbed", "q_b_absorbed", rank + rope_dim)
     wo = ops["wo_absorbed"]
     expect(len(wo.shape) == 2, f"{OP}: wo_absorbed must be [d_out, H*kv_lora_rank]")
     expect_shape(OP, "wo_absorbed", wo, (wo.shape[0], heads * rank))
-    total = _check_mask_and_past(OP, batch, seq, ops["attention_mask"], ops["past_latent"], ops["past_rope"], 1,
-                                 rank, rope_dim)
-    out = [TensorType(x.dtype, (batch, seq, wo.shape[0]))]
-    if ops["past_latent"] is not None:
-        out += [TensorType(ops["past_latent"].dtype, (batch, 1, total, rank)),
-                TensorType(ops["past_rope"].dtype, (batch, 1, total, rope_dim))]
-    return out
+    return latent_outputs(OP, ops, batch, seq, wo, rank, rope_dim)
 
 
 def _mla_absorbed_reference(inputs, attrs):

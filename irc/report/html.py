@@ -18,7 +18,7 @@ from typing import Optional, Sequence, Union
 from irc.errors import IRCError
 from irc.graph import Graph
 from irc.parser import parse_graph
-from irc.report import diff, layout, model, npu, provenance, quant, svg
+from irc.report import diff, layout, mla, model, npu, provenance, quant, svg
 from irc.report.diff import layer_index
 from irc.report.steps import Step, load_steps
 
@@ -57,6 +57,9 @@ def build_report(dump: Union[str, Sequence[Step]], graph: Optional[Graph] = None
             found[step.index] = changes
     prov = provenance.build(steps, found, [g for g in (input_graph, graph) if g is not None], source_dirs)
     context = steps[0].stats.get("context", 4096)
+    if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= 1 << 30:
+        raise IRCError(f"the first dump's stats give context {str(context)[:40]}; expected a positive integer",
+                       location=str(dump_dir))
     plan = npu_plan if npu_plan is not None else npu.find_plan(final.meta, str(dump_dir) if dump_dir else None)
     name = title or final.name
     body = [f"<header><h1>irc report: {escape(name)}</h1>", _summary(steps, final, times), _nav(plan), "</header>",
@@ -283,6 +286,7 @@ def _model(source: Graph, final: Graph, context: int, prov) -> str:
                                title="Parameters by component (compiled graph)"))
     parts.append(_kv(g))
     parts.append(_flops(g, context))
+    parts.append(mla.render(final))
     return "\n".join(parts)
 
 

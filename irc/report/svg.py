@@ -49,6 +49,7 @@ def _svg(width: float, height: float, body: list, label: str, cls: str) -> str:
 
 _CATEGORY = {
     "matmul": "mm", "linear": "mm", "attention": "attn", "mla_attention": "attn", "mla_absorbed_attention": "attn",
+    "mla_latent_attention": "attn",
     "moe": "moe", "moe_sorted": "moe", "swiglu": "mlp", "geglu": "mlp", "gelu_mlp": "mlp",
     "rms_norm": "norm", "layer_norm": "norm", "rope": "rope", "embedding": "embed",
     "reshape": "move", "transpose": "move", "concat": "move", "slice": "move", "gather": "move",

@@ -14,7 +14,9 @@ attention core, named ``<node>`` for a single-GEMM node (``layers.0.q``) and
 - ``mla_attention``: ``q_a``/``q_b`` (or ``wq``), ``kv_a``, ``kv_b``, the per-head core
   (Dk = nope + rope, Dv = v) and ``wo``; ``mla_absorbed_attention``: ``q_a``,
   ``q_b_absorbed`` (or ``wq_absorbed``), ``kv_a``, one core of H*T rows over the latent
-  cache (Dk = d_c + rope, Dv = d_c) and ``wo_absorbed``;
+  cache (Dk = d_c + rope, Dv = d_c) and ``wo_absorbed``; ``mla_latent_attention``: ``q_a``,
+  ``q_b`` (or ``wq``), ``kv_a``, ``w_uk`` (H small GEMMs [T, nope] x [nope, d_c], one per head),
+  the same core, ``w_uv`` (H small GEMMs [T, d_c] x [d_c, v]) and ``wo``;
 - ``moe``: ``router``, ``shared.gate_up``/``shared.down`` and the routed experts. Routed
   rows are the *expected* load under balanced routing: the T*top_k token slots spread over
   min(E, T*top_k) experts as evenly as possible (so for decode, top_k experts of one row
@@ -214,14 +216,15 @@ def _mla(graph, node, sizes):
     from irc.ops.attention import mla_softmax_scale
 
     a = node.attrs
-    absorbed = node.op == "mla_absorbed_attention"
+    absorbed = node.op != "mla_attention"
+    folded = node.op == "mla_absorbed_attention"
     named = dict(zip(get_op(node.op).operand_names(len(node.inputs)), node.inputs))
     wq, wo = named.get("wq", named.get("wq_absorbed")), named.get("wo", named.get("wo_absorbed"))
     batch, tokens, d = sizes.shape(named["x"])
     M, H = batch * tokens, a["heads"]
     rank, rope, nope, v = a["kv_lora_rank"], a["qk_rope_head_dim"], a["qk_nope_head_dim"], a["v_head_dim"]
-    q_width = H * ((rank if absorbed else nope) + rope)
-    q_suffix = "_absorbed" if absorbed else ""
+    q_width = H * ((rank if folded else nope) + rope)
+    q_suffix = "_absorbed" if folded else ""
     if wq is not None:
         works = [_gemm(graph, node, "wq" + q_suffix, M, d, q_width)]
     else:
@@ -231,7 +234,11 @@ def _mla(graph, node, sizes):
     works.append(_gemm(graph, node, "kv_a", M, d, rank + rope))
     scale = mla_softmax_scale(nope, rope, a["rope"], a["scale"])
     if absorbed:
+        if not folded:  # per head: q_nope [M, nope] x W^UK_h [nope, d_c], stored [K, N]
+            works.append(_gemm(graph, node, "w_uk", M, nope, rank, layout="kn", count=H))
         works.append(_core(node, sizes, "attention", batch, tokens, H, 1, rank + rope, rank, scale))
+        if not folded:  # per head: o_h [M, d_c] x W^UV_h^T, W^UV_h stored [v, d_c] = [N, K]
+            works.append(_gemm(graph, node, "w_uv", M, rank, v, count=H))
     else:
         works.append(_gemm(graph, node, "kv_b", M, rank, H * (nope + v)))
         works.append(_core(node, sizes, "attention", batch, tokens, 1, H, nope + rope, v, scale))
@@ -263,7 +270,8 @@ def _moe(graph, node, sizes):
 
 
 RULES = {"linear": _linear, "matmul": _matmul, "swiglu": _gated_mlp, "geglu": _gated_mlp, "gelu_mlp": _gelu_mlp,
-         "attention": _attention, "mla_attention": _mla, "mla_absorbed_attention": _mla, "moe": _moe}
+         "attention": _attention, "mla_attention": _mla, "mla_absorbed_attention": _mla,
+         "mla_latent_attention": _mla, "moe": _moe}
 
 
 # ---- what is left ------------------------------------------------------------------------

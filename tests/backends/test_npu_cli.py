@@ -39,7 +39,7 @@ def test_reruns_are_byte_identical(capsys, tmp_path):
                    "-o", str(path), "--report", str(path.with_suffix(".html")))[0] == 0
     assert first.read_bytes() == second.read_bytes()
     assert first.with_suffix(".html").read_bytes() == second.with_suffix(".html").read_bytes()
-    assert any(r["op"] == "mla_absorbed_attention" for r in json.loads(first.read_text())["ops"])
+    assert any(r["op"] == "mla_latent_attention" for r in json.loads(first.read_text())["ops"])
 
 
 def test_bad_target_file_is_one_located_message(capsys, tmp_path):

@@ -60,6 +60,19 @@ def test_tiny_examples_match_the_reference_on_every_target(spec):
             check(record, machine)
 
 
+def test_run_time_absorbed_mla_runs_tiled():
+    """The per-head W^UK / W^UV GEMMs of mla-absorb's default, tile by tile on every target."""
+    from irc.testing import apply_pass
+    from passes.mla_absorb import MlaAbsorb
+    graph, _ = apply_pass(MlaAbsorb(), load_spec("examples/tiny-deepseek-v2.yaml"))
+    for target, dtype in [(mini(), "int8"), (mini(), "fp32")]:
+        plan = plan_graph(graph, target, tokens=6, past=5, dtype=dtype)
+        records = [r for r in plan["ops"] if r["role"] in ("w_uk", "w_uv")]
+        assert len(records) == 2 * 2 * 2  # two layers, two roles, two phases
+        for record in records:
+            check(record, machine_of(plan))
+
+
 def _gemm_work(shape, steps=()):
     return Work("g", "g", "linear", "linear", shape, 2, epilogue=list(steps))
 

@@ -131,6 +131,25 @@ def test_traffic_is_within_a_quarter_of_the_lower_bound(model, target):
     assert above == {a for a in ABOVE_A_QUARTER if a[:2] == (model, plan["target"]["name"])}
 
 
+@pytest.mark.parametrize("target", SHIPPED)
+def test_run_time_mla_absorption_plans_its_head_gemms_at_the_bound(target):
+    """DeepSeek-V2 after mla-absorb (run time): per layer, H = 128 small GEMMs through W^UK
+    [nope, d_c] and H through W^UV [v, d_c], planned in both phases and held to 1.25x the
+    lower bound like every other GEMM; the folded weights never appear."""
+    from passes.mla_absorb import MlaAbsorb
+    graph, _ = apply_pass(MlaAbsorb(), load_spec("examples/deepseek-v2.yaml"))
+    plan = plan_graph(graph, load_target(target), tokens=512, past=4096)
+    heads = {(r["role"], r["phase"]): r for r in plan["ops"] if r["layer"] == 1 and r["role"] in ("w_uk", "w_uv")}
+    assert set(heads) == {(role, phase) for role in ("w_uk", "w_uv") for phase in ("prefill", "decode")}
+    assert heads["w_uk", "decode"]["shape"]["K"] == 128 and heads["w_uk", "decode"]["shape"]["N"] == 512
+    assert heads["w_uv", "prefill"]["shape"]["M"] == 512 and heads["w_uv", "prefill"]["count"] == 128
+    assert not any(r["role"] in ("q_b_absorbed", "wo_absorbed") for r in plan["ops"])
+    for r in plan["ops"]:
+        assert r["lower_bound_bytes"] <= r["dram_bytes"], r["name"]
+        if r["role"] in ("w_uk", "w_uv"):
+            assert r["ratio"] <= 1.25, (r["name"], r["phase"], r["ratio"])
+
+
 def test_an_op_that_fits_no_tiling_is_named():
     target = parse_target({"target": {"name": "tiny-sram", "clock_mhz": 100, "sram": {"bytes": 512},
                                       "mac": {"rows": 4, "cols": 4, "dtypes": {"int8": {}}},

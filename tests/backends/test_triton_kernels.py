@@ -281,6 +281,39 @@ def test_mla_absorbed_attention(tmp_path, dtype, q_lora_rank, tokens):
     check(g, tmp_path, random_feeds(g, batch=2, tokens=tokens, past=6), dtype)
 
 
+def mla_latent_graph(dtype, q_lora_rank):
+    """mla_latent_attention (run-time absorption): W^UK and W^UV per head, d_c 24 wider than nope 16."""
+    g = new_graph(f"mla_latent_{q_lora_rank}")
+    heads, rank, nope, rope, v_dim, d = 4, 24, 16, 8, 12, 32
+    x = g.add_input("x", dtype, ("B", "T", d))
+    positions = g.add_input("position_ids", DType.i64, ("B", "T"))
+    mask = g.add_input("attention_mask", DType.i64, ("B", "P+T"))
+    latent = g.add_input("past_key_values.0.key", dtype, ("B", 1, "P", rank))
+    rope_key = g.add_input("past_key_values.0.value", dtype, ("B", 1, "P", rope))
+    width = heads * (nope + rope)
+    if q_lora_rank is None:
+        query = [g.add_param("wq", dtype, (width, d)), None, None, None]
+    else:
+        query = [None, g.add_param("q_a", dtype, (q_lora_rank, d)), g.add_param("q_a_norm", dtype, (q_lora_rank,)),
+                 g.add_param("q_b", dtype, (width, q_lora_rank))]
+    weights = [g.add_param("kv_a", dtype, (rank + rope, d)), g.add_param("kv_a_norm", dtype, (rank,)),
+               g.add_param("kv_b.uk", dtype, (heads, nope, rank)), g.add_param("kv_b.uv", dtype, (heads, v_dim, rank)),
+               g.add_param("wo", dtype, (d, heads * v_dim))]
+    rope_config = {"base": 10000.0, "convention": "half", "scaling": None}
+    g.outputs = emit(g, "mla_latent_attention", [x, positions, mask, latent, rope_key, *query, *weights],
+                     {"heads": heads, "q_lora_rank": q_lora_rank, "kv_lora_rank": rank, "qk_nope_head_dim": nope,
+                      "qk_rope_head_dim": rope, "v_head_dim": v_dim, "rope": rope_config},
+                     ["out", "present.0.key", "present.0.value"])
+    return g
+
+
+@DTYPES
+@pytest.mark.parametrize("q_lora_rank,tokens", [(None, 5), (24, 1)])
+def test_mla_latent_attention(tmp_path, dtype, q_lora_rank, tokens):
+    g = mla_latent_graph(dtype, q_lora_rank)
+    check(g, tmp_path, random_feeds(g, batch=2, tokens=tokens, past=6), dtype)
+
+
 # ---- MoE grouped GEMMs ---------------------------------------------------------------------------
 
 def moe_graph(dtype, shared):

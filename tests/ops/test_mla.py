@@ -199,3 +199,45 @@ def test_cost_by_hand():
     weight_bytes = 4 * (1536 + 512 + KV_RANK + 672 + 768)
     assert cost.bytes_read == 4 * 2 * D_MODEL + 8 * 2 + weight_bytes
     assert cost.bytes_written == 4 * 2 * D_MODEL
+
+
+# ---- mla_latent_attention (absorbed at run time) -------------------------------------------
+
+def latent_values(past=True) -> list:
+    """mla_latent_attention operands for a direct query, W^UK/W^UV from kv_b's shapes."""
+    values = operand_values(None, past=past)
+    if past:
+        values["past_key"] = Value("past_latent", DType.f32, ("B", 1, "P", KV_RANK))
+        values["past_value"] = Value("past_rope", DType.f32, ("B", 1, "P", ROPE))
+    kv_b = values.pop("kv_b")
+    wo = values.pop("wo")
+    return list(values.values()) + [Value("w_uk", kv_b.dtype, (HEADS, NOPE, KV_RANK)),
+                                    Value("w_uv", kv_b.dtype, (HEADS, V_DIM, KV_RANK)), wo]
+
+
+def test_latent_infer_and_errors():
+    attrs = mla_attrs(None)
+    out = ops.infer("mla_latent_attention", latent_values(), attrs)
+    assert out == [TensorType(DType.f32, ("B", "T", D_MODEL)), TensorType(DType.f32, ("B", 1, "P+T", KV_RANK)),
+                   TensorType(DType.f32, ("B", 1, "P+T", ROPE))]
+    values = latent_values()
+    values[11] = Value("w_uk", DType.f32, (HEADS, KV_RANK, NOPE))  # transposed by mistake
+    with pytest.raises(ShapeError, match="w_uk"):
+        ops.infer("mla_latent_attention", values, attrs)
+    values = latent_values()
+    values[3] = Value("past_latent", DType.f32, ("B", HEADS, "P", NOPE + ROPE))  # an un-absorbed cache
+    with pytest.raises(ShapeError, match="past_key"):
+        ops.infer("mla_latent_attention", values, attrs)
+
+
+def test_latent_cost_by_hand():
+    """W^UK and W^UV cost what kv_b costs (2 FLOPs per element per token); attention runs over
+    the latent: scores of width d_c + rope, weighted sum of width d_c."""
+    bound = {"B": 1, "T": 2}
+    types = [None if v is None else TensorType(v.dtype, tuple(bound.get(d, d) for d in v.shape))
+             for v in latent_values(past=False)]
+    cost = ops.get_op("mla_latent_attention").cost(types, [TensorType(DType.f32, (1, 2, D_MODEL))],
+                                                   mla_attrs(None))
+    projections = 2 * 2 * (1536 + 512 + HEADS * (NOPE + V_DIM) * KV_RANK + 768)
+    scores, weighted = 2 * 2 * 2 * HEADS * (KV_RANK + ROPE), 2 * 2 * 2 * HEADS * KV_RANK
+    assert cost.flops == projections + scores + weighted

@@ -1,6 +1,7 @@
-"""mla-absorb: W^UK into the query weight, W^UV into the output weight, attention over the
-cached latent. The caches change shape, so equivalence is held on prefill and on decoding
-with each graph fed its own caches back."""
+"""mla-absorb: attention over the cached latent, W^UK and W^UV applied at run time (the
+default: per-head views of kv_b, no new params) or folded into the query and output weights
+(fold_weights=true). The caches change shape, so equivalence is held on prefill and on
+decoding with each graph fed its own caches back."""
 import importlib.util
 import json
 import sys
@@ -16,6 +17,7 @@ from irc import dims
 from irc.build import emit, emit1
 from irc_cli import main
 from irc.dtypes import DType
+from irc.errors import PassError
 from irc.graph import Graph
 from irc.parser import parse_graph
 from irc.printer import print_graph
@@ -25,6 +27,8 @@ from irc.weights import Derived, seed_absent
 from passes.mla_absorb import MlaAbsorb
 
 F32 = DType.f32
+RUNTIME, FOLD = MlaAbsorb(), MlaAbsorb(fold_weights=True)
+VARIANTS = {"runtime": (RUNTIME, "mla_latent_attention"), "fold": (FOLD, "mla_absorbed_attention")}
 YARN = {"kind": "yarn", "factor": 4.0, "original_max_position": 16, "mscale": 1.0, "mscale_all_dim": 0.8}
 
 
@@ -100,33 +104,103 @@ def assert_same_per_chunk(before: Graph, after: Graph, chunks: list, name: str, 
 
 # ---- the rewrite -------------------------------------------------------------------------
 
-def test_absorbs_q_lora_mla():
-    assert assert_pass(MlaAbsorb(), mla_graph(), golden="mla-absorb")
+def test_absorbs_q_lora_mla_at_run_time():
+    assert assert_pass(RUNTIME, mla_graph(), golden="mla-absorb")
+
+
+def test_folds_q_lora_mla():
+    assert assert_pass(FOLD, mla_graph(), golden="mla-absorb-fold")
+
+
+def test_runtime_absorption_of_a_direct_query_keeps_the_checkpoint_params():
+    g = mla_graph(q_lora_rank=None, convention="half", scaling=None)
+    assert assert_pass(RUNTIME, g)
+    after, _ = apply_pass(RUNTIME, g)
+    assert sorted(after.params) == ["layers.0.attn.kv_a", "layers.0.attn.kv_a_norm", "layers.0.attn.kv_b.uk",
+                                    "layers.0.attn.kv_b.uv", "layers.0.attn.wo", "layers.0.attn.wq"]
+    assert sum(p.numel for p in after.params.values()) == sum(p.numel for p in g.params.values())
+
+
+def test_views_are_kv_b_itself_per_head():
+    g = mla_graph()
+    kv_b = g.params["layers.0.attn.kv_b"].data = g.params["layers.0.attn.kv_b"].array()  # loaded, as a checkpoint
+    after, _ = apply_pass(RUNTIME, g)
+    w_uk, w_uv = after.params["layers.0.attn.kv_b.uk"].array(), after.params["layers.0.attn.kv_b.uv"].array()
+    assert w_uk.shape == (2, 8, 12) and w_uv.shape == (2, 6, 12)
+    # no new weights: the checkpoint's element count, and no param shaped like a folded query
+    # weight [H*(d_c+rope), q_lora] = [32, 16] (q_b is [H*(nope+rope), q_lora] = [24, 16])
+    assert sum(p.numel for p in after.params.values()) == sum(p.numel for p in g.params.values())
+    assert not any(p.shape == (2 * (12 + 4), 16) for p in after.params.values())
+    folded, _ = apply_pass(FOLD, g)
+    assert any(p.shape == (2 * (12 + 4), 16) for p in folded.params.values())  # the check can fail
+    assert np.shares_memory(w_uk, kv_b) and np.shares_memory(w_uv, kv_b)  # views: no copy
+    per_head = kv_b.reshape(2, 14, 12)
+    np.testing.assert_array_equal(w_uk, per_head[:, :8])
+    np.testing.assert_array_equal(w_uv, per_head[:, 8:])
+    np.testing.assert_array_equal(after.params["layers.0.attn.kv_b.uv"].data.rows(1, 2), per_head[1:, 8:])
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_halved_caches_hold_the_latent_and_rope_key_in_two_equal_widths(variant):
+    g = mla_graph()  # d_c 12 + rope 4: two halves of 8
+    pass_obj = MlaAbsorb(cache="halves", fold_weights=variant == "fold")
+    assert assert_pass(pass_obj, g, golden="mla-absorb-halves" if variant == "runtime" else None)
+    after, _ = apply_pass(pass_obj, g)
+    types = {v.name: v.type_str() for v in [*after.inputs, *after.outputs]}
+    assert types["past_key_values.0.key"] == types["past_key_values.0.value"] == "f32[B,1,P,8]"
+    assert types["present.0.key"] == types["present.0.value"] == "f32[B,1,P+T,8]"
+    joined = np.concatenate([run_chunks(after, [random_feeds(g, batch=2, tokens=3, past=0)])[0][f"present.0.{k}"]
+                             for k in ("key", "value")], axis=-1)
+    split, _ = apply_pass(VARIANTS[variant][0], g)
+    [want] = run_chunks(split, [random_feeds(g, batch=2, tokens=3, past=0)])
+    np.testing.assert_array_equal(joined, np.concatenate([want["present.0.key"], want["present.0.value"]], axis=-1))
+    assert_same_per_chunk(g, after, decode_chunks_x(), "out")
+
+
+def test_halved_caches_need_an_even_width_and_a_known_layout():
+    assert_unchanged(MlaAbsorb(cache="halves"), mla_graph(kv_lora_rank=11))
+    with pytest.raises(PassError, match="cache must be one of split, halves"):
+        apply_pass(MlaAbsorb(cache="half"), mla_graph())
+
+
+def decode_chunks_x(d: int = 32) -> list:
+    """x chunks of 3, 1, 1 tokens for a batch of two, the first row left-padded by one."""
+    rng = np.random.default_rng(3)
+    chunks, past, mask = [], 0, np.array([[0, 1, 1], [1, 1, 1]], np.int64)
+    for tokens in (3, 1, 1):
+        mask = mask if not chunks else np.concatenate([mask, np.ones((2, tokens), np.int64)], axis=1)
+        chunks.append({"x": rng.standard_normal((2, tokens, d)).astype(np.float32), "attention_mask": mask,
+                       "position_ids": np.arange(past, past + tokens)[None].repeat(2, axis=0)})
+        past += tokens
+    return chunks
 
 
 def test_absorbs_direct_query():
     g = mla_graph(q_lora_rank=None, convention="half", scaling=None)
-    assert assert_pass(MlaAbsorb(), g)
-    after, _ = apply_pass(MlaAbsorb(), g)
+    assert assert_pass(FOLD, g)
+    after, _ = apply_pass(FOLD, g)
     assert sorted(after.params) == ["layers.0.attn.kv_a", "layers.0.attn.kv_a_norm", "layers.0.attn.wo_absorbed",
                                     "layers.0.attn.wq_absorbed"]
     assert after.params["layers.0.attn.wq_absorbed"].shape == (2 * (12 + 4), 32)
 
 
-def test_caches_become_latent_and_rope_key():
-    after, changed = apply_pass(MlaAbsorb(), mla_graph())
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_caches_become_latent_and_rope_key(variant):
+    pass_obj, op = VARIANTS[variant]
+    after, changed = apply_pass(pass_obj, mla_graph())
     types = {v.name: v.type_str() for v in [*after.inputs, *after.outputs]}
     assert changed and [v.name for v in after.inputs] == [v.name for v in mla_graph().inputs]
     assert types["past_key_values.0.key"] == "f32[B,1,P,12]" and types["past_key_values.0.value"] == "f32[B,1,P,4]"
     assert types["present.0.key"] == "f32[B,1,P+T,12]" and types["present.0.value"] == "f32[B,1,P+T,4]"
-    assert [n.op for n in after.nodes] == ["mla_absorbed_attention"]
-    assert "layers.0.attn.kv_b" not in after.params and "layers.0.attn.q_b" not in after.params
+    assert [n.op for n in after.nodes] == [op]
+    assert "layers.0.attn.kv_b" not in after.params
+    assert ("layers.0.attn.q_b" in after.params) == (variant == "runtime")
     assert print_graph(parse_graph(print_graph(after))) == print_graph(after)
 
 
 def test_absorbed_weights_are_lazy_and_fold_per_head():
     g = mla_graph()
-    after, _ = apply_pass(MlaAbsorb(), g)
+    after, _ = apply_pass(FOLD, g)
     q_abs, wo_abs = after.params["layers.0.attn.q_b_absorbed"], after.params["layers.0.attn.wo_absorbed"]
     assert isinstance(q_abs.data, Derived) and isinstance(wo_abs.data, Derived)
     q_b, kv_b, wo = (g.params[f"layers.0.attn.{n}"].array().astype(np.float64) for n in ("q_b", "kv_b", "wo"))
@@ -142,15 +216,26 @@ def test_absorbed_weights_are_lazy_and_fold_per_head():
                                    rtol=1e-5)
 
 
-def test_absorbs_a_layer_without_caches():
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_absorbs_a_layer_without_caches(variant):
     g = mla_graph(caches=False)
     assert [v.name for v in g.outputs] == ["out"]
-    assert assert_pass(MlaAbsorb(), g)
+    assert assert_pass(VARIANTS[variant][0], g)
+
+
+def test_shape_only_compile_of_deepseek_v2_keeps_its_params_and_fails_only_on_load():
+    g = load_spec("examples/deepseek-v2.yaml")
+    after, changed = apply_pass(RUNTIME, g)
+    assert changed and sum(p.numel for p in after.params.values()) == 235_741_434_880
+    w_uk = after.params["layers.5.attn.kv_b.uk"]
+    assert w_uk.shape == (128, 128, 512) and after.params["layers.5.attn.kv_b.uv"].shape == (128, 128, 512)
+    with pytest.raises(ValueError, match="no data"):
+        w_uk.array()
 
 
 def test_shape_only_compile_gives_shapes_and_fails_only_on_load():
     g = load_spec("examples/deepseek-v2.yaml")
-    after, changed = apply_pass(MlaAbsorb(), g)
+    after, changed = apply_pass(FOLD, g)
     q_abs = after.params["layers.5.attn.q_b_absorbed"]
     assert changed and q_abs.shape == (128 * (512 + 64), 1536)
     assert after.params["layers.5.attn.wo_absorbed"].shape == (5120, 128 * 512)
@@ -158,20 +243,33 @@ def test_shape_only_compile_gives_shapes_and_fails_only_on_load():
         q_abs.array()
 
 
-def test_leaves_graphs_without_mla_alone(tiny_llama):
-    assert_unchanged(MlaAbsorb(), tiny_llama)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_leaves_graphs_without_mla_alone(tiny_llama, variant):
+    assert_unchanged(VARIANTS[variant][0], tiny_llama)
 
 
-def test_refuses_a_computed_kv_b():
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_refuses_a_computed_kv_b(variant):
     g = mla_graph()
     node = g.nodes[0]
     kv_b = node.inputs[11]
     node.set_input(11, emit1(g, "mul", [kv_b, emit1(g, "constant", [], {"value": 1.0}, "one", before=node)],
                              None, "kv_b.scaled", before=node))
-    assert_unchanged(MlaAbsorb(), g)
+    assert_unchanged(VARIANTS[variant][0], g)
 
 
-def test_cache_layout_is_transformers_deepseek_v2_cache():
+def test_runtime_absorption_takes_a_computed_wo():
+    g = mla_graph()
+    node = g.nodes[0]
+    wo = node.inputs[12]
+    node.set_input(12, emit1(g, "mul", [wo, emit1(g, "constant", [], {"value": 1.0}, "one", before=node)],
+                             None, "wo.scaled", before=node))
+    assert assert_pass(RUNTIME, g)
+    assert_unchanged(FOLD, g)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_cache_layout_is_transformers_deepseek_v2_cache(variant):
     """transformers' DeepseekV2Attention caches key = the normalised latent [B,1,S,d_c] and
     value = the rotated RoPE key [B,1,S,rope] (interleaved); the absorbed presents are those."""
     torch = pytest.importorskip("torch")
@@ -189,7 +287,7 @@ def test_cache_layout_is_transformers_deepseek_v2_cache():
                          ("kv_a", "kv_a_proj_with_mqa"), ("kv_a_norm", "kv_a_layernorm"), ("kv_b", "kv_b_proj"),
                          ("wo", "o_proj")]:
         g.params[f"layers.0.attn.{ours}"].data = getattr(layer, theirs).weight.detach().numpy().copy()
-    after, _ = apply_pass(MlaAbsorb(), g)
+    after, _ = apply_pass(VARIANTS[variant][0], g)
     x = np.random.default_rng(0).standard_normal((2, 5, 32)).astype(np.float32)
     positions = np.arange(5)[None].repeat(2, axis=0)
     cache = transformers.DynamicCache()
@@ -203,22 +301,24 @@ def test_cache_layout_is_transformers_deepseek_v2_cache():
 
 # ---- numbers: prefill and decoding, each graph with its own caches ------------------------
 
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("spec", ["examples/tiny-deepseek-v2.yaml", "examples/tiny-deepseek-v3.yaml"])
-def test_tiny_deepseek_prefill_and_16_decode_steps_left_padded(spec):
+def test_tiny_deepseek_prefill_and_16_decode_steps_left_padded(spec, variant):
     """A batch of two uneven prompts (the short one left-padded through attention_mask),
     prefill, then 16 decode steps: logits equal at every step."""
     g = load_spec(spec)
     seed_absent(g)
-    after, changed = apply_pass(MlaAbsorb(), g)
+    after, changed = apply_pass(VARIANTS[variant][0], g)
     assert changed
     chunks = decode_chunks([[5, 17, 200, 3, 99, 42, 7], [11, 250, 8]], steps=16, vocab=256)
     assert_same_per_chunk(g, after, chunks, "logits")
     assert compare_outputs(g, after) <= 1e-5  # the --check path: prefill and one decode step
 
 
-def test_decode_of_one_layer_matches_at_every_step():
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_decode_of_one_layer_matches_at_every_step(variant):
     g = mla_graph()
-    after, _ = apply_pass(MlaAbsorb(), g)
+    after, _ = apply_pass(VARIANTS[variant][0], g)
     rng = np.random.default_rng(1)
     chunks, past = [], 0
     mask = np.array([[0, 0, 1], [1, 1, 1]], np.int64)
@@ -235,7 +335,7 @@ def test_irc_show_reports_the_latent_cache(capsys):
         assert main(["show", "examples/deepseek-v2.yaml", "--json", *extra]) == 0
         return json.loads(capsys.readouterr().out)
 
-    before, after = show(), show("--passes", "mla-absorb")
+    before, after = show(), show("--passes", "mla-absorb{fold_weights=true}")
     assert before["kv_cache_elements_per_token_per_layer"] == 128 * (192 + 128)
     assert after["kv_cache_elements_per_token_per_layer"] == 576
     assert after["kv_cache_bytes_per_token"] == 69_120 == after["kv_cache_latent_bytes_per_token"]
@@ -248,14 +348,41 @@ def test_irc_show_reports_the_latent_cache(capsys):
                             - 128 * 256 * 512)
     assert after["flops_per_token"] - before["flops_per_token"] == attention + projections
     assert after["params_total"] - before["params_total"] == projections // 2
+    # at run time: the checkpoint's params and projection FLOPs (W^UK and W^UV are kv_b once)
+    runtime = show("--passes", "mla-absorb")
+    assert runtime["params_total"] == before["params_total"] == 235_741_434_880
+    assert runtime["param_bytes"] == before["param_bytes"]
+    assert runtime["kv_cache_bytes_per_token"] == 69_120
+    assert runtime["flops_per_token"] - before["flops_per_token"] == attention
+    assert {layer["attention"] for layer in runtime["layers"]} == {"mla_latent_attention"}
+    # both forms side by side (and the un-absorbed one), whichever was compiled
+    forms = {f["form"]: f for f in runtime["mla_forms"]["forms"]}
+    assert runtime["mla_forms"]["compiled"] == ["runtime"] and after["mla_forms"]["compiled"] == ["folded"]
+    assert forms["runtime"]["params"] == 235_741_434_880 and forms["folded"]["params"] == 254_364_144_640
+    assert forms["folded"]["param_bytes"] - forms["runtime"]["param_bytes"] == projections  # bf16: 2 bytes each
+    assert forms["runtime"]["kv_bytes_per_token"] == forms["folded"]["kv_bytes_per_token"] == 69_120
+    assert forms["un-absorbed"]["kv_bytes_per_token"] == 60 * 2 * 128 * (192 + 128)
+    assert forms["runtime"]["flops_per_token"]["4096"] == runtime["flops_per_token"]
+    assert forms["folded"]["flops_per_token"]["4096"] == after["flops_per_token"]
+    for context in ("4096", "32768"):
+        assert forms["folded"]["flops_per_token"][context] - forms["runtime"]["flops_per_token"][context] == \
+            projections
+        assert forms["runtime"]["bytes_per_token"][context] - 69_120 * int(context) == \
+            forms["folded"]["bytes_per_token"][context] - 69_120 * int(context) - projections
+    assert {r["fastest"] for r in runtime["mla_forms"]["roofline"]} == {"runtime"}
+    assert before["mla_forms"]["forms"] == runtime["mla_forms"]["forms"]  # the same numbers from any form
+    assert main(["show", "examples/deepseek-v2.yaml", "--passes", "mla-absorb"]) == 0
+    text = capsys.readouterr().out
+    assert "runtime *    235,741,434,880" in text and "Decode roofline" in text
 
 
 # ---- backends ------------------------------------------------------------------------------
 
-def test_numpy_emitter_runs_the_absorbed_graph(tmp_path):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_numpy_emitter_runs_the_absorbed_graph(tmp_path, variant):
     g = load_spec("examples/tiny-deepseek-v2.yaml")
     seed_absent(g)
-    after, _ = apply_pass(MlaAbsorb(), g)
+    after, _ = apply_pass(VARIANTS[variant][0], g)
     emit_module(after, str(tmp_path / "absorbed_np.py"), source="test")
     spec = importlib.util.spec_from_file_location("absorbed_np", tmp_path / "absorbed_np.py")
     module = importlib.util.module_from_spec(spec)
@@ -275,11 +402,13 @@ def test_numpy_emitter_runs_the_absorbed_graph(tmp_path):
 @given(heads=st.integers(1, 3), d=st.integers(4, 12), q_lora=st.one_of(st.none(), st.integers(2, 8)),
        rank=st.integers(1, 8), nope=st.integers(1, 6), rope=st.sampled_from([2, 4, 6]), v_dim=st.integers(1, 6),
        convention=st.sampled_from(["half", "interleaved"]), yarn=st.booleans(), tokens=st.integers(1, 3),
-       past=st.integers(0, 3))
-def test_random_mla_shapes_hold_the_check(heads, d, q_lora, rank, nope, rope, v_dim, convention, yarn, tokens, past):
+       past=st.integers(0, 3), variant=st.sampled_from(sorted(VARIANTS)))
+def test_random_mla_shapes_hold_the_check(heads, d, q_lora, rank, nope, rope, v_dim, convention, yarn, tokens, past,
+                                          variant):
     g = mla_graph(heads, d, q_lora, rank, nope, rope, v_dim, convention, YARN if yarn else None)
-    after, changed = apply_pass(MlaAbsorb(), g)
-    assert changed and print_graph(after).count("mla_absorbed_attention") == 1
+    pass_obj, op = VARIANTS[variant]
+    after, changed = apply_pass(pass_obj, g)
+    assert changed and print_graph(after).count(op) == 1
     # The check: when the caches' types coincide by accident (one head, d_c = nope + rope and
     # rope = v), compare_outputs cannot tell that they changed; compare_own_caches is what it
     # runs whenever they differ.

@@ -50,9 +50,18 @@ def test_changed_passes_show_regions_pictures_and_the_rule(tiny_html):
     article = tiny_html[tiny_html.index('<article class="pass" id="pass-01">'):]
     article = article[:article.index("</article>")]
     assert "rewritten by <b>mla-absorb</b>" in article
-    assert "mla_absorbed_attention" in article and "<pre class='diff'>" in article
+    assert "mla_latent_attention" in article and "<pre class='diff'>" in article
     assert article.count('<svg class="graph"') >= 2          # before and after
     assert "before (00" in article and "after (01" in article
+
+
+def test_the_mla_trade_is_tabled(tiny_html):
+    """Both absorbed forms (and the un-absorbed one), their numbers and the roofline pick."""
+    section = tiny_html[tiny_html.index('<h3 id="mla">'):]
+    section = section[:section.index("</table>", section.index("Decode roofline"))]
+    assert "runtime (compiled)" in section and "folded" in section and "un-absorbed" in section
+    assert "FLOPs/token @ 4,096" in section and "bytes read/token @ 32,768" in section
+    assert "NVIDIA H100 SXM" in section and section.count("<tr>") == 1 + 3 + 1 + 8
 
 
 def test_nodes_link_to_their_spec_lines(tiny_html):

@@ -26,7 +26,7 @@ from irc.ops.registry import pad_inputs
 from backends.triton.kernels import signature_type
 
 WEIGHT_SLOTS = {"linear": (1,), "swiglu": (1, 2, 3), "geglu": (1, 2, 3), "gelu_mlp": (1, 2), "grouped_gemm": (1,),
-                "mla_absorbed_attention": (5, 6, 8, 9, 11)}
+                "mla_absorbed_attention": (5, 6, 8, 9, 11), "mla_latent_attention": (5, 6, 8, 9, 13)}
 
 def weight_fields(bits: int, block_size: int, has_zero: bool, scale_dtype: DType, grouped: bool) -> dict:
     """GemmSpec fields decoding a quantized weight tile into fp32 ``{w}`` [BLOCK_K, BLOCK_N]."""
