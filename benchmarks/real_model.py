@@ -57,7 +57,7 @@ def fetch_gguf(cache: str) -> str:
     return target
 
 
-def _save_folder(model, tokenizer, out: str, dtype) -> None:
+def _save_folder(model, tokenizer, out: str, dtype, architecture: str = "LlamaForCausalLM") -> None:
     """Write ``model`` (cast to ``dtype``) as a Hugging Face folder at ``out``, atomically."""
     from safetensors.torch import save_file
 
@@ -66,7 +66,7 @@ def _save_folder(model, tokenizer, out: str, dtype) -> None:
     os.makedirs(tmp)
     config = model.config.to_dict()
     config.pop("quantization_config", None)
-    config["architectures"] = ["LlamaForCausalLM"]
+    config["architectures"] = [architecture]
     config["torch_dtype"] = config["dtype"] = str(dtype).replace("torch.", "")
     state = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
     if config.get("tie_word_embeddings"):

@@ -95,6 +95,8 @@ class Builder:
     opset: int
     flavour: str
     context: int = 4096
+    tied_head: str = "auto"                          # how a head tied to the embedding reads it
+    unfused: frozenset = frozenset()                 # onnx-ort fusions turned off (backends.onnx.gqa_fuse)
     nodes: list = field(default_factory=list)
     weights: list = field(default_factory=list)      # Initializer, in order of first use
     constants: list = field(default_factory=list)    # TensorProto, small literals

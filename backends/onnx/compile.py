@@ -6,13 +6,15 @@ from irc.progress import SILENT
 from irc.text import describe_bytes
 
 from backends.onnx.emit import emit_model
-from backends.onnx.targets import resolve_options
+from backends.onnx.targets import resolve_options, resolve_tied_head, resolve_unfused
 
 
 def emit_target(graph: Graph, path: str, options) -> list[str]:
     opset, weights = resolve_options(options.name, options.target)
     result = emit_model(graph, path, target=options.name, opset=opset, weights=weights, seed=options.seed,
-                        context=options.context, files=options.files, progress=options.progress or SILENT)
+                        context=options.context, files=options.files, progress=options.progress or SILENT,
+                        tied_head=resolve_tied_head(options.name, options.target),
+                        unfused=resolve_unfused(options.target))
     lines = [f"wrote {result.path} (target {result.target}, opset {result.opset})"]
     if result.data_path and result.weights_written:
         lines.append(f"wrote {result.data_path} ({describe_bytes(result.weight_bytes)} of weights)")

@@ -48,7 +48,7 @@ from backends.onnx import moe_sorted, ort, portable, quant
 from backends.onnx.attention import lower_attention, lower_rope
 from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
 from backends.onnx.genai import CONFIG, write_genai_config
-from backends.onnx.mla import lower_mla_absorbed_attention, lower_mla_attention
+from backends.onnx.mla import lower_mla_absorbed_attention, lower_mla_attention, lower_mla_latent_attention
 from backends.onnx.moe import lower_moe
 from backends.onnx.precision import lower_in_f32, needs_f32
 from backends.onnx.targets import DEFAULT_OPSET, check_options
@@ -61,6 +61,7 @@ DIM_NAMES = {"B": "batch_size", "T": "sequence_length", "P": "past_sequence_leng
 
 PORTABLE = {**portable.LOWERINGS, **quant.LOWERINGS, **moe_sorted.LOWERINGS, "rope": lower_rope, "attention": lower_attention,
             "mla_attention": lower_mla_attention, "mla_absorbed_attention": lower_mla_absorbed_attention,
+            "mla_latent_attention": lower_mla_latent_attention,
             "moe": lower_moe}
 ORT = {**PORTABLE, **ort.OVERRIDES, **quant.ORT_OVERRIDES}
 
@@ -89,12 +90,14 @@ def _value_info(value) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(value.name, ONNX_TYPES[value.dtype], [dim_param(d) for d in value.shape])
 
 
-def build(graph: Graph, *, target: str = "onnx", opset: int = DEFAULT_OPSET, context: int = 4096) -> Builder:
-    """Lower every node of ``graph`` into a Builder (no weight is touched)."""
+def build(graph: Graph, *, target: str = "onnx", opset: int = DEFAULT_OPSET, context: int = 4096,
+          tied_head: str = "auto", unfused: frozenset = frozenset()) -> Builder:
+    """Lower every node of ``graph`` into a Builder (no weight is touched); ``tied_head``:
+    ``backends.onnx.portable.shared_linear``; ``unfused``: ``backends.onnx.gqa_fuse``."""
     flavour = check_options(target, opset, "seeded").flavour
     if not isinstance(context, int) or context < 1:
         raise BackendError(f"context {context!r} must be a positive int (the longest sequence the model serves)")
-    b = Builder(graph, opset, flavour, context)
+    b = Builder(graph, opset, flavour, context, tied_head, frozenset(unfused))
     for value in graph.inputs:
         b.bind(value, b.claim(value.name))
     for value in graph.outputs:
@@ -137,12 +140,12 @@ def model_proto(graph: Graph, b: Builder, target: str, initializers: list) -> on
 def emit_model(graph: Graph, path: str, *, target: str = "onnx", opset: int = DEFAULT_OPSET, weights: str = "seeded",
                seed: int = 0, context: int = 4096, external_threshold: int = EXTERNAL_DATA_THRESHOLD,
                genai: bool = True, files: Optional[Mapping[str, object]] = None, progress: Progress = SILENT,
-               workers: int = WORKERS) -> Emitted:
+               workers: int = WORKERS, tied_head: str = "auto", unfused: frozenset = frozenset()) -> Emitted:
     """Compile ``graph`` to ``path`` (see the module docstring). ``files`` are companions the
     output folder receives as they are (name -> bytes to write, or the path of a file to
     copy: a tokenizer); ``progress`` shows the weights being written."""
     check_options(target, opset, weights)
-    b = build(graph, target=target, opset=opset, context=context)
+    b = build(graph, target=target, opset=opset, context=context, tied_head=tied_head, unfused=unfused)
     shape_only = weights == "none"
     if not shape_only:
         seed_absent(graph, seed)

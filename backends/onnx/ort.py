@@ -37,7 +37,7 @@ from irc.graph import Graph, Node
 from irc.ops.rope import rope_cos_sin, rope_inv_freq
 from irc.rewrite.epilogue import residual_norm
 
-from backends.onnx import portable
+from backends.onnx import gqa_fuse, portable
 from backends.onnx.attention import (NEG, attention_operands, check_scaling, lower_attention, lower_rope,
                                      visibility)
 from backends.onnx.builder import MS_DOMAIN, Builder
@@ -87,11 +87,29 @@ def lower_attention_ort(b: Builder, node: Node, outs: list[str]) -> None:
     if o["q"].dtype != DType.f32:
         bias = b.op("Cast", [bias], f"{bias}.{o['q'].dtype}", to=TensorProto.FLOAT16)
     seqlens_k, total_len, query_seqlens = _lengths(b, o["batch"], o["seq"], o["total"])
-    inputs = [b.value(o[name]) for name in ("q", "k", "v", "past_key", "past_value")]
-    inputs += [seqlens_k, total_len, "", "", "", bias, "", "", "", "", "", query_seqlens]
+    fused = gqa_fuse.plan(b).get(id(node), gqa_fuse.Absorbed())
+    qkv, rotary = _gqa_operands(b, node, fused, outs[0])
+    inputs = [*qkv, *(b.value(o[name]) for name in ("past_key", "past_value"))]
+    inputs += [seqlens_k, total_len, *rotary, bias, "", "", "", "", "", query_seqlens]
     b.node("GroupQueryAttention", inputs, outs, domain=MS_DOMAIN, num_heads=o["heads"], kv_num_heads=o["kv_heads"],
            scale=float(o["scale"]), softcap=None if a["softcap"] is None else float(a["softcap"]),
-           local_window_size=a["window"])
+           local_window_size=a["window"], do_rotary=1 if fused.rope_q else None,
+           rotary_interleaved=int(fused.rope_q.attrs["convention"] == "interleaved") if fused.rope_q else None)
+
+
+def _gqa_operands(b: Builder, node: Node, fused, hint: str) -> tuple[list, list]:
+    """GQA's query/key/value inputs (packed or three) and its cos_cache, sin_cache and
+    position_ids inputs (empty without ``do_rotary``), per ``backends.onnx.gqa_fuse``."""
+    q, k, v = node.inputs[:3]
+    if fused.rope_q:
+        q, k = fused.rope_q.inputs[0], fused.rope_k.inputs[0]
+    qkv = ([gqa_fuse.packed_qkv(b, fused, hint), "", ""] if fused.projections else
+           [b.value(q), b.value(k), b.value(v)])
+    if not fused.rope_q:
+        return qkv, ["", "", ""]
+    a = fused.rope_q.attrs
+    cos, sin = rope_cache(b, a["head_dim"], a["base"], a["scaling"], q.dtype)
+    return qkv, [cos, sin, b.value(fused.rope_q.inputs[1])]
 
 
 def rope_cache(b: Builder, rotary: int, base: float, scaling, dtype: DType) -> tuple[str, str]:
@@ -107,6 +125,8 @@ def rope_cache(b: Builder, rotary: int, base: float, scaling, dtype: DType) -> t
 def lower_rope_ort(b: Builder, node: Node, outs: list[str]) -> None:
     x, position_ids = node.inputs
     a = node.attrs
+    if gqa_fuse.absorbed(b, node):
+        return
     if x.dtype not in (DType.f32, DType.f16):
         lower_rope(b, node, outs)
         return
@@ -145,10 +165,15 @@ def lower_add_ort(b: Builder, node: Node, outs: list[str]) -> None:
     b.handled.add(id(norm))
 
 
+def lower_linear_ort(b: Builder, node: Node, outs: list[str]) -> None:
+    if not gqa_fuse.absorbed(b, node):
+        portable.lower_linear(b, node, outs)
+
+
 def lower_rms_norm_ort(b: Builder, node: Node, outs: list[str]) -> None:
     x, weight = node.inputs
     portable.rms_norm(b, b.value(x), weight, node.attrs["eps"], node.attrs["offset"], x.dtype, outs[0])
 
 
 OVERRIDES = {"attention": lower_attention_ort, "rope": lower_rope_ort, "add": lower_add_ort,
-             "rms_norm": lower_rms_norm_ort, "moe": lower_moe_ort}
+             "rms_norm": lower_rms_norm_ort, "moe": lower_moe_ort, "linear": lower_linear_ort}

@@ -7,7 +7,7 @@ MoE live in their own modules and join the table there.
 
 Semantics are the references' (``irc.ops``): float math in the activation's type, linear
 weights [out, in] (stored transposed, [in, out], as MatMul's right operand, unless the
-param is also read another way, such as a tied embedding: then ``Gemm(transB=1)``),
+param is also read another way, such as a tied embedding: then ``shared_linear``),
 reshapes with ``allowzero=1`` so that a dim that is 0 at run time (P in a prefill) stays 0.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from irc.errors import BackendError
 from irc.graph import Node, Param, Value
 from irc.ops.registry import pad_inputs
 
-from backends.onnx.builder import ONNX_TYPES, Builder
+from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
 
 BINARY = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "maximum": "Max",
           "less": "Less", "equal": "Equal", "where": "Where", "less_equal": "LessOrEqual", "logical_and": "And"}
@@ -225,7 +225,7 @@ def lower_layer_norm(b: Builder, node: Node, outs: list[str]) -> None:
 # operands that are a [out, in] weight applied as x @ W.T, per op
 MATRIX_OPERANDS = {"linear": {1}, "swiglu": {1, 2, 3}, "geglu": {1, 2, 3}, "gelu_mlp": {1, 2},
                    "moe": {1, 6, 7, 8, 9}, "mla_attention": {5, 6, 8, 9, 11, 12},
-                   "mla_absorbed_attention": {5, 6, 8, 9, 11}}
+                   "mla_absorbed_attention": {5, 6, 8, 9, 11}, "mla_latent_attention": {5, 6, 8, 9, 13}}
 
 
 def only_matrix_uses(param: Value) -> bool:
@@ -246,14 +246,46 @@ def linear(b: Builder, x: str, dtype: DType, weight: Value, bias, out: str) -> s
     elif b.cached(("matrix-only", weight.name), lambda: only_matrix_uses(weight)):
         b.node("MatMul", [x, b.weight(weight, "transposed", dtype)], [product])
     else:
-        rows = b.op("Reshape", [x, b.i64([-1, weight.shape[1]])], f"{out}/rows")
-        flat = b.op("Gemm", [rows, b.weight(weight, dtype=dtype)], f"{out}/gemm", transB=1)
-        lead = b.op("Shape", [x], f"{out}/lead_shape", start=0, end=-1)
-        shape = b.op("Concat", [lead, b.i64([weight.shape[0]])], f"{out}/shape", axis=0)
-        b.node("Reshape", [flat, shape], [product])
+        shared_linear(b, x, dtype, weight, product)
     if bias is not None:
         b.node("Add", [product, b.weight(bias, dtype=dtype)], [out])
     return out
+
+
+def tied_head_layout(b: Builder, dtype: DType) -> str:
+    """How ``shared_linear`` reads its weight: ``b.tied_head``, or for ``auto`` the layout
+    measured fastest (``benchmarks/cpu_speed.py``, Gemma-3-270M): ``fused`` for onnx-ort in
+    f32/f16, else ``transpose`` (its peak memory in a 1,024-token prefill was 2.4 GB against
+    4.0 GB for ``gemm``, whose Reshape copies the 1 GB of logits)."""
+    if b.tied_head != "auto":
+        return b.tied_head
+    return "fused" if b.flavour == "ort" and dtype in (DType.f32, DType.f16) else "transpose"
+
+
+def shared_linear(b: Builder, x: str, dtype: DType, weight: Param, out: str) -> str:
+    """x @ weight.T for a weight also read another way (a head tied to the embedding), so
+    stored once, [out, in]. Layouts (``--tied-head``, measured in ``benchmarks/cpu_speed.py``):
+
+    - ``fused``: ``com.microsoft.FusedMatMul(transB=1)`` on x [..., in]: no copy at all;
+    - ``gemm``: ``Gemm(transB=1)`` on x flattened to rows, reshaped back. When the result is a
+      graph output (the logits), ONNX Runtime copies it in that last Reshape;
+    - ``transpose``: a ``Transpose`` node on the weight feeding ``MatMul``: ONNX Runtime folds
+      it once at load, so the file keeps one copy and memory holds two."""
+    layout = tied_head_layout(b, dtype)
+    stored = b.weight(weight, dtype=dtype)
+    if layout == "fused":
+        if b.flavour != "ort":
+            raise BackendError("--tied-head fused needs com.microsoft.FusedMatMul", hint="use --target onnx-ort")
+        return b.node("FusedMatMul", [x, stored], [out], domain=MS_DOMAIN, transB=1)[0]
+    if layout == "transpose":
+        flipped = b.cached(("transpose-node", weight.name, dtype), lambda: b.op("Transpose", [stored],
+                                                                                 f"{weight.name}.T", perm=[1, 0]))
+        return b.node("MatMul", [x, flipped], [out])[0]
+    rows = b.op("Reshape", [x, b.i64([-1, weight.shape[1]])], f"{out}/rows")
+    flat = b.op("Gemm", [rows, stored], f"{out}/gemm", transB=1)
+    lead = b.op("Shape", [x], f"{out}/lead_shape", start=0, end=-1)
+    shape = b.op("Concat", [lead, b.i64([weight.shape[0]])], f"{out}/shape", axis=0)
+    return b.node("Reshape", [flat, shape], [out])[0]
 
 
 def lower_linear(b: Builder, node: Node, outs: list[str]) -> None:

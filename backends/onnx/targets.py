@@ -29,6 +29,9 @@ MIN_OPSET = 21
 MAX_OPSET = 24
 WEIGHTS = ("seeded", "none")
 DTYPES = ("auto", "f32", "f16", "bf16")
+TIED_HEADS = ("auto", "fused", "gemm", "transpose")
+LOGITS = ("all", "last")
+FUSIONS = ("gqa-rope", "pack-qkv")  # backends.onnx.gqa_fuse
 
 
 @dataclass(frozen=True)
@@ -52,16 +55,26 @@ TARGETS = {
 
 
 def add_arguments(parser) -> None:
-    """The ONNX targets' own options on ``irc compile`` (None when not given)."""
+    """The ONNX targets' own options on ``irc compile`` (None when not given). ``--weights``
+    is every compile's option (the CLI adds it); these targets read it, ``none`` included."""
     parser.add_argument("--opset", type=int, default=None,
                         help=f"ONNX opset for --target onnx/onnx-ort (default {DEFAULT_OPSET}, at least {MIN_OPSET})")
-    parser.add_argument("--weights", default=None,
-                        help="ONNX targets: seeded (default; absent weights seeded by name) or none (shape-only: "
-                             "the model references external weights that are not written)")
     parser.add_argument("--dtype", default=None, choices=DTYPES,
                         help="ONNX targets: the type of float weights and activations (default auto: f32 on CPU, "
                              "the fastest exact model ONNX Runtime's CPU provider runs; quantized weights keep "
                              "their codes, with scales in this type)")
+    parser.add_argument("--tied-head", default=None, choices=TIED_HEADS,
+                        help="ONNX targets: how a head tied to the embedding reads the shared table (default auto: "
+                             "fused, FusedMatMul(transB), for onnx-ort; transpose for onnx: a Transpose node ONNX "
+                             "Runtime folds at load, one copy in the file, two in memory; gemm: Gemm(transB), no "
+                             "second copy, but ONNX Runtime copies the logits in its Reshape)")
+    parser.add_argument("--logits", default=None, choices=LOGITS,
+                        help="ONNX targets: all (default: logits [B, T, V] for every position) or last (the "
+                             "last-logits pass: [B, 1, V], all onnxruntime-genai reads; a prefill skips the head's "
+                             "work on every other position)")
+    parser.add_argument("--unfuse", default=None,
+                        help="onnx-ort: fusions to turn off, comma-separated: gqa-rope (RoPE inside "
+                             "GroupQueryAttention, do_rotary) and pack-qkv (one q|k|v MatMul feeding it)")
 
 
 def resolve_options(target: str, options) -> tuple[int, str]:
@@ -70,6 +83,26 @@ def resolve_options(target: str, options) -> tuple[int, str]:
     weights = "seeded" if options.get("weights") is None else options["weights"]
     check_options(target, opset, weights)
     return opset, weights
+
+
+def resolve_tied_head(target: str, options) -> str:
+    """``--tied-head`` checked (``backends.onnx.portable.shared_linear`` says what each does)."""
+    layout = options.get("tied_head") or "auto"
+    if layout not in TIED_HEADS:
+        raise BackendError(f"--tied-head {layout!r} is not supported", hint=f"one of {', '.join(TIED_HEADS)}")
+    if layout == "fused" and target != "onnx-ort":
+        raise BackendError("--tied-head fused needs com.microsoft.FusedMatMul, an ONNX Runtime op",
+                           hint="use --target onnx-ort, or gemm/transpose for --target onnx")
+    return layout
+
+
+def resolve_unfused(options) -> frozenset:
+    """``--unfuse`` checked: the set of onnx-ort fusions turned off."""
+    names = frozenset(n for n in (options.get("unfuse") or "").split(",") if n)
+    unknown = sorted(names - set(FUSIONS))
+    if unknown:
+        raise BackendError(f"--unfuse {unknown[0]!r} is not a fusion", hint=f"fusions: {', '.join(FUSIONS)}")
+    return names
 
 
 def resolve_dtype(options) -> str:
@@ -85,8 +118,12 @@ def resolve_dtype(options) -> str:
 
 def prelude(options) -> str:
     """Passes every ONNX compile runs before its pipeline: ``retype`` to the chosen float type
-    (first, so quantization scales follow the activations)."""
-    return f"retype{{dtype={resolve_dtype(options)}}}"
+    (first, so quantization scales follow the activations), then ``last-logits`` for
+    ``--logits last``."""
+    logits = options.get("logits") or "all"
+    if logits not in LOGITS:
+        raise BackendError(f"--logits {logits!r} is not supported", hint=f"one of {', '.join(LOGITS)}")
+    return f"retype{{dtype={resolve_dtype(options)}}}" + (",last-logits" if logits == "last" else "")
 
 
 def check_options(target: str, opset: int, weights: str) -> Target:

