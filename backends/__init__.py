@@ -37,6 +37,7 @@ class EmitOptions:
     target: Mapping[str, Any] = field(default_factory=dict)
     files: Mapping[str, Any] = field(default_factory=dict)
     progress: Any = None    # an irc.progress.Progress for long writes (None: silent)
+    report: Optional[str] = None   # --report FILE.html, for emitters that add to it (onnx-npu's placement)
 
 
 def _fixed(pipeline: str) -> Callable[[Mapping[str, Any]], str]:
@@ -62,6 +63,18 @@ def _onnx_arguments(parser: argparse.ArgumentParser) -> None:
     add_arguments(parser)
 
 
+def _npu(function: str) -> Callable[[Mapping[str, Any]], str]:
+    def from_npu_targets(options: Mapping[str, Any]) -> str:
+        from backends.onnx_npu import targets  # plain data, no onnx import
+        return getattr(targets, function)(options)
+    return from_npu_targets
+
+
+def _npu_arguments(parser: argparse.ArgumentParser) -> None:
+    from backends.onnx_npu.targets import add_arguments
+    add_arguments(parser)
+
+
 @dataclass(frozen=True)
 class Target:
     """One ``--target``: ``summary`` says what ``-o`` writes; ``pipeline(options)`` is the
@@ -84,7 +97,7 @@ class Target:
         return getattr(importlib.import_module(module), function)(graph, path, options)
 
 
-ONNX_ARGUMENTS = ("opset", "weights", "dtype")
+ONNX_ARGUMENTS = ("opset", "weights", "dtype", "tied_head", "logits", "unfuse")
 
 TARGETS = {
     "ir": Target("the printed IR", "backends.ir:emit_target"),
@@ -96,6 +109,9 @@ TARGETS = {
     "onnx-ort": Target("an ONNX model with ONNX Runtime contrib ops (+ genai_config.json)",
                        "backends.onnx.compile:emit_target", _onnx_pipeline("onnx-ort"), _onnx_arguments,
                        ONNX_ARGUMENTS, needs_output=True, prelude=_onnx_prelude),
+    "onnx-npu": Target("a folder of static-shape ONNX graphs for edge NPUs (chunk + decode, one weights file)",
+                       "backends.onnx_npu.emit:emit_target", _npu("pipeline"), _npu_arguments,
+                       ("chunk", "precision", "calibration"), needs_output=True, prelude=_npu("prelude")),
     "triton": Target("a Triton module: generated kernels + launcher (+ .pt weights)",
                      "backends.triton.emit:emit_target", _fixed("dce,cse,mla-absorb,moe-sort")),
 }

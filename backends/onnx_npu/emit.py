@@ -1,0 +1,178 @@
+"""Graph -> an onnx-npu folder: two static-shape ONNX graphs over one weights file.
+
+``irc compile SPEC --target onnx-npu -o OUT`` writes the folder OUT:
+
+- ``chunk.onnx``: batch 1, T = ``--chunk`` tokens per call (prefill in chunks);
+- ``decode.onnx``: the same model for T = 1;
+- ``model.data``: the weights (and RoPE tables) both graphs reference, at the same
+  offsets: the two builders meet the same initializers in the same order, which is checked;
+- ``irc_npu.json``: the contract the host loop (``backends.onnx_npu.host``) drives.
+
+Signature of both graphs (N = ``--context``, the fixed cache length):
+
+- inputs: ``input_ids`` int32 [1, T], ``position_ids`` int32 [1, T], ``attention_bias``
+  [1, 1, T, N + T] (additive: 0 where query t may see key j, ``MASK_VALUE`` elsewhere; keys
+  0..N-1 are the cache slots, N..N+T-1 the new tokens), one ``attention_bias.window{W}``
+  per sliding window, and ``past_key_values.{i}.key/.value`` [1, K, N, D];
+- outputs: ``logits`` [1, T, V] and ``present.{i}.key/.value`` [1, K, T, D], the new
+  entries only: the host writes them into the cache slots it chooses.
+
+Quantized precisions (``w8a16``, ``w4a16``) put every linear layer in a QDQ unit with
+calibrated uint16 activations (``backends.onnx_npu.qdq``). Companion files (a tokenizer)
+are copied in. The outputs are staged and renamed into place together
+(``irc.output.OutputFolder``); the same graph gives the same bytes.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Mapping, Optional
+
+import onnx
+from onnx import helper
+
+from irc.errors import BackendError
+from irc.graph import Graph
+from irc.output import OutputFolder
+from irc.weights import seed_absent
+
+from backends.onnx.builder import ONNX_TYPES
+from backends.onnx.writer import SMALL_TENSOR, write_data
+from backends.onnx.writer import plan as plan_layout
+from backends.onnx_npu.host import load_contract
+from backends.onnx_npu.lower import LOWERINGS, MASK_VALUE, OPSET, NpuBuilder, refuse, to_onnx_type
+from backends.onnx_npu.mla import lower_mla_attention
+from backends.onnx_npu.qdq import BITS, WINDOW, calibrate, calibration_tokens, output_step
+from backends.onnx_npu.targets import check_context, resolve
+
+CONTRACT = "irc_npu.json"
+DATA = "model.data"
+GRAPHS = {"chunk": "chunk.onnx", "decode": "decode.onnx"}
+TABLE = {**LOWERINGS, "mla_attention": lower_mla_attention}
+
+
+def build(graph: Graph, tokens: int, context: int, quant=None) -> NpuBuilder:
+    """Lower ``graph`` for ``tokens`` per call over a ``context``-slot cache (``quant``: the
+    QDQ plan of a quantized precision)."""
+    names = {v.name for v in graph.outputs}
+    if "logits" not in names or "input_ids" not in {v.name for v in graph.inputs}:
+        raise BackendError("onnx-npu compiles decoder graphs: input_ids in, logits (and present.* caches) out",
+                           location=f"graph {graph.name}", hint=f"this graph returns {', '.join(sorted(names))}")
+    b = NpuBuilder(graph, OPSET, "npu", context, bindings={"B": 1, "T": tokens, "P": context}, quant=quant)
+    for value in graph.inputs:
+        if value.name != "attention_mask":
+            b.bind(value, b.claim(value.name))
+    for value in graph.outputs:
+        b.bind(value, b.claim(value.name))
+    for node in graph.nodes:
+        if node.op not in TABLE:
+            raise refuse(node, TABLE)
+    for node in graph.nodes:
+        TABLE[node.op](b, node, [b.name_for(v) for v in node.outputs])
+    return b
+
+
+def signature(graph: Graph, b: NpuBuilder) -> tuple[list, list]:
+    """The ONNX inputs and outputs (module docstring)."""
+    tokens, context = b.bindings["T"], b.context
+    inputs, outputs = [], []
+    for value in graph.inputs:
+        if value.name != "attention_mask":
+            inputs.append(helper.make_tensor_value_info(value.name, to_onnx_type(value.dtype),
+                                                        [b.size(d) for d in value.shape]))
+    masks = [helper.make_tensor_value_info(name, ONNX_TYPES[_float_type(graph)], [1, 1, tokens, context + tokens])
+             for name in b.masks.values()]
+    after = next((i + 1 for i, v in enumerate(inputs) if v.name == "position_ids"), 1)  # masks after the ids
+    inputs[after:after] = masks
+    for value in graph.outputs:
+        shape = [b.size(d) for d in value.shape]
+        if value.name.startswith("present."):
+            shape[2] = tokens
+        outputs.append(helper.make_tensor_value_info(value.name, ONNX_TYPES[value.dtype], shape))
+    return inputs, outputs
+
+
+def _float_type(graph: Graph):
+    return next(v.dtype for v in graph.outputs if v.name == "logits")
+
+
+def model_proto(graph: Graph, b: NpuBuilder, tensors: list, role: str) -> onnx.ModelProto:
+    inputs, outputs = signature(graph, b)
+    body = helper.make_graph(b.nodes, f"{graph.name}.{role}", inputs, outputs, initializer=tensors)
+    imports = [helper.make_opsetid("", OPSET)]
+    model = helper.make_model(body, opset_imports=imports, producer_name="irc", producer_version="0.1.0",
+                              doc_string=f"{graph.name} ({role}: {b.bindings['T']} tokens per call, "
+                                         f"{b.context}-slot cache), compiled by irc for target onnx-npu")
+    model.ir_version = helper.find_min_ir_version_for(imports)
+    return model
+
+
+def contract(graph: Graph, builders: dict, settings: dict) -> dict:
+    chunk = builders["chunk"]
+    caches = [{"past": v.name, "present": "present." + v.name[len("past_key_values."):],
+               "shape": [chunk.size(d) for d in v.shape], "dtype": v.dtype.name}
+              for v in graph.inputs if v.name.startswith("past_key_values.")]
+    return {"format": 1, "target": "onnx-npu", "model": graph.name, "chunk": settings["chunk"],
+            "context": chunk.context, "precision": settings["precision"], "dtype": _float_type(graph).name,
+            "vocab_size": int(graph.meta.get("vocab_size", 0)), "graphs": dict(GRAPHS), "data": DATA,
+            "inputs": {"ids": "input_ids", "positions": "position_ids", "ids_dtype": "int32"},
+            "masks": [{"name": name, "window": window} for window, name in chunk.masks.items()],
+            "mask_value": MASK_VALUE, "caches": caches, "logits": "logits",
+            **({"calibration": settings["calibration"]} if "calibration" in settings else {})}
+
+
+def emit_folder(graph: Graph, folder: str, *, chunk: int, context: int, precision: str = "fp16", seed: int = 0,
+                calibration: Optional[str] = None, files: Optional[Mapping[str, object]] = None) -> list[str]:
+    """Write the onnx-npu folder (module docstring); returns the paths written. ``files``
+    are companions copied in as they are (name -> bytes, or a path: a tokenizer)."""
+    check_context(context, chunk)
+    files = dict(files or {})
+    plan = None
+    if precision in BITS:
+        tokens = calibration_tokens(calibration, files, int(graph.meta.get("vocab_size", 0)))
+        for node in graph.nodes:  # refuse before the calibration run, which is the slow part
+            if node.op not in TABLE:
+                raise refuse(node, TABLE)
+        plan = calibrate(graph, tokens, BITS[precision], seed, window=min(WINDOW, context))
+    builders = {"chunk": build(graph, chunk, context, plan), "decode": build(graph, 1, context, plan)}
+    seed_absent(graph, seed)
+    layouts = {role: plan_layout(b.weights, DATA, small=SMALL_TENSOR) for role, b in builders.items()}
+    first, second = ([(init.name, offset) for init, offset in layout.placed] for layout in layouts.values())
+    if first != second:
+        raise AssertionError("the chunk and decode graphs disagree on their weights' layout")
+    settings = {"chunk": chunk, "precision": precision}
+    if plan is not None:
+        settings["calibration"] = {"tokens": plan.tokens, "quantized_weights": len(plan.quantized),
+                                   "logits_step": output_step(plan, "logits") if "logits" in plan.ranges else None}
+    layout = layouts["chunk"]
+    written = []
+    with OutputFolder(os.path.abspath(folder), primary=CONTRACT) as out:
+        out.require(layout.size)
+        write_data(layout, out.stage(DATA))
+        written.append(out.final(DATA))
+        for role, b in builders.items():
+            tensors = list(b.constants) + layouts[role].tensors(b.weights)
+            proto = model_proto(graph, b, tensors, role)
+            written.append(out.write(GRAPHS[role], proto.SerializeToString(deterministic=True)))
+        for name, source in sorted(files.items()):
+            if name in (DATA, CONTRACT, *GRAPHS.values()) or os.path.basename(name) != name:
+                raise BackendError(f"companion file {name!r} would overwrite the folder's own output")
+            written.append(out.write(name, source) if isinstance(source, bytes) else out.copy(name, source))
+        text = json.dumps(contract(graph, builders, settings), indent=2, sort_keys=True) + "\n"
+        written.append(out.write(CONTRACT, text))
+    return written
+
+
+def emit_target(graph: Graph, path: str, options) -> list[str]:
+    settings = resolve(options.target)
+    written = emit_folder(graph, path, chunk=settings["chunk"], context=options.context,
+                          precision=settings["precision"], seed=options.seed, calibration=settings["calibration"],
+                          files=options.files)
+    lines = [f"wrote {p}" for p in written]
+    if getattr(options, "report", None):   # --report: what the NPU compiler placed, per layer
+        from backends.onnx_npu.placement import write as write_placement
+
+        lines += write_placement(path, load_contract(path), graph.meta.get("npu_plan"), options.report)
+    lines.append(f"onnx-npu: chunk {settings['chunk']} tokens, decode 1 token, {options.context}-slot KV cache, "
+                 f"precision {settings['precision']}; `irc run {path}` drives it on ONNX Runtime's CPU provider")
+    return lines

@@ -1,0 +1,233 @@
+"""The onnx-npu op table: static-shape lowerings over the ONNX backend's pieces.
+
+Every dim is a number: an ``NpuBuilder`` evaluates irc's symbols (B = 1, T = the graph's
+tokens per call, P = the fixed cache length N) where the ONNX backend would read them from
+input shapes, so no ``Shape``, ``Range`` or dynamic ``Reshape`` reaches the NPU compiler.
+The ops that differ from the portable flavour:
+
+- ``embedding``: ``Gather`` with int32 ids (the HTP computes indices in 32 bits; the QNN
+  provider also accepts int64 inputs and narrows them itself, but int32 keeps the contract
+  what the device sees);
+- ``rope``: cos/sin [1, T, R/2] gathered by int32 ``position_ids`` from tables [N, R/2]
+  computed here (``irc.ops.rope``, attention factor included) and stored once beside the
+  weights, then the rotation written out (slices, multiplies, a concat);
+- ``attention``: the new keys and values [1, K, T, D] are graph outputs (``present.*``) for
+  the host to place; they are concatenated after the fixed cache [1, K, N, D] and the
+  queries attend over N + T keys with an additive mask input [1, 1, T, N + T] (one per
+  sliding window), grouped heads as 4-D matmuls over [1, K, G*T, D] queries: every tensor
+  is rank 4 or less;
+- ``linear``: ``MatMul`` against the transposed weight; a weight also read another way (a
+  tied embedding) is read once, by ``Gemm(transB=1)`` over static 2-D reshapes.
+
+What the HTP compiler accepts was found by compiling (``backends.onnx_npu.qnn``): the
+table holds only ops whose ONNX form compiled with every node on the HTP for soc_model 60
+and 69. An op outside it is refused with the pass that would lower it (``NEEDS``).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from onnx import TensorProto
+
+from irc import dims
+from irc.dtypes import DType
+from irc.errors import BackendError
+from irc.graph import Node, Param
+from irc.ops.registry import pad_inputs
+from irc.ops.rope import rope_cos_sin, rope_inv_freq
+
+from backends.onnx import portable
+from backends.onnx.attention import attention_operands, check_scaling, heads_first, merge_heads, rotate
+from backends.onnx.builder import ONNX_TYPES, Builder, transposed
+from backends.onnx.moe import lower_moe
+
+MASK_VALUE = -10000.0   # the additive mask's "hidden": exp underflows to 0 in f16 and f32
+OPSET = 21
+
+
+@dataclass
+class NpuBuilder(Builder):
+    """A Builder whose dims are numbers: ``bindings`` gives every symbol's value."""
+
+    bindings: dict = field(default_factory=dict)
+    masks: dict = field(default_factory=dict)       # window (None: global) -> mask input name
+    quant: Any = None                                # a qdq.QuantPlan for w8a16 / w4a16
+
+    def size(self, d) -> int:
+        return dims.evaluate(dims.canonical(d), self.bindings)
+
+    def dim(self, d) -> str:
+        return self.i64([self.size(d)])
+
+    def scalar(self, d) -> str:
+        return self.i64(self.size(d))
+
+    def shape(self, shape) -> str:
+        return self.i64([self.size(d) for d in shape])
+
+    def mask(self, window) -> str:
+        """The additive mask input for layers of this sliding window (None: global)."""
+        if window not in self.masks:
+            self.masks[window] = self.claim("attention_bias" if window is None else f"attention_bias.window{window}")
+        return self.masks[window]
+
+
+def lower_embedding(b: NpuBuilder, node: Node, outs: list[str]) -> None:
+    ids, table = node.inputs
+    rows = b.value(table) if table.dtype.is_float else b.weight(table, dtype=DType.f32)
+    scale = node.attrs["scale"]
+    gathered = b.node("Gather", [rows, b.value(ids)], [outs[0] if scale is None else b.fresh(f"{outs[0]}/rows")],
+                      axis=0)[0]
+    if scale is not None:
+        b.node("Mul", [gathered, b.const(scale, node.outputs[0].dtype.numpy, f"{outs[0]}/scale")], outs)
+
+
+def rope_table(rotary: int, base: float, scaling_items: tuple, positions: int, which: int, dtype_name: str):
+    """cos (which 0) or sin (1) [positions, rotary/2] in ``dtype_name``."""
+    inv_freq, factor = rope_inv_freq(rotary, base, dict(scaling_items) if scaling_items else None)
+    tables = rope_cos_sin(np.arange(positions)[None, :], inv_freq, factor)
+    return tables[which][0].astype(DType.parse(dtype_name).numpy)
+
+
+def gathered_rope(b: NpuBuilder, position_ids, rotary: int, base: float, scaling, dtype: DType) -> tuple[str, str]:
+    """cos and sin [1, T, R/2] gathered from tables of ``context`` rows."""
+    check_scaling("rope", scaling)
+    items = tuple(sorted((scaling or {}).items()))
+    key = ("npu-rope", rotary, float(base), repr(items), dtype)
+
+    def make():
+        names = []
+        for which, role in enumerate(("cos", "sin")):
+            load = functools.partial(rope_table, rotary, float(base), items, b.context, which, dtype.name)
+            table = b.derived(f"rope/{rotary}/{base:g}/{role}", dtype, (b.context, rotary // 2), (), load)
+            names.append(b.op("Gather", [table, b.value(position_ids)], f"rope/{rotary}/{base:g}/{role}_rows",
+                              axis=0))
+        return tuple(names)
+
+    return b.cached(key, make)
+
+
+def lower_rope(b: NpuBuilder, node: Node, outs: list[str]) -> None:
+    x, position_ids = node.inputs
+    a = node.attrs
+    head_dim = a["head_dim"]
+    rotary = head_dim if a["rotary_dim"] is None else a["rotary_dim"]
+    cos, sin = gathered_rope(b, position_ids, rotary, a["base"], a["scaling"], x.dtype)
+    tokens = b.size(x.shape[1])
+    shape4 = (1, tokens, x.shape[-1] // head_dim, head_dim)
+    x4 = b.op("Reshape", [b.value(x), b.shape(shape4)], f"{outs[0]}/heads")
+    cos4 = b.cached(("unsqueeze", cos), lambda: b.op("Unsqueeze", [cos, b.i64([2])], f"{cos}/heads"))
+    sin4 = b.cached(("unsqueeze", sin), lambda: b.op("Unsqueeze", [sin, b.i64([2])], f"{sin}/heads"))
+    rotated = rotate(b, x4, shape4, cos4, sin4, a["convention"], rotary, b.fresh(f"{outs[0]}/rotated"))
+    b.node("Reshape", [rotated, b.shape((1, tokens, x.shape[-1]))], outs)
+
+
+def grouped_mask(b: NpuBuilder, window, group: int, tokens: int) -> str:
+    """The additive mask [1, 1, G*T, N+T]: row g*T + t is the mask of query t."""
+    mask = b.mask(window)
+    if group == 1:
+        return mask
+    return b.cached(("mask-groups", window, group), lambda: b.op("Tile", [mask, b.i64([1, 1, group, 1])],
+                                                                 f"{mask}/groups{group}"))
+
+
+def lower_attention(b: NpuBuilder, node: Node, outs: list[str]) -> None:
+    o = attention_operands(node)
+    a = node.attrs
+    if o["past_key"] is None or not a["causal"]:
+        raise BackendError("onnx-npu attention needs a causal attention with a KV cache (the decoder form)",
+                           hint="compile a decoder spec: its attention reads past_key_values.*")
+    tokens, heads, kv_heads = b.size(o["seq"]), o["heads"], o["kv_heads"]
+    group, width, v_width = heads // kv_heads, o["head_dim"], o["v_head_dim"]
+    shape = dict(batch=1, seq=tokens)
+    name = outs[0]
+    q4 = heads_first(b, b.value(o["q"]), heads=heads, width=width, out=b.fresh(f"{name}/q"), **shape)
+    k4 = heads_first(b, b.value(o["k"]), heads=kv_heads, width=width, out=outs[1], **shape)
+    v4 = heads_first(b, b.value(o["v"]), heads=kv_heads, width=v_width, out=outs[2], **shape)
+    keys = b.op("Concat", [b.value(o["past_key"]), k4], f"{name}/keys", axis=2)
+    values = b.op("Concat", [b.value(o["past_value"]), v4], f"{name}/values", axis=2)
+    attended = attend(b, q4, keys, values, grouped_mask(b, a["window"], group, tokens), kv_heads=kv_heads,
+                      group=group, tokens=tokens, width=width, v_width=v_width, scale=o["scale"], cap=a["softcap"],
+                      dtype=o["q"].dtype, out=b.fresh(f"{name}/heads"))
+    merge_heads(b, attended, heads=heads, width=v_width, out=name, **shape)
+
+
+def attend(b: NpuBuilder, q4: str, keys: str, values: str, mask: str, *, kv_heads: int, group: int, tokens: int,
+           width: int, v_width: int, scale: float, cap, dtype: DType, out: str) -> str:
+    """softmax(q k^T * scale + mask) v for q [1, H, T, D] over keys/values [1, K, S, D]:
+    the G query heads of a kv head are one [G*T, D] block. Returns [1, H, T, Dv]."""
+    q_groups = b.op("Reshape", [q4, b.i64([1, kv_heads, group * tokens, width])], f"{out}/q_groups")
+    keys_t = b.op("Transpose", [keys], f"{out}/keys_t", perm=[0, 1, 3, 2])
+    scores = b.op("MatMul", [q_groups, keys_t], f"{out}/qk")
+    scores = b.op("Mul", [scores, b.const(scale, dtype.numpy, f"{out}/scale")], f"{out}/scores")
+    if cap is not None:
+        scores = portable.softcap(b, scores, cap, dtype, b.fresh(f"{out}/softcapped"))
+    masked = b.op("Add", [scores, mask], f"{out}/masked")
+    probs = b.op("Softmax", [masked], f"{out}/probs", axis=-1)
+    weighted = b.op("MatMul", [probs, values], f"{out}/weighted")
+    return b.node("Reshape", [weighted, b.i64([1, kv_heads * group, tokens, v_width])], [out])[0]
+
+
+def lower_linear(b: NpuBuilder, node: Node, outs: list[str]) -> None:
+    x, weight, bias = pad_inputs(node.inputs, 3)
+    if not isinstance(weight, Param):
+        raise BackendError("onnx-npu takes linear layers over float weight params",
+                           hint="quantize with --precision w8a16/w4a16, not the quantize pass")
+    product = outs[0] if bias is None else b.fresh(f"{outs[0]}/matmul")
+    if b.quant is not None and b.quant.covers(x, node.outputs[0]):
+        from backends.onnx_npu.qdq import quantized_linear
+
+        quantized_linear(b, b.quant, x, weight, node.outputs[0], product)
+    elif b.cached(("matrix-only", weight.name), lambda: portable.only_matrix_uses(weight)):
+        matrix = b.derived(f"{weight.name}.T", weight.dtype, tuple(reversed(weight.shape)), (weight,), transposed,
+                           "columns")
+        b.node("MatMul", [b.value(x), b.converted(matrix, weight.dtype, x.dtype)], [product])
+    else:  # also read as rows (a tied embedding): one copy, Gemm(transB) over static 2-D reshapes
+        lead = [b.size(d) for d in x.shape[:-1]]
+        rows = b.op("Reshape", [b.value(x), b.i64([int(np.prod(lead)), weight.shape[1]])], f"{outs[0]}/rows")
+        flat = b.op("Gemm", [rows, b.weight(weight, dtype=x.dtype)], f"{outs[0]}/gemm", transB=1)
+        b.node("Reshape", [flat, b.i64(lead + [weight.shape[0]])], [product])
+    if bias is not None:
+        b.node("Add", [product, b.weight(bias, dtype=x.dtype)], outs)
+
+
+def lower_cast(b: NpuBuilder, node: Node, outs: list[str]) -> None:
+    """A cast to the type a value already has is an Identity the compiler drops."""
+    (x,) = node.inputs
+    target = DType.parse(node.attrs["to"])
+    if target == x.dtype:
+        b.node("Identity", [b.value(x)], outs)
+    else:
+        b.node("Cast", [b.value(x)], outs, to=ONNX_TYPES[target])
+
+
+# What the HTP compiler accepted (module docstring); ``backends.onnx_npu.emit.TABLE`` adds
+# MoE (the ONNX backend's dense form, TopK routing included, compiles) and MLA; an op
+# outside the table is refused with the pass named in NEEDS.
+ACCEPTED = ("add", "sub", "mul", "div", "exp", "tanh", "sqrt", "sigmoid", "neg", "rsqrt", "silu", "gelu",
+            "constant", "reduce_mean", "reduce_sum", "reduce_max", "softmax", "matmul", "reshape", "transpose",
+            "slice", "concat", "gather")
+LOWERINGS = {**{op: portable.LOWERINGS[op] for op in ACCEPTED}, "cast": lower_cast, "embedding": lower_embedding,
+             "rope": lower_rope, "attention": lower_attention, "linear": lower_linear, "moe": lower_moe}
+NEEDS = {
+    "rms_norm": "lower-norms", "layer_norm": "lower-norms", "swiglu": "lower-mlp", "geglu": "lower-mlp",
+    "gelu_mlp": "lower-mlp", "softcap": "lower-softcap",
+    **{op: f"a static-cache lowering of {op} (not written yet); compile without mla-absorb: un-absorbed "
+           "mla_attention has one" for op in ("mla_absorbed_attention", "mla_latent_attention")},
+    "dequant_linear": "none yet: quantize with --precision w8a16/w4a16 (QDQ), not the quantize pass",
+    "dequantize": "none yet: quantize with --precision w8a16/w4a16 (QDQ), not the quantize pass",
+}
+
+
+def refuse(node: Node, table) -> BackendError:
+    need = NEEDS.get(node.op, "a pass that lowers it to " + ", ".join(sorted(table)))
+    where = f"node %{node.name}" + (f", from {node.origin}" if node.origin else "")
+    return BackendError(f"op {node.op!r} has no NPU lowering for target onnx-npu", location=where,
+                        hint=f"needed: {need}")
+
+
+def to_onnx_type(dtype: DType) -> int:
+    return TensorProto.INT32 if dtype in (DType.i64, DType.i32) else ONNX_TYPES[dtype]
