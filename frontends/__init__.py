@@ -44,8 +44,8 @@ def load_spec(path) -> Graph:
 
 def companion_files(path) -> tuple[dict, list]:
     """Files a spec carries that belong beside the compiled model ({name: bytes, or the path
-    of a file to copy}), and notes for the user: a Hugging Face folder's tokenizer files as
-    they are (``frontends.hf.companion_files``); a GGUF's tokenizer as ``tokenizer.json`` and
+    of a file to copy}), and notes for the user: a Hugging Face folder's tokenizer files and
+    generation_config.json as they are (``frontends.hf.companion_files``); a GGUF's tokenizer as ``tokenizer.json`` and
     ``tokenizer_config.json`` (``frontends.gguf.tokenizer``; none, with a note saying why,
     when it cannot be converted faithfully). Other specs carry none. The CLI hands them to
     the emitter (``backends.EmitOptions.files``), which writes them into the output folder."""

@@ -1,4 +1,4 @@
-"""``irc`` show, compile, run, passes (and report, tile from their modules).
+"""``irc`` show, compile, passes (and run, report, tile from their modules).
 
 User mistakes print one message (file:line and key, or the node) and exit with code 2;
 ``--debug`` shows the traceback instead. Outputs are written atomically.
@@ -8,27 +8,34 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
+import time
 from typing import Optional
 
 import passes  # noqa: F401  (registers the passes)
 from backends import TARGETS, EmitOptions, get_target
 from frontends import companion_files, load_notes
+from irc import limits
 from irc.analysis import analyze, stats_line
+from irc.analysis_mla import mla_forms, trade_lines
 from irc.check import compare_outputs
 from irc.dot import graph_to_dot
 from irc.dtypes import DType
 from irc.errors import BackendError, IRCError
-from irc.interpreter import generate, random_feeds
+from irc.interpreter import random_feeds
 from irc.output import Terminated
 from irc.passmanager import PASSES, PassManager, parse_pipeline
 from irc.printer import print_graph
 from irc.progress import SILENT, Progress
-from irc.text import describe_bytes
+from irc.text import describe_bytes, format_bytes
 from irc.weights import seed_absent
 from irc_cli import evaluate as eval_cli
 from irc_cli import report as report_cli
+from irc_cli import run as run_cli
 from irc_cli import tile as tile_cli
+from irc_cli import weights as weights_cli
+from irc_cli.help import SPEC_HELP, parser_options
 from irc_cli.spec import load
 
 
@@ -74,9 +81,15 @@ def _default_pipeline(args) -> str:
 
 
 def _target_options(args) -> dict:
-    """The chosen target's own options; one BackendError for an option another target owns."""
+    """The chosen target's own options; one BackendError for an option another target owns.
+    ``--weights`` is every compile's (``irc_cli.weights``); ``none`` only for targets that read it."""
     target = get_target(args.target)
-    for name in sorted({a for t in TARGETS.values() for a in t.arguments} - set(target.arguments)):
+    weights_cli.check(getattr(args, "weights", None))
+    if getattr(args, "weights", None) == "none" and "weights" not in target.arguments:
+        owners = [n for n, t in TARGETS.items() if "weights" in t.arguments]
+        raise BackendError(f"--weights none (a shape-only model) applies to {' and '.join(owners)} only, not "
+                           f"--target {args.target}", hint="--weights seeded for random weights on purpose")
+    for name in sorted({a for t in TARGETS.values() for a in t.arguments} - set(target.arguments) - {"weights"}):
         if getattr(args, name, None) is not None:
             owners = [n for n, t in TARGETS.items() if name in t.arguments]
             raise BackendError(f"--{name.replace('_', '-')} applies to {' and '.join(owners)} only, not "
@@ -88,13 +101,17 @@ def _target_options(args) -> dict:
 
 def cmd_show(args) -> int:
     graph = load(args.spec)
+    weights = weights_cli.source(args.spec, graph)[1]
     _apply_passes(graph, args)
     cache = DType.parse(args.cache_dtype) if args.cache_dtype else None
     summary = analyze(graph, context=args.context, cache_dtype=cache)
+    trade = mla_forms(graph, cache_dtype=cache)  # the MLA absorption trade; None without MLA
     if args.json:
-        print(json.dumps(summary, indent=2, sort_keys=True))
+        print(json.dumps({**summary, "weights": weights, **({"mla_forms": trade} if trade else {})}, indent=2,
+                         sort_keys=True))
         return 0
     print(f"{summary['name']}: {summary['n_layers']} layers, {summary['nodes']} nodes")
+    print(f"  weights: {weights}")
     rows = [
         ("parameters", f"{summary['params_total']:,}"),
         ("active parameters", f"{summary['params_active']:,}"),
@@ -113,16 +130,21 @@ def cmd_show(args) -> int:
     width = max(len(r[0]) for r in rows)
     for label, value in rows:
         print(f"  {label:<{width}}  {value}")
+    for line in trade_lines(trade) if trade else []:
+        print(line)
     return 0
 
 
 def cmd_compile(args) -> int:
+    started, wall = time.perf_counter(), time.time()
     target = get_target(args.target)
     options = EmitOptions(args.target, args.spec, args.seed, args.context, _target_options(args))
     if target.needs_output and not args.output:
         raise BackendError(f"--target {args.target} writes files: give -o PATH")
     graph = load(args.spec)
-    if args.output and args.target != "ir" and options.target.get("weights") != "none":
+    if (args.output and args.target != "ir") or args.eval_text:  # weights are output or measured (--check seeds its own)
+        weights_cli.require(args.spec, graph, args.weights)
+    if args.output and args.target != "ir" and args.weights != "none":
         seed_absent(graph, args.seed)  # before the passes, so weights they derive (quantize) can be computed
     eval_tokens = eval_cli.tokens(args, graph)
     progress = Progress.for_terminal(sys.stderr, quiet=args.quiet)  # bars on a terminal only
@@ -136,12 +158,38 @@ def cmd_compile(args) -> int:
         print(line, file=sys.stderr)
     if args.output:
         files, notes = companion_files(args.spec)  # a tokenizer, for the model's folder
-        lines = target.emit(graph, args.output, dataclasses.replace(options, files=files, progress=progress))
+        lines = target.emit(graph, args.output, dataclasses.replace(options, files=files, progress=progress,
+                                                                         report=getattr(args, "report", None)))
         for line in [] if args.quiet else load_notes(graph) + notes + lines:
             print(line, file=sys.stderr)
     elif args.target == "ir":
         sys.stdout.write(print_graph(graph))
+    if not args.quiet:
+        print(_summary_line(graph, args, time.perf_counter() - started, wall), file=sys.stderr)
     return 0
+
+
+def _summary_line(graph, args, seconds: float, since: float) -> str:
+    """One line at the end of a compile: output, size on disk, dtype, params, KV bytes/token, time."""
+    summary = analyze(graph, context=args.context)
+    bytes_by_dtype = {}
+    for p in graph.params.values():
+        bytes_by_dtype[str(p.dtype)] = bytes_by_dtype.get(str(p.dtype), 0) + p.nbytes
+    dtypes = "+".join(sorted(bytes_by_dtype, key=bytes_by_dtype.get, reverse=True)) or "-"
+    where = f"{args.output} ({format_bytes(_written_bytes(args.output, since))} on disk)" if args.output else "stdout"
+    return (f"compiled {graph.name} -> {where}: {dtypes}, {summary['params_total']:,} params, "
+            f"KV {summary['kv_cache_bytes_per_token']:,} bytes/token, {seconds:.1f} s")
+
+
+def _written_bytes(output: str, since: float) -> int:
+    """Bytes of the files in the output's folder written by this compile (modified since the
+    second it began: file systems with coarse times round down)."""
+    folder = output if os.path.isdir(output) else os.path.dirname(os.path.abspath(output))
+    total = 0
+    for entry in os.scandir(folder):
+        if entry.is_file() and entry.stat().st_mtime >= int(since):
+            total += entry.stat().st_size
+    return total
 
 
 def _print_records(manager, check: bool) -> None:
@@ -159,24 +207,6 @@ def _print_records(manager, check: bool) -> None:
                   f"approximating pass)", file=sys.stderr)
 
 
-def cmd_run(args) -> int:
-    graph = load(args.spec)
-    _apply_passes(graph, args)
-    try:
-        prompt = [int(t) for t in args.prompt.split(",") if t.strip()]
-    except ValueError:
-        raise IRCError(f"--prompt {args.prompt!r}: expected comma-separated token ids") from None
-    vocab = graph.meta.get("vocab_size")
-    if not prompt or (vocab and any(not 0 <= t < vocab for t in prompt)):
-        raise IRCError(f"--prompt needs token ids in [0, {vocab})")
-    tokens, last = generate(graph, prompt, args.max_new_tokens, seed=args.seed)
-    if args.json:
-        print(json.dumps({"tokens": tokens, "logits_last": [float(x) for x in last]}))
-    else:
-        print(" ".join(str(t) for t in tokens))
-    return 0
-
-
 def cmd_passes(args) -> int:
     width = max(len(n) for n in PASSES)
     for name in sorted(PASSES):
@@ -189,21 +219,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def common(p, passes_help="comma-separated passes, e.g. dce,cse"):
-        p.add_argument("spec", help="model spec: .yaml, DSL .py or .ir")
+    def common(p, passes_help="comma-separated passes, e.g. dce,cse", spec_help=SPEC_HELP):
+        p.add_argument("spec", metavar="SPEC", help=spec_help)
         p.add_argument("--passes", default=None, help=passes_help)
         p.add_argument("--context", type=int, default=4096,
                        help="context length for FLOPs and KV totals; for the ONNX targets the longest sequence "
                             "the model serves (genai context_length, ORT RoPE tables)")
         p.add_argument("--seed", type=int, default=0, help="seed for absent weights and check inputs")
+        p.add_argument("--max-nodes", type=int, default=None, metavar="N", help="refuse a spec whose graph would "
+                       "have more than N nodes [2,000,000, or IRC_MAX_NODES] (irc.limits)")
 
-    show = sub.add_parser("show", help="summary and analysis of a model")
+    show = sub.add_parser("show", **parser_options("show"))
     common(show)
     show.add_argument("--json", action="store_true")
     show.add_argument("--cache-dtype", default=None, help="KV-cache dtype (default: the model's dtype)")
     show.set_defaults(func=cmd_show)
 
-    comp = sub.add_parser("compile", help="run a pipeline and emit a target")
+    comp = sub.add_parser("compile", **parser_options("compile"))
     common(comp, "pipeline (default: the target's)")
     comp.add_argument("--target", default="ir", help=f"one of {', '.join(TARGETS)}")
     comp.add_argument("-o", "--output")
@@ -212,24 +244,20 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--print-after-change", action="store_true")
     comp.add_argument("--check", action="store_true", help="hold every pass to the reference interpreter")
     comp.add_argument("--quiet", action="store_true",
-                      help="no progress bar (shown only on a terminal anyway) and no report lines; errors still")
+                      help="no progress bar (shown only on a terminal anyway), no report or summary lines; errors still")
+    weights_cli.add_argument(comp)
     for add_arguments in dict.fromkeys(t.add_arguments for t in TARGETS.values() if t.add_arguments):
         add_arguments(comp)  # each target's own options, once per backend
     report_cli.add_compile_arguments(comp)
     eval_cli.add_compile_arguments(comp)
     comp.set_defaults(func=cmd_compile)
 
-    run = sub.add_parser("run", help="greedy generation with the reference interpreter")
-    common(run)
-    run.add_argument("--prompt", required=True, help="token ids, e.g. 1,2,3")
-    run.add_argument("--max-new-tokens", type=int, default=8)
-    run.add_argument("--json", action="store_true")
-    run.set_defaults(func=cmd_run)
+    run_cli.add_parser(sub, common)
 
     report_cli.add_parser(sub)
     tile_cli.add_parser(sub)
 
-    lst = sub.add_parser("passes", help="list the passes")
+    lst = sub.add_parser("passes", **parser_options("passes"))
     lst.set_defaults(func=cmd_passes)
     return parser
 
@@ -237,12 +265,22 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        with limits.applied(nodes=getattr(args, "max_nodes", None)):  # --max-nodes (irc.limits)
+            return args.func(args)
     except IRCError as err:
         if args.debug:
             raise
         print(f"irc: error: {err}", file=sys.stderr)
         return 2
+    except MemoryError:  # a spec within the size limits (irc.limits) that still outgrows this machine
+        if args.debug:
+            raise
+        print(f"irc: error: {getattr(args, 'spec', 'irc')}: out of memory while running "
+              f"'irc {args.command}' (hint: --weights none for a shape-only model, or a smaller spec)", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # irc show ... | head: the reader has gone, and that is fine
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM while an output is written
         if args.debug:
             raise

@@ -9,7 +9,6 @@ nodes' origins, and writes the report once the passes have run.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -18,16 +17,17 @@ from contextlib import contextmanager
 from typing import Optional
 
 from irc.errors import IRCError
+from irc.inputs import read_json
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("report", help="a self-contained HTML report of a dump directory",
-                              description="Render the dumps of `irc compile --dump-dir DIR` as one HTML page: the "
-                              "pipeline, each change as a diff with pictures, the model at a glance and, where "
-                              "there is one, the NPU plan.")
+    from irc_cli.help import parser_options
+
+    p = subparsers.add_parser("report", **parser_options("report"))
     p.add_argument("dump_dir", help="a directory written by irc compile --dump-dir")
     p.add_argument("-o", "--output", required=True, help="the HTML file to write")
-    p.add_argument("--spec", help="the spec the dumps came from, so nodes link to the spec lines that produced them")
+    p.add_argument("--spec", metavar="SPEC", help="the spec the dumps came from (any kind below), so nodes link to "
+                   "the spec lines that produced them")
     p.add_argument("--npu-plan", help="an NPU plan JSON to chart (default: the graph's meta npu_plan, or plan.json "
                    "in DUMP_DIR)")
     p.add_argument("--no-times", action="store_true",
@@ -42,13 +42,9 @@ def add_compile_arguments(parser) -> None:
 
 
 def _read_plan(path: str) -> dict:
-    try:
-        with open(path) as f:
-            plan = json.load(f)
-    except FileNotFoundError:
-        raise IRCError(f"no such file: {path}") from None
-    except json.JSONDecodeError as err:
-        raise IRCError(f"not JSON: {err.msg}", location=f"{path}:{err.lineno}:{err.colno}") from None
+    if not os.path.exists(path):
+        raise IRCError(f"no such file: {path}")
+    plan = read_json(path)  # unreadable, not UTF-8, not JSON: one IRCError naming the file
     if not isinstance(plan, dict):
         raise IRCError("an NPU plan is a JSON object", location=path)
     return plan

@@ -15,8 +15,10 @@ import sys
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("tile", help="plan NPU tiling (prefill and decode): plan.json and an HTML report")
-    p.add_argument("spec", help="model spec: .yaml, DSL .py or .ir")
+    from irc_cli.help import SPEC_HELP, parser_options
+
+    p = subparsers.add_parser("tile", **parser_options("tile"))
+    p.add_argument("spec", metavar="SPEC", help=SPEC_HELP)
     p.add_argument("--target-npu", required=True, metavar="TARGET.yaml", help="NPU target description")
     p.add_argument("--tokens", type=int, default=512, help="prefill tokens per sequence [512]")
     p.add_argument("--past", type=int, default=4096, help="cached tokens at decode [4096]")

@@ -94,11 +94,13 @@ def test_check_names_a_wrong_pass(capsys, tmp_path):
 
 
 def test_run_json(capsys):
-    code, out, _ = run_cli(capsys, "run", TINY, "--prompt", "1,2,3", "--max-new-tokens", "4", "--json")
+    argv = ["run", TINY, "--prompt-ids", "1,2,3", "--max-new-tokens", "4", "--json"]
+    code, out, _ = run_cli(capsys, *argv, "--logits")
     result = json.loads(out)
     assert code == 0 and len(result["tokens"]) == 4 and len(result["logits_last"]) == 256
-    again = json.loads(run_cli(capsys, "run", TINY, "--prompt", "1,2,3", "--max-new-tokens", "4", "--json")[1])
-    assert again == result
+    again = json.loads(run_cli(capsys, *argv, "--logits")[1])
+    assert again["tokens"] == result["tokens"] and again["logits_last"] == result["logits_last"]
+    assert "logits_last" not in json.loads(run_cli(capsys, *argv)[1])  # logits only when asked for
 
 
 def test_passes_lists_docs(capsys):

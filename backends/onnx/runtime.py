@@ -9,7 +9,7 @@ Batches of uneven prompts are left-padded: ``attention_mask`` 0 on the padding,
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Optional
 
 import numpy as np
 
@@ -19,17 +19,23 @@ from irc.graph import Graph
 Engine = Callable[[Mapping[str, np.ndarray]], dict]
 
 
-def ort_engine(path: str, threads: int = 2) -> Engine:
-    """An ONNX Runtime CPU session as an engine (``threads`` intra-op threads)."""
+def ort_session(path: str, threads: Optional[int] = 2):
+    """An ONNX Runtime CPU session (``threads`` intra-op threads; None: ORT's default)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
+    if threads is not None:
+        options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     # exact float math where ORT fuses DequantizeLinear -> MatMul into MatMulNBits
     options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "0")
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def ort_engine(path: str, threads: int = 2) -> Engine:
+    """An ONNX Runtime CPU session as an engine (``threads`` intra-op threads)."""
+    session = ort_session(path, threads)
     names = [o.name for o in session.get_outputs()]
     inputs = {i.name for i in session.get_inputs()}
 

@@ -38,7 +38,7 @@ __all__ = ["load_gguf", "is_gguf", "tokenizer_files", "GGUFFile"]
 
 WEIGHTS = ("blocks", "float", None)
 # DSL argument -> the GGUF key (after the architecture prefix) a refusal should name
-GGUF_KEYS = {"vocab": "vocab_size", "d_model": "embedding_length", "heads": "attention.head_count",
+GGUF_KEYS = {"n": "block_count", "vocab": "vocab_size", "d_model": "embedding_length", "heads": "attention.head_count",
              "kv_heads": "attention.head_count_kv", "head_dim": "attention.key_length",
              "d_ff": "feed_forward_length", "experts": "expert_count", "top_k": "expert_used_count",
              "groups": "expert_group_count", "top_groups": "expert_group_used_count",
@@ -81,7 +81,11 @@ def build(gguf: GGUFFile, weights="blocks") -> Graph:
     for meta_key, key in TOKEN_IDS.items():
         if gguf.has(key):
             graph.meta[meta_key] = gguf.get(key, int)
-    notes = [] if weights is None else attach_weights(graph, arch, gguf, keep_blocks=weights == "blocks")
+    if gguf.has(gguf.arch_key("context_length")):  # the longest sequence trained for (genai's context_length cap)
+        graph.meta["max_positions"] = gguf.get(gguf.arch_key("context_length"), int)
+    # a file without tensors (a vocabulary-only GGUF) gives the structure alone, like weights=None
+    notes = [] if weights is None or not gguf.tensors else attach_weights(graph, arch, gguf,
+                                                                            keep_blocks=weights == "blocks")
     graph.meta["gguf"] = {"architecture": gguf.arch, "notes": notes}
     return graph
 

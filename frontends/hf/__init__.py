@@ -21,6 +21,7 @@ import os
 from frontends.hf.build import attach_weights, build_graph
 from frontends.hf.config import CONFIG, Arch, Config
 from frontends.hf.families import describe
+from frontends.hf.generation import GENERATION_CONFIG, generation_meta
 from frontends.hf.weights import Checkpoint
 from irc.dtypes import DType
 from irc.errors import SpecError
@@ -29,9 +30,10 @@ from irc.graph import Graph
 __all__ = ["load_hf", "read_arch", "is_hf_folder", "companion_files"]
 
 # what a runtime reads beside the model (onnxruntime-genai: tokenizer.json and
-# tokenizer_config.json; the rest for other tokenizer loaders and chat templates)
+# tokenizer_config.json; the rest for other tokenizer loaders and chat templates; irc run:
+# tokenizer.json, the chat template and generation_config.json's eos)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                   "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja")
+                   "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja", GENERATION_CONFIG)
 
 
 def is_hf_folder(path) -> bool:
@@ -39,8 +41,9 @@ def is_hf_folder(path) -> bool:
 
 
 def companion_files(folder) -> dict:
-    """The folder's tokenizer files that exist, by name -> path (copied beside the model so
-    onnxruntime-genai runs the output folder as it is)."""
+    """The folder's tokenizer files and generation_config.json that exist, by name -> path
+    (copied beside the model so onnxruntime-genai and ``irc run`` run the output folder as
+    it is)."""
     paths = {name: os.path.join(str(folder), name) for name in TOKENIZER_FILES}
     return {name: path for name, path in paths.items() if os.path.isfile(path)}
 
@@ -68,6 +71,7 @@ def load_hf(folder, weights: bool = True) -> Graph:
         embed = "model.embed_tokens.weight"
         arch.dtype = str(checkpoint.dtype(embed) if embed in checkpoint.files else DType.parse(arch.dtype))
     graph = build_graph(arch, cfg)
+    graph.meta.update(generation_meta(folder, cfg.data))  # token ids, positions, search defaults
     if checkpoint is not None:
         attach_weights(graph, arch, checkpoint)
     return graph

@@ -49,7 +49,7 @@ def test_shape_only_full_size(capsys, tmp_path):
     (["--target", "onnx", "--opset", "20"], "--opset 20 is not supported"),
     (["--target", "onnx-ort", "--weights", "random"], "--weights 'random' is not supported"),
     (["--target", "ir", "--opset", "23"], "--opset applies to onnx and onnx-ort only"),
-    (["--target", "numpy", "--weights", "none"], "--weights applies to onnx and onnx-ort only"),
+    (["--target", "numpy", "--weights", "none"], "--weights none (a shape-only model) applies to onnx"),
 ])
 def test_bad_combinations_exit_2_and_write_nothing(capsys, tmp_path, argv, message):
     code, _, err = run_cli(capsys, "compile", TINY, *argv, "-o", str(tmp_path / "m.onnx"))

@@ -57,3 +57,18 @@ def test_genai_batch_of_uneven_prompts(target, tmp_path):
     graph = load_spec(spec)
     reference = greedy(interpreter_engine(graph), graph, PROMPTS, NEW)["tokens"].tolist()
     assert genai_greedy(model, right_padded, NEW) == reference
+
+
+def test_config_takes_token_ids_context_and_search_defaults_from_meta():
+    from backends.onnx.genai import genai_config
+
+    graph = load_spec("examples/tiny-llama3.yaml")
+    plain = genai_config(graph, "model.onnx", context=64)
+    assert plain["model"]["eos_token_id"] == [] and plain["model"]["pad_token_id"] == 0
+    assert plain["model"]["context_length"] == 64 and plain["search"]["do_sample"] is False
+    graph.meta.update(eos_token_id=[2, 7], bos_token_id=1, max_positions=48,
+                      generation={"do_sample": True, "top_k": 50, "temperature": 0.6})
+    config = genai_config(graph, "model.onnx", context=64)
+    assert config["model"]["eos_token_id"] == [2, 7] and config["model"]["pad_token_id"] == 2  # the first eos
+    assert config["model"]["context_length"] == 48 and config["search"]["max_length"] == 48  # capped by the model
+    assert config["search"]["do_sample"] is True and config["search"]["temperature"] == 0.6

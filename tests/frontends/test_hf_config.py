@@ -65,7 +65,8 @@ def test_cli_show_compile_and_run_take_a_folder(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["name"] == "tiny-llama"
     assert main(["compile", str(folder), "--target", "ir", "--passes", "dce,cse", "--check"]) == 0
     assert capsys.readouterr().out.startswith("graph tiny-llama(")
-    assert main(["run", str(folder), "--prompt", "1,2,3", "--max-new-tokens", "3", "--json"]) == 0
+    assert main(["run", str(folder), "--prompt-ids", "1,2,3", "--max-new-tokens", "3", "--json", "--weights",
+                 "seeded"]) == 0
     assert len(json.loads(capsys.readouterr().out)["tokens"]) == 3
 
 

@@ -1,0 +1,208 @@
+"""What ``irc run`` generates with: one greedy loop per kind of input, one table to pick.
+
+Every runner has the signature
+
+    runner(folder, prompt: list[int], max_new_tokens, eos: set[int], clock, engine="auto") -> Result
+
+and calls ``clock.start()`` once the model is loaded, just before the prompt goes in, and
+``clock.token(token)`` as each token arrives (the caller streams and times them); generation stops after an eos token or ``max_new_tokens``. ``Result.logits`` is the last
+step's logits where the engine exposes them (the reference interpreter, onnxruntime).
+
+- a spec (any frontend's input): ``interpreter``, irc's reference interpreter;
+- a folder ``irc compile`` wrote: ``FOLDERS`` maps a marker file to its runner, first match
+  wins: ``irc_npu.json`` (the onnx-npu target) to that target's host loop,
+  ``backends.onnx_npu.host.generate``; ``genai_config.json`` to onnxruntime-genai when it is
+  installed (``--engine genai``), else onnxruntime with irc's own greedy loop
+  (``--engine ort``). A folder with one ``.onnx`` file and no marker runs in onnxruntime.
+"""
+from __future__ import annotations
+
+import glob
+import importlib
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from irc import dims
+from irc.errors import IRCError
+
+GENAI_CONFIG = "genai_config.json"
+NPU_CONFIG = "irc_npu.json"
+
+
+@dataclass
+class Result:
+    tokens: list
+    engine: str
+    logits: Optional[np.ndarray] = None
+
+
+def greedy_loop(step, caches: dict, prompt: list, max_new_tokens: int, eos: set, clock) -> tuple:
+    """Greedy decoding with the KV cache through ``step(feeds) -> outputs`` (``caches``: the
+    empty ``past_key_values.*`` arrays): (tokens, last logits)."""
+    ids = np.asarray([prompt], dtype=np.int64)
+    past, tokens, last = 0, [], None
+    clock.start()
+    while len(tokens) < max_new_tokens:
+        t = ids.shape[1]
+        feeds = {"input_ids": ids, "attention_mask": np.ones((1, past + t), np.int64),
+                 "position_ids": np.arange(past, past + t, dtype=np.int64)[None, :], **caches}
+        outputs = step(feeds)
+        last = outputs["logits"][0, -1]
+        token = int(np.argmax(last))
+        tokens.append(token)
+        clock.token(token)
+        if token in eos:
+            break
+        caches = {name: outputs["present." + name[len("past_key_values."):]] for name in caches}
+        past += t
+        ids = np.asarray([[token]], dtype=np.int64)
+    return tokens, last
+
+
+def interpreter(graph, prompt, max_new_tokens, eos, clock, seed: int = 0) -> Result:
+    """A graph in the reference interpreter (absent weights seeded by name, ``seed``)."""
+    from backends.onnx.runtime import interpreter_engine
+
+    caches = {v.name: np.zeros(dims.evaluate_shape(v.shape, {"B": 1, "P": 0}), v.dtype.numpy)
+              for v in graph.inputs if v.name.startswith("past_key_values.")}
+    tokens, last = greedy_loop(interpreter_engine(graph, seed), caches, prompt, max_new_tokens, eos, clock)
+    return Result(tokens, "reference interpreter", last)
+
+
+ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int8)": np.int8,
+             "tensor(uint8)": np.uint8, "tensor(int64)": np.int64, "tensor(int32)": np.int32}
+
+
+def onnxruntime(folder, prompt, max_new_tokens, eos, clock) -> Result:
+    """The folder's model in an onnxruntime CPU session, irc's greedy loop around it."""
+    from backends.onnx.runtime import ort_session
+
+    session = ort_session(model_path(folder), threads=None)
+    names = [o.name for o in session.get_outputs()]
+    caches = {}
+    for value in session.get_inputs():
+        if value.name.startswith("past_key_values."):
+            if value.type not in ORT_TYPES:
+                raise IRCError(f"input {value.name} is {value.type}, which irc's onnxruntime loop cannot feed",
+                               location=folder, hint="install onnxruntime-genai and use --engine genai")
+            shape = [1 if i == 0 else 0 if isinstance(d, str) or d is None else d for i, d in enumerate(value.shape)]
+            caches[value.name] = np.zeros(shape, ORT_TYPES[value.type])
+    inputs = {value.name for value in session.get_inputs()}
+
+    def step(feeds):
+        return dict(zip(names, session.run(None, {k: v for k, v in feeds.items() if k in inputs})))
+
+    tokens, last = greedy_loop(step, caches, prompt, max_new_tokens, eos, clock)
+    return Result(tokens, "onnxruntime", last)
+
+
+def genai(folder, prompt, max_new_tokens, eos, clock) -> Result:
+    """The folder in onnxruntime-genai, greedy (its config's eos ends the answer)."""
+    og = _genai_module()
+    model = og.Model(folder)
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + max_new_tokens, do_sample=False)
+    generator = og.Generator(model, params)
+    clock.start()
+    generator.append_tokens(np.asarray([prompt], np.int32))
+    tokens = []
+    while not generator.is_done() and len(tokens) < max_new_tokens:
+        generator.generate_next_token()
+        token = int(generator.get_next_tokens()[0])
+        tokens.append(token)
+        clock.token(token)
+        if token in eos:
+            break
+    return Result(tokens, "onnxruntime-genai")
+
+
+def _genai_module():
+    try:
+        import onnxruntime_genai
+    except ImportError:
+        raise IRCError("--engine genai needs the onnxruntime-genai package",
+                       hint="pip install onnxruntime-genai, or use --engine ort (plain onnxruntime)") from None
+    return onnxruntime_genai
+
+
+def npu_host(folder, prompt, max_new_tokens, eos, clock, engine: str = "auto") -> Result:
+    """The onnx-npu target's folder through its host loop (its prefill time includes loading)."""
+    try:
+        host = importlib.import_module("backends.onnx_npu.host")
+    except ImportError as err:
+        raise IRCError(f"{NPU_CONFIG}: this folder is for the onnx-npu target, whose host loop "
+                       f"(backends.onnx_npu.host) cannot be imported: {err}", location=folder) from None
+    clock.start()
+    tokens = host.generate(folder, prompt, max_new_tokens, sorted(eos), on_token=clock.token)
+    return Result(list(tokens), "onnx-npu host loop")
+
+
+def onnx_folder(folder, prompt, max_new_tokens, eos, clock, engine: str = "auto") -> Result:
+    """``genai`` when installed (and asked for or ``auto``), else ``onnxruntime``."""
+    if engine == "genai" or (engine == "auto" and _has_genai() and os.path.isfile(os.path.join(folder, GENAI_CONFIG))):
+        return genai(folder, prompt, max_new_tokens, eos, clock)
+    return onnxruntime(folder, prompt, max_new_tokens, eos, clock)
+
+
+def _has_genai() -> bool:
+    return importlib.util.find_spec("onnxruntime_genai") is not None
+
+
+# marker file in the folder -> its runner; the first that is present wins
+FOLDERS: tuple[tuple[str, Callable], ...] = (
+    (NPU_CONFIG, npu_host),
+    (GENAI_CONFIG, onnx_folder),
+)
+
+
+def compiled_folder(path: str) -> Optional[tuple[str, Callable]]:
+    """(folder, runner) when ``path`` is a folder ``irc compile`` wrote (or a model file in
+    one), else None."""
+    folder = os.path.dirname(os.path.abspath(path)) if path.endswith(".onnx") and os.path.isfile(path) else path
+    if not os.path.isdir(folder):
+        return None
+    for marker, runner in FOLDERS:
+        if os.path.isfile(os.path.join(folder, marker)):
+            return folder, runner
+    if glob.glob(os.path.join(folder, "*.onnx")) and not os.path.isfile(os.path.join(folder, "config.json")):
+        return folder, onnx_folder
+    return None
+
+
+def genai_config(folder: str) -> dict:
+    path = os.path.join(folder, GENAI_CONFIG)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except ValueError as err:
+        raise IRCError(f"not valid JSON: {err}", location=path) from None
+
+
+def model_path(folder: str) -> str:
+    """The model file: genai_config.json's ``decoder.filename``, else the folder's one .onnx file."""
+    name = genai_config(folder).get("model", {}).get("decoder", {}).get("filename")
+    if name:
+        return os.path.join(folder, name)
+    found = sorted(glob.glob(os.path.join(folder, "*.onnx")))
+    if len(found) != 1:
+        raise IRCError(f"expected one .onnx model in the folder, found {len(found)}", location=folder,
+                       hint="run the model file itself: irc run FOLDER/model.onnx")
+    return found[0]
+
+
+def folder_limits(folder: str) -> tuple[set, Optional[int]]:
+    """(eos ids, context length) of a compiled folder: genai_config.json, else generation_config.json."""
+    model = genai_config(folder).get("model", {})
+    eos = model.get("eos_token_id")
+    if eos is None:
+        from frontends.hf.generation import generation_meta
+        eos = generation_meta(folder, {}).get("eos_token_id")
+    ids = eos if isinstance(eos, list) else [] if eos is None else [eos]
+    return {int(i) for i in ids}, model.get("context_length")
