@@ -163,14 +163,14 @@ def mutated_tree(draw, tree, max_mutations: int = 3):
     for _ in range(draw(st.integers(1, max_mutations))):
         places = list(_paths(tree))
         if not places:
-            return draw(values)
+            return copy.deepcopy(draw(values))
         path = draw(st.sampled_from(places))
         parent, key = _container(tree, path), path[-1]
         action = draw(st.sampled_from(["delete", "replace", "replace", "replace", "wrap", "rename", "scale"]))
         if action == "delete":
             del parent[key]
-        elif action == "replace":
-            parent[key] = draw(values)
+        elif action == "replace":  # a copy: a later mutation must not change the shared extremes
+            parent[key] = copy.deepcopy(draw(values))
         elif action == "wrap":
             parent[key] = draw(st.sampled_from([[parent[key]], {"value": parent[key]}, [parent[key]] * 2]))
         elif action == "rename" and isinstance(parent, dict):
