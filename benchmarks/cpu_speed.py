@@ -49,6 +49,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+from int4_real import set_threads  # noqa: E402  (one genai_config edit for every benchmark)
 
 THREADS = 2
 SHORT_NEW, LONG_NEW = 16, 8
@@ -116,16 +117,6 @@ def build_all(hf: str, out: str, variants: dict, rebuild: bool, keep: set) -> di
         set_threads(folder, THREADS)
         built[name] = (folder, "")
     return built
-
-
-def set_threads(folder: str, threads: int) -> None:
-    path = os.path.join(folder, "genai_config.json")
-    with open(path) as f:
-        config = json.load(f)
-    options = config["model"]["decoder"].setdefault("session_options", {})
-    options["intra_op_num_threads"], options["inter_op_num_threads"] = threads, 1
-    with open(path, "w") as f:
-        json.dump(config, f, indent=4)
 
 
 # ---- timing ----------------------------------------------------------------------------

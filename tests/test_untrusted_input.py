@@ -108,7 +108,7 @@ from yaml import FullLoader
 def f(text, path):
     eval(text)
     exec(text)
-    yaml.load(text, Loader=yaml.Loader)
+    yaml.load (text, Loader=yaml.Loader)
     np.load(path, allow_pickle=True)
     subprocess.run(text, shell=True)
     os.system(text)
