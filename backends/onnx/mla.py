@@ -141,32 +141,38 @@ def _latent_attention(b: Builder, ops: dict, a: dict, query: str, cos: str, sin:
     return b.op("Reshape", [out, b.shape((batch, heads, seq, rank))], f"{name}/heads", allowzero=1)
 
 
+def _latent_query(b: Builder, ops: dict, a: dict, name: str, weights: tuple, width: int, first: str,
+                  to_latent) -> tuple:
+    """The query of both absorbed forms, [B, H, T, d_c + rope]: the projection (``weights``:
+    the names of the direct and the low-rank query weight) split per head into its first
+    ``width`` columns, taken into latent space by ``to_latent`` (nothing when W^UK is folded
+    in), and the RoPE part, rotated; with the RoPE tables (cos, sin) the key shares."""
+    x_value = ops["x"]
+    x, dtype = b.value(x_value), x_value.dtype
+    batch, seq = x_value.shape[:2]
+    heads, rope_dim, rope = a["heads"], a["qk_rope_head_dim"], a["rope"]
+    q = _project_query(b, ops, a, x, dtype, *weights, name)
+    q4 = heads_first(b, q, heads=heads, width=width + rope_dim, out=b.fresh(f"{name}/q_heads"), batch=batch, seq=seq)
+    cos, sin = rope_tables(b, ops["position_ids"], rope_dim, rope["base"], rope.get("scaling"), dtype)
+    q_latent = to_latent(slice_(b, q4, 0, width, 3, b.fresh(f"{name}/{first}")))
+    q_pe = slice_(b, q4, width, width + rope_dim, 3, b.fresh(f"{name}/q_pe"))
+    q_pe = rotate_heads(b, q_pe, (batch, heads, seq, rope_dim), cos, sin, rope.get("convention", "half"),
+                        b.fresh(f"{name}/q_pe_rotated"))
+    return b.op("Concat", [q_latent, q_pe], f"{name}/query", axis=3), cos, sin
+
+
 def lower_mla_absorbed_attention(b: Builder, node: Node, outs: list[str]) -> None:
     """Absorbed MLA with folded weights (``irc.ops.mla``): the query through the absorbed
     weight is already latent; attention over the latent (``_latent_attention``), then the
     absorbed ``wo``."""
-    ops = by_name(ABSORBED_OPERANDS, node.inputs)
-    a = node.attrs
-    x_value = ops["x"]
-    x, dtype = b.value(x_value), x_value.dtype
-    batch, seq = x_value.shape[:2]
-    heads, rank, rope_dim = a["heads"], a["kv_lora_rank"], a["qk_rope_head_dim"]
-    rope = a["rope"]
-    name = outs[0]
-    shape = dict(batch=batch, seq=seq)
-
-    # queries [B, H, T, d_c + rope]: W^UK already folded into the latent rows
-    q = _project_query(b, ops, a, x, dtype, "wq_absorbed", "q_b_absorbed", name)
-    q4 = heads_first(b, q, heads=heads, width=rank + rope_dim, out=b.fresh(f"{name}/q_heads"), **shape)
-    cos, sin = rope_tables(b, ops["position_ids"], rope_dim, rope["base"], rope.get("scaling"), dtype)
-    q_latent = slice_(b, q4, 0, rank, 3, b.fresh(f"{name}/q_latent"))
-    q_pe = slice_(b, q4, rank, rank + rope_dim, 3, b.fresh(f"{name}/q_pe"))
-    q_pe = rotate_heads(b, q_pe, (batch, heads, seq, rope_dim), cos, sin, rope.get("convention", "half"),
-                        b.fresh(f"{name}/q_pe_rotated"))
-    query = b.op("Concat", [q_latent, q_pe], f"{name}/query", axis=3)
+    ops, a, name = by_name(ABSORBED_OPERANDS, node.inputs), node.attrs, outs[0]
+    batch, seq = ops["x"].shape[:2]
+    query, cos, sin = _latent_query(b, ops, a, name, ("wq_absorbed", "q_b_absorbed"), a["kv_lora_rank"], "q_latent",
+                                    lambda q_latent: q_latent)  # W^UK already folded into the latent rows
     out4 = _latent_attention(b, ops, a, query, cos, sin, outs)
-    merged = merge_heads(b, out4, heads=heads, width=rank, out=b.fresh(f"{name}/merged"), **shape)
-    linear(b, merged, dtype, ops["wo_absorbed"], None, name)
+    merged = merge_heads(b, out4, heads=a["heads"], width=a["kv_lora_rank"], out=b.fresh(f"{name}/merged"),
+                         batch=batch, seq=seq)
+    linear(b, merged, ops["x"].dtype, ops["wo_absorbed"], None, name)
 
 
 def lower_mla_latent_attention(b: Builder, node: Node, outs: list[str]) -> None:
@@ -175,32 +181,18 @@ def lower_mla_latent_attention(b: Builder, node: Node, outs: list[str]) -> None:
     latent (``_latent_attention``); the result [B, H, T, d_c] comes back out by one batched
     MatMul with W^UV stored per head as [H, d_c, v] (the same elements as the checkpoint's
     W^UV, laid out for MatMul as linear weights are); then ``wo``. No per-head loops."""
-    ops = by_name(LATENT_OPERANDS, node.inputs)
-    a = node.attrs
-    x_value = ops["x"]
-    x, dtype = b.value(x_value), x_value.dtype
-    batch, seq = x_value.shape[:2]
-    heads, rank, nope, rope_dim, v_dim = (a["heads"], a["kv_lora_rank"], a["qk_nope_head_dim"], a["qk_rope_head_dim"],
-                                          a["v_head_dim"])
-    rope = a["rope"]
-    name = outs[0]
-    shape = dict(batch=batch, seq=seq)
-
-    q = _project_query(b, ops, a, x, dtype, "wq", "q_b", name)
-    q4 = heads_first(b, q, heads=heads, width=nope + rope_dim, out=b.fresh(f"{name}/q_heads"), **shape)
-    cos, sin = rope_tables(b, ops["position_ids"], rope_dim, rope["base"], rope.get("scaling"), dtype)
-    q_nope = slice_(b, q4, 0, nope, 3, b.fresh(f"{name}/q_nope"))
-    q_latent = b.op("MatMul", [q_nope, b.weight(ops["w_uk"], dtype=dtype)], f"{name}/q_latent")
-    q_pe = slice_(b, q4, nope, nope + rope_dim, 3, b.fresh(f"{name}/q_pe"))
-    q_pe = rotate_heads(b, q_pe, (batch, heads, seq, rope_dim), cos, sin, rope.get("convention", "half"),
-                        b.fresh(f"{name}/q_pe_rotated"))
-    query = b.op("Concat", [q_latent, q_pe], f"{name}/query", axis=3)
+    ops, a, name = by_name(LATENT_OPERANDS, node.inputs), node.attrs, outs[0]
+    dtype = ops["x"].dtype
+    batch, seq = ops["x"].shape[:2]
+    heads, rank, v_dim = a["heads"], a["kv_lora_rank"], a["v_head_dim"]
+    query, cos, sin = _latent_query(b, ops, a, name, ("wq", "q_b"), a["qk_nope_head_dim"], "q_nope", lambda q_nope: b.op(
+        "MatMul", [q_nope, b.weight(ops["w_uk"], dtype=dtype)], f"{name}/q_latent"))
     out4 = _latent_attention(b, ops, a, query, cos, sin, outs)
     w_uv = ops["w_uv"]
     w_uv_t = b.converted(b.derived(f"{w_uv.name}.T", w_uv.dtype, (heads, rank, v_dim), (w_uv,), heads_transposed),
                          w_uv.dtype, dtype)
     out_v = b.op("MatMul", [out4, w_uv_t], f"{name}/heads_v")
-    merged = merge_heads(b, out_v, heads=heads, width=v_dim, out=b.fresh(f"{name}/merged"), **shape)
+    merged = merge_heads(b, out_v, heads=heads, width=v_dim, out=b.fresh(f"{name}/merged"), batch=batch, seq=seq)
     linear(b, merged, dtype, ops["wo"], None, name)
 
 

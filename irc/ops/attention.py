@@ -369,6 +369,22 @@ def mla_cost(ops: dict, inputs, outputs, attrs, key_dim: int, value_dim: int, we
     return core + extra + _io(inputs, outputs)
 
 
+def latent_mla_cost(operands, weights, norms):
+    """The cost rule of an MLA op that attends over the latent (both absorbed forms): keys
+    of d_c + rope for the scores, values of d_c for the weighted sum (``mla_cost``)."""
+    def cost(inputs, outputs, attrs):
+        rank = attrs["kv_lora_rank"]
+        return mla_cost(by_name(operands, inputs), inputs, outputs, attrs, rank + attrs["qk_rope_head_dim"], rank,
+                        weights, norms)
+    return cost
+
+
+# the attributes of every MLA op (mla_attention and its two absorbed forms)
+MLA_ATTRS = {"heads": REQUIRED, "q_lora_rank": None, "kv_lora_rank": REQUIRED, "qk_nope_head_dim": REQUIRED,
+             "qk_rope_head_dim": REQUIRED, "v_head_dim": REQUIRED, "eps": 1e-6, "rope": REQUIRED, "scale": None,
+             "causal": True}
+
+
 def _mla_cost(inputs, outputs, attrs):
     """2 FLOPs per projection weight per token, plus scores and weighted sum over P+T keys."""
     return mla_cost(by_name(MLA_OPERANDS, inputs), inputs, outputs, attrs,
@@ -376,8 +392,5 @@ def _mla_cost(inputs, outputs, attrs):
                     ("wq", "q_a", "q_b", "kv_a", "kv_b", "wo"), ("q_a_norm", "kv_a_norm"))
 
 
-register(OpDef("mla_attention", MLA_OPERANDS,
-               {"heads": REQUIRED, "q_lora_rank": None, "kv_lora_rank": REQUIRED, "qk_nope_head_dim": REQUIRED,
-                "qk_rope_head_dim": REQUIRED, "v_head_dim": REQUIRED, "eps": 1e-6, "rope": REQUIRED, "scale": None,
-                "causal": True},
+register(OpDef("mla_attention", MLA_OPERANDS, MLA_ATTRS,
                _mla_infer, _mla_reference, _mla_cost, level="model"))

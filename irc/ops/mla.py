@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from irc.ops.attention import (attend, check_mla_inputs, merge_heads, mla_cost, mla_rotated,
-                               mla_softmax_scale, latent_outputs, visible_keys, with_caches, with_past)
+from irc.ops.attention import (MLA_ATTRS, attend, check_mla_inputs, latent_mla_cost, latent_outputs, merge_heads,
+                               mla_rotated, mla_softmax_scale, visible_keys, with_caches, with_past)
 from irc.ops.nn import linear
-from irc.ops.registry import REQUIRED, OpDef, by_name, expect, expect_shape, register
+from irc.ops.registry import OpDef, by_name, expect, expect_shape, register
 
 OP = "mla_absorbed_attention"
 OPERANDS = ("x", "position_ids", "attention_mask?", "past_latent?", "past_rope?", "wq_absorbed?", "q_a?",
@@ -115,22 +115,16 @@ def _mla_absorbed_reference(inputs, attrs):
     return with_caches(out, (latent, rope_key), ops["x"], (ops["past_latent"], ops["past_rope"]))
 
 
-def _mla_absorbed_cost(inputs, outputs, attrs):
-    """2 FLOPs per projection weight per token, plus attention over P+T cached tokens with
-    H heads of width d_c + rope for the scores and d_c for the weighted sum.
-
-    The trade against ``mla_attention``: per decoded token the scores and the weighted sum
-    cost 2·S·H·(d_c+rope) + 2·S·H·d_c instead of 2·S·H·(nope+rope) + 2·S·H·v (more FLOPs
-    when d_c > nope, v; DeepSeek-V2: 576 + 512 against 192 + 128 per head and key), and the
-    absorbed weights are larger than q_b and wo, while the cache read per key is d_c + rope
-    elements instead of H·(nope+rope+v)."""
-    rank = attrs["kv_lora_rank"]
-    return mla_cost(by_name(OPERANDS, inputs), inputs, outputs, attrs, rank + attrs["qk_rope_head_dim"], rank,
-                    WEIGHTS, NORMS)
+# 2 FLOPs per projection weight per token, plus attention over P+T cached tokens with
+# H heads of width d_c + rope for the scores and d_c for the weighted sum.
+#
+# The trade against ``mla_attention``: per decoded token the scores and the weighted sum
+# cost 2·S·H·(d_c+rope) + 2·S·H·d_c instead of 2·S·H·(nope+rope) + 2·S·H·v (more FLOPs
+# when d_c > nope, v; DeepSeek-V2: 576 + 512 against 192 + 128 per head and key), and the
+# absorbed weights are larger than q_b and wo, while the cache read per key is d_c + rope
+# elements instead of H·(nope+rope+v).
+_mla_absorbed_cost = latent_mla_cost(OPERANDS, WEIGHTS, NORMS)
 
 
-register(OpDef(OP, OPERANDS,
-               {"heads": REQUIRED, "q_lora_rank": None, "kv_lora_rank": REQUIRED, "qk_nope_head_dim": REQUIRED,
-                "qk_rope_head_dim": REQUIRED, "v_head_dim": REQUIRED, "eps": 1e-6, "rope": REQUIRED, "scale": None,
-                "causal": True},
+register(OpDef(OP, OPERANDS, MLA_ATTRS,
                _mla_absorbed_infer, _mla_absorbed_reference, _mla_absorbed_cost, level="model"))

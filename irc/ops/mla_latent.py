@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from irc.ops.attention import (attend, check_mla_inputs, merge_heads, mla_cost, mla_rotated,
-                               mla_softmax_scale, latent_outputs, visible_keys, with_caches, with_past)
+from irc.ops.attention import (MLA_ATTRS, attend, check_mla_inputs, latent_mla_cost, latent_outputs, merge_heads,
+                               mla_rotated, mla_softmax_scale, visible_keys, with_caches, with_past)
 from irc.ops.nn import f32, linear
-from irc.ops.registry import REQUIRED, OpDef, by_name, expect, expect_shape, register
+from irc.ops.registry import OpDef, by_name, expect, expect_shape, register
 
 OP = "mla_latent_attention"
 OPERANDS = ("x", "position_ids", "attention_mask?", "past_latent?", "past_rope?", "wq?", "q_a?", "q_a_norm?",
@@ -94,17 +94,11 @@ def _reference(inputs, attrs):
     return with_caches(out, (latent, rope_key), ops["x"], (ops["past_latent"], ops["past_rope"]))
 
 
-def _cost(inputs, outputs, attrs):
-    """2 FLOPs per weight per token (W^UK and W^UV once each per token: kv_b's size), plus
-    attention of H heads over P+T latent keys: 2·S·H·(d_c+rope) for the scores, 2·S·H·d_c
-    for the weighted sum."""
-    rank = attrs["kv_lora_rank"]
-    return mla_cost(by_name(OPERANDS, inputs), inputs, outputs, attrs, rank + attrs["qk_rope_head_dim"], rank,
-                    WEIGHTS, NORMS)
+# 2 FLOPs per weight per token (W^UK and W^UV once each per token: kv_b's size), plus
+# attention of H heads over P+T latent keys: 2·S·H·(d_c+rope) for the scores, 2·S·H·d_c for
+# the weighted sum
+_cost = latent_mla_cost(OPERANDS, WEIGHTS, NORMS)
 
 
-register(OpDef(OP, OPERANDS,
-               {"heads": REQUIRED, "q_lora_rank": None, "kv_lora_rank": REQUIRED, "qk_nope_head_dim": REQUIRED,
-                "qk_rope_head_dim": REQUIRED, "v_head_dim": REQUIRED, "eps": 1e-6, "rope": REQUIRED, "scale": None,
-                "causal": True},
+register(OpDef(OP, OPERANDS, MLA_ATTRS,
                _infer, _reference, _cost, level="model"))
