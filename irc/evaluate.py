@@ -36,6 +36,24 @@ class EvalTextError(IRCError):
     """An evaluation or calibration text that cannot be used."""
 
 
+def load_tokenizer(source, error=None):
+    """A ``tokenizers.Tokenizer`` from a ``tokenizer.json`` path, or from its content (bytes);
+    ``error`` (an IRCError subclass, EvalTextError by default) when the library is missing
+    or the file cannot be read."""
+    error = error or EvalTextError
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise error("reading a text needs the 'tokenizers' package", hint='pip install -e ".[text]"') from None
+    try:
+        if isinstance(source, bytes):
+            return Tokenizer.from_str(source.decode("utf-8"))
+        return Tokenizer.from_file(os.fspath(source))
+    except Exception as err:  # the library raises its own exception types
+        raise error(f"cannot read the tokenizer: {err}", location=None if isinstance(source, bytes) else
+                    os.fspath(source)) from None
+
+
 def text_tokens(path: str, tokenizer: str, limit: Optional[int] = None, what: str = "eval text") -> list[int]:
     """The token ids of the text in ``path`` (its first ``limit`` when given) under the
     ``tokenizer.json`` at ``tokenizer``; at least 2 of them, or EvalTextError."""
@@ -43,15 +61,7 @@ def text_tokens(path: str, tokenizer: str, limit: Optional[int] = None, what: st
         if not file or not os.path.isfile(file):
             hint = "the tokenizer is the model folder's tokenizer.json" if name == "tokenizer" else None
             raise EvalTextError(f"{name} {file!r} is not a file", location=str(file), hint=hint)
-    try:
-        from tokenizers import Tokenizer
-    except ImportError:
-        raise EvalTextError("reading a text needs the 'tokenizers' package",
-                            hint='pip install -e ".[text]"') from None
-    try:
-        encoder = Tokenizer.from_file(tokenizer)
-    except Exception as err:  # the library raises its own exception types
-        raise EvalTextError(f"cannot read the tokenizer: {err}", location=tokenizer) from None
+    encoder = load_tokenizer(tokenizer)
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()

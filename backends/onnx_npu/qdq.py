@@ -39,7 +39,7 @@ import numpy as np
 
 from irc.dtypes import DType
 from irc.errors import BackendError
-from irc.evaluate import StreamingInterpreter, prefill_logits, windows
+from irc.evaluate import StreamingInterpreter, load_tokenizer, prefill_logits, windows
 from irc.graph import Graph, Node
 
 MIN_TOKENS = 16
@@ -70,11 +70,7 @@ def calibration_tokens(path: str, files: Mapping[str, object], vocab: int) -> li
         text = f.read()
     tokenizer = files.get("tokenizer.json")
     if tokenizer is not None:
-        from tokenizers import Tokenizer
-
-        encoder = (Tokenizer.from_str(tokenizer.decode("utf-8")) if isinstance(tokenizer, bytes)
-                   else Tokenizer.from_file(os.fspath(tokenizer)))
-        ids = encoder.encode(text).ids
+        ids = load_tokenizer(tokenizer, BackendError).encode(text).ids
     elif re.fullmatch(r"[\s,0-9]*", text):
         ids = [int(t) for t in re.split(r"[\s,]+", text.strip()) if t]
     else:
