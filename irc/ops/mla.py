@@ -34,6 +34,7 @@ import numpy as np
 
 from irc.ops.attention import (MLA_ATTRS, attend, check_mla_inputs, latent_mla_cost, latent_outputs, merge_heads,
                                mla_rotated, mla_softmax_scale, visible_keys, with_caches, with_past)
+from irc.ops.mla_latent import kv_b_views
 from irc.ops.nn import linear
 from irc.ops.registry import OpDef, by_name, expect, expect_shape, register
 
@@ -49,7 +50,7 @@ NORMS = ("q_a_norm", "kv_a_norm")
 def split_kv_b(kv_b, *, heads: int, qk_nope_head_dim: int, v_head_dim: int) -> tuple[np.ndarray, np.ndarray]:
     """kv_b [H*(nope+v), d_c] -> W^UK [H, nope, d_c] and W^UV [H, v, d_c] (float64)."""
     per_head = np.asarray(kv_b).astype(np.float64).reshape(heads, qk_nope_head_dim + v_head_dim, -1)
-    return per_head[:, :qk_nope_head_dim], per_head[:, qk_nope_head_dim:]
+    return kv_b_views(per_head, heads=heads, qk_nope_head_dim=qk_nope_head_dim)
 
 
 def absorb_query_weight(w_q, kv_b, *, heads: int, qk_nope_head_dim: int, qk_rope_head_dim: int,
