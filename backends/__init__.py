@@ -58,6 +58,11 @@ def _onnx_prelude(options: Mapping[str, Any]) -> str:
     return prelude(options)
 
 
+def _onnx_postlude(options: Mapping[str, Any]) -> str:
+    from backends.onnx.targets import postlude  # plain data, no onnx import
+    return postlude(options)
+
+
 def _onnx_arguments(parser: argparse.ArgumentParser) -> None:
     from backends.onnx.targets import add_arguments
     add_arguments(parser)
@@ -82,7 +87,8 @@ class Target:
     targets of one backend: the CLI calls each function once) and ``arguments`` names them;
     ``emitter`` is ``"module:function"``; ``needs_output`` when the target writes files only;
     ``prelude(options)`` names passes that run before any pipeline, the default or ``--passes``
-    (the ONNX targets' ``retype`` to ``--dtype``)."""
+    (the ONNX targets' ``retype`` to ``--dtype``), ``postlude(options)`` those that run after
+    it (the ONNX targets' ``last-logits``)."""
 
     summary: str
     emitter: Optional[str]
@@ -91,6 +97,7 @@ class Target:
     arguments: tuple = ()
     needs_output: bool = False
     prelude: Callable[[Mapping[str, Any]], str] = _fixed("")
+    postlude: Callable[[Mapping[str, Any]], str] = _fixed("")
 
     def emit(self, graph: Graph, path: str, options: EmitOptions) -> list[str]:
         module, function = self.emitter.split(":")
@@ -105,10 +112,11 @@ TARGETS = {
                     _fixed("dce,cse")),
     "onnx": Target("an ONNX model, standard ops (+ genai_config.json)", "backends.onnx.compile:emit_target",
                    _onnx_pipeline("onnx"), _onnx_arguments, ONNX_ARGUMENTS, needs_output=True,
-                   prelude=_onnx_prelude),
+                   prelude=_onnx_prelude, postlude=_onnx_postlude),
     "onnx-ort": Target("an ONNX model with ONNX Runtime contrib ops (+ genai_config.json)",
                        "backends.onnx.compile:emit_target", _onnx_pipeline("onnx-ort"), _onnx_arguments,
-                       ONNX_ARGUMENTS, needs_output=True, prelude=_onnx_prelude),
+                       ONNX_ARGUMENTS, needs_output=True, prelude=_onnx_prelude,
+                       postlude=_onnx_postlude),
     "onnx-npu": Target("a folder of static-shape ONNX graphs for edge NPUs (chunk + decode, one weights file)",
                        "backends.onnx_npu.emit:emit_target", _npu("pipeline"), _npu_arguments,
                        ("chunk", "precision", "calibration"), needs_output=True, prelude=_npu("prelude")),

@@ -66,12 +66,13 @@ def _apply_passes(graph, args, *, check: bool = False, out=sys.stdout, progress:
 
 
 def _pipeline_text(args) -> str:
-    """The target's prelude (``retype`` for ONNX), then ``--passes`` or the default pipeline."""
+    """The target's prelude (``retype`` for ONNX), ``--passes`` or the default pipeline, then
+    the target's postlude (``last-logits`` for ONNX)."""
     main = args.passes if args.passes is not None else _default_pipeline(args)
     if getattr(args, "target", None) is None:
         return main
-    prelude = get_target(args.target).prelude(_target_options(args))
-    return ",".join(part for part in (prelude, main) if part)
+    target, options = get_target(args.target), _target_options(args)
+    return ",".join(part for part in (target.prelude(options), main, target.postlude(options)) if part)
 
 
 def _default_pipeline(args) -> str:

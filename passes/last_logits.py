@@ -8,7 +8,7 @@ from irc.passmanager import Pass, register_pass
 from irc.rewrite.edit import constant, replace_node
 
 # position-wise ops the head may be made of: one activation operand (the first), the rest params
-HEAD_OPS = ("linear", "rms_norm", "layer_norm", "softcap", "cast")
+HEAD_OPS = ("linear", "dequant_linear", "rms_norm", "layer_norm", "softcap", "cast")
 
 
 def head_chain(graph: Graph, name: str) -> tuple[list[Node], str]:
@@ -41,7 +41,7 @@ class LastLogits(Pass):
     the head is the largest matmul of a small model's prefill (Gemma-3-270M: a 262,144-row
     head, about half the prefill's time at 128 tokens). The pass finds the position-wise
     nodes that make ``logits`` from the last activation shared with the rest of the graph
-    (final norm, head ``linear``, softcap, casts), gathers that activation's last position
+    (final norm, head ``linear`` or ``dequant_linear``, softcap, casts), gathers that activation's last position
     (``gather`` of index -1 along T) and recomputes the chain on [B, 1, d].
 
     Changes the graph's contract: ``logits`` is [B, 1, V], so perplexity over every position

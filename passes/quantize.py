@@ -125,7 +125,9 @@ class Quantize(Pass):
         self.last_report: Optional[dict] = None
 
     def evaluate_on(self, tokens: list[int]) -> None:
-        """Add perplexity and top-1 agreement on ``tokens`` to ``report``."""
+        """Add perplexity and top-1 agreement on ``tokens`` to ``report``, measured on the
+        graph as this pass leaves it (``run`` computes the report then), so later passes
+        (the ONNX targets' ``last-logits``) neither change it nor break it."""
         self.eval_tokens = list(tokens)
 
     def block_size(self, k: int) -> int:
@@ -167,6 +169,8 @@ class Quantize(Pass):
                     changed = True
         for note in self.notes:
             log.debug(note)
+        if changed and self.eval_tokens is not None and self.float_graph is not None:
+            self.report(graph)
         return changed
 
     def check_blocks(self, params: list) -> None:

@@ -44,6 +44,26 @@ def test_eval_text_reaches_output_dumps_and_report(capsys, tmp_path, tokenizer):
     assert "Mean SQNR per layer" in html and "eval text" in html
 
 
+def test_eval_text_scores_every_position_before_last_logits(capsys, tmp_path, tokenizer):
+    """The ONNX targets end with last-logits (logits [B, 1, V]); --eval-text still scores every
+    position of the text, with the same figures as a compile keeping every position."""
+    import onnx
+
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT)
+    lines = {}
+    for logits in ("last", "all"):
+        out = tmp_path / logits / "model.onnx"
+        code, _, err = run_cli(capsys, "compile", TINY, "--target", "onnx-ort", "--logits", logits, "--passes",
+                               "quantize{bits=4,group=32}", "--eval-text", str(text), "--tokenizer", tokenizer,
+                               "-o", str(out))
+        assert code == 0, err
+        lines[logits] = [line for line in err.splitlines() if "top-1 agreement" in line]
+        shape = onnx.load(str(out), load_external_data=False).graph.output[0].type.tensor_type.shape.dim
+        assert (shape[1].dim_value == 1) == (logits == "last")
+    assert lines["last"] and lines["last"] == lines["all"]
+
+
 @pytest.mark.parametrize("passes, message", [
     ("quantize{group=64}", "group 64 does not divide K=160 of @layers.0.mlp.w_down"),
     ("quantize{bits=3}", "bits must be 4 or 8"),

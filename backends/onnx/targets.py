@@ -17,6 +17,13 @@ its pipeline (``prelude``), so weights, activations, the KV cache and quantizati
 share one float type (``auto``: f32). fp16 graphs cast to f32 around the ops ORT's CPU
 provider has no fp16 kernel for (``backends.onnx.precision``); bf16 graphs are for
 providers with bf16 kernels (the CPU provider has none for MatMul).
+
+Both end with ``last-logits`` (``postlude``) unless ``--logits all``: the folder is for a
+generate loop (onnxruntime-genai, ``irc run``), which reads the last row of a prefill's
+logits only, and the head is a small model's largest matmul: on SmolLM2-135M the default
+prefills in 0.83x the time of ``--logits all`` at 128 and at 1,024 tokens, and the
+1,024-token process peaks 190 MB lower (``benchmarks/cpu_speed.py``). Scoring every position
+(perplexity) needs ``--logits all``.
 """
 from __future__ import annotations
 
@@ -30,7 +37,7 @@ MAX_OPSET = 24
 WEIGHTS = ("seeded", "none")
 DTYPES = ("auto", "f32", "f16", "bf16")
 TIED_HEADS = ("auto", "fused", "gemm", "transpose")
-LOGITS = ("all", "last")
+LOGITS = ("last", "all")  # the first is the default
 FUSIONS = ("gqa-rope", "pack-qkv")  # backends.onnx.gqa_fuse
 
 
@@ -69,9 +76,10 @@ def add_arguments(parser) -> None:
                              "Runtime folds at load, one copy in the file, two in memory; gemm: Gemm(transB), no "
                              "second copy, but ONNX Runtime copies the logits in its Reshape)")
     parser.add_argument("--logits", default=None, choices=LOGITS,
-                        help="ONNX targets: all (default: logits [B, T, V] for every position) or last (the "
-                             "last-logits pass: [B, 1, V], all onnxruntime-genai reads; a prefill skips the head's "
-                             "work on every other position)")
+                        help="ONNX targets: last (default: the last-logits pass after the pipeline, logits "
+                             "[B, 1, V], all a generate loop such as onnxruntime-genai reads; a prefill skips the "
+                             "head's work on every other position) or all ([B, T, V]: every position, for "
+                             "perplexity or scoring)")
     parser.add_argument("--unfuse", default=None,
                         help="onnx-ort: fusions to turn off, comma-separated: gqa-rope (RoPE inside "
                              "GroupQueryAttention, do_rotary) and pack-qkv (one q|k|v MatMul feeding it)")
@@ -118,12 +126,25 @@ def resolve_dtype(options) -> str:
 
 def prelude(options) -> str:
     """Passes every ONNX compile runs before its pipeline: ``retype`` to the chosen float type
-    (first, so quantization scales follow the activations), then ``last-logits`` for
-    ``--logits last``."""
-    logits = options.get("logits") or "all"
+    (first, so quantization scales follow the activations)."""
+    return f"retype{{dtype={resolve_dtype(options)}}}"
+
+
+def postlude(options) -> str:
+    """Passes every ONNX compile runs after its pipeline: ``last-logits`` unless ``--logits
+    all``. Last, so the passes before it (and ``--eval-text``, which scores every position)
+    see the whole logits; ``last-logits`` also narrows a quantized head."""
+    logits = options.get("logits") or LOGITS[0]
     if logits not in LOGITS:
         raise BackendError(f"--logits {logits!r} is not supported", hint=f"one of {', '.join(LOGITS)}")
-    return f"retype{{dtype={resolve_dtype(options)}}}" + (",last-logits" if logits == "last" else "")
+    return "last-logits" if logits == "last" else ""
+
+
+def whole_pipeline(target: str, options) -> str:
+    """What ``irc compile --target TARGET`` runs without ``--passes``: the prelude, the
+    default pipeline at the chosen opset, the postlude."""
+    opset = options.get("opset") or DEFAULT_OPSET
+    return ",".join(p for p in (prelude(options), TARGETS[target].pipeline(opset), postlude(options)) if p)
 
 
 def check_options(target: str, opset: int, weights: str) -> Target:

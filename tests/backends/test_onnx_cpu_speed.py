@@ -9,7 +9,7 @@ import pytest
 import passes  # noqa: F401  (registers the passes)
 from backends.onnx.emit import emit_model
 from backends.onnx.runtime import greedy, ort_engine
-from backends.onnx.targets import TARGETS, prelude, resolve_tied_head, resolve_unfused
+from backends.onnx.targets import postlude, resolve_tied_head, resolve_unfused, whole_pipeline
 from frontends import load_spec
 from irc.check import relative_error
 from irc.errors import BackendError
@@ -20,9 +20,12 @@ TIED = "examples/tiny-gemma2-9b.yaml"   # tied head, softcaps, windows
 LLAMA = "examples/tiny-llama3.yaml"
 
 
-def run(spec, target, tmp_path, options=None, **emit_options):
+ALL = {"logits": "all"}  # every position compared with the reference
+
+
+def run(spec, target, tmp_path, options, **emit_options):
     graph = load_spec(spec)
-    PassManager(parse_pipeline(prelude(options or {}) + "," + TARGETS[target].pipeline_23)).run(graph)
+    PassManager(parse_pipeline(whole_pipeline(target, options))).run(graph)
     path = tmp_path / f"{target}-{len(list(tmp_path.iterdir()))}.onnx"
     emit_model(graph, str(path), target=target, context=64, **emit_options)
     return greedy(ort_engine(str(path)), graph, PROMPTS, NEW_TOKENS)
@@ -31,17 +34,17 @@ def run(spec, target, tmp_path, options=None, **emit_options):
 @pytest.mark.parametrize("target,layout", [("onnx-ort", "fused"), ("onnx-ort", "gemm"), ("onnx-ort", "transpose"),
                                            ("onnx", "gemm"), ("onnx", "transpose")])
 def test_tied_head_layouts_match_the_reference(tmp_path, target, layout):
-    assert_matches(run(TIED, target, tmp_path, tied_head=layout), reference(TIED))
+    assert_matches(run(TIED, target, tmp_path, ALL, tied_head=layout), reference(TIED))
 
 
 @pytest.mark.parametrize("unfused", [frozenset({"gqa-rope"}), frozenset({"pack-qkv"})])
 def test_gqa_fusions_off_match_the_reference(tmp_path, unfused):
-    assert_matches(run(LLAMA, "onnx-ort", tmp_path, unfused=unfused), reference(LLAMA))
+    assert_matches(run(LLAMA, "onnx-ort", tmp_path, ALL, unfused=unfused), reference(LLAMA))
 
 
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-def test_last_logits_give_the_last_row(tmp_path, target):
-    ours, ref = run(TIED, target, tmp_path, {"logits": "last"}), reference(TIED)
+def test_last_logits_are_the_default_and_give_the_last_row(tmp_path, target):
+    ours, ref = run(TIED, target, tmp_path, {}), reference(TIED)
     assert ours["prefill"]["logits"].shape[1] == 1
     assert relative_error(ours["prefill"]["logits"][:, 0], ref["prefill"]["logits"][:, -1]) <= RTOL
     np.testing.assert_array_equal(ours["tokens"], ref["tokens"])
@@ -54,4 +57,4 @@ def test_bad_speed_options_are_one_message():
     with pytest.raises(BackendError, match="not a fusion"):
         resolve_unfused({"unfuse": "gqa-rope,qkv"})
     with pytest.raises(BackendError, match="--logits"):
-        prelude({"logits": "first"})
+        postlude({"logits": "first"})

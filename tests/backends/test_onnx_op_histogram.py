@@ -21,7 +21,7 @@ import pytest
 
 import passes  # noqa: F401  (registers the passes)
 from backends.onnx.emit import build
-from backends.onnx.targets import TARGETS, prelude
+from backends.onnx.targets import TARGETS, whole_pipeline
 from frontends import load_spec
 from irc.passmanager import PassManager, parse_pipeline
 from irc.testing import golden
@@ -33,8 +33,7 @@ MODELS = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(ROOT, "
 def histogram(spec: str, target: str) -> dict:
     """{op type (``com.microsoft.`` prefixed where it is one): count} of the emitted graph."""
     graph = load_spec(spec)
-    pipeline = prelude({}) + "," + TARGETS[target].pipeline_23
-    PassManager(parse_pipeline(pipeline)).run(graph)
+    PassManager(parse_pipeline(whole_pipeline(target, {}))).run(graph)
     nodes = build(graph, target=target).nodes
     counts = collections.Counter((f"{n.domain}." if n.domain else "") + n.op_type for n in nodes)
     return dict(sorted(counts.items()))

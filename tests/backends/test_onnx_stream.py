@@ -110,7 +110,8 @@ def test_every_checkpoint_dtype_compiles_to_every_output(tmp_path, capsys, store
     folder = hf_folder(tmp_path / "hf", stored)
     dtype, passes = OUTPUTS[output]
     out = tmp_path / "out"
-    argv = ["compile", str(folder), "--target", "onnx-ort", "--dtype", dtype, "-o", str(out / "model.onnx")]
+    argv = ["compile", str(folder), "--target", "onnx-ort", "--dtype", dtype, "--logits", "all",
+            "-o", str(out / "model.onnx")]
     assert main(argv + (["--passes", passes] if passes else [])) == 0
     assert (out / "tokenizer.json").read_text() == '{"model": "a stand-in"}'
     onnx.checker.check_model(str(out / "model.onnx"), full_check=True)
