@@ -23,8 +23,11 @@ Measured, through onnxruntime-genai's generate loop, 2 intra-op threads for ever
   transformers.
 
 Rounds are interleaved (model by model: A B C D A B C D ...), each model loaded afresh and
-dropped after its turn, so no idle session's threads compete; medians are reported. The
-host is shared and noisy: compare ratios within one run, never across runs.
+dropped after its turn, so no idle session's threads compete; medians over rounds are
+reported (a round's decode figure is the median of its steps). The host is shared and noisy:
+compare ratios within one run, never across runs. Each target line also gives the ratio round
+by round against the same peer (median and range): both ran within seconds of each other, so
+the host's drift between rounds cancels there.
 
     python benchmarks/cpu_speed.py [--rounds 5] [--models smollm2,gemma3] [--quick]
         [--variant NAME=IRC_ARGS ...] [--rebuild]
@@ -168,14 +171,15 @@ def one_round(folder: str, prompts: dict, phases: list) -> dict:
 
 
 def measure(builds: dict, prompts: dict, phases: list, rounds: int, long_tools: set) -> dict:
-    """{tool: {phase: [seconds]}}, interleaved over ``rounds``; "decode 2048" only for ``long_tools``."""
+    """{tool: {phase: [one value per round]}}, interleaved over ``rounds``: a prefill's seconds,
+    or the median seconds of a round's decode steps; "decode 2048" only for ``long_tools``."""
     results = {name: {phase: [] for phase in phases} for name in builds}
     for r in range(rounds):
         for name, folder in builds.items():
             mine = [p for p in phases if p != "decode 2048" or name in long_tools]
             for phase, value in one_round(folder, prompts, mine).items():
                 if phase in results[name]:
-                    results[name][phase] += value if isinstance(value, list) else [value]
+                    results[name][phase].append(statistics.median(value) if isinstance(value, list) else value)
         print(f"  round {r + 1}/{rounds} done", flush=True)
     return results
 
@@ -277,14 +281,22 @@ def median(values) -> float:
 
 
 def summarize(results: dict) -> dict:
-    """{tool: {phase: prefill ms or decode tok/s}}."""
+    """{tool: {phase: prefill ms or decode tok/s}}: the median over rounds."""
     table = {}
     for name, phases in results.items():
-        row = {}
-        for phase, values in phases.items():
-            row[phase] = median(values) * 1000 if phase.startswith("prefill") else 1 / median(values)
-        table[name] = row
+        table[name] = {phase: speed(phase, median(values)) for phase, values in phases.items()}
     return table
+
+
+def speed(phase: str, seconds: float) -> float:
+    return seconds * 1000 if phase.startswith("prefill") else 1 / seconds
+
+
+def paired(results: dict, ours: str, peer: str, phase: str) -> list:
+    """Round by round, ours against ``peer`` (time ratio for a prefill, speed ratio for a
+    decode): the same round ran both within seconds, so the host's drift cancels."""
+    pairs = zip(results[ours].get(phase, []), results[peer].get(phase, []))
+    return sorted(a / b if phase.startswith("prefill") else b / a for a, b in pairs if a == a and b == b)
 
 
 def print_table(model: str, table: dict, notes: dict, memory: dict, errors: dict, phases: list) -> None:
@@ -300,7 +312,9 @@ def print_table(model: str, table: dict, notes: dict, memory: dict, errors: dict
         print(f"  {name:<22}{cells}{memory.get(name, float('nan')):10.0f}{errors.get(name, float('nan')):12.1e}")
 
 
-def print_targets(model: str, table: dict, phases: list, name: str = "irc onnx-ort") -> None:
+def print_targets(model: str, table: dict, results: dict, phases: list, name: str = "irc onnx-ort") -> None:
+    """Each target as the ratio of medians, then the median and range of the per-round ratios
+    against the same peer."""
     peers = [n for n in ("builder", "mobius") if n in table]
     ours = table.get(name)
     if not peers or ours is None:
@@ -309,13 +323,16 @@ def print_targets(model: str, table: dict, phases: list, name: str = "irc onnx-o
     parts = []
     for phase in phases:
         prefill = phase.startswith("prefill")
-        values = [table[p][phase] for p in peers if table[p].get(phase, float("nan")) == table[p].get(phase)]
+        values = {p: table[p][phase] for p in peers if table[p].get(phase, float("nan")) == table[p].get(phase)}
         if not values or ours.get(phase, float("nan")) != ours.get(phase):
             continue
-        best = (min if prefill else max)(values)
-        ratio = ours[phase] / best
+        best = (min if prefill else max)(values, key=values.get)
+        ratio = ours[phase] / values[best]
         ok = ratio <= 0.95 if prefill else ratio >= 1.0
-        parts.append(f"{phase} {ratio:.2f}x best peer ({'met' if ok else 'MISSED'})")
+        rounds = paired(results, name, best, phase)
+        spread = (f" [{best}, per round: median {median(rounds):.2f}x, {rounds[0]:.2f}-{rounds[-1]:.2f}]"
+                  if rounds else "")
+        parts.append(f"{phase} {ratio:.2f}x best peer ({'met' if ok else 'MISSED'}){spread}")
         if table.get("irc onnx", {}).get(phase, float("nan")) == table.get("irc onnx", {}).get(phase):
             portable = table["irc onnx"][phase] / ours[phase] if prefill else ours[phase] / table["irc onnx"][phase]
             parts[-1] += f", onnx/onnx-ort {portable:.2f}x{'' if portable <= 1.2 else ' (MISSED)'}"
@@ -366,11 +383,12 @@ def main() -> None:
         reference = reference_logits(hf, prompts[128])
         errors = {name: float(np.abs(last_logits(folder, prompts[128], head_dim) - reference).max())
                   for name, folder in builds.items()}
-        table = summarize(measure(builds, prompts, phases, args.rounds, set(args.long_tools.split(","))))
+        results = measure(builds, prompts, phases, args.rounds, set(args.long_tools.split(",")))
+        table = summarize(results)
         memory = {} if args.quick else {name: peak_memory(folder, hf) for name, folder in builds.items()}
         print_table(model, table, notes, memory, errors, phases)
         for name in ["irc onnx-ort", *(f"irc {v}" for v in variants if v.startswith("ort"))]:
-            print_targets(model, table, phases, name)
+            print_targets(model, table, results, phases, name)
         if not args.no_profile:
             peers = [n for n in ("mobius", "builder") if n in table]
             fastest = min(peers, key=lambda n: table[n]["prefill 128"]) if peers else None
