@@ -53,14 +53,11 @@ def _onnx_pipeline(name: str) -> Callable[[Mapping[str, Any]], str]:
     return default_pipeline
 
 
-def _onnx_prelude(options: Mapping[str, Any]) -> str:
-    from backends.onnx.targets import prelude  # plain data, no onnx import
-    return prelude(options)
-
-
-def _onnx_postlude(options: Mapping[str, Any]) -> str:
-    from backends.onnx.targets import postlude  # plain data, no onnx import
-    return postlude(options)
+def _onnx(function: str) -> Callable[[Mapping[str, Any]], str]:
+    def from_onnx_targets(options: Mapping[str, Any]) -> str:
+        from backends.onnx import targets  # plain data, no onnx import
+        return getattr(targets, function)(options)
+    return from_onnx_targets
 
 
 def _onnx_arguments(parser: argparse.ArgumentParser) -> None:
@@ -112,11 +109,11 @@ TARGETS = {
                     _fixed("dce,cse")),
     "onnx": Target("an ONNX model, standard ops (+ genai_config.json)", "backends.onnx.compile:emit_target",
                    _onnx_pipeline("onnx"), _onnx_arguments, ONNX_ARGUMENTS, needs_output=True,
-                   prelude=_onnx_prelude, postlude=_onnx_postlude),
+                   prelude=_onnx("prelude"), postlude=_onnx("postlude")),
     "onnx-ort": Target("an ONNX model with ONNX Runtime contrib ops (+ genai_config.json)",
                        "backends.onnx.compile:emit_target", _onnx_pipeline("onnx-ort"), _onnx_arguments,
-                       ONNX_ARGUMENTS, needs_output=True, prelude=_onnx_prelude,
-                       postlude=_onnx_postlude),
+                       ONNX_ARGUMENTS, needs_output=True, prelude=_onnx("prelude"),
+                       postlude=_onnx("postlude")),
     "onnx-npu": Target("a folder of static-shape ONNX graphs for edge NPUs (chunk + decode, one weights file)",
                        "backends.onnx_npu.emit:emit_target", _npu("pipeline"), _npu_arguments,
                        ("chunk", "precision", "calibration"), needs_output=True, prelude=_npu("prelude")),

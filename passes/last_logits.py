@@ -41,8 +41,9 @@ class LastLogits(Pass):
     the head is the largest matmul of a small model's prefill (Gemma-3-270M: a 262,144-row
     head, about half the prefill's time at 128 tokens). The pass finds the position-wise
     nodes that make ``logits`` from the last activation shared with the rest of the graph
-    (final norm, head ``linear`` or ``dequant_linear``, softcap, casts), gathers that activation's last position
-    (``gather`` of index -1 along T) and recomputes the chain on [B, 1, d].
+    (final norm, head ``linear`` or ``dequant_linear``, softcap, casts), gathers that
+    activation's last position (``gather`` of index -1 along T) and recomputes the chain on
+    [B, 1, d]. The ONNX targets run it last, after their pipeline (``--logits all`` skips it).
 
     Changes the graph's contract: ``logits`` is [B, 1, V], so perplexity over every position
     needs a graph without this pass. Refuses, with a note, a graph whose ``logits`` is not
