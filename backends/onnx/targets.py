@@ -72,9 +72,9 @@ def add_arguments(parser) -> None:
                              "their codes, with scales in this type)")
     parser.add_argument("--tied-head", default=None, choices=TIED_HEADS,
                         help="ONNX targets: how a head tied to the embedding reads the shared table (default auto: "
-                             "fused, FusedMatMul(transB), for onnx-ort; transpose for onnx: a Transpose node ONNX "
-                             "Runtime folds at load, one copy in the file, two in memory; gemm: Gemm(transB), no "
-                             "second copy, but ONNX Runtime copies the logits in its Reshape)")
+                             "fused, FusedMatMul(transB), the fastest, for onnx-ort; transpose for onnx: a Transpose "
+                             "node ONNX Runtime folds at load, one copy in the file and the least peak memory; gemm: "
+                             "Gemm(transB), but ONNX Runtime copies the logits in its Reshape)")
     parser.add_argument("--logits", default=None, choices=LOGITS,
                         help="ONNX targets: last (default: the last-logits pass after the pipeline, logits "
                              "[B, 1, V], all a generate loop such as onnxruntime-genai reads; a prefill skips the "
