@@ -14,6 +14,7 @@ table and needs no change. Backends import only ``irc``.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
@@ -48,33 +49,21 @@ def _fixed(pipeline: str) -> Callable[[Mapping[str, Any]], str]:
 
 def _onnx_pipeline(name: str) -> Callable[[Mapping[str, Any]], str]:
     def default_pipeline(options: Mapping[str, Any]) -> str:
-        from backends.onnx.targets import DEFAULT_OPSET, TARGETS as ONNX  # plain data, no onnx import
-        return ONNX[name].pipeline(options.get("opset") or DEFAULT_OPSET)
+        from backends.onnx.targets import DEFAULT_OPSET, TARGETS as ONNX_TARGETS  # plain data
+        return ONNX_TARGETS[name].pipeline(options.get("opset") or DEFAULT_OPSET)
     return default_pipeline
 
 
-def _onnx(function: str) -> Callable[[Mapping[str, Any]], str]:
-    def from_onnx_targets(options: Mapping[str, Any]) -> str:
-        from backends.onnx import targets  # plain data, no onnx import
-        return getattr(targets, function)(options)
-    return from_onnx_targets
+@functools.lru_cache(maxsize=None)
+def _lazy(path: str) -> Callable:
+    """The function at ``"module:function"``, imported on its first call (the target tables
+    are plain data: the CLI reads them at start-up). One object per path, so targets of one
+    backend share their ``add_arguments`` and the CLI adds those options once."""
+    module, function = path.split(":")
 
-
-def _onnx_arguments(parser: argparse.ArgumentParser) -> None:
-    from backends.onnx.targets import add_arguments
-    add_arguments(parser)
-
-
-def _npu(function: str) -> Callable[[Mapping[str, Any]], str]:
-    def from_npu_targets(options: Mapping[str, Any]) -> str:
-        from backends.onnx_npu import targets  # plain data, no onnx import
-        return getattr(targets, function)(options)
-    return from_npu_targets
-
-
-def _npu_arguments(parser: argparse.ArgumentParser) -> None:
-    from backends.onnx_npu.targets import add_arguments
-    add_arguments(parser)
+    def call(arg):
+        return getattr(importlib.import_module(module), function)(arg)
+    return call
 
 
 @dataclass(frozen=True)
@@ -102,21 +91,23 @@ class Target:
 
 
 ONNX_ARGUMENTS = ("opset", "weights", "dtype", "tied_head", "logits", "unfuse")
+ONNX, NPU = "backends.onnx.targets", "backends.onnx_npu.targets"  # plain data, no onnx import
 
 TARGETS = {
     "ir": Target("the printed IR", "backends.ir:emit_target"),
     "numpy": Target("a standalone NumPy module (+ .npz weights)", "backends.numpy.emit:emit_target",
                     _fixed("dce,cse")),
     "onnx": Target("an ONNX model, standard ops (+ genai_config.json)", "backends.onnx.compile:emit_target",
-                   _onnx_pipeline("onnx"), _onnx_arguments, ONNX_ARGUMENTS, needs_output=True,
-                   prelude=_onnx("prelude"), postlude=_onnx("postlude")),
+                   _onnx_pipeline("onnx"), _lazy(ONNX + ":add_arguments"), ONNX_ARGUMENTS, needs_output=True,
+                   prelude=_lazy(ONNX + ":prelude"), postlude=_lazy(ONNX + ":postlude")),
     "onnx-ort": Target("an ONNX model with ONNX Runtime contrib ops (+ genai_config.json)",
-                       "backends.onnx.compile:emit_target", _onnx_pipeline("onnx-ort"), _onnx_arguments,
-                       ONNX_ARGUMENTS, needs_output=True, prelude=_onnx("prelude"),
-                       postlude=_onnx("postlude")),
+                       "backends.onnx.compile:emit_target", _onnx_pipeline("onnx-ort"),
+                       _lazy(ONNX + ":add_arguments"), ONNX_ARGUMENTS, needs_output=True,
+                       prelude=_lazy(ONNX + ":prelude"), postlude=_lazy(ONNX + ":postlude")),
     "onnx-npu": Target("a folder of static-shape ONNX graphs for edge NPUs (chunk + decode, one weights file)",
-                       "backends.onnx_npu.emit:emit_target", _npu("pipeline"), _npu_arguments,
-                       ("chunk", "precision", "calibration"), needs_output=True, prelude=_npu("prelude")),
+                       "backends.onnx_npu.emit:emit_target", _lazy(NPU + ":pipeline"),
+                       _lazy(NPU + ":add_arguments"), ("chunk", "precision", "calibration"), needs_output=True,
+                       prelude=_lazy(NPU + ":prelude")),
     "triton": Target("a Triton module: generated kernels + launcher (+ .pt weights)",
                      "backends.triton.emit:emit_target", _fixed("dce,cse,mla-absorb,moe-sort")),
 }
