@@ -23,7 +23,7 @@ from irc.analysis import MLA_OPS, _param_fractions, analyze, cache_inputs, eleme
 from irc.dtypes import DType
 from irc.graph import Graph, Node, Param
 from irc.ops.registry import TensorType
-from irc.text import format_seconds
+from irc.text import BINARY, DECIMAL, format_seconds, in_unit
 
 FORMS = {"un-absorbed": "mla_attention", "runtime": "mla_latent_attention", "folded": "mla_absorbed_attention"}
 CONTEXTS = (4096, 32768)
@@ -151,18 +151,14 @@ def trade_lines(trade: dict) -> list[str]:
 
 def count(n: int) -> str:
     """``110.2 G``: four significant digits with a decimal prefix."""
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.4g} {unit}"
-    return f"{n:,}"
+    scaled = in_unit(n, DECIMAL)
+    return f"{scaled[0]:.4g} {scaled[1]}" if scaled else f"{n:,}"
 
 
 def size(n: int) -> str:
     """``40.08 GiB``: four significant digits in the largest binary unit that fits."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.4g} {unit}"
-    return f"{n:,} B"
+    scaled = in_unit(n, BINARY[1:])
+    return f"{scaled[0]:.4g} {scaled[1]}" if scaled else f"{n:,} B"
 
 
 def _table(header: list, rows: list) -> list[str]:

@@ -7,31 +7,38 @@ import math
 from typing import Optional
 
 
+BINARY = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+DECIMAL = (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))
+
+
+def in_unit(n: float, units) -> Optional[tuple[float, str]]:
+    """(n in the unit, its name) for the first of ``units`` ((name, size) pairs, largest
+    first) that ``|n|`` reaches; None below the smallest."""
+    for unit, size in units:
+        if abs(n) >= size:
+            return n / size, unit
+    return None
+
+
 def format_bytes(n: Optional[float]) -> str:
     """``1.5 GiB``: three significant digits in the largest binary unit that fits (``-``
     for None)."""
     if n is None:
         return "-"
-    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.0f} B"
+    scaled = in_unit(n, BINARY)
+    return f"{scaled[0]:.3g} {scaled[1]}" if scaled else f"{n:.0f} B"
 
 
 def describe_bytes(n: int) -> str:
     """``1,610,612,736 bytes (1.5 GiB)``: the exact count, then the unit (GiB at most)."""
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n:,} bytes ({n / size:.4g} {unit})"
-    return f"{n:,} bytes"
+    scaled = in_unit(n, BINARY[1:])
+    return f"{n:,} bytes ({scaled[0]:.4g} {scaled[1]})" if scaled else f"{n:,} bytes"
 
 
 def format_seconds(s: float) -> str:
     """``3.832 µs``: four significant digits in the largest unit (s, ms, µs, ns) that fits."""
-    for unit, size in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if s >= size:
-            return f"{s / size:.4g} {unit}"
-    return f"{s * 1e9:.4g} ns"
+    scaled = in_unit(s, (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)))
+    return f"{scaled[0]:.4g} {scaled[1]}" if scaled else f"{s * 1e9:.4g} ns"
 
 
 def identifier(text: str) -> str:

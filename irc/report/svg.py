@@ -14,7 +14,7 @@ from html import escape
 from typing import Callable, Optional, Sequence
 
 from irc.report.layout import CHAR_W, LINE_H, PAD_X, PAD_Y, Picture
-from irc.text import format_bytes
+from irc.text import DECIMAL, format_bytes, in_unit
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f")
 
@@ -26,10 +26,8 @@ def _n(v: float) -> str:
 
 
 def format_count(n: float) -> str:
-    for unit, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(n) >= size:
-            return f"{n / size:.3g}{unit}"
-    return f"{n:.3g}"
+    scaled = in_unit(n, DECIMAL)
+    return f"{scaled[0]:.3g}{scaled[1]}" if scaled else f"{n:.3g}"
 
 
 def format_context(n: float) -> str:
