@@ -16,9 +16,12 @@ Conventions the backends and analyses rely on:
 
 - Graph inputs: ``input_ids`` i64[B,T], ``attention_mask`` i64[B,P+T], ``position_ids``
   i64[B,T] (all three made by ``input_ids()``), then per layer ``past_key_values.{i}.key``
-  [B,K,P,D] and ``.value`` [B,K,P,Dv] (made by the layer's attention). Outputs: ``logits``
-  f32[B,T,V], then ``present.{i}.key`` / ``.value`` per layer. Every graph is in KV-cache
-  form; bind P to 0 for prefill. MLA caches per head: [B,H,P,nope+rope] and [B,H,P,v].
+  [B,K,P,D] and ``.value`` [B,K,P,Dv] (made by the layer's attention), and a state-space
+  layer's ``past_key_values.{i}.conv_state`` / ``.recurrent_state`` (fixed size but the
+  batch: ``frontends.dsl_ssm``). Outputs: ``logits`` f32[B,T,V], then ``present.{i}.*`` in
+  the order the layers made them. Every graph is in KV-cache form; bind P to 0 for prefill
+  (and feed zero states). MLA caches per head: [B,H,P,nope+rope] and [B,H,P,v]. A model
+  whose layers never read ``position_ids`` (no RoPE: Mamba) does not take it.
 - Weights are params with dotted checkpoint-like names (``layers.3.attn.wq``), data absent,
   dtype ``Model(dtype=...)`` (default ``"f32"``). Activations and the KV cache are always
   f32: when the embedding table is not f32, a ``cast`` to f32 follows the lookup.
@@ -42,6 +45,7 @@ from irc.limits import LimitError, check_layers, check_nodes
 from frontends.dsl_args import ArgError, call_site, one_of, positive, positive_float
 from frontends.dsl_moe import MoeLayer
 from frontends.dsl_rope import Rope, emit_rope
+from frontends.dsl_ssm import SsmLayer
 
 ACTIVATION = DType.f32
 PAST = "P"
@@ -98,11 +102,13 @@ class Model:
             "window": [], "attn_softcap": None, "attn_scale": None, "qkv_bias": False, "qk_norm": False,
             "rope": None, "mla": None, "norm": None, "sandwich_norm": False, "mlp": None, "d_ff": None,
             "moe": None, "tied_embeddings": False, "embedding_scale": None, "final_softcap": None,
+            "ssm": None, "layer_kinds": [],
         }
         self._origin_override: Optional[str] = None
         self._scope = ""
         self._n_layers = 0
         self._windows: dict[int, Optional[int]] = {}
+        self._kinds: dict[int, list] = {}  # layer -> its mixers, in order ("attention", "mamba", "mamba2")
         self._ids: Optional[Tensor] = None
         self._mask: Optional[Value] = None
         self._positions: Optional[Value] = None
@@ -115,6 +121,7 @@ class Model:
         meta = self._graph.meta
         meta["n_layers"] = self._n_layers
         meta["window"] = [self._windows.get(i) for i in range(self._n_layers)]
+        meta["layer_kinds"] = ["+".join(self._kinds.get(i, [])) or "none" for i in range(self._n_layers)]
         return self._graph
 
     @property
@@ -168,6 +175,13 @@ class Model:
         key = self._graph.add_input(f"{prefix}.key", ACTIVATION, ("B", heads, PAST, key_dim))
         value = self._graph.add_input(f"{prefix}.value", ACTIVATION, ("B", heads, PAST, value_dim))
         return key, value
+
+    def _state(self, layer: int, kind: str, shape: tuple) -> Value:
+        """The layer's ``past_key_values.{layer}.{kind}`` state input [B, *shape] (f32)."""
+        name = f"past_key_values.{layer}.{kind}"
+        if any(v.name == name for v in self._graph.inputs):
+            raise self.error("layer", f"layer {layer} already has a {kind}")
+        return self._graph.add_input(name, ACTIVATION, ("B",) + tuple(shape))
 
     def _context(self) -> tuple[Value, Value]:
         if self._mask is None:
@@ -261,10 +275,12 @@ class Model:
         if softcap:
             logits = self.emit("softcap", [logits], {"cap": softcap}, "logits")[0]
         self._graph.outputs = [logits.value] + self._presents
+        if self._positions is not None and not self._positions.uses:
+            self._graph.inputs.remove(self._positions)  # nothing reads positions (no RoPE)
         return logits
 
 
-class Layer(MoeLayer):
+class Layer(MoeLayer, SsmLayer):
     """One decoder layer: its weights are ``layers.{i}.*``, its values ``layers.{i}.*``
     (the mixture of experts is ``frontends.dsl_moe``)."""
 
@@ -310,6 +326,7 @@ class Layer(MoeLayer):
                         window, softcap, scale, rope: Optional[Rope], **extra) -> None:
         m = self.model
         m._windows[self.index] = window
+        m._kinds.setdefault(self.index, []).append("attention")
         if m.meta["attention"] is None:
             m.meta.update({"attention": kind, "n_heads": heads, "n_kv_heads": kv_heads, "head_dim": head_dim,
                            "v_head_dim": v_head_dim, "attn_softcap": softcap, "attn_scale": scale,

@@ -40,6 +40,28 @@ def cache_inputs(graph: Graph) -> list[Value]:
             if v.name != "attention_mask" and any("P" in dims.symbols(d) for d in v.shape)]
 
 
+def past_inputs(graph: Graph) -> list[Value]:
+    """Every input a decode step feeds back from the step before (``past_key_values.*``,
+    each returned as ``present.*``): the KV caches and the recurrent states."""
+    return [v for v in graph.inputs if v.name.startswith("past_key_values.")]
+
+
+def state_inputs(graph: Graph) -> list[Value]:
+    """Recurrent-state inputs: ``past_key_values.*`` inputs without the past length P (a
+    conv state [B, C, K-1], a scan state [B, H, N, P_head]): fixed size per sequence."""
+    return [v for v in past_inputs(graph) if not any("P" in dims.symbols(d) for d in v.shape)]
+
+
+def elements_per_sequence(value: Value) -> int:
+    """Elements one sequence's state takes in ``value`` (every dim but the batch)."""
+    n = 1
+    for d in value.shape[1:]:
+        if not isinstance(d, int):
+            raise ValueError(f"state %{value.name} has a symbolic dim {d!r} beyond the batch")
+        n *= d
+    return n
+
+
 def elements_per_token(value: Value) -> int:
     """Elements one cached token takes in ``value`` (dims other than batch and past)."""
     n = 1

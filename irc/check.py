@@ -12,7 +12,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from irc.graph import Graph
-from irc.interpreter import bind_symbols, cache_inputs, present_name, random_feeds, run
+from irc.interpreter import bind_symbols, past_inputs, present_name, random_feeds, run
 
 # Sizes the numeric comparison binds symbols to: small, but with a nonempty past cache.
 CHECK_BATCH, CHECK_TOKENS, CHECK_PAST = 2, 3, 2
@@ -105,8 +105,8 @@ def compare_own_caches(before: Graph, after: Graph, feeds: Optional[Mapping[str,
        output, one more token runs with each graph fed its own present caches back as
        ``past_key_values.*``, the shared inputs again from ``before``'s feeds.
 
-    The caches are each graph's own state: cache inputs (those with the past length P) are
-    never shared, and their ``present.*`` outputs, like the outputs of any input that
+    The caches are each graph's own state: cache and recurrent-state inputs
+    (``past_key_values.*``) are never shared, and their ``present.*`` outputs, like the outputs of any input that
     differs, are not compared (a cache whose shape happens to match may hold something
     else); they are held through what they do to the other outputs at the decode step.
     Outputs are matched by name; a different set of names is an infinite error. Batch and
@@ -116,7 +116,7 @@ def compare_own_caches(before: Graph, after: Graph, feeds: Optional[Mapping[str,
     sizes = bind_symbols(before, feeds) if feeds is not None else {}
     batch, tokens = sizes.get("B", CHECK_BATCH), sizes.get("T", CHECK_TOKENS)
     graphs = (before, after)
-    caches = [cache_inputs(g) for g in graphs]
+    caches = [past_inputs(g) for g in graphs]
     private = {c.name for cs in caches for c in cs}
     old, new = _signature(before), _signature(after)
     shared = {name for name in old if old[name] == new.get(name) and name not in private}

@@ -27,7 +27,7 @@ import numpy as np
 from irc import dims
 from irc.errors import IRCError
 from irc.graph import Graph, Param
-from irc.interpreter import Interpreter, cache_inputs
+from irc.interpreter import Interpreter, past_inputs
 
 DEFAULT_WINDOW = 512
 
@@ -107,13 +107,13 @@ class StreamingInterpreter(Interpreter):
 
 
 def prefill_logits(interpreter: Interpreter, ids: Sequence[int]) -> np.ndarray:
-    """Logits [T, V] (float32) of one prefill over ``ids``: batch 1, empty past caches."""
+    """Logits [T, V] (float32) of one prefill over ``ids``: batch 1, empty past caches and zero states."""
     graph = interpreter.graph
     names = {v.name for v in graph.inputs}
     t = len(ids)
     feeds = {"input_ids": np.asarray([ids], np.int64), "attention_mask": np.ones((1, t), np.int64),
              "position_ids": np.arange(t, dtype=np.int64)[None, :]}
-    for cache in cache_inputs(graph):
+    for cache in past_inputs(graph):
         feeds[cache.name] = np.zeros(dims.evaluate_shape(cache.shape, {"B": 1, "P": 0}), cache.dtype.numpy)
     outputs = interpreter.run({k: v for k, v in feeds.items() if k in names})
     return np.asarray(outputs["logits"][0], dtype=np.float32)

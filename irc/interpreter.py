@@ -12,7 +12,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from irc import dims, ops
-from irc.analysis import cache_inputs
+from irc.analysis import cache_inputs, past_inputs  # noqa: F401 (cache_inputs: re-exported)
 from irc.errors import IRCError
 from irc.graph import Graph, Node, Param
 from irc.weights import seed_absent
@@ -123,11 +123,12 @@ def random_feeds(graph: Graph, batch: int = 2, tokens: int = 5, past: int = 0, s
 
 
 def generate(graph: Graph, prompt: list[int], max_new_tokens: int, seed: int = 0) -> tuple[list[int], np.ndarray]:
-    """Greedy decoding with the KV cache: one prefill over the prompt, then one step per
-    token feeding each ``present.*`` output back as the matching ``past_key_values.*``.
-    Returns the new tokens and the logits of the last step."""
+    """Greedy decoding with the KV cache and recurrent states: one prefill over the prompt
+    (empty caches, zero states), then one step per token feeding each ``present.*`` output
+    back as the matching ``past_key_values.*``. Returns the new tokens and the logits of
+    the last step."""
     interp = Interpreter(graph, seed)
-    caches = cache_inputs(graph)
+    caches = past_inputs(graph)
     state = {v.name: np.zeros(dims.evaluate_shape(v.shape, {"B": 1, "P": 0}), v.dtype.numpy) for v in caches}
     ids = np.asarray([prompt], dtype=np.int64)
     past, tokens, last = 0, [], None

@@ -182,11 +182,11 @@ def prompt_logits(graph: Graph, prompts: Sequence[Sequence[int]], seed: int = 0)
     """Logits [len(prompt), V] per prompt: a prefill of the first half, then one token at a
     time, each step fed the graph's own present caches (batch 1; the whole prompt at once
     when the graph has no caches)."""
-    from irc.interpreter import Interpreter, cache_inputs, present_name
+    from irc.interpreter import Interpreter, past_inputs, present_name
 
     interpreter = Interpreter(graph.clone(), seed)
     names = {v.name for v in graph.inputs}
-    caches = cache_inputs(graph)
+    caches = past_inputs(graph)
     results = []
     for prompt in prompts:
         split = max(1, len(prompt) // 2) if caches else len(prompt)

@@ -20,7 +20,7 @@ import os
 
 from frontends.hf.build import attach_weights, build_graph
 from frontends.hf.config import CONFIG, Arch, Config
-from frontends.hf.families import describe
+from frontends.hf.families import checkpoint_source, describe
 from frontends.hf.generation import GENERATION_CONFIG, generation_meta
 from frontends.hf.weights import Checkpoint
 from irc.dtypes import DType
@@ -68,7 +68,7 @@ def load_hf(folder, weights: bool = True) -> Graph:
         if arch.quantized:
             raise cfg.error("quantization_config", "quantized checkpoints are not supported",
                             hint="use unquantized weights, or compile the structure alone (weights=False)")
-        embed = "model.embed_tokens.weight"
+        embed = checkpoint_source(arch, "embed").names()[0]
         arch.dtype = str(checkpoint.dtype(embed) if embed in checkpoint.files else DType.parse(arch.dtype))
     graph = build_graph(arch, cfg)
     graph.meta.update(generation_meta(folder, cfg.data))  # token ids, positions, search defaults

@@ -4,7 +4,9 @@ The decoder is the one every family shares (``frontends.yaml_spec`` builds the s
 
     x = embed(ids) [* sqrt(d)]
     per layer:  h = attn_norm(x); a = attention(h) [-> post_attn_norm]; x = x + a
+                  (a state-space mixer instead: h = ssm_norm(x); a = mamba/mamba2(h))
                 h = mlp_norm(x);  f = mlp or moe(h) [-> post_mlp_norm];   x = x + f
+                  (left out where the layer has no feed-forward block: Mamba)
     logits = lm_head(norm(x)) [softcapped]
 
 Every node's origin is config.json, and a DSL refusal (a top_k above the expert count, an
@@ -39,11 +41,16 @@ def expand(arch: Arch, origin: str) -> Graph:
     with m.at(origin):
         x = m.embed(m.input_ids(), scale=arch.embedding_scale)
         for layer, spec in zip(m.layers(arch.n_layers), arch.layers):
-            h = layer.rms_norm(x, "attn_norm", eps, offset)
-            a = _attention(arch, layer, spec, h)
-            if arch.sandwich:
-                a = layer.rms_norm(a, "post_attn_norm", eps, offset)
-            x = x + a
+            if spec.mixer == "attention":
+                h = layer.rms_norm(x, "attn_norm", eps, offset)
+                a = _attention(arch, layer, spec, h)
+                if arch.sandwich:
+                    a = layer.rms_norm(a, "post_attn_norm", eps, offset)
+                x = x + a
+            elif spec.mixer is not None:
+                x = x + _ssm(arch, layer, spec, layer.rms_norm(x, "ssm_norm", eps, offset))
+            if not spec.ffn:
+                continue
             h = layer.rms_norm(x, "mlp_norm", eps, offset)
             h = layer.moe(h, **arch.moe) if spec.moe else _mlp(arch, layer, h)
             if arch.sandwich:
@@ -63,6 +70,14 @@ def _attention(arch: Arch, layer, spec, h):
     return layer.attention(h, a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, rope=rope, window=spec.window,
                            softcap=a.softcap, scale=a.scale, qkv_bias=a.qkv_bias, qk_norm=a.qk_norm,
                            qk_norm_eps=arch.norm_eps, qk_norm_offset=arch.norm_offset)
+
+
+def _ssm(arch: Arch, layer, spec, h):
+    config = {k: v for k, v in arch.ssm.items() if k != "kind"}
+    if spec.mixer != arch.ssm["kind"]:
+        raise ArgError("layer", f"layer {layer.index} is {spec.mixer}, the model's state-space layers are "
+                                f"{arch.ssm['kind']}")
+    return layer.mamba(h, **config) if spec.mixer == "mamba" else layer.mamba2(h, **config)
 
 
 def _mlp(arch: Arch, layer, h):

@@ -78,17 +78,24 @@ class Attention:
 
 @dataclass
 class LayerSpec:
-    """What varies per layer: the sliding window, the RoPE, dense MLP or MoE."""
+    """What varies per layer: the sliding window, the RoPE, dense MLP or MoE, the mixer
+    (``attention``, ``mamba``, ``mamba2``, or None for a layer that is only a feed-forward
+    block) and whether an MLP/MoE block follows it (``ffn``)."""
     window: Optional[int]
     rope: Optional[RopeSpec]
     moe: bool = False
+    mixer: Optional[str] = "attention"
+    ffn: bool = True
 
 
 @dataclass
 class Arch:
     """A decoder as irc builds it. ``mlp`` is ``{"kind": swiglu | geglu, "d_ff": n,
     "approximate": tanh | none}`` (None when every layer is MoE); ``moe`` holds the keyword
-    arguments of ``Layer.moe``; ``checkpoint`` names the family's weight layout."""
+    arguments of ``Layer.moe``; ``ssm`` those of ``Layer.mamba`` / ``Layer.mamba2`` (its
+    ``kind`` names which) for the layers whose mixer is a state-space one; ``attention`` is
+    None in a model without attention layers; ``checkpoint`` names the family's weight
+    layout."""
     name: str
     model_type: str
     dtype: str
@@ -96,7 +103,7 @@ class Arch:
     d_model: int
     n_layers: int
     norm_eps: float
-    attention: Attention
+    attention: Optional[Attention]
     layers: list[LayerSpec]
     mlp: Optional[dict]
     moe: Optional[dict] = None
@@ -107,6 +114,7 @@ class Arch:
     embedding_scale: Optional[float] = None
     checkpoint: str = "llama"
     quantized: bool = False
+    ssm: Optional[dict] = None
 
 
 # ---- reading config.json ----------------------------------------------------------------

@@ -21,6 +21,7 @@ gemma2             (1 + w) RMS norms in a sandwich, sqrt(d) embedding scale, tan
 gemma3_text        Gemma 2 + (1 + w) q/k norms, per-layer-type RoPE (local base vs global
                    base and scaling), ``layer_types`` or ``sliding_window_pattern``
 phi3               fused ``qkv_proj`` and ``gate_up_proj`` (split on load), partial rotary
+mamba, mamba2 ...  the state-space families: ``frontends.hf.families_ssm``
 =================  ==========================================================================
 
 Keys a config.json leaves out take the defaults of transformers' config class for that
@@ -45,6 +46,7 @@ from frontends.hf.config import (Arch, Attention, Config, LayerSpec, RopeSpec, i
                                  string_list)
 from irc.yamlloc import boolean, layer_count, non_negative_int, positive_int, positive_number, size, string
 from frontends.hf.weights import Rows, Source, Stack, Tensor
+from frontends.hf import families_ssm
 from irc.yamlloc import Bad
 from irc.errors import SpecError
 
@@ -84,6 +86,7 @@ DEFAULTS = {
     "gemma3_text": {**_GEMMA, "max_position_embeddings": 131072, "num_key_value_heads": 4,
                     "use_bidirectional_attention": False},
     "phi3": {**_LLAMA, "rms_norm_eps": 1e-5, "max_position_embeddings": 4096},
+    **families_ssm.DEFAULTS,
 }
 
 # DSL argument -> the config.json key a refusal should name
@@ -358,6 +361,7 @@ FAMILIES = {
     "llama": _llama_like, "mistral": _llama_like, "mixtral": _llama_like, "qwen2": _llama_like,
     "qwen3": _llama_like, "qwen2_moe": _llama_like, "qwen3_moe": _llama_like, "phi3": _llama_like,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "gemma2": _gemma, "gemma3_text": _gemma,
+    **families_ssm.FAMILIES,
 }
 
 
@@ -437,22 +441,28 @@ LAYOUTS = {  # the families' departures from LAYER_NAMES
              "attn.wv": Split("self_attn.qkv_proj.weight", _v_rows),
              "mlp.w_gate": Split("mlp.gate_up_proj.weight", _gate_rows),
              "mlp.w_up": Split("mlp.gate_up_proj.weight", _up_rows)},
+    **families_ssm.LAYOUTS,
 }
+# a layout's "_prefix" (the layers' names, default model.layers.) and "_top" (embed, norm
+# and lm_head, default TOP_NAMES) say where a family departs from Llama's names
+LAYER_PREFIX = "model.layers."
 LAYER_PARAM = re.compile(r"layers\.(\d+)\.(.+)")
 
 
 def checkpoint_source(arch: Arch, param: str) -> Source:
     """The checkpoint tensor(s) holding irc param ``param`` (see the module docstring)."""
-    if param in TOP_NAMES:
-        return Tensor(TOP_NAMES[param])
+    layout = LAYOUTS[arch.checkpoint]
+    top = layout.get("_top", TOP_NAMES)
+    if param in top:
+        return Tensor(top[param])
     match = LAYER_PARAM.fullmatch(param)
     entry = None
-    if match:
+    if match and not match.group(2).startswith("_"):
         suffix = match.group(2)
-        entry = LAYOUTS[arch.checkpoint].get(suffix, LAYER_NAMES.get(suffix))
+        entry = layout.get(suffix, LAYER_NAMES.get(suffix))
     if entry is None:
         raise SpecError(f"no checkpoint name is known for @{param} in the {arch.model_type} layout")
-    prefix = f"model.layers.{match.group(1)}."
+    prefix = f"{layout.get('_prefix', LAYER_PREFIX)}{match.group(1)}."
     if isinstance(entry, Experts):
         return Stack([Tensor(prefix + entry.template.format(e=e)) for e in range(arch.moe["experts"])])
     if isinstance(entry, Split):
@@ -469,5 +479,6 @@ def is_spare(arch: Arch, key: str) -> bool:
         return True
     if key.endswith("rotary_emb.inv_freq"):
         return True
-    match = re.match(r"model\.layers\.(\d+)\.", key)
+    prefix = LAYOUTS[arch.checkpoint].get("_prefix", LAYER_PREFIX)
+    match = re.match(re.escape(prefix) + r"(\d+)\.", key)
     return bool(match) and int(match.group(1)) >= arch.n_layers
