@@ -11,7 +11,12 @@ by a sliding window). FLOPs per token are those of decoding one token at context
 B = 1, T = 1, P = S - 1. Elementwise work is reported apart (``other_flops_per_token``).
 
 A cache input is a graph input whose shape holds the past-length symbol ``P``; its
-elements per token are the product of its other dims, batch excluded.
+elements per token are the product of its other dims, batch excluded. A recurrent-state
+input (``past_key_values.{i}.conv_state`` / ``.recurrent_state``) has no P: its elements
+per sequence are the product of its dims but the batch, the same at every context, and
+they are counted at the state's own dtype (f32 unless a pass changes it: the recurrence is
+kept in full precision). A hybrid's memory per sequence at context S is its KV cache at S
+plus its states (``memory_against_context``).
 """
 from __future__ import annotations
 
@@ -25,6 +30,10 @@ from irc.ops.registry import Cost, TensorType
 
 # multi-head latent attention, before and after ``mla-absorb``
 MLA_OPS = ("mla_attention", "mla_absorbed_attention", "mla_latent_attention")
+# the layer kind each mixer op makes (``analyze``'s per-layer ``mixer``)
+MIXERS = {"attention": "attention", **{op: "attention" for op in MLA_OPS}, "selective_scan": "mamba",
+          "ssd": "mamba2"}
+MEMORY_CONTEXTS = (128, 1024, 4096, 8192, 32768, 131072)
 _LAYER = re.compile(r"(?:past_key_values|layers)\.(\d+)\.")
 
 
@@ -158,7 +167,7 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
     layers: dict[int, dict] = {}
     for index in sorted({layer_of(n) for n in graph.params} - {None}):
         layers[index] = {"index": index, "params": 0, "kv_cache_elements_per_token": 0, "window": None,
-                         "attention": None, "mlp": None}
+                         "attention": None, "mlp": None, "mixer": None, "state_elements": 0}
     for name, n in elements.items():
         i = layer_of(name)
         if i is not None:
@@ -178,6 +187,9 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
         if node.op in ("attention", *MLA_OPS):
             layers[i]["attention"] = node.op
             layers[i]["window"] = node.attrs.get("window")
+        if node.op in MIXERS:
+            kinds = [k for k in (layers[i]["mixer"] or "").split("+") if k] + [MIXERS[node.op]]
+            layers[i]["mixer"] = "+".join(dict.fromkeys(kinds))
 
 
     kv_elements = kv_bytes = kv_bytes_at_context = 0
@@ -194,6 +206,17 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
         window = next((_window(u) for u in cache.uses if _window(u) is not None), None)
         kv_bytes_at_context += dtype.nbytes(n * (min(context, window) if window else context))
     per_layer = sorted({v["kv_cache_elements_per_token"] for v in layers.values() if v["kv_cache_elements_per_token"]})
+    state_elements = state_bytes = 0
+    states = {}
+    for state in state_inputs(graph):
+        n = elements_per_sequence(state)
+        state_elements += n
+        state_bytes += state.dtype.nbytes(n)
+        kind = state.name.rsplit(".", 1)[-1]
+        states[kind] = states.get(kind, 0) + n
+        i = layer_of(state.name)
+        if i is not None and i in layers:
+            layers[i]["state_elements"] += n
 
     summary = {
         "name": graph.name,
@@ -210,6 +233,10 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
         "kv_cache_bytes_at_context": kv_bytes_at_context,
         "kv_cache_bytes_mha_equivalent_per_token": cache_dtype.nbytes(_mha_elements(graph)),
         "kv_cache_bytes_mha_equivalent_at_context": cache_dtype.nbytes(_mha_elements(graph, context)),
+        "state_elements_per_sequence": state_elements,
+        "state_elements_by_kind": states,
+        "state_bytes_per_sequence": state_bytes,
+        "memory_bytes_per_sequence_at_context": kv_bytes_at_context + state_bytes,
         "n_layers": len(layers),
         "nodes": len(graph.nodes),
         "layers": list(layers.values()),
@@ -220,6 +247,18 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
         mla_layers = sum(1 for n in graph.nodes if n.op in MLA_OPS)
         summary["kv_cache_latent_bytes_per_token"] = cache_dtype.nbytes(latent * mla_layers)
     return summary
+
+
+def memory_against_context(graph: Graph, contexts=MEMORY_CONTEXTS, cache_dtype: Optional[DType] = None) -> list:
+    """Per-sequence memory at each context: rows of ``context``, ``kv_cache_bytes`` (grows,
+    capped by windows), ``state_bytes`` (flat) and ``total_bytes``."""
+    rows = []
+    for context in contexts:
+        s = analyze(graph, context=context, cache_dtype=cache_dtype)
+        rows.append({"context": context, "kv_cache_bytes": s["kv_cache_bytes_at_context"],
+                     "state_bytes": s["state_bytes_per_sequence"],
+                     "total_bytes": s["memory_bytes_per_sequence_at_context"]})
+    return rows
 
 
 def _mha_elements(graph: Graph, context: int = 1) -> int:

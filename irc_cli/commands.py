@@ -17,7 +17,7 @@ import passes  # noqa: F401  (registers the passes)
 from backends import TARGETS, EmitOptions, get_target
 from frontends import companion_files, load_notes
 from irc import limits
-from irc.analysis import analyze, stats_line
+from irc.analysis import analyze, memory_against_context, stats_line
 from irc.analysis_mla import mla_forms, trade_lines
 from irc.check import compare_outputs
 from irc.dot import graph_to_dot
@@ -107,9 +107,10 @@ def cmd_show(args) -> int:
     cache = DType.parse(args.cache_dtype) if args.cache_dtype else None
     summary = analyze(graph, context=args.context, cache_dtype=cache)
     trade = mla_forms(graph, cache_dtype=cache)  # the MLA absorption trade; None without MLA
+    memory = memory_against_context(graph, cache_dtype=cache) if summary["state_elements_per_sequence"] else None
     if args.json:
-        print(json.dumps({**summary, "weights": weights, **({"mla_forms": trade} if trade else {})}, indent=2,
-                         sort_keys=True))
+        print(json.dumps({**summary, "weights": weights, **({"mla_forms": trade} if trade else {}),
+                          **({"memory_against_context": memory} if memory else {})}, indent=2, sort_keys=True))
         return 0
     print(f"{summary['name']}: {summary['n_layers']} layers, {summary['nodes']} nodes")
     print(f"  weights: {weights}")
@@ -125,6 +126,13 @@ def cmd_show(args) -> int:
         (f"KV cache @ {summary['context']:,} if MHA",
          describe_bytes(summary["kv_cache_bytes_mha_equivalent_at_context"])),
     ]
+    if summary["state_elements_per_sequence"]:
+        kinds = summary["state_elements_by_kind"]
+        parts = " + ".join(f"{kinds[k]:,} {k.replace('_state', '')}" for k in sorted(kinds))
+        rows.append(("recurrent state/sequence", f"{summary['state_bytes_per_sequence']:,} bytes ({parts} "
+                     f"elements, the same at every context)"))
+        rows.append((f"KV + state @ {summary['context']:,} tokens",
+                     describe_bytes(summary["memory_bytes_per_sequence_at_context"])))
     if "kv_cache_latent_bytes_per_token" in summary:
         rows.append(("MLA latent cache/token", f"{summary['kv_cache_latent_bytes_per_token']:,} bytes "
                      f"({summary['kv_cache_latent_elements_per_token_per_layer']} elements/layer)"))
@@ -133,7 +141,21 @@ def cmd_show(args) -> int:
         print(f"  {label:<{width}}  {value}")
     for line in trade_lines(trade) if trade else []:
         print(line)
+    for line in _memory_lines(memory, summary) if memory else []:
+        print(line)
     return 0
+
+
+def _memory_lines(memory: list, summary: dict) -> list[str]:
+    """The memory one sequence holds against context: the KV cache grows, the states do not."""
+    kinds = {layer["mixer"] for layer in summary["layers"] if layer["mixer"]}
+    lines = [f"  memory per sequence against context ({', '.join(sorted(kinds))} layers; KV at "
+             f"{summary['cache_dtype']}, states at their own dtype):",
+             f"    {'context':>9}  {'KV cache':>12}  {'state':>12}  {'total':>12}"]
+    for row in memory:
+        lines.append(f"    {row['context']:>9,}  {format_bytes(row['kv_cache_bytes']):>12}  "
+                     f"{format_bytes(row['state_bytes']):>12}  {format_bytes(row['total_bytes']):>12}")
+    return lines
 
 
 def cmd_compile(args) -> int:
@@ -178,8 +200,10 @@ def _summary_line(graph, args, seconds: float, since: float) -> str:
         bytes_by_dtype[str(p.dtype)] = bytes_by_dtype.get(str(p.dtype), 0) + p.nbytes
     dtypes = "+".join(sorted(bytes_by_dtype, key=bytes_by_dtype.get, reverse=True)) or "-"
     where = f"{args.output} ({format_bytes(_written_bytes(args.output, since))} on disk)" if args.output else "stdout"
+    state = (f", state {summary['state_bytes_per_sequence']:,} bytes/sequence"
+             if summary["state_elements_per_sequence"] else "")
     return (f"compiled {graph.name} -> {where}: {dtypes}, {summary['params_total']:,} params, "
-            f"KV {summary['kv_cache_bytes_per_token']:,} bytes/token, {seconds:.1f} s")
+            f"KV {summary['kv_cache_bytes_per_token']:,} bytes/token{state}, {seconds:.1f} s")
 
 
 def _written_bytes(output: str, since: float) -> int:

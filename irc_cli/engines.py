@@ -42,10 +42,12 @@ class Result:
 
 
 def greedy_loop(step, caches: dict, prompt: list, max_new_tokens: int, eos: set, clock) -> tuple:
-    """Greedy decoding with the KV cache through ``step(feeds) -> outputs`` (``caches``: the
-    empty ``past_key_values.*`` arrays): (tokens, last logits)."""
+    """Greedy decoding with the KV cache and recurrent states through ``step(feeds) ->
+    outputs`` (``caches``: the empty ``past_key_values.*`` caches and zero states; each
+    state fed back is checked against its shape): (tokens, last logits)."""
     ids = np.asarray([prompt], dtype=np.int64)
     past, tokens, last = 0, [], None
+    states = {name for name, array in caches.items() if array.size}  # fixed size: checked as fed back
     clock.start()
     while len(tokens) < max_new_tokens:
         t = ids.shape[1]
@@ -58,10 +60,21 @@ def greedy_loop(step, caches: dict, prompt: list, max_new_tokens: int, eos: set,
         clock.token(token)
         if token in eos:
             break
-        caches = {name: outputs["present." + name[len("past_key_values."):]] for name in caches}
+        caches = {name: _fed_back(name, outputs, caches[name], name in states) for name in caches}
         past += t
         ids = np.asarray([[token]], dtype=np.int64)
     return tokens, last
+
+
+def _fed_back(name: str, outputs: dict, past: np.ndarray, state: bool) -> np.ndarray:
+    """The step's ``present.*`` for the input ``name``; a recurrent ``state`` (an input of
+    fixed size, no empty past axis) must come back in the shape it went in."""
+    present = outputs["present." + name[len("past_key_values."):]]
+    if state and present.shape != past.shape:
+        raise IRCError(f"state input {name} takes {list(past.shape)}, but the model returned "
+                       f"{list(present.shape)} as present.{name[len('past_key_values.'):]}",
+                       hint="the model's present state does not fit its past: recompile the folder")
+    return present
 
 
 def interpreter(graph, prompt, max_new_tokens, eos, clock, seed: int = 0) -> Result:

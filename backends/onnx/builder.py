@@ -36,6 +36,14 @@ ONNX_TYPES = {
 }
 MS_DOMAIN = "com.microsoft"
 INT64_MAX = np.iinfo(np.int64).max
+# the dim names onnxruntime-genai's builder uses; other symbols keep their irc text
+DIM_NAMES = {"B": "batch_size", "T": "sequence_length", "P": "past_sequence_length", "P+T": "total_sequence_length"}
+
+
+def dim_param(d):
+    """An irc dim as an ONNX dim: an int, or its name (``DIM_NAMES``)."""
+    d = dims.canonical(d)
+    return d if isinstance(d, int) else DIM_NAMES.get(d, d)
 
 
 @dataclass

@@ -37,16 +37,15 @@ from typing import Mapping, Optional
 import onnx
 from onnx import helper
 
-from irc import dims
 from irc.errors import BackendError
 from irc.graph import Graph
 from irc.output import OutputFolder
 from irc.progress import SILENT, Progress
 from irc.weights import seed_absent
 
-from backends.onnx import moe_sorted, ort, portable, quant
+from backends.onnx import moe_sorted, ort, portable, quant, ssm
 from backends.onnx.attention import lower_attention, lower_rope
-from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
+from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder, dim_param
 from backends.onnx.genai import CONFIG, write_genai_config
 from backends.onnx.mla import lower_mla_absorbed_attention, lower_mla_attention, lower_mla_latent_attention
 from backends.onnx.moe import lower_moe
@@ -57,13 +56,12 @@ from backends.onnx.writer import SMALL_TENSOR, WORKERS, inline_tensors, plan, wr
 EXTERNAL_DATA_THRESHOLD = 64 << 20
 PROTO_LIMIT = 2 << 30
 PRODUCER_VERSION = "0.1.0"
-DIM_NAMES = {"B": "batch_size", "T": "sequence_length", "P": "past_sequence_length", "P+T": "total_sequence_length"}
 
 PORTABLE = {**portable.LOWERINGS, **quant.LOWERINGS, **moe_sorted.LOWERINGS, "rope": lower_rope, "attention": lower_attention,
             "mla_attention": lower_mla_attention, "mla_absorbed_attention": lower_mla_absorbed_attention,
             "mla_latent_attention": lower_mla_latent_attention,
-            "moe": lower_moe}
-ORT = {**PORTABLE, **ort.OVERRIDES, **quant.ORT_OVERRIDES}
+            "moe": lower_moe, **ssm.LOWERINGS}
+ORT = {**PORTABLE, **ort.OVERRIDES, **quant.ORT_OVERRIDES, **ssm.ORT_OVERRIDES}
 
 
 @dataclass
@@ -81,19 +79,15 @@ class Emitted:
     files: list = field(default_factory=list)  # companion files written beside the model
 
 
-def dim_param(d):
-    d = dims.canonical(d)
-    return d if isinstance(d, int) else DIM_NAMES.get(d, d)
-
-
 def _value_info(value) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(value.name, ONNX_TYPES[value.dtype], [dim_param(d) for d in value.shape])
 
 
 def build(graph: Graph, *, target: str = "onnx", opset: int = DEFAULT_OPSET, context: int = 4096,
-          tied_head: str = "auto", unfused: frozenset = frozenset()) -> Builder:
+          tied_head: str = "auto", unfused: frozenset = frozenset(), lowerings: Optional[Mapping] = None) -> Builder:
     """Lower every node of ``graph`` into a Builder (no weight is touched); ``tied_head``:
-    ``backends.onnx.portable.shared_linear``; ``unfused``: ``backends.onnx.gqa_fuse``."""
+    ``backends.onnx.portable.shared_linear``; ``unfused``: ``backends.onnx.gqa_fuse``;
+    ``lowerings`` (op -> lowering) replace the target's own (a benchmark comparing two)."""
     flavour = check_options(target, opset, "seeded").flavour
     if not isinstance(context, int) or context < 1:
         raise BackendError(f"context {context!r} must be a positive int (the longest sequence the model serves)")
@@ -105,7 +99,7 @@ def build(graph: Graph, *, target: str = "onnx", opset: int = DEFAULT_OPSET, con
             raise BackendError(f"graph output %{value.name} is a graph input or listed twice",
                                location=f"graph {graph.name}", hint="ONNX outputs must be computed values")
         b.bind(value, b.claim(value.name))
-    table = ORT if flavour == "ort" else PORTABLE
+    table = {**(ORT if flavour == "ort" else PORTABLE), **(lowerings or {})}
     for node in graph.nodes:
         if id(node) in b.handled:
             continue
@@ -140,12 +134,14 @@ def model_proto(graph: Graph, b: Builder, target: str, initializers: list) -> on
 def emit_model(graph: Graph, path: str, *, target: str = "onnx", opset: int = DEFAULT_OPSET, weights: str = "seeded",
                seed: int = 0, context: int = 4096, external_threshold: int = EXTERNAL_DATA_THRESHOLD,
                genai: bool = True, files: Optional[Mapping[str, object]] = None, progress: Progress = SILENT,
-               workers: int = WORKERS, tied_head: str = "auto", unfused: frozenset = frozenset()) -> Emitted:
+               workers: int = WORKERS, tied_head: str = "auto", unfused: frozenset = frozenset(),
+               lowerings: Optional[Mapping] = None) -> Emitted:
     """Compile ``graph`` to ``path`` (see the module docstring). ``files`` are companions the
     output folder receives as they are (name -> bytes to write, or the path of a file to
     copy: a tokenizer); ``progress`` shows the weights being written."""
     check_options(target, opset, weights)
-    b = build(graph, target=target, opset=opset, context=context, tied_head=tied_head, unfused=unfused)
+    b = build(graph, target=target, opset=opset, context=context, tied_head=tied_head, unfused=unfused,
+              lowerings=lowerings)
     shape_only = weights == "none"
     if not shape_only:
         seed_absent(graph, seed)

@@ -2,7 +2,12 @@
 
 Written when the graph has genai's decoder signature: ``input_ids``, ``attention_mask``
 (and ``position_ids``, which genai fills from the mask), one ``past_key_values.{i}.key``
-/ ``.value`` pair per layer with equal [K, D] for keys and values (genai allocates both
+/ ``.value`` pair per attention layer with equal [K, D] for keys and values, and for a
+state-space layer its ``past_key_values.{i}.conv_state`` / ``.recurrent_state`` (genai
+0.18's ``RecurrentState`` finds a recurrent layer by the pair, at any layer index, beside
+the KV caches of the attention layers; the names are its defaults, written out in
+``decoder.inputs``/``outputs``; a layer with only a conv state it finds only through
+``layer_types``, which is not written, so such a graph gets no config) (genai allocates both
 caches with one head size; MLA's caches differ, so DeepSeek specs get no config unless
 ``mla-absorb{cache=halves}`` splits the latent cache into two equal halves; nor does
 an int8 cache from ``quantize{kv_cache=true}``, whose ``*_scale`` inputs genai does not
@@ -35,8 +40,13 @@ from irc.output import OutputFolder
 CONFIG = "genai_config.json"
 
 
+STATE_KINDS = ("conv_state", "recurrent_state")
+
+
 def decoder_layers(graph: Graph):
-    """(layers, kv_heads, head_size, reason): the cache layout genai needs, or why not."""
+    """(layers, kv_heads, head_size, reason): the cache layout genai needs, or why not.
+    ``layers`` is the model's layer count; kv_heads and head_size are those of its
+    attention layers (a model without any: 1 and its width, which genai does not read)."""
     inputs = {v.name: v for v in graph.inputs}
     outputs = {v.name for v in graph.outputs}
     for name in ("input_ids", "attention_mask"):
@@ -46,25 +56,49 @@ def decoder_layers(graph: Graph):
         return None, None, None, "no logits output"
     if any(re.fullmatch(r"past_key_values\.\d+\.(key|value)_scale", v.name) for v in graph.inputs):
         return None, None, None, "an int8 KV cache with scale inputs (genai allocates no scale caches)"
-    keys = [re.fullmatch(r"past_key_values\.(\d+)\.key", v.name) for v in graph.inputs]
-    layers = sorted(int(m.group(1)) for m in keys if m)
-    if not layers or layers != list(range(len(layers))):
+    kv = sorted(int(m.group(1)) for m in (re.fullmatch(r"past_key_values\.(\d+)\.key", v.name) for v in graph.inputs)
+                if m)
+    states = _state_layers(inputs)
+    if not kv and not states:
+        return None, None, None, "no past_key_values.{i}.key or recurrent-state inputs"
+    layers = graph.meta.get("n_layers") or max(kv + list(states)) + 1
+    if kv and not states and kv != list(range(len(kv))):
         return None, None, None, "no past_key_values.{i}.key inputs numbered from 0"
+    for i, kinds in sorted(states.items()):
+        for kind in kinds:
+            if f"present.{i}.{kind}" not in outputs:
+                return None, None, None, f"layer {i} lacks present.{i}.{kind}"
+        if "recurrent_state" in kinds and "conv_state" not in kinds:
+            return None, None, None, (f"layer {i} has a recurrent state without a conv state (genai's RecurrentState "
+                                      "finds a recurrent layer by both)")
+        if "conv_state" in kinds and "recurrent_state" not in kinds:
+            return None, None, None, (f"layer {i} carries only a conv state (genai finds such layers only through "
+                                      "layer_types, which irc does not write yet)")
     layouts = set()
-    for i in layers:
+    for i in kv:
         for kind in ("key", "value"):
             past = inputs.get(f"past_key_values.{i}.{kind}")
             if past is None or f"present.{i}.{kind}" not in outputs:
                 return None, None, None, f"layer {i} lacks past_key_values.{i}.{kind} or present.{i}.{kind}"
             layouts.add((past.shape[1], past.shape[3], past.dtype))
-    if len(layouts) != 1:
+    if len(layouts) > 1:
         return None, None, None, ("keys and values (or layers) have different cache layouts, which genai cannot "
                                   "allocate (it gives a layer's key and value one head size; for an MLA latent "
                                   "cache, compile with mla-absorb{cache=halves})")
-    kv_heads, head_size, _ = layouts.pop()
+    kv_heads, head_size, _ = layouts.pop() if layouts else (1, graph.meta.get("d_model", 1), None)
     if not isinstance(kv_heads, int) or not isinstance(head_size, int):
         return None, None, None, "symbolic kv heads or head size"
-    return len(layers), kv_heads, head_size, ""
+    return layers, kv_heads, head_size, ""
+
+
+def _state_layers(inputs: dict) -> dict:
+    """layer -> the recurrent-state kinds its inputs carry (``past_key_values.{i}.conv_state``...)."""
+    found: dict = {}
+    for name in inputs:
+        match = re.fullmatch(r"past_key_values\.(\d+)\.(%s)" % "|".join(STATE_KINDS), name)
+        if match:
+            found.setdefault(int(match.group(1)), []).append(match.group(2))
+    return found
 
 
 def genai_config(graph: Graph, filename: str, context: int, share_buffer: bool = False) -> dict:
@@ -72,6 +106,11 @@ def genai_config(graph: Graph, filename: str, context: int, share_buffer: bool =
     meta = graph.meta
     inputs = {"input_ids": "input_ids", "attention_mask": "attention_mask",
               "past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"}
+    outputs = {"logits": "logits", "present_key_names": "present.%d.key", "present_value_names": "present.%d.value"}
+    if _state_layers({v.name: v for v in graph.inputs}):  # genai's RecurrentState (its default names, written out)
+        inputs.update(past_conv_names="past_key_values.%d.conv_state",
+                      past_recurrent_names="past_key_values.%d.recurrent_state")
+        outputs.update(present_conv_names="present.%d.conv_state", present_recurrent_names="present.%d.recurrent_state")
     if any(v.name == "position_ids" for v in graph.inputs):
         inputs["position_ids"] = "position_ids"
     token = {key: meta.get(key) for key in ("bos_token_id", "eos_token_id", "pad_token_id")}
@@ -81,9 +120,8 @@ def genai_config(graph: Graph, filename: str, context: int, share_buffer: bool =
         "head_size": head_size,
         "hidden_size": meta.get("d_model", 0),
         "inputs": inputs,
-        "outputs": {"logits": "logits", "present_key_names": "present.%d.key",
-                    "present_value_names": "present.%d.value"},
-        "num_attention_heads": meta.get("n_heads", kv_heads),
+        "outputs": outputs,
+        "num_attention_heads": meta.get("n_heads") or kv_heads,
         "num_hidden_layers": layers,
         "num_key_value_heads": kv_heads,
     }

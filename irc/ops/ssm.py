@@ -131,6 +131,7 @@ def ssd(x, dt, A_log, B, C, D=None, dt_bias=None, past_state=None, attention_mas
         ys[:, t] = np.einsum("bhnp,bhn->bhp", h, Cm[:, t])
     if D is not None:
         ys += xs * f32(D)[:, None]
+    ys = np.where(real[..., None, None], ys, np.float32(0.0))                  # a padded token's output is 0
     return ys.reshape(batch, seq, heads * head_dim), h.astype(np.float32)
 
 
