@@ -74,7 +74,10 @@ class Tensor:
     def __add__(self, other: "Tensor") -> "Tensor":
         return self.model.add(self, other)
 
-    def __mul__(self, other: "Tensor") -> "Tensor":
+    def __mul__(self, other) -> "Tensor":
+        """Elementwise product with a tensor, or ``model.scale`` by a number."""
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return self.model.scale(self, other)
         return self.model.mul(self, other)
 
     def __repr__(self) -> str:
@@ -214,6 +217,15 @@ class Model:
     def mul(self, a: Tensor, b: Tensor, name: Optional[str] = None) -> Tensor:
         return self.emit("mul", [a, b], None, name or f"{self._scope}y")[0]
 
+    def scale(self, x: Tensor, factor: float, name: Optional[str] = None) -> Tensor:
+        """x times a positive constant (a µP multiplier: Granite's residual_multiplier)."""
+        if factor is None:
+            raise self.error("factor", "expected a positive number, got None")
+        factor = positive_float("factor", factor, self.origin())
+        name = name or f"{x.name}_scaled"
+        constant = self.emit("constant", [], {"value": factor}, f"{name}_factor")[0]
+        return self.emit("mul", [x, constant], None, name)[0]
+
     def norm(self, x: Tensor, pname: str, kind: str = "rms", eps: Optional[float] = None,
              offset: float = 0.0, bias: bool = True) -> Tensor:
         """An RMS or layer norm with weight ``@pname`` [d] (layer norm: and bias ``@pname.bias``)."""
@@ -259,10 +271,17 @@ class Model:
         except LimitError as err:
             raise self.error("n", err.message, err.hint) from None
 
-    def logits(self, x: Tensor, tied: bool = False, softcap: Optional[float] = None) -> Tensor:
-        """The LM head (``@lm_head`` [V, d], or ``@embed`` when tied), optionally soft-capped;
-        sets the graph outputs: logits, then the present caches."""
+    def logits(self, x: Tensor, tied: bool = False, softcap: Optional[float] = None,
+               scale: Optional[float] = None) -> Tensor:
+        """The LM head (``@lm_head`` [V, d], or ``@embed`` when tied), times ``scale`` when
+        set (Granite divides by logits_scaling), optionally soft-capped; sets the graph
+        outputs: logits, then the present caches. The head has no bias, so the scale is
+        applied to its input: the head stays the last matmul (``last-logits`` finds it)."""
         softcap = positive_float("softcap", softcap, self.origin())
+        scale = positive_float("scale", scale, self.origin())
+        if scale is not None:
+            x = self.scale(x, scale, "logits_in")
+            self.meta["logits_scale"] = scale
         if tied:
             if "embed" not in self._graph.params:
                 raise self.error("tied", "tied logits need m.embed() first")
@@ -471,6 +490,23 @@ class Layer(MoeLayer, SsmLayer):
         """down(gelu(gate(x)) * up(x)); approximate "tanh" is gelu_pytorch_tanh (Gemma)."""
         one_of("approximate", approximate, ("tanh", "none"), self.model.origin())
         return self._gated("geglu", x, d_ff, {"approximate": approximate})
+
+    def relu2_mlp(self, x: Tensor, d_ff: int, bias: bool = False) -> Tensor:
+        """down(relu(up(x) + b_up)^2) + b_down (Nemotron-H's squared-ReLU MLP), as primitives;
+        weights ``mlp.w_up`` [d_ff, d], ``mlp.w_down`` [d, d_ff] (biases ``b_up``, ``b_down``)."""
+        m, p = self.model, self.prefix
+        d = m._features(x)
+        positive("d_ff", d_ff, m.origin())
+        w_up = m.param(f"{p}mlp.w_up", (d_ff, d))
+        w_down = m.param(f"{p}mlp.w_down", (d, d_ff))
+        b_up = m.param(f"{p}mlp.b_up", (d_ff,)) if bias else None
+        b_down = m.param(f"{p}mlp.b_down", (d,)) if bias else None
+        self._note_mlp("relu2", d_ff)
+        up = m.emit("linear", [x, w_up, b_up], None, f"{p}mlp_up")[0]
+        zero = m.emit("constant", [], {"value": 0.0}, f"{p}mlp_zero")[0]
+        relu = m.emit("maximum", [up, zero], None, f"{p}mlp_relu")[0]
+        squared = m.emit("mul", [relu, relu], None, f"{p}mlp_act")[0]
+        return m.emit("linear", [squared, w_down, b_down], None, f"{p}mlp_out")[0]
 
     def gelu_mlp(self, x: Tensor, d_ff: int, bias: bool = False, approximate: str = "none") -> Tensor:
         """down(gelu(up(x) + b_up)) + b_down (GPT-2 style)."""

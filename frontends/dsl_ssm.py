@@ -18,11 +18,14 @@ caller's, as for attention. The layer's state is two graph inputs, named like th
 - Mamba-2: ``in_proj`` [2·d_inner + 2·G·N + H, d] -> z | x B C | dt; ``conv`` [d_inner + 2·G·N,
   1, K] (+ ``conv_bias``) over x|B|C with SiLU; ``dt_bias``, ``A_log``, ``D`` [H]; the gated
   RMS norm ``norm`` [d_inner] (over groups of ``norm_group_size``); ``out_proj`` [d, d_inner].
+  Falcon-H1's departures are arguments: ``in_scale`` (one factor per z, x, B, C, dt part of
+  in_proj's output, a ``mul`` by a constant vector), ``gated_norm=False`` (y * silu(z), no
+  norm weight), ``out_bias`` apart from in_proj's ``proj_bias``.
 """
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from frontends.dsl_args import one_of, positive, positive_float
 
@@ -30,6 +33,16 @@ if TYPE_CHECKING:
     from frontends.dsl import Model, Tensor
 
 BCDT_NORMS = (None, "weighted", "plain")
+
+
+def segment_scale(m: Model, widths: Sequence[int], factors: Sequence[float], name: str) -> Tensor:
+    """The vector [f0]*w0 | [f1]*w1 | ... (Falcon-H1's "mup vector"), built from one scalar
+    constant per segment (``expand`` + ``concat``), not a literal of every element."""
+    pieces = []
+    for k, (width, factor) in enumerate(zip(widths, factors)):
+        const = m.emit("constant", [], {"value": [float(factor)]}, f"{name}_{k}")[0]
+        pieces.append(m.emit("expand", [const], {"shape": [width]}, f"{name}_{k}_wide")[0])
+    return m.emit("concat", pieces, {"axis": 0}, name)[0]
 
 
 class SsmLayer:
@@ -113,7 +126,8 @@ class SsmLayer:
     def mamba2(self, x: Tensor, heads: int, head_dim: int, state_size: int = 128, groups: int = 1,
                conv_kernel: int = 4, conv_bias: bool = True, proj_bias: bool = False, dt_min: float = 0.0,
                dt_max: Optional[float] = None, norm_eps: float = 1e-5, norm_group_size: Optional[int] = None,
-               norm_before_gate: bool = False) -> Tensor:
+               norm_before_gate: bool = False, gated_norm: bool = True, in_scale: Optional[Sequence[float]] = None,
+               out_bias: Optional[bool] = None) -> Tensor:
         """Mamba-2's mixer: in_proj -> z | x B C | dt; causal conv + SiLU over x|B|C -> SSD
         (Δ clamped to [dt_min, dt_max]) -> gated RMS norm with z -> out_proj. d_inner =
         heads·head_dim; ``norm_group_size`` None normalises all d_inner features at once
@@ -139,6 +153,12 @@ class SsmLayer:
         bc = groups * state_size
         conv_dim = d_inner + 2 * bc
         zxbcdt = self._linear(x, "in_proj", d_inner + conv_dim + heads, proj_bias, "ssm_in")
+        if in_scale is not None and any(f != 1.0 for f in in_scale):
+            widths = [d_inner, d_inner, bc, bc, heads]
+            if len(in_scale) != len(widths):
+                raise m.error("in_scale", f"expected {len(widths)} factors (z, x, B, C, dt), got {len(in_scale)}")
+            zxbcdt = m.emit("mul", [zxbcdt, segment_scale(m, widths, in_scale, f"{p}ssm_mup")], None,
+                            f"{p}ssm_in_scaled")[0]
         gate, xbc, dt = self._split(zxbcdt, [d_inner, conv_dim, heads], ["ssm_z", "ssm_xBC", "ssm_dt"])
         xbc = self._conv(xbc, conv_dim, conv_kernel, conv_bias)
         hidden, b, c = self._split(xbc, [d_inner, bc, bc], ["ssm_x", "ssm_B", "ssm_C"])
@@ -150,13 +170,16 @@ class SsmLayer:
         y, present = m.emit("ssd", [hidden, dt, A_log, b, c, D, dt_bias, past, mask], attrs,
                             [f"{p}ssm_y", f"present.{i}.recurrent_state"])
         m._presents.append(present.value)
-        norm = m.param(f"{p}ssm.norm", (d_inner,))
-        y = m.emit("gated_rms_norm", [y, gate, norm], {"eps": norm_eps, "group_size": norm_group_size,
-                                                       "norm_before_gate": bool(norm_before_gate)},
-                   f"{p}ssm_normed")[0]
+        if gated_norm:
+            norm = m.param(f"{p}ssm.norm", (d_inner,))
+            y = m.emit("gated_rms_norm", [y, gate, norm], {"eps": norm_eps, "group_size": norm_group_size,
+                                                           "norm_before_gate": bool(norm_before_gate)},
+                       f"{p}ssm_normed")[0]
+        else:
+            y = m.emit("mul", [y, m.emit("silu", [gate], None, f"{p}ssm_gate")[0]], None, f"{p}ssm_gated")[0]
         self._note_ssm("mamba2", d_inner=d_inner, state_size=state_size, conv_kernel=conv_kernel, heads=heads,
                        head_dim=head_dim, groups=groups)
-        return self._linear(y, "out_proj", d, proj_bias, "ssm_out")
+        return self._linear(y, "out_proj", d, proj_bias if out_bias is None else out_bias, "ssm_out")
 
     def _note_ssm(self, kind: str, **config) -> None:
         m = self.model

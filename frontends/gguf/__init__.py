@@ -7,8 +7,8 @@
 ``load_spec`` (and so ``irc show/compile/run/tile``) takes a ``.gguf`` path, split sets
 included. Stages, one module each: ``reader`` opens the file(s) with the ``gguf``
 package's reader (metadata, tensor directory; data memory-mapped); ``families`` (with
-``arch``) maps the architecture's keys onto the ``Arch`` the Hugging Face frontend
-builds, and ``frontends.hf.build.expand`` makes the same graph from it; ``layout`` and
+``arch``, and ``ssm`` for mamba, mamba2, jamba) maps the architecture's keys onto the ``Arch``
+the Hugging Face frontend builds, and ``frontends.hf.build.expand`` makes the same graph from it; ``layout`` and
 ``tensors`` name each param's tensor and undo the converter's changes; ``quantized``
 attaches lazy data, keeping the block formats ``blocks`` can express exactly as
 ``dequant_linear`` / ``dequantize`` codes (MatMulNBits' layout), one tensor at a time;
@@ -27,6 +27,7 @@ import os
 import re
 
 from frontends.dsl_args import ArgError
+from frontends.gguf import ssm
 from frontends.gguf.families import describe
 from frontends.gguf.quantized import attach_weights
 from frontends.gguf.reader import SPLIT, GGUFFile
@@ -46,7 +47,7 @@ GGUF_KEYS = {"n": "block_count", "vocab": "vocab_size", "d_model": "embedding_le
              "shared_d_ff": "expert_shared_feed_forward_length", "kv_lora_rank": "attention.kv_lora_rank",
              "q_lora_rank": "attention.q_lora_rank", "qk_rope_head_dim": "rope.dimension_count",
              "qk_nope_head_dim": "attention.key_length_mla", "v_head_dim": "attention.value_length_mla",
-             "routed_scale": "expert_weights_scale"}
+             "routed_scale": "expert_weights_scale", **ssm.KEYS}
 TOKEN_IDS = {"bos_token_id": "tokenizer.ggml.bos_token_id", "eos_token_id": "tokenizer.ggml.eos_token_id",
              "pad_token_id": "tokenizer.ggml.padding_token_id"}
 

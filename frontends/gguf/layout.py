@@ -2,13 +2,15 @@
 
 ``Layout(gguf, arch).source(param)`` gives a ``frontends.gguf.tensors`` source for an irc
 param name (``layers.3.attn.wq`` -> ``blk.3.attn_q.weight``, un-permuted for Llama). The
-names and the converter's changes are listed in ``frontends.gguf.tensors``; ``consumed``
+names and the converter's changes are listed in ``frontends.gguf.tensors`` (the
+state-space layers' in ``frontends.gguf.ssm``); ``consumed``
 names the tensors the architecture itself reads (Llama 3's ``rope_freqs``).
 """
 from __future__ import annotations
 
 import re
 
+from frontends.gguf import ssm
 from frontends.gguf.reader import GGUFFile
 from frontends.gguf.tensors import LAYER, TOP, KvFromHalves, TensorSource
 from frontends.hf.config import Arch
@@ -30,6 +32,8 @@ class Layout:
             return TensorSource(TOP[param], offset=self._offset(param))
         match = LAYER_PARAM.fullmatch(param)
         suffix = match.group(2) if match else None
+        if suffix in ssm.LAYER:
+            return ssm.source(self.arch, f"blk.{match.group(1)}.", suffix)
         if suffix not in LAYER:
             raise SpecError(f"no GGUF tensor is known for @{param} in the {self.gguf.arch} layout",
                             location=self.gguf.path)

@@ -12,6 +12,9 @@ What llama.cpp's converter did to a tensor is undone on load:
 - ``rows``: Phi-3's fused ``attn_qkv`` and gate+up ``ffn_up`` are split by rows;
 - ``offset``: Gemma's norm weights are stored as 1 + w (irc's (1 + w) norm wants w);
 - ``shape``: Qwen2-MoE's shared-expert gate is a vector [d]; irc's param is [1, d];
+  the state-space tensors are squeezed or grouped (``frontends.gguf.ssm``);
+- ``undo``: a named function of the float32 array, for a value stored transformed
+  (Mamba's ``ssm_a`` holds -exp(A_log): ``frontends.gguf.ssm.a_log_from_a``);
 - ``KvFromHalves``: DeepSeek's ``attn_k_b`` (transposed) and ``attn_v_b`` are joined back
   into ``kv_b`` (always in float: the transpose crosses blocks).
 
@@ -22,7 +25,7 @@ format's codes (``frontends.gguf.blocks``) with the same row operations applied.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 from gguf import GGMLQuantizationType as T
@@ -66,6 +69,7 @@ class TensorSource:
     permute_heads: Optional[int] = None
     offset: float = 0.0
     shape: Optional[tuple] = None
+    undo: Optional[Callable] = None  # (float32 array, tensor name, file path) -> the param's values
 
     def names(self) -> list[str]:
         return [self.name]
@@ -95,7 +99,7 @@ class TensorSource:
 
     def exact(self, gguf: GGUFFile) -> bool:
         """Can the stored blocks be kept as they are (``read_blocks``)?"""
-        return self.ggml_type(gguf) in EXACT and self.offset == 0.0 and self.shape is None
+        return self.ggml_type(gguf) in EXACT and self.offset == 0.0 and self.shape is None and self.undo is None
 
     def reads_rows(self, gguf: GGUFFile) -> bool:
         """Can a slice of the param's first axis be read alone? (Not a reshaped vector.)"""
@@ -122,6 +126,8 @@ class TensorSource:
             array = dequantize(stored, entry.ggml_type).astype(np.float32, copy=False)
         if self.offset:
             array = array - np.float32(self.offset)
+        if self.undo is not None:
+            array = self.undo(array, self.name, gguf.path)
         return np.ascontiguousarray(array.reshape(self.shape) if self.shape is not None else array)
 
     def read_blocks(self, gguf: GGUFFile, rows: Optional[tuple] = None) -> tuple:

@@ -2,12 +2,16 @@
 
 The decoder is the one every family shares (``frontends.yaml_spec`` builds the same):
 
-    x = embed(ids) [* sqrt(d)]
-    per layer:  h = attn_norm(x); a = attention(h) [-> post_attn_norm]; x = x + a
-                  (a state-space mixer instead: h = ssm_norm(x); a = mamba/mamba2(h))
-                h = mlp_norm(x);  f = mlp or moe(h) [-> post_mlp_norm];   x = x + f
+    x = embed(ids) [* embedding_scale]
+    per layer:  h = attn_norm(x); a = attention(h) [-> post_attn_norm]; x = x + a [* residual_scale]
+                  (a state-space mixer instead: h = ssm_norm(x); a = mamba/mamba2(h);
+                   no mixer where the layer is only a feed-forward block: Nemotron-H)
+                h = mlp_norm(x);  f = mlp or moe(h) [-> post_mlp_norm];   x = x + f [* residual_scale]
                   (left out where the layer has no feed-forward block: Mamba)
-    logits = lm_head(norm(x)) [softcapped]
+    logits = lm_head(norm(x)) [* logits_scale] [softcapped]
+
+What each layer holds is its ``LayerSpec`` (``mixer``, ``ffn``, ``moe``, ``rope``, ``window``);
+the multipliers are the ``Arch``'s.
 
 Every node's origin is config.json, and a DSL refusal (a top_k above the expert count, an
 odd rotary width, ...) is re-raised naming the config.json key behind the argument.
@@ -36,6 +40,8 @@ def build_graph(arch: Arch, cfg: Config) -> Graph:
 def expand(arch: Arch, origin: str) -> Graph:
     """The decoder of ``arch`` through the DSL, every node's origin ``origin``; a DSL refusal
     propagates as ``ArgError`` (``build_graph`` names the config.json key behind it)."""
+    if arch.expand is not None:
+        return arch.expand(arch, origin)
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     eps, offset = arch.norm_eps, arch.norm_offset
     with m.at(origin):
@@ -46,17 +52,18 @@ def expand(arch: Arch, origin: str) -> Graph:
                 a = _attention(arch, layer, spec, h)
                 if arch.sandwich:
                     a = layer.rms_norm(a, "post_attn_norm", eps, offset)
-                x = x + a
+                x = x + _residual(arch, a)
             elif spec.mixer is not None:
-                x = x + _ssm(arch, layer, spec, layer.rms_norm(x, "ssm_norm", eps, offset))
+                x = x + _residual(arch, _ssm(arch, layer, spec, layer.rms_norm(x, "ssm_norm", eps, offset)))
             if not spec.ffn:
                 continue
             h = layer.rms_norm(x, "mlp_norm", eps, offset)
             h = layer.moe(h, **arch.moe) if spec.moe else _mlp(arch, layer, h)
             if arch.sandwich:
                 h = layer.rms_norm(h, "post_mlp_norm", eps, offset)
-            x = x + h
-        m.logits(m.rms_norm(x, "norm", eps, offset), tied=arch.tied, softcap=arch.final_softcap)
+            x = x + _residual(arch, h)
+        m.logits(m.rms_norm(x, "norm", eps, offset), tied=arch.tied, softcap=arch.final_softcap,
+                 scale=arch.logits_scale)
     return m.graph
 
 
@@ -80,10 +87,17 @@ def _ssm(arch: Arch, layer, spec, h):
     return layer.mamba(h, **config) if spec.mixer == "mamba" else layer.mamba2(h, **config)
 
 
+def _residual(arch: Arch, branch):
+    """A branch as it joins the residual stream: times ``residual_scale`` where there is one."""
+    return branch if arch.residual_scale is None else branch * arch.residual_scale
+
+
 def _mlp(arch: Arch, layer, h):
     mlp = arch.mlp
     if mlp["kind"] == "geglu":
         return layer.geglu(h, d_ff=mlp["d_ff"], approximate=mlp["approximate"])
+    if mlp["kind"] == "relu2":
+        return layer.relu2_mlp(h, d_ff=mlp["d_ff"], bias=mlp["bias"])
     return layer.swiglu(h, d_ff=mlp["d_ff"])
 
 

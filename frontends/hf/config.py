@@ -15,16 +15,22 @@ RoPE settings come in two forms and both are read (``read_rope``):
 The HF field names map to irc's scaling dict (``irc.ops.rope``): ``rope_type`` -> ``kind``,
 ``original_max_position_embeddings`` -> ``original_max_position``; the rest keep their
 names. ``partial_rotary_factor`` becomes the rotary width ``int(head_dim * factor)``.
+
+The Mamba mixers' settings (``mamba_config``, ``mamba2_config``) are read under whichever
+keys a family gives them (``MAMBA_KEYS``, ``MAMBA2_KEYS``: Mamba's ``state_size`` is
+Jamba's ``mamba_d_state``), with transformers' checks: heads x head_dim = expand x
+hidden_size where the family validates it, n_groups dividing the heads.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from irc.yamlloc import Bad, positive_number
+from irc.yamlloc import Bad, boolean, positive_int, positive_number, size
 from irc.errors import SpecError
 
 CONFIG = "config.json"
@@ -90,8 +96,9 @@ class LayerSpec:
 
 @dataclass
 class Arch:
-    """A decoder as irc builds it. ``mlp`` is ``{"kind": swiglu | geglu, "d_ff": n,
-    "approximate": tanh | none}`` (None when every layer is MoE); ``moe`` holds the keyword
+    """A decoder as irc builds it. ``mlp`` is ``{"kind": swiglu | geglu | relu2, "d_ff": n,
+    "approximate": tanh | none, "bias": relu2's biases}`` (None when no layer has a dense
+    MLP); ``moe`` holds the keyword
     arguments of ``Layer.moe``; ``ssm`` those of ``Layer.mamba`` / ``Layer.mamba2`` (its
     ``kind`` names which) for the layers whose mixer is a state-space one; ``attention`` is
     None in a model without attention layers; ``checkpoint`` names the family's weight
@@ -115,6 +122,11 @@ class Arch:
     checkpoint: str = "llama"
     quantized: bool = False
     ssm: Optional[dict] = None
+    residual_scale: Optional[float] = None  # each branch times this before its residual add (Granite)
+    logits_scale: Optional[float] = None  # the logits times this (Granite: 1 / logits_scaling)
+    # a family whose layers the shared decoder loop cannot express builds its own graph:
+    # ``expand(arch, origin) -> Graph`` through the DSL (``frontends.hf.build.expand`` calls it)
+    expand: Optional[Callable] = None
 
 
 # ---- reading config.json ----------------------------------------------------------------
@@ -329,3 +341,104 @@ def read_rope(cfg: Config, head_dim: int, params: dict, key: str, *, default_bas
             if name not in scaling:
                 raise cfg.error(f"{key}.{name}", "llama3 RoPE needs it")
     return RopeSpec(base, convention, scaling, rotary_dim)
+
+
+# ---- attention sizes and the Mamba mixers ---------------------------------------------------
+
+def attention_dims(cfg: Config) -> tuple[int, int, int, int]:
+    """(hidden_size, heads, kv heads, head_dim); head_dim defaults to hidden_size / heads."""
+    d = cfg.get("hidden_size", size)
+    heads = cfg.get("num_attention_heads", size)
+    kv_heads = cfg.get("num_key_value_heads", size, heads)
+    head_dim = cfg.get("head_dim", size, None)
+    if head_dim is None:
+        if d % heads:
+            raise cfg.error("num_attention_heads", f"hidden_size {d} is not divisible by {heads} heads",
+                            hint="give head_dim")
+        head_dim = d // heads
+    if heads % kv_heads:
+        raise cfg.error("num_key_value_heads", f"{heads} heads are not divisible by {kv_heads} kv heads")
+    return d, heads, kv_heads, head_dim
+
+
+# a mixer setting -> the config.json key it is read from (transformers' Mamba / Mamba2 names;
+# a family passes its own); "d_inner" and "expand" may be None: d_inner = expand x hidden_size,
+# and no heads x head_dim check
+MAMBA_KEYS = {"expand": "expand", "d_inner": "intermediate_size", "state_size": "state_size",
+              "conv_kernel": "conv_kernel", "dt_rank": "time_step_rank", "conv_bias": "use_conv_bias",
+              "proj_bias": "use_bias"}
+MAMBA2_KEYS = {"heads": "num_heads", "head_dim": "head_dim", "state_size": "state_size", "groups": "n_groups",
+               "conv_kernel": "conv_kernel", "expand": "expand", "conv_bias": "use_conv_bias",
+               "proj_bias": "use_bias", "time_step_limit": "time_step_limit"}
+
+
+def mamba_config(cfg: Config, d: int, keys: dict = MAMBA_KEYS, bcdt_norm: Optional[str] = None,
+                 eps: Optional[float] = None) -> dict:
+    """``Layer.mamba`` arguments from a Mamba-1 mixer's keys; ``bcdt_norm`` "plain"
+    (Falcon-Mamba) or "weighted" (Jamba) RMS-normalises dt, B and C with ``eps``. The time
+    step rank "auto" is ceil(hidden_size / 16)."""
+    d_inner = keys["d_inner"]
+    if d_inner is not None and cfg.has(d_inner):
+        d_inner = cfg.get(d_inner, positive_int)
+    else:
+        d_inner = cfg.get(keys["expand"], positive_int) * d
+    rank = keys["dt_rank"]
+    config = {"kind": "mamba", "d_inner": d_inner, "state_size": cfg.get(keys["state_size"], positive_int),
+              "conv_kernel": cfg.get(keys["conv_kernel"], positive_int),
+              "dt_rank": math.ceil(d / 16) if cfg.raw(rank) == "auto" else cfg.get(rank, positive_int),
+              "conv_bias": cfg.get(keys["conv_bias"], boolean), "proj_bias": cfg.get(keys["proj_bias"], boolean),
+              "bcdt_norm": bcdt_norm}
+    if bcdt_norm is not None:
+        config["norm_eps"] = eps
+    return config
+
+
+def _special_float(value):
+    """transformers 5 writes an infinite float as ``{"__float__": "Infinity"}``."""
+    if isinstance(value, dict) and set(value) == {"__float__"} and value["__float__"] in ("Infinity", "-Infinity"):
+        return float(value["__float__"].replace("Infinity", "inf"))
+    return value
+
+
+def time_step_limit(cfg: Config, key: str = "time_step_limit") -> tuple[float, Optional[float]]:
+    """(dt_min, dt_max) from a [low, high] pair (high infinite: None)."""
+    value = cfg.raw(key)
+    if isinstance(value, (list, tuple)):
+        value = [_special_float(v) for v in value]
+    if not isinstance(value, (list, tuple)) or len(value) != 2 or any(
+            isinstance(v, bool) or not isinstance(v, (int, float)) for v in value):
+        raise cfg.error(key, f"expected [low, high], got {_show(value)}")
+    low, high = float(value[0]), float(value[1])
+    if not 0 <= low <= high:
+        raise cfg.error(key, f"expected 0 <= low <= high, got {_show(value)}")
+    return low, None if math.isinf(high) else high
+
+
+def mamba2_config(cfg: Config, d: int, keys: dict = MAMBA2_KEYS, eps: Optional[float] = None,
+                  group_norm: bool = True) -> dict:
+    """``Layer.mamba2`` arguments from a Mamba-2 mixer's keys, with the checks of
+    transformers' ``validate_architecture``; a head_dim of "auto" is expand x hidden_size /
+    heads (Bamba, Granite). The gated norm's eps is ``eps``, else ``layer_norm_epsilon``;
+    it is grouped by n_groups unless ``group_norm`` is false."""
+    heads_key, head_dim_key, groups_key, expand_key = keys["heads"], keys["head_dim"], keys["groups"], keys["expand"]
+    heads = cfg.get(heads_key, positive_int)
+    groups = cfg.get(groups_key, positive_int)
+    expand = cfg.get(expand_key, positive_int) if expand_key is not None else None
+    if expand is not None and cfg.raw(head_dim_key) == "auto":
+        head_dim = max(expand * d // heads, 1)
+    else:
+        head_dim = cfg.get(head_dim_key, positive_int)
+    if expand is not None and heads * head_dim != expand * d:
+        raise cfg.error(heads_key, f"{heads} heads x {head_dim} head_dim ({head_dim_key}) = {heads * head_dim} is "
+                                   f"not {expand_key} x hidden_size = {expand * d}")
+    if heads % groups:
+        raise cfg.error(groups_key, f"{groups} groups do not divide {heads} heads ({heads_key})")
+    dt_min, dt_max = time_step_limit(cfg, keys["time_step_limit"]) if keys["time_step_limit"] else (0.0, None)
+    d_inner = heads * head_dim
+    return {"kind": "mamba2", "heads": heads, "head_dim": head_dim,
+            "state_size": cfg.get(keys["state_size"], positive_int), "groups": groups,
+            "conv_kernel": cfg.get(keys["conv_kernel"], positive_int),
+            "conv_bias": cfg.get(keys["conv_bias"], boolean), "proj_bias": cfg.get(keys["proj_bias"], boolean),
+            "dt_min": dt_min, "dt_max": dt_max,
+            "norm_eps": eps if eps is not None else cfg.get("layer_norm_epsilon", positive_number),
+            "norm_group_size": d_inner // groups if group_norm else None}

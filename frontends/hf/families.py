@@ -21,7 +21,9 @@ gemma2             (1 + w) RMS norms in a sandwich, sqrt(d) embedding scale, tan
 gemma3_text        Gemma 2 + (1 + w) q/k norms, per-layer-type RoPE (local base vs global
                    base and scaling), ``layer_types`` or ``sliding_window_pattern``
 phi3               fused ``qkv_proj`` and ``gate_up_proj`` (split on load), partial rotary
-mamba, mamba2 ...  the state-space families: ``frontends.hf.families_ssm``
+mamba, mamba2 ...  the state-space families and hybrids: ``frontends.hf.families_ssm``
+                   (mamba, falcon_mamba, mamba2), ``families_hybrid`` (jamba, bamba,
+                   granitemoehybrid, nemotron_h), ``families_composite`` (falcon_h1, zamba2)
 =================  ==========================================================================
 
 Keys a config.json leaves out take the defaults of transformers' config class for that
@@ -46,7 +48,7 @@ from frontends.hf.config import (Arch, Attention, Config, LayerSpec, RopeSpec, i
                                  string_list)
 from irc.yamlloc import boolean, layer_count, non_negative_int, positive_int, positive_number, size, string
 from frontends.hf.weights import Rows, Source, Stack, Tensor
-from frontends.hf import families_ssm
+from frontends.hf import families_composite, families_ssm
 from irc.yamlloc import Bad
 from irc.errors import SpecError
 
@@ -87,6 +89,7 @@ DEFAULTS = {
                     "use_bidirectional_attention": False},
     "phi3": {**_LLAMA, "rms_norm_eps": 1e-5, "max_position_embeddings": 4096},
     **families_ssm.DEFAULTS,
+    **families_composite.DEFAULTS,
 }
 
 # DSL argument -> the config.json key a refusal should name
@@ -362,6 +365,7 @@ FAMILIES = {
     "qwen3": _llama_like, "qwen2_moe": _llama_like, "qwen3_moe": _llama_like, "phi3": _llama_like,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "gemma2": _gemma, "gemma3_text": _gemma,
     **families_ssm.FAMILIES,
+    **families_composite.FAMILIES,
 }
 
 
@@ -442,6 +446,7 @@ LAYOUTS = {  # the families' departures from LAYER_NAMES
              "mlp.w_gate": Split("mlp.gate_up_proj.weight", _gate_rows),
              "mlp.w_up": Split("mlp.gate_up_proj.weight", _up_rows)},
     **families_ssm.LAYOUTS,
+    **families_composite.LAYOUTS,
 }
 # a layout's "_prefix" (the layers' names, default model.layers.) and "_top" (embed, norm
 # and lm_head, default TOP_NAMES) say where a family departs from Llama's names
@@ -451,6 +456,9 @@ LAYER_PARAM = re.compile(r"layers\.(\d+)\.(.+)")
 
 def checkpoint_source(arch: Arch, param: str) -> Source:
     """The checkpoint tensor(s) holding irc param ``param`` (see the module docstring)."""
+    fused = families_ssm.fused_source(arch, param)  # stacked or halved tensors a name cannot say
+    if fused is not None:
+        return fused
     layout = LAYOUTS[arch.checkpoint]
     top = layout.get("_top", TOP_NAMES)
     if param in top:

@@ -1,11 +1,13 @@
-"""The state-space families irc reads from config.json (``frontends.hf.families`` dispatches
-here for these model types):
+"""The state-space and hybrid families irc reads from config.json (``frontends.hf.families``
+dispatches here for these model types):
 
 =================  ==========================================================================
 mamba              Mamba-1: every layer x + mixer(norm(x)); selective scan, per-channel A
 falcon_mamba       Mamba-1 with weightless RMS norms on dt, B and C (``mixer_rms_eps``)
 mamba2             Mamba-2: SSD with n_groups of B and C, dt_bias, ``time_step_limit``,
                    the gated RMS norm grouped by n_groups
+jamba ...          the hybrids (Jamba, Bamba, Granite-4.0-H, Nemotron-H):
+                   ``frontends.hf.families_hybrid``
 =================  ==========================================================================
 
 Sizes follow transformers' config classes: ``intermediate_size`` = expand · hidden_size,
@@ -14,16 +16,24 @@ Sizes follow transformers' config classes: ``intermediate_size`` = expand · hid
 ``layer_norm_epsilon``. transformers clamps Mamba-2's Δ to ``time_step_limit`` in prefill
 but not in its one-token step; irc clamps in both (the same with the default (0, inf)).
 
-Checkpoint names: ``backbone.embeddings.weight``, ``backbone.layers.{i}.norm.weight``,
-``backbone.layers.{i}.mixer.*``, ``backbone.norm_f.weight``, ``lm_head.weight`` (left out
-when tied).
+Checkpoint names (``LAYOUTS``): Mamba ``backbone.embeddings.weight``,
+``backbone.layers.{i}.norm.weight``, ``backbone.layers.{i}.mixer.*``,
+``backbone.norm_f.weight``, ``lm_head.weight`` (left out when tied); the hybrids' below.
+Tensors a layout cannot name by a string (per-expert tensors stacked into one param, the
+gate and up halves of a fused projection) are ``fused_source``'s.
 """
 from __future__ import annotations
 
-import math
+import re
 from typing import Optional
 
-from frontends.hf.config import Arch, Config, LayerSpec
+import numpy as np
+
+from frontends.hf import families_hybrid
+from frontends.hf.config import (MAMBA2_KEYS, MAMBA_KEYS, Arch, Config, LayerSpec, mamba2_config, mamba_config,
+                                 time_step_limit)
+from frontends.hf.weights import Checkpoint, Source, Stack, Tensor
+from irc.errors import SpecError
 from irc.yamlloc import boolean, layer_count, positive_int, positive_number, size
 
 _MAMBA = {"layer_norm_epsilon": 1e-5, "expand": 2, "conv_kernel": 4, "use_bias": False, "use_conv_bias": True,
@@ -34,6 +44,7 @@ DEFAULTS = {
     "falcon_mamba": {**_MAMBA, "mixer_rms_eps": 1e-6},
     "mamba2": {**_MAMBA, "num_heads": 128, "head_dim": 64, "state_size": 128, "n_groups": 8,
                "time_step_limit": [0.0, float("inf")], "tie_word_embeddings": False},
+    **families_hybrid.DEFAULTS,
 }
 
 
@@ -53,102 +64,116 @@ def ssm_names(mixer: str) -> dict:
 
 
 BACKBONE = {"embed": "backbone.embeddings.weight", "norm": "backbone.norm_f.weight", "lm_head": "lm_head.weight"}
+FINAL_LAYERNORM = {"embed": "model.embed_tokens.weight", "norm": "model.final_layernorm.weight",
+                   "lm_head": "lm_head.weight"}
 LAYOUTS = {  # a family layout: layer names, and where it departs from model.layers.{i} / model.*
     "mamba": {"ssm_norm": "norm.weight", **ssm_names("mixer"), "_prefix": "backbone.layers.", "_top": BACKBONE},
+    # Jamba and Bamba: input_layernorm before either mixer, pre_ff_layernorm before the feed-forward
+    "jamba": {"ssm_norm": "input_layernorm.weight", "mlp_norm": "pre_ff_layernorm.weight", **ssm_names("mamba"),
+              **{f"mlp.w_{x}": f"feed_forward.{x}_proj.weight" for x in ("gate", "up", "down")},
+              "moe.router": "feed_forward.router.weight", "_top": FINAL_LAYERNORM},
+    "granitemoehybrid": {"ssm_norm": "input_layernorm.weight", **ssm_names("mamba"),
+                         "moe.router": "block_sparse_moe.router.layer.weight",
+                         "moe.w_down": "block_sparse_moe.output_linear.weight",
+                         "moe.shared_down": "shared_mlp.output_linear.weight",
+                         "mlp.w_down": "shared_mlp.output_linear.weight"},
+    # Nemotron-H: one mixer per layer, all under "mixer", each after the layer's one norm
+    "nemotron_h": {**{f"{n}_norm": "norm.weight" for n in ("attn", "ssm", "mlp")}, **ssm_names("mixer"),
+                   **{f"attn.w{x}": f"mixer.{x}_proj.weight" for x in "qkvo"},
+                   "mlp.w_up": "mixer.up_proj.weight", "mlp.w_down": "mixer.down_proj.weight",
+                   "mlp.b_up": "mixer.up_proj.bias", "mlp.b_down": "mixer.down_proj.bias",
+                   "_prefix": "backbone.layers.", "_top": BACKBONE},
 }
 
 
-def _time_step_rank(cfg: Config, d: int) -> int:
-    rank = cfg.raw("time_step_rank")
-    if rank == "auto":
-        return math.ceil(d / 16)
-    return cfg.get("time_step_rank", positive_int)
+# ---- tensors a layout string cannot name ----------------------------------------------------
+
+class Half(Tensor):
+    """The first or second half of a fused gate|up projection's rows, as transformers'
+    ``.chunk(2, dim=-1)`` splits its output: rows of a 2-D [2F, d] tensor, or [:, rows] of a
+    3-D per-expert [E, 2F, d] one (Granite's ``input_linear``)."""
+
+    def __init__(self, name: str, second: bool):
+        super().__init__(name)
+        self.second = second
+
+    def _bounds(self, checkpoint: Checkpoint) -> tuple[list[int], int, int]:
+        full = checkpoint.info(self.name)[1]
+        if len(full) not in (2, 3) or full[-2] % 2:
+            raise SpecError(f"tensor {self.name} {full} is not a fused gate|up projection (an even number of rows)",
+                            location=checkpoint.file(self.name))
+        half = full[-2] // 2
+        start = half if self.second else 0
+        return full, start, start + half
+
+    def shape(self, checkpoint: Checkpoint) -> list[int]:
+        full, start, stop = self._bounds(checkpoint)
+        return full[:-2] + [stop - start, full[-1]]
+
+    def rows(self, checkpoint: Checkpoint, start: int, stop: int) -> np.ndarray:
+        full, first, last = self._bounds(checkpoint)
+        if len(full) == 2:
+            return checkpoint.read(self.name, first + start, first + stop)
+        return np.ascontiguousarray(checkpoint.read(self.name, start, stop)[:, first:last])
+
+    def __repr__(self) -> str:
+        return f"{self.name}[{'second' if self.second else 'first'} half]"
 
 
-def _common(cfg: Config) -> tuple[int, int]:
-    """(hidden_size, num_hidden_layers), with the settings every Mamba mixer shares checked."""
-    cfg.check("hidden_act", lambda v: v == "silu", hint="the Mamba mixers irc builds use SiLU")
-    return cfg.get("hidden_size", size), cfg.get("num_hidden_layers", layer_count)
+class Fused:
+    """A layout entry for ``fused_source``: ``name`` under the layer, one ``Half`` of it
+    (``half`` 0 or 1), or per-expert tensors (``{e}`` in ``name``) stacked into [E, ...]."""
+
+    def __init__(self, name: str, half: Optional[int] = None):
+        self.name, self.half = name, half
+
+    def source(self, arch: Arch, prefix: str) -> Source:
+        if self.half is not None:
+            return Half(prefix + self.name, bool(self.half))
+        return Stack([Tensor(prefix + self.name.format(e=e)) for e in range(arch.moe["experts"])])
 
 
-def mamba_config(cfg: Config, d: int, plain_norms: bool = False, weighted_norms: bool = False,
-                 eps: Optional[float] = None) -> dict:
-    """``Layer.mamba`` arguments from a Mamba-1 mixer's keys."""
-    expand = cfg.get("expand", positive_int)
-    d_inner = cfg.get("intermediate_size", positive_int) if cfg.has("intermediate_size") else expand * d
-    norm = "plain" if plain_norms else "weighted" if weighted_norms else None
-    config = {"kind": "mamba", "d_inner": d_inner, "state_size": cfg.get("state_size", positive_int),
-              "conv_kernel": cfg.get("conv_kernel", positive_int), "dt_rank": _time_step_rank(cfg, d),
-              "conv_bias": cfg.get("use_conv_bias", boolean), "proj_bias": cfg.get("use_bias", boolean),
-              "bcdt_norm": norm}
-    if norm is not None:
-        config["norm_eps"] = eps
-    return config
+FUSED = {
+    "jamba": {f"moe.w_{x}": Fused(f"feed_forward.experts.{{e}}.{x}_proj.weight") for x in ("gate", "up", "down")},
+    "granitemoehybrid": {
+        "moe.w_gate": Fused("block_sparse_moe.input_linear.weight", 0),
+        "moe.w_up": Fused("block_sparse_moe.input_linear.weight", 1),
+        **{f"{kind}_{x}": Fused("shared_mlp.input_linear.weight", half)
+           for kind in ("moe.shared", "mlp.w") for x, half in (("gate", 0), ("up", 1))}},
+}
+LAYER_PARAM = re.compile(r"layers\.(\d+)\.(.+)")
 
 
-def _special_float(value):
-    """transformers 5 writes an infinite float as ``{"__float__": "Infinity"}``."""
-    if isinstance(value, dict) and set(value) == {"__float__"} and value["__float__"] in ("Infinity", "-Infinity"):
-        return float(value["__float__"].replace("Infinity", "inf"))
-    return value
+def fused_source(arch: Arch, param: str) -> Optional[Source]:
+    """The checkpoint tensors behind ``param`` where the family's ``FUSED`` names them; None
+    elsewhere (``families.checkpoint_source`` names the rest)."""
+    match = LAYER_PARAM.fullmatch(param)
+    entry = FUSED.get(arch.checkpoint, {}).get(match.group(2)) if match else None
+    if entry is None:
+        return None
+    return entry.source(arch, f"{LAYOUTS[arch.checkpoint].get('_prefix', 'model.layers.')}{match.group(1)}.")
 
 
-def time_step_limit(cfg: Config, key: str = "time_step_limit") -> tuple[float, Optional[float]]:
-    """(dt_min, dt_max) from a [low, high] pair (high infinite: None)."""
-    value = cfg.raw(key)
-    if isinstance(value, (list, tuple)):
-        value = [_special_float(v) for v in value]
-    if not isinstance(value, (list, tuple)) or len(value) != 2 or any(
-            isinstance(v, bool) or not isinstance(v, (int, float)) for v in value):
-        raise cfg.error(key, f"expected [low, high], got {value!r}")
-    low, high = float(value[0]), float(value[1])
-    if low < 0 or high < low:
-        raise cfg.error(key, f"expected 0 <= low <= high, got {value!r}")
-    return low, None if math.isinf(high) else high
-
-
-def mamba2_config(cfg: Config, d: int, heads_key: str = "num_heads", head_dim_key: str = "head_dim",
-                  state_key: str = "state_size", groups_key: str = "n_groups", kernel_key: str = "conv_kernel",
-                  expand_key: Optional[str] = "expand", eps: Optional[float] = None,
-                  group_norm: bool = True) -> dict:
-    """``Layer.mamba2`` arguments from a Mamba-2 mixer's keys (named as the family names
-    them); the checks of transformers' ``validate_architecture``."""
-    heads = cfg.get(heads_key, positive_int)
-    head_dim = cfg.get(head_dim_key, positive_int)
-    groups = cfg.get(groups_key, positive_int)
-    if expand_key is not None:
-        expand = cfg.get(expand_key, positive_int)
-        if heads * head_dim != expand * d:
-            raise cfg.error(heads_key, f"{heads} heads x {head_dim} head_dim = {heads * head_dim} is not "
-                                       f"{expand_key} x hidden_size = {expand * d}")
-    if heads % groups:
-        raise cfg.error(groups_key, f"{groups} groups do not divide {heads} heads")
-    dt_min, dt_max = time_step_limit(cfg)
-    d_inner = heads * head_dim
-    return {"kind": "mamba2", "heads": heads, "head_dim": head_dim, "state_size": cfg.get(state_key, positive_int),
-            "groups": groups, "conv_kernel": cfg.get(kernel_key, positive_int),
-            "conv_bias": cfg.get("use_conv_bias", boolean), "proj_bias": cfg.get("use_bias", boolean),
-            "dt_min": dt_min, "dt_max": dt_max,
-            "norm_eps": eps if eps is not None else cfg.get("layer_norm_epsilon", positive_number),
-            "norm_group_size": d_inner // groups if group_norm else None}
-
+# ---- the pure state-space families --------------------------------------------------------
 
 def _mamba(cfg: Config, name: str, model_type: str) -> Arch:
     """Mamba-1, Falcon-Mamba and Mamba-2: pure state-space decoders."""
-    d, n = _common(cfg)
+    cfg.check("hidden_act", lambda v: v == "silu", hint="the Mamba mixers irc builds use SiLU")
+    d, n = cfg.get("hidden_size", size), cfg.get("num_hidden_layers", layer_count)
     eps = cfg.get("layer_norm_epsilon", positive_number)
     if model_type == "mamba2":
         ssm = mamba2_config(cfg, d)
+    elif model_type == "falcon_mamba":
+        ssm = mamba_config(cfg, d, bcdt_norm="plain", eps=cfg.get("mixer_rms_eps", positive_number, None))
     else:
-        ssm = mamba_config(cfg, d, plain_norms=model_type == "falcon_mamba",
-                           eps=cfg.get("mixer_rms_eps", positive_number, None) if model_type == "falcon_mamba"
-                           else None)
+        ssm = mamba_config(cfg, d)
     layers = [LayerSpec(None, None, mixer=ssm["kind"], ffn=False) for _ in range(n)]
     return Arch(name=name, model_type=model_type, dtype=cfg.dtype(), vocab_size=cfg.get("vocab_size", positive_int),
                 d_model=d, n_layers=n, norm_eps=eps, attention=None, layers=layers, mlp=None,
                 tied=cfg.get("tie_word_embeddings", boolean), checkpoint="mamba", ssm=ssm)
 
 
-FAMILIES = {"mamba": _mamba, "falcon_mamba": _mamba, "mamba2": _mamba}
+FAMILIES = {"mamba": _mamba, "falcon_mamba": _mamba, "mamba2": _mamba, **families_hybrid.FAMILIES}
 
-__all__ = ["DEFAULTS", "FAMILIES", "LAYOUTS", "ssm_names", "mamba_config", "mamba2_config", "time_step_limit"]
+__all__ = ["DEFAULTS", "FAMILIES", "LAYOUTS", "fused_source", "ssm_names", "mamba_config", "mamba2_config",
+           "time_step_limit", "MAMBA_KEYS", "MAMBA2_KEYS"]

@@ -7,8 +7,14 @@ converter's changes are made here as its code makes them: Llama's Q/K rows permu
 interleaved pairs, Gemma's norm weights stored as 1 + w, MoE experts stacked [E, ...],
 DeepSeek's ``kv_b`` split into ``k_b`` (transposed per head) and ``v_b`` on request, the
 Qwen2-MoE shared-expert gate as a vector, Llama 3 RoPE scaling as a ``rope_freqs`` table.
-Hyperparameters go under the keys the converter writes. ``qtype`` quantizes every weight
-of rank >= 2 whose rows fit whole blocks with ``gguf.quants.quantize``.
+Mamba, Mamba-2 and Jamba as ``MambaModel`` / ``Mamba2Model`` / ``JambaModel`` write them:
+``ssm_a`` = -exp(A_log), the conv weight squeezed to [C, K], Mamba-2's A and D as [H, 1],
+its ``dt_bias`` renamed ``dt_proj.bias`` (so ``ssm_dt.bias``) and its norm as
+[groups, d_inner / groups]; Jamba's ``head_count_kv`` one entry a layer.
+Hyperparameters go under the keys the converter writes (``ssm_keys`` for the state-space
+ones). ``qtype`` quantizes every weight of rank >= 2 whose rows fit whole blocks with
+``gguf.quants.quantize``, except what the converter keeps in float32 (``ssm_conv1d`` and
+tensors whose name does not end in ``.weight``, such as ``ssm_a`` and ``ssm_d``).
 """
 from __future__ import annotations
 
@@ -18,7 +24,9 @@ import gguf
 import numpy as np
 
 ARCHS = {"llama": "LLAMA", "qwen2": "QWEN2", "qwen3": "QWEN3", "qwen2moe": "QWEN2MOE", "qwen3moe": "QWEN3MOE",
-         "gemma2": "GEMMA2", "gemma3": "GEMMA3", "phi3": "PHI3", "deepseek2": "DEEPSEEK2"}
+         "gemma2": "GEMMA2", "gemma3": "GEMMA3", "phi3": "PHI3", "deepseek2": "DEEPSEEK2", "mamba": "MAMBA",
+         "mamba2": "MAMBA2", "jamba": "JAMBA"}
+SSM = ("mamba", "mamba2", "jamba")  # archs whose A_log and conv1d the converter transforms
 
 
 def permute(w: np.ndarray, heads: int) -> np.ndarray:
@@ -49,15 +57,17 @@ def _tensors(model, arch: str, kv_split: bool):
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[ARCHS[arch]], config.num_hidden_layers)
     for key, value in model.state_dict().items():
         data = value.detach().float().numpy().copy()
-        block = key.split(".")[2] if key.startswith("model.layers.") else None
+        block = key.split(".")[2] if key.startswith(("model.layers.", "backbone.layers.")) else None
         if key == "lm_head.weight" and config.tie_word_embeddings:
             continue
-        if key.endswith("mlp.experts.gate_up_proj"):
+        if arch in SSM:
+            key, data = _ssm_tensor(key, value.detach().float(), config, arch)
+        if key.endswith("experts.gate_up_proj"):
             half = data.shape[1] // 2
             yield f"blk.{block}.ffn_gate_exps.weight", data[:, :half]
             yield f"blk.{block}.ffn_up_exps.weight", data[:, half:]
             continue
-        if key.endswith("mlp.experts.down_proj"):
+        if key.endswith("experts.down_proj"):
             yield f"blk.{block}.ffn_down_exps.weight", data
             continue
         if key.endswith("e_score_correction_bias"):
@@ -79,6 +89,64 @@ def _tensors(model, arch: str, kv_split: bool):
         name = names.get_name(key, try_suffixes=(".weight", ".bias"))
         assert name is not None, key
         yield name, data
+
+
+def _ssm_tensor(key: str, value, config, arch: str) -> tuple:
+    """``MambaModel`` / ``Mamba2Model`` / ``JambaModel``'s renaming and ``modify_tensors``
+    (in torch, as there)."""
+    import torch
+
+    if key.endswith(".dt_bias"):  # Mamba2Model.filter_tensors
+        key = key[:-len(".dt_bias")] + ".dt_proj.bias"
+    if key.endswith("conv1d.weight"):
+        value = value.squeeze()
+    elif arch == "mamba2" and key.endswith((".A_log", ".D")):
+        value = value.reshape(*value.shape, 1)
+    elif arch == "mamba2" and key.endswith("mixer.norm.weight"):
+        value = value.reshape(config.n_groups, -1)
+    if key.endswith(".A_log"):
+        value = -torch.exp(value)
+    return key, value.numpy().copy()
+
+
+def ssm_keys(config, arch: str) -> dict:
+    """The keys ``MambaModel`` / ``Mamba2Model`` / ``JambaModel.set_gguf_parameters`` write,
+    by full name."""
+    if arch == "jamba":
+        return _jamba_keys(config)
+    d = config.hidden_size
+    d_inner = getattr(config, "intermediate_size", None) or 2 * d
+    keys = {"context_length": 2 ** 20, "embedding_length": d, "feed_forward_length": 0,
+            "attention.head_count": 0, "block_count": config.num_hidden_layers,
+            "ssm.conv_kernel": config.conv_kernel, "ssm.inner_size": d_inner, "ssm.state_size": config.state_size}
+    if arch == "mamba":
+        keys["ssm.time_step_rank"] = config.time_step_rank
+    else:
+        keys["ssm.time_step_rank"] = d_inner // config.head_dim
+        keys["ssm.group_count"] = config.n_groups
+    keys["attention.layer_norm_rms_epsilon"] = float(config.layer_norm_epsilon)
+    if arch == "mamba":
+        keys["ssm.dt_b_c_rms"] = config.model_type == "falcon_mamba"
+    return {f"{arch}.{key}": value for key, value in keys.items()}
+
+
+def _jamba_keys(config) -> dict:
+    """Jamba: ``head_count_kv`` one entry a layer, 0 on the Mamba layers."""
+    d, n = config.hidden_size, config.num_hidden_layers
+    offset, period = config.attn_layer_offset, config.attn_layer_period
+    kv = [0] * offset + [config.num_key_value_heads if (i - offset) % period == 0 else 0 for i in range(offset, n)]
+    keys = {"block_count": n, "context_length": config.max_position_embeddings, "embedding_length": d,
+            "feed_forward_length": config.intermediate_size, "attention.head_count": config.num_attention_heads,
+            "attention.head_count_kv": kv, "ssm.conv_kernel": config.mamba_d_conv,
+            "ssm.inner_size": config.mamba_expand * d, "ssm.state_size": config.mamba_d_state,
+            "ssm.time_step_rank": config.mamba_dt_rank, "attention.layer_norm_rms_epsilon": float(config.rms_norm_eps),
+            "expert_count": config.num_experts, "expert_used_count": config.num_experts_per_tok}
+    return {f"jamba.{key}": value for key, value in keys.items()}
+
+
+def converted(model, arch: str, kv_split: bool = False) -> dict:
+    """{GGUF name: float32 array} of ``model`` as the converter writes it."""
+    return {name: data.astype(np.float32) for name, data in _tensors(model, arch, kv_split)}
 
 
 def _rope_params(config) -> dict:
@@ -162,7 +230,7 @@ def _deepseek(w, config, rope: dict) -> None:
 
 
 def _quantizable(name: str, data: np.ndarray, qtype) -> bool:
-    if qtype is None or data.ndim < 2 or "norm" in name:
+    if qtype is None or data.ndim < 2 or "norm" in name or "ssm_conv1d" in name or not name.endswith(".weight"):
         return False
     return data.shape[-1] % gguf.GGML_QUANT_SIZES[qtype][0] == 0
 
@@ -173,7 +241,10 @@ def write_model(path, model, arch: str, *, qtype=None, kv_split: bool = False, e
     config = model.config
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name("tiny")
-    _hparams(w, config, arch)
+    if arch in SSM:
+        _add_keys(w, ssm_keys(config, arch))
+    else:
+        _hparams(w, config, arch)
     rope = _rope_params(config)
     if rope.get("rope_type") == "llama3":
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -197,17 +268,7 @@ def write_file(path, arch: str, keys: dict, tensors: dict) -> str:
     """A GGUF from explicit keys ({key: value}, typed by value) and tensors ({name: array or
     (raw bytes array, ggml type)})."""
     w = gguf.GGUFWriter(str(path), arch)
-    for key, value in keys.items():
-        if isinstance(value, bool):
-            w.add_bool(key, value)
-        elif isinstance(value, int):
-            w.add_uint32(key, value)
-        elif isinstance(value, float):
-            w.add_float32(key, value)
-        elif isinstance(value, str):
-            w.add_string(key, value)
-        else:
-            w.add_array(key, value)
+    _add_keys(w, keys)
     for name, data in tensors.items():
         if isinstance(data, tuple):
             raw, qtype = data
@@ -219,3 +280,18 @@ def write_file(path, arch: str, keys: dict, tensors: dict) -> str:
     w.write_tensors_to_file()
     w.close()
     return str(path)
+
+
+def _add_keys(w, keys: dict) -> None:
+    """{key: value} typed by value: bool, uint32, float32, string, array."""
+    for key, value in keys.items():
+        if isinstance(value, bool):
+            w.add_bool(key, value)
+        elif isinstance(value, int):
+            w.add_uint32(key, value)
+        elif isinstance(value, float):
+            w.add_float32(key, value)
+        elif isinstance(value, str):
+            w.add_string(key, value)
+        else:
+            w.add_array(key, value)

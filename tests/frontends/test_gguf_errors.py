@@ -43,9 +43,9 @@ def test_a_good_file_loads(tmp_path, capsys):
 
 
 def test_unknown_architecture(tmp_path, capsys):
-    path = write_file(tmp_path / "m.gguf", "mamba", {"mamba.block_count": 1}, {"token_embd.weight": np.zeros((4, 4),
+    path = write_file(tmp_path / "m.gguf", "rwkv6", {"rwkv6.block_count": 1}, {"token_embd.weight": np.zeros((4, 4),
                                                                                                              np.float32)})
-    fails(capsys, path, "m.gguf", "general.architecture", "'mamba' is not supported")
+    fails(capsys, path, "m.gguf", "general.architecture", "'rwkv6' is not supported")
 
 
 def test_missing_hyperparameter(tmp_path, capsys):

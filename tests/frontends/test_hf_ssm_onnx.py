@@ -1,0 +1,86 @@
+"""The state-space families' tiny twins (``tests.frontends.test_hf_ssm.CASES``) through both
+ONNX targets in ONNX Runtime against transformers: prefill logits on a left-padded batch of
+two (each row held against transformers running it alone, unpadded), then 16 greedy tokens
+per row with the conv and recurrent states (and the attention layers' KV caches) fed back,
+equal to transformers' greedy continuation of each prompt."""
+import numpy as np
+import pytest
+
+from frontends import load_spec
+from tests.frontends.test_hf_models import NEW_TOKENS, TOLERANCE, prompts, relative_error
+from tests.frontends.test_hf_ssm import CASES, models, unpadded_logits  # noqa: F401 (models: a fixture)
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def hf_greedy(models):  # noqa: F811
+    """name -> transformers' 16 greedy tokens for each prompt run alone [2, 16]; once each."""
+    done = {}
+
+    def get(name):
+        if name not in done:
+            model, _ = models(name)
+            ids, mask, _ = prompts()
+            rows = []
+            for row in range(len(ids)):
+                prompt = torch.from_numpy(ids[row][mask[row] == 1][None, :])
+                with torch.no_grad():
+                    out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS,
+                                         do_sample=False)
+                rows.append(out[0, prompt.shape[1]:].numpy())
+            done[name] = np.stack(rows)
+        return done[name]
+
+    return get
+
+
+@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_onnx_runtime_matches_transformers(models, hf_greedy, tmp_path, name, target):  # noqa: F811
+    from backends.onnx import emit, runtime
+
+    model, folder = models(name)
+    graph = load_spec(folder)
+    path = str(tmp_path / "model.onnx")
+    emit.emit_model(graph, path, target=target, genai=False)
+    ids, mask, _ = prompts()
+    long, short = ids[0].tolist(), ids[1][mask[1] == 1].tolist()
+    result = runtime.greedy(runtime.ort_engine(path), graph, [long, short], NEW_TOKENS)
+    real = mask.astype(bool)
+    want = unpadded_logits(model, ids, mask)
+    assert relative_error(result["prefill"]["logits"][real], want[real]) <= TOLERANCE
+    np.testing.assert_array_equal(result["tokens"], hf_greedy(name))
+
+
+@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_genai_generates_transformers_tokens(models, hf_greedy, tmp_path, name, target):  # noqa: F811
+    """onnxruntime-genai 0.18 runs the folder irc writes (its RecurrentState finds each
+    layer's conv and recurrent state by name beside the attention layers' KV caches) and
+    generates transformers' greedy tokens."""
+    og = pytest.importorskip("onnxruntime_genai")
+    from backends.onnx import emit
+
+    model, folder = models(name)
+    emitted = emit.emit_model(load_spec(folder), str(tmp_path / "model.onnx"), target=target, context=64)
+    assert emitted.genai_config, emitted.genai_note
+    prompt = prompts()[0][0]
+    genai_model = og.Model(str(tmp_path))
+    params = og.GeneratorParams(genai_model)
+    params.set_search_options(max_length=len(prompt) + NEW_TOKENS, do_sample=False)
+    generator = og.Generator(genai_model, params)
+    generator.append_tokens(prompt[None, :].astype(np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    want = hf_greedy(name)[0].tolist()
+    eos = emitted_eos(tmp_path)
+    want = want[:next((i for i, t in enumerate(want) if t in eos), len(want))]  # genai stops before eos
+    assert list(generator.get_sequence(0))[len(prompt):] == want
+
+
+def emitted_eos(folder) -> set:
+    import json
+
+    eos = json.loads((folder / "genai_config.json").read_text())["model"]["eos_token_id"]
+    return set(eos if isinstance(eos, list) else [eos])
