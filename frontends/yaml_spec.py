@@ -9,6 +9,15 @@ brackets; ``null`` is allowed where a default is null.
       vocab_size: 128256              # required
       d_model: 4096                   # required (hidden_size)
       n_layers: 32                    # required
+      layers:                         # [every layer attention, then mlp/moe]
+        pattern: [mamba, mamba, mamba, mamba, attention, mamba, mamba, mamba]
+                                      # one kind per layer, repeated when its length divides
+                                      # n_layers (Granite's layer_types, Jamba's period 8 /
+                                      # offset 4); or Nemotron-H's hybrid_override_pattern
+                                      # string: "M-M-M*-..." (M mamba2, * attention, - mlp,
+                                      # E moe)
+        feed_forward: true            # each mixer layer is followed by the mlp/moe block
+                                      # [true; false when the pattern has mlp or moe layers]
       norm: {kind: rms, eps: 1.0e-5, offset: 0.0, sandwich: false}
                                       # kind rms | layer [rms]; eps [1e-6 rms, 1e-5 layer];
                                       # offset: Gemma's (1 + w) is 1.0 [0.0, rms only];
@@ -40,9 +49,10 @@ brackets; ``null`` is allowed where a default is null.
         # kind mla only (DeepSeek): q_lora_rank [null: direct wq], kv_lora_rank,
         # qk_nope_head_dim, qk_rope_head_dim, v_head_dim (required); rope [base 10000,
         # interleaved]; n_kv_heads, head_dim, qkv_bias, qk_norm, window and softcap do not apply
-      mlp: {kind: swiglu, d_ff: 14336}  # kind swiglu | geglu | gelu; approximate tanh | none
-                                      # [geglu tanh, gelu none]; bias [false, gelu only].
-                                      # Required unless every layer is MoE.
+      mlp: {kind: swiglu, d_ff: 14336}  # kind swiglu | geglu | gelu | relu2 (squared ReLU,
+                                      # ungated: Nemotron-H); approximate tanh | none [geglu
+                                      # tanh, gelu none]; bias [false, gelu and relu2 only].
+                                      # Required when a layer has an MLP block.
       moe:                            # [null]
         experts: 160                  # required (n_routed_experts)
         top_k: 6                      # required (num_experts_per_tok)
@@ -55,15 +65,62 @@ brackets; ``null`` is allowed where a default is null.
         routed_scale: 16.0            # routed_scaling_factor [1.0]
         group_limited: {groups: 8, top_groups: 3, score: max}   # [null]; score max | top2_sum
         dense_layers: [0]             # layers that use mlp instead (first_k_dense_replace) [[]]
+        layers: {period: 2, offset: 1}  # or a list [1, 3, ...]: the layers that use MoE, the
+                                      # others mlp (Jamba's expert_layer_period / _offset:
+                                      # layer i when i % period == offset) [every layer];
+                                      # give layers or dense_layers, not both
         shared_expert_gate: false     # sigmoid gate on the shared expert (Qwen-MoE) [false]
+      mamba:                          # Mamba-1 mixer (Jamba, Falcon-Mamba); for mamba layers
+        d_inner: null                 # intermediate_size [expand * d_model]; not with expand
+        expand: 2                     # [2]
+        state_size: 16                # d_state [16]
+        conv_kernel: 4                # d_conv [4]
+        dt_rank: null                 # time_step_rank [ceil(d_model / 16)]
+        conv_bias: true               # use_conv_bias [true]
+        proj_bias: false              # use_bias: in_proj and out_proj biases [false]
+        bcdt_norm: null               # RMS norms on dt, B and C: weighted (Jamba) | plain
+                                      # (weightless: Falcon-Mamba) [null]
+        norm_eps: null                # their eps (with bcdt_norm) [model.norm.eps]
+      mamba2:                         # Mamba-2 mixer (SSD); for mamba2 layers
+        n_heads: 128                  # num_heads [expand * d_model / head_dim]
+        head_dim: 64                  # [64]
+        expand: 2                     # n_heads * head_dim must be expand * d_model (checked
+                                      # when both are given; leave expand out when d_inner
+                                      # is set apart from it: Falcon-H1's mamba_d_ssm) [2]
+        state_size: 128               # d_state [128]
+        n_groups: 1                   # groups of B and C; divides n_heads. The gated RMS norm
+                                      # runs over d_inner / n_groups features at a time [1]
+        conv_kernel: 4                # d_conv [4]
+        conv_bias: true               # use_conv_bias [true]
+        proj_bias: false              # use_bias [false]
+        time_step_limit: [0.0, .inf]  # clamp of the step size dt (Nemotron-H clamps below
+                                      # at time_step_min: [0.001, .inf]) [[0.0, .inf]]
+        norm_eps: null                # the gated norm's eps [model.norm.eps]
+        norm_before_gate: false       # [false]
       tied_embeddings: false          # LM head reuses @embed [false]
       final_softcap: null             # logit soft-cap (Gemma 2: 30)
       embedding_scale: null           # a number, or sqrt_d_model (Gemma)
 
+Layer kinds: ``attention``, ``mamba``, ``mamba2`` (one mixer on the layer's norm, then a
+residual add), ``mamba+attention`` / ``mamba2+attention`` (both mixers on one norm, their
+outputs summed into one residual add, the state-space mixer first: Falcon-H1's parallel
+hybrid heads), ``mlp``, ``moe``
+(a feed-forward block alone: Nemotron-H's ``-`` and ``E``; ``moe`` is irc's gated-expert
+moe, not Nemotron-H's ungated squared-ReLU experts). With ``feed_forward``, every
+mixer layer is followed by ``mlp_norm`` -> mlp or moe (as ``moe.layers`` / ``dense_layers``
+choose) -> residual; without it a mixer layer is the mixer alone (Mamba, Nemotron-H). The
+norms are named as ``frontends.hf.build`` names them, so the three forms give the same
+graph: ``attn_norm`` before attention (and before a parallel pair), ``ssm_norm`` before a
+state-space mixer, ``mlp_norm`` before a feed-forward block, ``norm`` at the end. A mixer
+section (``attention``, ``mamba``, ``mamba2``) is required when a layer uses it; a mamba or
+mamba2 section that no layer uses is refused (a forgotten ``layers`` pattern). The layer
+stack's readers (pattern, mamba/mamba2 sections, MoE layers) are ``frontends.yaml_ssm``.
+
 Errors are ``SpecError`` at the offending key's file:line:col, the message starting with
 its key path: ``model.attention.n_kv_heads: 32 heads are not divisible by 5 kv heads``.
 Each node's origin is the ``file:line`` of the key that produced it (norms: ``norm``,
-attention: ``attention``, residual adds: ``n_layers``, embedding: ``vocab_size``, ...).
+attention: ``attention``, state-space mixers: ``mamba`` / ``mamba2``, residual adds:
+``n_layers``, embedding: ``vocab_size``, ...).
 """
 from __future__ import annotations
 
@@ -72,6 +129,7 @@ from contextlib import contextmanager
 from typing import Optional
 
 from irc import yamlloc
+from frontends import yaml_ssm
 from frontends.dsl import ArgError, Model, Rope
 from frontends.dsl_rope import SCALING_FIELDS, SCALING_KINDS
 from irc.yamlloc import (Bad, Fields, boolean, choice, layer_count, non_negative_int, number, optional, positive_int,
@@ -79,8 +137,8 @@ from irc.yamlloc import (Bad, Fields, boolean, choice, layer_count, non_negative
 from irc.errors import SpecError
 from irc.graph import Graph
 
-MODEL_KEYS = ("name", "dtype", "vocab_size", "d_model", "n_layers", "norm", "attention", "mlp", "moe",
-              "tied_embeddings", "final_softcap", "embedding_scale")
+MODEL_KEYS = ("name", "dtype", "vocab_size", "d_model", "n_layers", "layers", "norm", "attention", "mamba", "mamba2",
+              "mlp", "moe", "tied_embeddings", "final_softcap", "embedding_scale")
 NORM_KEYS = ("kind", "eps", "offset", "sandwich", "bias")
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 NOT_MLA_KEYS = ("n_kv_heads", "head_dim", "qkv_bias", "qk_norm", "window", "window_pattern", "softcap")
@@ -88,9 +146,8 @@ ATTENTION_KEYS = ("kind", "n_heads", "rope", "scale", "query_pre_attn_scalar") +
 ROPE_KEYS = ("base", "convention", "rotary_dim", "scaling", "decomposed")
 MLP_KEYS = ("kind", "d_ff", "approximate", "bias")
 MOE_KEYS = ("experts", "top_k", "d_ff", "shared_experts", "shared_d_ff", "router", "router_bias",
-            "norm_topk_prob", "routed_scale", "group_limited", "dense_layers", "shared_expert_gate")
+            "norm_topk_prob", "routed_scale", "group_limited", "dense_layers", "layers", "shared_expert_gate")
 GROUP_KEYS = ("groups", "top_groups", "score")
-
 
 def loads(text: str, filename: str = "<string>") -> Graph:
     return build(yamlloc.loads(text, filename), filename)
@@ -142,7 +199,15 @@ class _Expander:
         scale = model.get("embedding_scale", optional(_embedding_scale), None)
         self.embedding_scale = math.sqrt(self.d_model) if scale == "sqrt_d_model" else scale
         self._read_norm(model.sub("norm", NORM_KEYS))
-        self._read_attention(model.sub("attention", ATTENTION_KEYS, required=True))
+        self.layers_f = model.sub("layers", yaml_ssm.LAYERS_KEYS)
+        self.kinds, self.feed_forward = yaml_ssm.read_pattern(self.layers_f, self.n_layers)
+        self.attn_f = self._section("attention", ATTENTION_KEYS)
+        if self.attn_f is not None:
+            self._read_attention(self.attn_f)
+        self.mamba_f = self._section("mamba", yaml_ssm.MAMBA_KEYS)
+        self.mamba2_f = self._section("mamba2", yaml_ssm.MAMBA2_KEYS)
+        self.ssm = {"mamba": yaml_ssm.read_mamba(self.mamba_f, self.d_model, self.norm_eps),
+                    "mamba2": yaml_ssm.read_mamba2(self.mamba2_f, self.d_model, self.norm_eps)}
         self._read_moe(model.sub("moe", MOE_KEYS))
         self._read_mlp(model.sub("mlp", MLP_KEYS))
 
@@ -160,8 +225,29 @@ class _Expander:
         if self.norm_kind == "rms" and n.has("bias"):
             raise n.error("bias", "bias applies to layer norms only")
 
+    def _first(self, kind: str) -> Optional[int]:
+        """The first layer whose kind is or contains ``kind``."""
+        return next((i for i, k in enumerate(self.kinds) if kind in k.split("+")), None)
+
+    def _section(self, key: str, keys) -> Optional[Fields]:
+        """The mixer section ``key``: required when a layer uses it. A state-space section
+        no layer uses is refused (the pattern was likely forgotten); attention is read."""
+        layer = self._first(key)
+        if layer is None and key != "attention":
+            if self.f.data.get(key) is not None:
+                raise self.f.error(key, f"no layer is {key}", hint=f"add {key} layers to model.layers.pattern")
+            return None
+        if layer is not None and not self.f.has(key):
+            raise self._missing(key, layer, f"is {self.kinds[layer]}")
+        return self.f.sub(key, keys, required=layer is not None)
+
+    def _missing(self, key: str, layer: int, what: str) -> SpecError:
+        """``model.{key}: missing required key``, the hint naming the layer that needs it
+        (when a pattern set the layers)."""
+        return SpecError(f"{self.f.key_path(key)}: missing required key", location=str(self.f.key_loc),
+                         hint=None if self.layers_f is None else f"layer {layer} {what}")
+
     def _read_attention(self, a: Fields) -> None:
-        self.attn_f = a
         self.kind = a.get("kind", choice("mha", "gqa", "mqa", "mla"))
         self.heads = a.get("n_heads", positive_int)
         self.rope_f = a.sub("rope", ROPE_KEYS)
@@ -232,25 +318,42 @@ class _Expander:
 
     def _read_mlp(self, mlp: Optional[Fields]) -> None:
         self.mlp_f = mlp
+        needs = next((i for i, ffn in enumerate(self.ffn) if ffn == "mlp"), None)
         if mlp is None:
-            if self.moe_f is None or self.dense_layers:
-                raise (self.f.error("mlp", "missing required key") if self.moe_f is None else
-                       self.moe_f.error("dense_layers", "dense layers need model.mlp"))
-            return
-        self.mlp_kind = mlp.get("kind", choice("swiglu", "geglu", "gelu"))
+            if needs is None:
+                return
+            if self.moe_f is not None and self.moe_f.has("dense_layers"):
+                raise self.moe_f.error("dense_layers", "dense layers need model.mlp")
+            if self.moe_f is not None and self.moe_f.has("layers"):
+                raise self.moe_f.error("layers", f"layer {needs} is not MoE: the other layers need model.mlp")
+            raise self._missing("mlp", needs, "has an MLP block")
+        if not any(self.ffn):
+            raise self.f.error("mlp", "no layer has a feed-forward block",
+                               hint="model.layers.feed_forward is false and the pattern has no mlp layer")
+        self.mlp_kind = mlp.get("kind", choice("swiglu", "geglu", "gelu", "relu2"))
         self.d_ff = mlp.get("d_ff", positive_int)
         default = {"geglu": "tanh"}.get(self.mlp_kind, "none")
-        if self.mlp_kind == "swiglu" and mlp.has("approximate"):
+        if self.mlp_kind in ("swiglu", "relu2") and mlp.has("approximate"):
             raise mlp.error("approximate", "applies to geglu and gelu only")
         self.approximate = mlp.get("approximate", choice("tanh", "none"), default)
-        if self.mlp_kind != "gelu" and mlp.has("bias"):
-            raise mlp.error("bias", "applies to kind gelu only")
+        if self.mlp_kind not in ("gelu", "relu2") and mlp.has("bias"):
+            raise mlp.error("bias", "applies to kinds gelu and relu2 only")
         self.mlp_bias = mlp.get("bias", boolean, False)
 
     def _read_moe(self, moe: Optional[Fields]) -> None:
-        self.moe_f, self.dense_layers = moe, []
+        """The MoE settings, and ``self.ffn``: each layer's feed-forward block (mlp, moe, None)."""
+        self.moe_f = moe
+        moe_layers = yaml_ssm.moe_layers(moe, self.n_layers, self.feed_forward) if moe is not None else set()
+        self.ffn = [k if k in yaml_ssm.FEED_FORWARD else ("moe" if i in moe_layers else "mlp") if self.feed_forward else None
+                    for i, k in enumerate(self.kinds)]
+        layer = next((i for i, ffn in enumerate(self.ffn) if ffn == "moe"), None)
         if moe is None:
+            if layer is not None:
+                raise self._missing("moe", layer, "is moe")
             return
+        if not any(self.ffn):
+            raise self.f.error("moe", "no layer has a feed-forward block",
+                               hint="model.layers.feed_forward is false and the pattern has no moe layer")
         self.moe = {
             "experts": moe.get("experts", positive_int), "top_k": moe.get("top_k", positive_int),
             "d_ff": moe.get("d_ff", positive_int),
@@ -267,11 +370,6 @@ class _Expander:
             g = self.group_f
             self.moe.update(groups=g.get("groups", positive_int), top_groups=g.get("top_groups", positive_int),
                             group_score=g.get("score", choice("max", "top2_sum"), "max"))
-        self.dense_layers = moe.items("dense_layers", non_negative_int) or []
-        for i, layer in enumerate(self.dense_layers):
-            if layer >= self.n_layers:
-                raise SpecError(f"model.moe.dense_layers[{i}]: layer {layer} is beyond n_layers "
-                                        f"{self.n_layers}", location=str(yamlloc.where(moe.data["dense_layers"], i)))
 
     # ---- expanding ---------------------------------------------------------------------
     def run(self) -> Graph:
@@ -290,20 +388,35 @@ class _Expander:
     def _layers(self, m: Model, x):
         f = self.f
         for layer in m.layers(self.n_layers):
-            h = self._norm(m, x, layer.prefix + "attn_norm")
-            with m.at(self.attn_f.origin()), _blame(self.attn_f, self._attention_table()):
-                a = self._attention(layer, h)
-            if self.sandwich:
-                a = self._norm(m, a, layer.prefix + "post_attn_norm")
-            with m.at(f.origin("n_layers")):
-                x = x + a
+            kind, ffn = self.kinds[layer.index], self.ffn[layer.index]
+            if kind in yaml_ssm.MIXERS:
+                mixers = kind.split("+")
+                h = self._norm(m, x, layer.prefix + ("attn_norm" if "attention" in mixers else "ssm_norm"))
+                out = self._mixer(m, layer, mixers[0], h)
+                if len(mixers) == 2:  # the state-space mixer first, as Falcon-H1's code runs them
+                    a = self._mixer(m, layer, mixers[1], h)
+                    with m.at(self.layers_f.origin("pattern")):
+                        out = m.add(out, a, f"{layer.prefix}mixers_out")
+                with m.at(f.origin("n_layers")):
+                    x = x + out
+            if ffn is None:
+                continue
             h = self._norm(m, x, layer.prefix + "mlp_norm")
-            h = self._feed_forward(m, layer, h)
+            h = self._feed_forward(m, layer, h, ffn)
             if self.sandwich:
                 h = self._norm(m, h, layer.prefix + "post_mlp_norm")
             with m.at(f.origin("n_layers")):
                 x = x + h
         return x
+
+    def _mixer(self, m: Model, layer, mixer: str, h):
+        if mixer == "attention":
+            with m.at(self.attn_f.origin()), _blame(self.attn_f, self._attention_table()):
+                a = self._attention(layer, h)
+            return self._norm(m, a, layer.prefix + "post_attn_norm") if self.sandwich else a
+        s = self.mamba_f if mixer == "mamba" else self.mamba2_f
+        with m.at(s.origin()), _blame(s, {arg: (s, key) for arg, key in yaml_ssm.MAMBA2_ARGS.items()}):
+            return (layer.mamba if mixer == "mamba" else layer.mamba2)(h, **self.ssm[mixer])
 
     def _norm(self, m: Model, x, pname: str):
         with m.at(self.norm_f.origin()), _blame(self.norm_f):
@@ -326,8 +439,8 @@ class _Expander:
                                scale=self.scale, qkv_bias=self.qkv_bias, qk_norm=self.qk_norm,
                                qk_norm_eps=self.norm_eps, qk_norm_offset=self.norm_offset)
 
-    def _feed_forward(self, m: Model, layer, h):
-        if self.moe_f is not None and layer.index not in self.dense_layers:
+    def _feed_forward(self, m: Model, layer, h, ffn: str):
+        if ffn == "moe":
             table = {"scoring": (self.moe_f, "router")}
             if self.group_f is not None:
                 table.update({"groups": (self.group_f, "groups"), "top_groups": (self.group_f, "top_groups")})
@@ -338,4 +451,6 @@ class _Expander:
                 return layer.swiglu(h, d_ff=self.d_ff)
             if self.mlp_kind == "geglu":
                 return layer.geglu(h, d_ff=self.d_ff, approximate=self.approximate)
+            if self.mlp_kind == "relu2":
+                return layer.relu2_mlp(h, d_ff=self.d_ff, bias=self.mlp_bias)
             return layer.gelu_mlp(h, d_ff=self.d_ff, bias=self.mlp_bias, approximate=self.approximate)

@@ -154,16 +154,9 @@ def graph_cost(graph: Graph, bindings: dict) -> Cost:
     return total
 
 
-def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = None) -> dict:
-    """The summary ``irc show`` prints. ``context``: keys seen by the decoded token."""
-    if cache_dtype is None:
-        cache_dtype = DType.parse(graph.meta.get("dtype", "bf16"))
-    fractions = _param_fractions(graph)
-    elements = logical_elements(graph)
-    params_total = sum(elements.values())
-    params_active = round(sum(n * fractions.get(name, 1.0) for name, n in elements.items()))
-    cost = graph_cost(graph, {"B": 1, "T": 1, "P": context - 1})
-
+def _layer_table(graph: Graph, elements: dict) -> dict[int, dict]:
+    """Per layer: its params, its block kinds (attention op and window, MLP, mixers) and
+    zeroed cache and state counts for ``analyze`` to fill."""
     layers: dict[int, dict] = {}
     for index in sorted({layer_of(n) for n in graph.params} - {None}):
         layers[index] = {"index": index, "params": 0, "kv_cache_elements_per_token": 0, "window": None,
@@ -190,8 +183,37 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
         if node.op in MIXERS:
             kinds = [k for k in (layers[i]["mixer"] or "").split("+") if k] + [MIXERS[node.op]]
             layers[i]["mixer"] = "+".join(dict.fromkeys(kinds))
+    return layers
 
 
+def _state_counts(graph: Graph, layers: dict) -> tuple[int, int, dict]:
+    """(elements, bytes, elements by kind) of one sequence's recurrent states; adds each
+    layer's share to ``layers``."""
+    state_elements = state_bytes = 0
+    states = {}
+    for state in state_inputs(graph):
+        n = elements_per_sequence(state)
+        state_elements += n
+        state_bytes += state.dtype.nbytes(n)
+        kind = state.name.rsplit(".", 1)[-1]
+        states[kind] = states.get(kind, 0) + n
+        i = layer_of(state.name)
+        if i is not None and i in layers:
+            layers[i]["state_elements"] += n
+    return state_elements, state_bytes, states
+
+
+def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = None) -> dict:
+    """The summary ``irc show`` prints. ``context``: keys seen by the decoded token."""
+    if cache_dtype is None:
+        cache_dtype = DType.parse(graph.meta.get("dtype", "bf16"))
+    fractions = _param_fractions(graph)
+    elements = logical_elements(graph)
+    params_total = sum(elements.values())
+    params_active = round(sum(n * fractions.get(name, 1.0) for name, n in elements.items()))
+    cost = graph_cost(graph, {"B": 1, "T": 1, "P": context - 1})
+
+    layers = _layer_table(graph, elements)
     kv_elements = kv_bytes = kv_bytes_at_context = 0
     for cache in cache_inputs(graph):
         n = elements_per_token(cache)
@@ -206,18 +228,7 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
         window = next((_window(u) for u in cache.uses if _window(u) is not None), None)
         kv_bytes_at_context += dtype.nbytes(n * (min(context, window) if window else context))
     per_layer = sorted({v["kv_cache_elements_per_token"] for v in layers.values() if v["kv_cache_elements_per_token"]})
-    state_elements = state_bytes = 0
-    states = {}
-    for state in state_inputs(graph):
-        n = elements_per_sequence(state)
-        state_elements += n
-        state_bytes += state.dtype.nbytes(n)
-        kind = state.name.rsplit(".", 1)[-1]
-        states[kind] = states.get(kind, 0) + n
-        i = layer_of(state.name)
-        if i is not None and i in layers:
-            layers[i]["state_elements"] += n
-
+    state_elements, state_bytes, states = _state_counts(graph, layers)
     summary = {
         "name": graph.name,
         "params_total": params_total,

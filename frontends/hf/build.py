@@ -84,7 +84,7 @@ def _ssm(arch: Arch, layer, spec, h):
     if spec.mixer != arch.ssm["kind"]:
         raise ArgError("layer", f"layer {layer.index} is {spec.mixer}, the model's state-space layers are "
                                 f"{arch.ssm['kind']}")
-    return layer.mamba(h, **config) if spec.mixer == "mamba" else layer.mamba2(h, **config)
+    return getattr(layer, spec.mixer)(h, **config)  # the DSL method of that name: mamba, mamba2, ...
 
 
 def _residual(arch: Arch, branch):

@@ -1,7 +1,8 @@
 """Every tiny example through both ONNX targets in ONNX Runtime, held against the reference
 interpreter: a left-padded prefill of two uneven prompts (only real token rows and cache
 positions compared), then 16 greedy decode steps fed with each engine's own present
-caches, token for token and within 1e-5 relative (fp32)."""
+caches, token for token and within 1e-5 relative (fp32); models with recurrent layers within
+1e-4 (``RECURRENT_RTOL``)."""
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,10 @@ EXAMPLES = sorted(str(p) for p in Path("examples").glob("tiny-*.yaml"))
 PROMPTS = [[11, 5, 200, 7, 42], [3, 250, 17, 99, 64, 8, 31, 120, 77]]  # rows of 5 and 9 tokens
 NEW_TOKENS = 17  # the prefill's token, then 16 decode steps
 RTOL = 1e-5
+# a recurrence compounds float32 rounding token by token (ORT's Scan and LinearAttention sum in
+# another order than NumPy): measured on seeded examples, the error grows with depth (4 layers
+# 7e-6, 8 layers 1.8e-5, 16 layers 3.8e-5) while every token agrees; 1e-4 is the issue's bound
+RECURRENT_RTOL = 1e-4
 _reference: dict = {}
 
 
@@ -44,7 +49,7 @@ def real_rows(array, mask):
     return array[mask.astype(bool)]
 
 
-def assert_presents(ours: dict, ref: dict, mask, when: str) -> None:
+def assert_presents(ours: dict, ref: dict, mask, when: str, rtol: float = RTOL) -> None:
     """KV caches [B, K, S, D] at real positions only; recurrent states (no S axis) whole."""
     for name, expected in ref.items():
         if not name.startswith("present."):
@@ -55,19 +60,21 @@ def assert_presents(ours: dict, ref: dict, mask, when: str) -> None:
             got = real_rows(np.moveaxis(ours[name], 2, 1), mask)
             expected = real_rows(np.moveaxis(expected, 2, 1), mask)
         error = relative_error(got, expected)
-        assert error <= RTOL, f"{when}, {name} off by {error:.3g}"
+        assert error <= rtol, f"{when}, {name} off by {error:.3g}"
 
 
 def assert_matches(ours: dict, ref: dict) -> None:
     mask = ref["feeds"]["attention_mask"]
+    recurrent = any(name.endswith((".conv_state", ".recurrent_state")) for name in ref["prefill"])
+    rtol = RECURRENT_RTOL if recurrent else RTOL
     error = relative_error(real_rows(ours["prefill"]["logits"], mask), real_rows(ref["prefill"]["logits"], mask))
-    assert error <= RTOL, f"prefill logits off by {error:.3g}"
-    assert_presents(ours["prefill"], ref["prefill"], mask, "after the prefill")
+    assert error <= rtol, f"prefill logits off by {error:.3g}"
+    assert_presents(ours["prefill"], ref["prefill"], mask, "after the prefill", rtol)
     np.testing.assert_array_equal(ours["tokens"], ref["tokens"])
     for step, (got, expected) in enumerate(zip(ours["steps"], ref["steps"]), start=1):
         error = relative_error(got, expected)
-        assert error <= RTOL, f"decode step {step}: logits off by {error:.3g}"
-    assert_presents(ours["final"], ref["final"], ref["mask"], "after decoding")
+        assert error <= rtol, f"decode step {step}: logits off by {error:.3g}"
+    assert_presents(ours["final"], ref["final"], ref["mask"], "after decoding", rtol)
 
 
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
