@@ -40,7 +40,7 @@ from backends.onnx.builder import ONNX_TYPES
 from backends.onnx.writer import SMALL_TENSOR, write_data
 from backends.onnx.writer import plan as plan_layout
 from backends.onnx_npu.host import load_contract
-from backends.onnx_npu.lower import LOWERINGS, MASK_VALUE, OPSET, NpuBuilder, refuse, to_onnx_type
+from backends.onnx_npu.lower import LOWERINGS, MASK_VALUE, OPSET, NpuBuilder, check_lowerable, to_onnx_type
 from backends.onnx_npu.mla import lower_mla_attention
 from backends.onnx_npu.qdq import BITS, WINDOW, calibrate, calibration_tokens, output_step
 from backends.onnx_npu.targets import check_context, resolve
@@ -64,9 +64,7 @@ def build(graph: Graph, tokens: int, context: int, quant=None) -> NpuBuilder:
             b.bind(value, b.claim(value.name))
     for value in graph.outputs:
         b.bind(value, b.claim(value.name))
-    for node in graph.nodes:
-        if node.op not in TABLE:
-            raise refuse(node, TABLE)
+    check_lowerable(graph, TABLE)
     for node in graph.nodes:
         TABLE[node.op](b, node, [b.name_for(v) for v in node.outputs])
     return b
@@ -130,9 +128,7 @@ def emit_folder(graph: Graph, folder: str, *, chunk: int, context: int, precisio
     plan = None
     if precision in BITS:
         tokens = calibration_tokens(calibration, files, int(graph.meta.get("vocab_size", 0)))
-        for node in graph.nodes:  # refuse before the calibration run, which is the slow part
-            if node.op not in TABLE:
-                raise refuse(node, TABLE)
+        check_lowerable(graph, TABLE)  # refuse before the calibration run, which is the slow part
         plan = calibrate(graph, tokens, BITS[precision], seed, window=min(WINDOW, context))
     builders = {"chunk": build(graph, chunk, context, plan), "decode": build(graph, 1, context, plan)}
     seed_absent(graph, seed)

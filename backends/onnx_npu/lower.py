@@ -21,7 +21,9 @@ The ops that differ from the portable flavour:
 
 What the HTP compiler accepts was found by compiling (``backends.onnx_npu.qnn``): the
 table holds only ops whose ONNX form compiled with every node on the HTP for soc_model 60
-and 69. An op outside it is refused with the pass that would lower it (``NEEDS``).
+and 69. An op outside it is refused with the pass that would lower it (``NEEDS``); a
+recurrent op (state-space layers, the gated delta rule) is refused as such: recurrent layers
+on this target are not written yet (``check_lowerable``).
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ from irc import dims
 from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Node, Param
-from irc.ops.registry import pad_inputs
+from irc.ops.registry import get_op, pad_inputs
 from irc.ops.rope import rope_cos_sin, rope_inv_freq
 
 from backends.onnx import portable
@@ -224,9 +226,33 @@ NEEDS = {
 
 def refuse(node: Node, table) -> BackendError:
     need = NEEDS.get(node.op, "a pass that lowers it to " + ", ".join(sorted(table)))
-    where = f"node %{node.name}" + (f", from {node.origin}" if node.origin else "")
-    return BackendError(f"op {node.op!r} has no NPU lowering for target onnx-npu", location=where,
+    return BackendError(f"op {node.op!r} has no NPU lowering for target onnx-npu", location=_where(node),
                         hint=f"needed: {need}")
+
+
+def recurrent(op: str) -> bool:
+    """An op that carries a state from step to step (a ``past_state`` operand: the
+    state-space ops of ``irc.ops.ssm``, the gated delta rule)."""
+    return any(spec.strip("*?") == "past_state" for spec in get_op(op).operands)
+
+
+def check_lowerable(graph, table) -> None:
+    """Raise for the first recurrent node (onnx-npu has no recurrent lowering yet: a fixed
+    state per layer beside the fixed KV cache, with its own host contract), else for the
+    first node outside ``table``."""
+    for node in graph.nodes:
+        if recurrent(node.op):
+            raise BackendError(f"op {node.op!r} is a recurrent layer: onnx-npu has no lowering for recurrent "
+                               "(state-space, linear-attention) layers yet", location=_where(node),
+                               hint="compile this model with --target onnx or --target onnx-ort, which carry "
+                                    "each layer's state as past_key_values.{i}.* -> present.{i}.*")
+    for node in graph.nodes:
+        if node.op not in table:
+            raise refuse(node, table)
+
+
+def _where(node: Node) -> str:
+    return f"node %{node.name}" + (f", from {node.origin}" if node.origin else "")
 
 
 def to_onnx_type(dtype: DType) -> int:

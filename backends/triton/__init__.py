@@ -15,8 +15,8 @@ elementwise chain after it)                 chain in its epilogue; int8/int4 dec
                                             the K loop
 swiglu, geglu, mul(act(linear), linear)     dual matmul, GLU epilogue (+ down matmul)
 gelu_mlp                                    two matmuls (bias, gelu epilogue)
-rms_norm, layer_norm, elementwise ops,      fused row kernels (residual add + norm, ...)
-embedding
+rms_norm, layer_norm, elementwise ops,      fused row kernels (residual add + norm, ...;
+embedding                                   a 0-d constant operand broadcast: relu²)
 rope                                        rope kernel, in place / into the KV cache
 attention                                   flash attention: prefill, split-KV decode
 mla_absorbed_attention                      matmuls, row and rope kernels, MLA attention
@@ -28,6 +28,11 @@ scatter_add)
 dequantize read as a GEMM weight            folded into that GEMM
 reshape, gather, scatter_add, moe_route,    torch ops (listed in the module docstring)
 moe_dispatch, topk, dequantize, ...
+causal_conv1d, selective_scan, ssd,         torch code, not generated kernels: fp32, one
+gated_rms_norm, gated_delta_rule            token at a time, the references' semantics;
+                                            states in and out as graph inputs/outputs
+                                            (``backends.triton.fallback_ssm``). Kernels
+                                            for them are issue 27's work
 mla_attention, moe                          refused: run mla-absorb / moe-sort first
 ==========================================  ==============================================
 

@@ -216,7 +216,12 @@ def _docstring(graph: Graph, planner: Planner, source: str) -> str:
     for step in planner.steps:
         for op in step.torch_ops:
             torch_ops.setdefault(op, []).extend(node.name for node in step.nodes)
-    torch_lines = ["    present caches: past K/V copied into new present buffers (not with a Session)"]
+    pasts = [v for v in graph.inputs if v.name.startswith("past_key_values.")]
+    torch_lines = []
+    if any("P" in dims.symbols(d) for v in pasts for d in v.shape):
+        torch_lines.append("    present caches: past K/V copied into new present buffers (not with a Session)")
+    if any(not any("P" in dims.symbols(d) for d in v.shape) for v in pasts):
+        torch_lines.append("    recurrent states: each past state read whole, its present state a new tensor")
     for op, names in torch_ops.items():
         if op == "rope tables":
             torch_lines.append("    rope tables: cos/sin of position_ids x inv_freq, once per forward per RoPE "
@@ -279,7 +284,9 @@ def _forward(graph: Graph, planner: Planner) -> str:
     lines = ["def forward(W, /, kv_storage=None, **inputs):",
              '    """Run the graph: W from load_weights(), inputs by graph input name; returns the',
              "    graph outputs by name. ``kv_storage`` (a Session's) maps each past-cache input to a",
-             '    preallocated [B, K, capacity, D] buffer whose first P positions hold the past."""',
+             "    preallocated [B, K, capacity, D] buffer whose first P positions hold the past. A",
+             "    recurrent state (past_key_values.* without the position axis: conv and scan states)",
+             '    is read whole and its present.* output is a new tensor of the same shape."""',
              '    if DEVICE.type == "cpu" and not INTERPRETED:',
              '        raise RuntimeError("no CUDA GPU: set TRITON_INTERPRET=1 before importing this module to run '
              'its kernels on CPU")']
@@ -289,18 +296,26 @@ def _forward(graph: Graph, planner: Planner) -> str:
 
 
 def _session(graph: Graph) -> str:
-    caches = {}
+    caches, states = {}, {}
     for value in graph.inputs:
+        if not value.name.startswith("past_key_values."):
+            continue
         axis = [i for i, d in enumerate(value.shape) if d == "P"]
-        if value.name.startswith("past_key_values.") and axis:
+        if axis:
             shape = tuple("batch" if d == "B" else "capacity" if d == "P" else d for d in value.shape)
             caches[value.name] = (shape, axis[0], torch_type(value.dtype))
+        else:  # a recurrent state of fixed size (conv, scan): passed whole, returned whole
+            shape = tuple("batch" if d == "B" else d for d in value.shape)
+            states[value.name] = (shape, torch_type(value.dtype))
     entries = [f"    {name!r}: ({shape!r}, {axis}, {dtype}),"
                for name, (shape, axis, dtype) in caches.items()]
+    state_entries = [f"    {name!r}: ({shape!r}, {dtype})," for name, (shape, dtype) in states.items()]
     names = [v.name for v in graph.inputs]
     return "\n".join([
         "# per past-cache input: (its buffer's shape in a Session, the position axis, dtype)",
         "CACHES = {", *entries, "}",
+        "# per recurrent-state input (no position axis): (its shape in a Session, dtype)",
+        "STATES = {", *state_entries, "}",
         "INPUT_NAMES = " + _pretty(names, 0).lstrip(),
         "",
         "",
@@ -308,7 +323,9 @@ def _session(graph: Graph) -> str:
         '    """The weights and a preallocated KV cache of ``capacity`` positions on DEVICE. Call it',
         "    with new token ids [B, T] -- the prompt, then one token per step; it returns the graph",
         "    outputs. Attention writes the new K/V rows straight into the storage (the present",
-        '    caches are views of it); caches the graph computes (int8 codes) are copied in."""',
+        "    caches are views of it); caches the graph computes (int8 codes) are copied in.",
+        "    Recurrent states (conv and scan states, fixed size) start at zero and are fed whole;",
+        '    each present state is copied over its buffer after the step."""',
         "",
         "    def __init__(self, W=None, batch=1, capacity=256):",
         "        self.W = load_weights() if W is None else W",
@@ -318,6 +335,8 @@ def _session(graph: Graph) -> str:
         "            shape = tuple({\"batch\": batch, \"capacity\": capacity}.get(d, d) for d in shape)",
         "            self.storage[name] = torch.zeros(shape, device=DEVICE, dtype=dtype)",
         "            self.axes[name] = axis",
+        "        self.states = {name: torch.zeros(tuple(batch if d == \"batch\" else d for d in shape), device=DEVICE,",
+        "                                         dtype=dtype) for name, (shape, dtype) in STATES.items()}",
         "",
         "    def __call__(self, input_ids, attention_mask=None):",
         "        ids = to_device(input_ids)",
@@ -331,12 +350,15 @@ def _session(graph: Graph) -> str:
         '        feeds = {"input_ids": ids, "attention_mask": to_device(attention_mask), "position_ids": positions}',
         "        for name, buffer in self.storage.items():",
         "            feeds[name] = buffer.narrow(self.axes[name], 0, past)",
+        "        feeds.update(self.states)",
         "        outputs = forward(self.W, kv_storage=self.storage,",
         "                          **{name: value for name, value in feeds.items() if name in INPUT_NAMES})",
         "        for name, buffer in self.storage.items():",
         '            present = outputs["present." + name[len("past_key_values."):]]',
         "            if present.data_ptr() != buffer.data_ptr():",
         "                buffer.narrow(self.axes[name], past, new).copy_(present.narrow(self.axes[name], past, new))",
+        "        for name, buffer in self.states.items():",
+        '            buffer.copy_(outputs["present." + name[len("past_key_values."):]])',
         "        self.length = past + new",
         "        return outputs"])
 

@@ -61,7 +61,8 @@ class Planner(GemmPlanning, AttentionPlanning):
         self.launchers: dict[str, str] = {}     # launch helpers shared by several kernels (attention)
         self.weights: dict[str, np.ndarray] = {}  # derived tensors stored beside the params
         self.names: dict[str, str] = {}
-        self.taken: set[str] = {"W", "inputs", "kv_storage", "torch", "triton", "tl", "np", "math", "os"}
+        self.taken: set[str] = {"W", "inputs", "kv_storage", "torch", "triton", "tl", "np", "math", "os",
+                                *fallback.HELPERS}  # no variable shadows a helper the launcher calls
         self.claimed: dict[int, str] = {}       # node.name -> why it is planned elsewhere
         self.cache_of: dict[str, str] = {}      # value name -> present cache var it was written into
         self.rope_tables: dict[tuple, tuple] = {}
@@ -304,13 +305,15 @@ def _operand_kind(value: Value, shape: tuple) -> Optional[str]:
         return "rows"
     if _is_vector(value, shape[-1]):
         return "vector"
+    if value.rank == 0:
+        return "scalar"
     if value.shape == shape[:-1] + (1,):
         return "rowscalar"
     return None
 
 
 def _row_view(var: str, kind: str, width) -> str:
-    if kind == "vector":
+    if kind in ("vector", "scalar"):
         return var
     if kind == "rowscalar":
         return f"{var}.reshape(-1, 1, 1)"

@@ -4,9 +4,12 @@ and DeepSeek-V2 shapes for every shipped target."""
 import functools
 import glob
 import json
+import math
 
 import pytest
 
+from irc import dims
+from irc.analysis import state_inputs
 from irc.npu import cost
 from passes.npu_tile.plan import dumps, machine_of, naive_record, plan_graph
 from irc.npu.target import load_target, parse_target
@@ -159,6 +162,23 @@ def test_an_op_that_fits_no_tiling_is_named():
     text = str(err.value)
     assert "no tiling fits the 512-byte SRAM of tiny-sram" in text and ":attention (prefill)" in text
     assert "the smallest tiling, 4x4, needs q " in text
+
+
+@pytest.mark.parametrize("model", ["tiny-jamba-1.5-mini", "tiny-mamba2-2.7b"])
+def test_recurrent_layers_stay_unplanned(model):
+    """The planner tiles the GEMMs around a state-space mixer (in/out projections, the
+    hybrid's attention and MoE) and leaves the recurrence itself, which is no GEMM, to the
+    unplanned traffic: every operand and state read once, results and states written once."""
+    graph = load_spec(f"examples/{model}.yaml")
+    plan = plan_graph(graph, load_target(EDGE), tokens=8, past=8)
+    recurrent = {n.name for n in graph.nodes if n.op in ("causal_conv1d", "selective_scan", "ssd")}
+    planned = {op["node"] for op in plan["ops"]}
+    assert recurrent and not recurrent & planned
+    assert {f"layers.0.{name}" for name in ("ssm_in", "ssm_out")} <= planned
+    state_elements = sum(math.prod(dims.evaluate_shape(v.shape, {"B": 1})) for v in state_inputs(graph))
+    for phase in ("prefill", "decode"):
+        unplanned = plan["totals"][phase]["unplanned"]   # each state read and written at >= 1 byte an element
+        assert unplanned["nodes"] >= len(recurrent) and unplanned["dram_bytes"] >= 2 * state_elements
 
 
 def test_bad_options():

@@ -1,7 +1,8 @@
 """Every tiny example through the triton target's default pipeline and the emitted Triton
 module (run by Triton's interpreter on CPU): the logits of a prefill and of 8 decode steps
 match the reference interpreter's within 1e-4 relative (fp32), each side decoding with
-its own KV cache; a Session (preallocated cache on the device) matches forward(); an int4
+its own KV cache and recurrent states (random at the prefill, then each side's present.*
+fed back); a Session (preallocated cache on the device) matches forward(); an int4
 model matches its own quantized reference.
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest  # noqa: E402
 pytest.importorskip("triton")  # the optional `triton` extra
 
 import passes  # noqa: E402,F401  (registers the passes)
-from irc.interpreter import Interpreter, cache_inputs, present_name, random_feeds  # noqa: E402
+from irc.interpreter import Interpreter, past_inputs, present_name, random_feeds  # noqa: E402
 from backends.triton import DEFAULT_PIPELINE  # noqa: E402
 from backends.triton.emit import emit_module, load_module  # noqa: E402
 from frontends import load_spec  # noqa: E402
@@ -48,11 +49,12 @@ def compiled(request, tmp_path_factory):
 
 
 def decode_feeds(graph, outputs, past: int, rng) -> dict:
-    """One new random token per row after ``past`` positions, the caches from ``outputs``."""
+    """One new random token per row after ``past`` positions, the caches and recurrent
+    states from ``outputs``."""
     feeds = {"input_ids": rng.integers(0, graph.meta["vocab_size"], size=(BATCH, 1)),
              "attention_mask": np.ones((BATCH, past + 1), np.int64),
              "position_ids": np.full((BATCH, 1), past, np.int64)}
-    for value in cache_inputs(graph):
+    for value in past_inputs(graph):
         feeds[value.name] = as_numpy(outputs[present_name(value.name)])
     return feeds
 

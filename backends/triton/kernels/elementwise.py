@@ -3,12 +3,13 @@
 A chain of row-wise ops (elementwise ops, norms, an embedding gather at its head) over
 rows of one length D becomes one ``row kernel``: each program loads a [BLOCK_R, BLOCK_D]
 tile of every operand once, runs the whole chain in fp32 registers, and stores only the
-values read outside the chain. Operands come in four kinds:
+values read outside the chain. Operands come in five kinds:
 
 - ``rows``: an activation, a [R0, R1, D] view with any strides for R0 and R1 (last stride
   1), so a slice of a wider buffer or a window of a KV cache can be read or written;
 - ``vector``: a [D] weight broadcast over rows (norm weights, biases);
 - ``rowscalar``: a [R0, R1, 1] view, one value per row (MoE gating weights, a gate score);
+- ``scalar``: a 0-d tensor broadcast over the tile (a constant: the zero of Nemotron-H's relu²);
 - ``gather``: rows of a [V, D] table picked by integer ids [R0, R1] (the embedding lookup).
 
 Expressions here are also the epilogues of the matmul kernels (``expression``).
@@ -84,8 +85,8 @@ def uses_tanh(text: str) -> bool:
 
 @dataclass
 class RowInput:
-    """An operand of a row kernel: ``kind`` is rows, vector, rowscalar or gather (see the
-    module docstring); ``var`` the fp32 register tile it is loaded into."""
+    """An operand of a row kernel: ``kind`` is rows, vector, rowscalar, scalar or gather (see
+    the module docstring); ``var`` the fp32 register tile it is loaded into."""
 
     var: str
     kind: str
@@ -113,7 +114,7 @@ def _params(inputs: list[RowInput], outputs: list[RowOutput]) -> tuple[list[str]
             add(f"{item.var}_ids_s1", "i32")
             add(f"{item.var}_table", "*" + signature_type(item.dtype))
             add(f"{item.var}_table_s0", "i32")
-        elif item.kind == "vector":
+        elif item.kind in ("vector", "scalar"):
             add(f"{item.var}_ptr", "*" + signature_type(item.dtype))
         else:
             add(f"{item.var}_ptr", "*" + signature_type(item.dtype))
@@ -138,6 +139,8 @@ def _load(item: RowInput) -> list[str]:
                 f"{v} = {v}.to(tl.float32)"]
     if item.kind == "vector":
         return [f"{v} = tl.load({v}_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]"]
+    if item.kind == "scalar":
+        return [f"{v} = tl.load({v}_ptr).to(tl.float32)"]
     if item.kind == "rowscalar":
         return [f"{v} = tl.load({v}_ptr + r0 * {v}_s0 + r1 * {v}_s1, mask=row_ok, other=0.0).to(tl.float32)[:, None]"]
     if item.kind == "gather":
@@ -154,8 +157,8 @@ def row_kernel(name: str, summary: str, inputs: list[RowInput], steps: list[str]
     are in scope) on every row and stores ``outputs``.
 
     The launch helper takes (R0, R1, D) and one tensor per operand and output, in order:
-    rows/rowscalar/outputs as [R0, R1, D] (or [R0, R1, 1]) views, vectors as [D], a gather
-    operand as (ids [R0, R1], table [V, D])."""
+    rows/rowscalar/outputs as [R0, R1, D] (or [R0, R1, 1]) views, vectors as [D], scalars as
+    0-d tensors, a gather operand as (ids [R0, R1], table [V, D])."""
     params, signature = _params(inputs, outputs)
     body = ["rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)",
             "cols = tl.arange(0, BLOCK_D)",
@@ -181,7 +184,7 @@ def row_kernel(name: str, summary: str, inputs: list[RowInput], steps: list[str]
             args += [f"{item.var}_ids", f"{item.var}_table"]
             call += [f"{item.var}_ids", f"{item.var}_ids.stride(0)", f"{item.var}_ids.stride(1)",
                      f"{item.var}_table", f"{item.var}_table.stride(0)"]
-        elif item.kind == "vector":
+        elif item.kind in ("vector", "scalar"):
             args.append(item.var)
             call.append(item.var)
         else:
