@@ -82,6 +82,21 @@ def read_dims(hp: Hparams) -> dict:
     d = hp.count("embedding_length")
     heads = hp.count("attention.head_count")
     kv_heads = hp.count("attention.head_count_kv", heads)
+    head_dim = head_size(hp, d, heads, kv_heads)
+    layers = hp.count("block_count")
+    for key, value, check in (("block_count", layers, limits.check_layers), ("embedding_length", d, limits.check_dim),
+                              ("attention.head_count", heads, limits.check_dim)):
+        try:  # before anything per layer or per head is made (irc.limits)
+            check(value)
+        except limits.LimitError as err:
+            raise hp.error(key, err.message, err.hint) from None
+    return {"d": d, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "layers": layers}
+
+
+def head_size(hp: Hparams, d: int, heads: int, kv_heads: int) -> int:
+    """The attention head size: ``attention.key_length``, else embedding_length / heads
+    (``attention.value_length``, where given, must agree; within irc's limits), after
+    checking that the kv heads divide the heads."""
     if heads % kv_heads:
         raise hp.error("attention.head_count_kv", f"{heads} heads are not divisible by {kv_heads} kv heads")
     if not hp.has("attention.key_length") and d % heads:
@@ -92,15 +107,11 @@ def read_dims(hp: Hparams) -> dict:
     if value_dim != head_dim:
         raise hp.error("attention.value_length", f"{value_dim} differs from the key length {head_dim}",
                        hint="irc's attention has one head size for keys and values")
-    layers = hp.count("block_count")
-    for key, value, check in (("block_count", layers, limits.check_layers), ("embedding_length", d, limits.check_dim),
-                              ("attention.head_count", heads, limits.check_dim),
-                              ("attention.key_length", head_dim, limits.check_dim)):
-        try:  # before anything per layer or per head is made (irc.limits)
-            check(value)
-        except limits.LimitError as err:
-            raise hp.error(key, err.message, err.hint) from None
-    return {"d": d, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "layers": layers}
+    try:
+        limits.check_dim(head_dim)
+    except limits.LimitError as err:
+        raise hp.error("attention.key_length", err.message, err.hint) from None
+    return head_dim
 
 
 def _vocab(hp: Hparams) -> int:

@@ -29,6 +29,7 @@ deepseek2  MLA (q_lora or direct q; ``key_length_mla``/``value_length_mla``, or 
            block has no router; softmax gating (DeepSeek-V2) or sigmoid + ``exp_probs_b``
            (DeepSeek-V3), ``expert_weights_norm``, ``expert_weights_scale``, groups
 mamba ...  Mamba-1 (Falcon-Mamba with ``ssm.dt_b_c_rms``), mamba2, jamba: ``frontends.gguf.ssm``
+hybrids    granitehybrid (Granite-4.0-H and Bamba), nemotron_h, falcon-h1: ``frontends.gguf.hybrid``
 =========  ================================================================================
 
 A layer is MoE exactly when its block has ``ffn_gate_inp``. Every error is a SpecError
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from frontends.gguf import ssm
+from frontends.gguf import hybrid, ssm
 from frontends.gguf.arch import Hparams, dense_mlp, make_arch, moe_layers, read_dims, read_rope, window_layers
 from frontends.gguf.reader import GGUFFile
 from frontends.hf.config import Arch, Attention, LayerSpec
@@ -170,4 +171,4 @@ def _deepseek_moe(hp: Hparams, gating: str) -> dict:
 
 FAMILIES = {"llama": _llama_like, "qwen2": _llama_like, "qwen3": _llama_like, "qwen2moe": _llama_like,
             "qwen3moe": _llama_like, "phi3": _llama_like, "gemma2": _gemma, "gemma3": _gemma,
-            "deepseek2": _deepseek, **ssm.FAMILIES}
+            "deepseek2": _deepseek, **ssm.FAMILIES, **hybrid.FAMILIES}

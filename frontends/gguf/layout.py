@@ -1,16 +1,17 @@
 """Which GGUF tensor holds each irc param, with what the converter did undone.
 
 ``Layout(gguf, arch).source(param)`` gives a ``frontends.gguf.tensors`` source for an irc
-param name (``layers.3.attn.wq`` -> ``blk.3.attn_q.weight``, un-permuted for Llama). The
-names and the converter's changes are listed in ``frontends.gguf.tensors`` (the
-state-space layers' in ``frontends.gguf.ssm``); ``consumed``
-names the tensors the architecture itself reads (Llama 3's ``rope_freqs``).
+param name (``layers.3.attn.wq`` -> ``blk.3.attn_q.weight``, un-permuted for Llama,
+granitehybrid and nemotron_h). The names and the converter's changes are listed in
+``frontends.gguf.tensors`` (the state-space layers' in ``frontends.gguf.ssm``, the hybrids'
+departures in ``frontends.gguf.hybrid``); ``consumed`` names the tensors the architecture
+itself reads (Llama 3's ``rope_freqs``).
 """
 from __future__ import annotations
 
 import re
 
-from frontends.gguf import ssm
+from frontends.gguf import hybrid, ssm
 from frontends.gguf.reader import GGUFFile
 from frontends.gguf.tensors import LAYER, TOP, KvFromHalves, TensorSource
 from frontends.hf.config import Arch
@@ -18,6 +19,7 @@ from irc.errors import SpecError
 
 LAYER_PARAM = re.compile(r"layers\.(\d+)\.(.+)")
 PERMUTED = {"attn.wq": "heads", "attn.bq": "heads", "attn.wk": "kv_heads", "attn.bk": "kv_heads"}
+PERMUTED_ARCHS = ("llama", *hybrid.PERMUTED)  # whose Q/K rows the converter permuted (Llama's permute)
 
 
 class Layout:
@@ -32,6 +34,9 @@ class Layout:
             return TensorSource(TOP[param], offset=self._offset(param))
         match = LAYER_PARAM.fullmatch(param)
         suffix = match.group(2) if match else None
+        departures = hybrid.LAYER.get(self.gguf.arch, {})
+        if suffix in departures:
+            return TensorSource(f"blk.{match.group(1)}.{departures[suffix]}")
         if suffix in ssm.LAYER:
             return ssm.source(self.arch, f"blk.{match.group(1)}.", suffix)
         if suffix not in LAYER:
@@ -46,7 +51,7 @@ class Layout:
                 and block + "attn_k_b.weight" in self.gguf.tensors:
             return KvFromHalves(block + "attn_k_b.weight", block + "attn_v_b.weight")
         heads = None
-        if self.gguf.arch == "llama" and suffix in PERMUTED:
+        if self.gguf.arch in PERMUTED_ARCHS and suffix in PERMUTED:
             a = self.arch.attention
             heads = a.heads if PERMUTED[suffix] == "heads" else a.kv_heads
         shape = (1, self.arch.d_model) if suffix == "moe.shared_expert_gate" else None

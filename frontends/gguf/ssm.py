@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from frontends.gguf.arch import Hparams, dense_mlp, make_arch, moe_layers
+from frontends.gguf.arch import Hparams, dense_mlp, head_size, make_arch, moe_layers
 from frontends.gguf.tensors import TensorSource
 from frontends.hf.config import Arch, Attention, LayerSpec
 from irc import limits
@@ -95,7 +95,7 @@ def a_log_from_a(stored: np.ndarray, name: str, path: str) -> np.ndarray:
         return np.log(-stored.astype(np.float64)).astype(np.float32)
 
 
-def _size(hp: Hparams, key: str, check=limits.check_dim) -> int:
+def size(hp: Hparams, key: str, check=limits.check_dim) -> int:
     """A required positive count within irc's limits (before anything is built from it)."""
     value = hp.count(key)
     try:
@@ -105,17 +105,18 @@ def _size(hp: Hparams, key: str, check=limits.check_dim) -> int:
     return value
 
 
-def _has(hp: Hparams, tensor: str) -> bool:
+def has_tensor(hp: Hparams, tensor: str) -> bool:
     return tensor in hp.gguf.tensors
 
 
 def mamba_config(hp: Hparams, block: str = "blk.0.") -> dict:
     """``Layer.mamba`` arguments (the keys of ``frontends.hf.config.mamba_config``); ``block``
     is the first Mamba layer's, whose tensors say which biases and norms there are."""
-    weighted = _has(hp, f"{block}ssm_dt_norm.weight")
-    config = {"kind": "mamba", "d_inner": _size(hp, "ssm.inner_size"), "state_size": _size(hp, "ssm.state_size"),
-              "conv_kernel": _size(hp, "ssm.conv_kernel"), "dt_rank": _size(hp, "ssm.time_step_rank"),
-              "conv_bias": _has(hp, f"{block}ssm_conv1d.bias"), "proj_bias": _has(hp, f"{block}ssm_in.bias"),
+    weighted = has_tensor(hp, f"{block}ssm_dt_norm.weight")
+    config = {"kind": "mamba", "d_inner": size(hp, "ssm.inner_size"), "state_size": size(hp, "ssm.state_size"),
+              "conv_kernel": size(hp, "ssm.conv_kernel"), "dt_rank": size(hp, "ssm.time_step_rank"),
+              "conv_bias": has_tensor(hp, f"{block}ssm_conv1d.bias"),
+              "proj_bias": has_tensor(hp, f"{block}ssm_in.bias"),
               "bcdt_norm": "weighted" if weighted else "plain" if hp.flag("ssm.dt_b_c_rms", False) else None}
     if config["bcdt_norm"] is not None:
         config["norm_eps"] = hp.number("attention.layer_norm_rms_epsilon")
@@ -125,23 +126,23 @@ def mamba_config(hp: Hparams, block: str = "blk.0.") -> dict:
 def mamba2_config(hp: Hparams, block: str = "blk.0.") -> dict:
     """``Layer.mamba2`` arguments (the keys of ``frontends.hf.config.mamba2_config``);
     ``block`` as for ``mamba_config``."""
-    d_inner, heads = _size(hp, "ssm.inner_size"), _size(hp, "ssm.time_step_rank")
-    groups = _size(hp, "ssm.group_count")
+    d_inner, heads = size(hp, "ssm.inner_size"), size(hp, "ssm.time_step_rank")
+    groups = size(hp, "ssm.group_count")
     if d_inner % heads:
         raise hp.error("ssm.time_step_rank", f"{heads} heads do not divide ssm.inner_size {d_inner}",
                        hint="Mamba-2's converter writes inner_size / head_dim as time_step_rank")
     if heads % groups:
         raise hp.error("ssm.group_count", f"{groups} groups do not divide {heads} heads (ssm.time_step_rank)")
-    return {"kind": "mamba2", "heads": heads, "head_dim": d_inner // heads, "state_size": _size(hp, "ssm.state_size"),
-            "groups": groups, "conv_kernel": _size(hp, "ssm.conv_kernel"),
-            "conv_bias": _has(hp, f"{block}ssm_conv1d.bias"), "proj_bias": _has(hp, f"{block}ssm_in.bias"),
+    return {"kind": "mamba2", "heads": heads, "head_dim": d_inner // heads, "state_size": size(hp, "ssm.state_size"),
+            "groups": groups, "conv_kernel": size(hp, "ssm.conv_kernel"),
+            "conv_bias": has_tensor(hp, f"{block}ssm_conv1d.bias"), "proj_bias": has_tensor(hp, f"{block}ssm_in.bias"),
             "dt_min": 0.0, "dt_max": None, "norm_eps": hp.number("attention.layer_norm_rms_epsilon"),
             "norm_group_size": d_inner // groups}
 
 
 def describe_mamba(hp: Hparams, name: str) -> Arch:
     """mamba (and Falcon-Mamba) and mamba2: every layer x + mixer(norm(x)), no MLP."""
-    dims = {"d": _size(hp, "embedding_length"), "layers": _size(hp, "block_count", limits.check_layers)}
+    dims = {"d": size(hp, "embedding_length"), "layers": size(hp, "block_count", limits.check_layers)}
     if hp.arch == "mamba2":
         ssm, model_type = mamba2_config(hp), "mamba2"
     else:
@@ -168,14 +169,10 @@ def attention_layers(hp: Hparams, n: int) -> tuple[list[bool], int]:
 
 def describe_jamba(hp: Hparams, name: str) -> Arch:
     """jamba: a Mamba-1 or an attention mixer, then MoE or a SwiGLU MLP, on every layer."""
-    d, n = _size(hp, "embedding_length"), _size(hp, "block_count", limits.check_layers)
-    heads = _size(hp, "attention.head_count")
+    d, n = size(hp, "embedding_length"), size(hp, "block_count", limits.check_layers)
+    heads = size(hp, "attention.head_count")
     attends, kv_heads = attention_layers(hp, n)
-    if heads % kv_heads:
-        raise hp.error("attention.head_count_kv", f"{heads} heads are not divisible by {kv_heads} kv heads")
-    if not hp.has("attention.key_length") and d % heads:
-        raise hp.error("attention.head_count", f"embedding_length {d} is not divisible by {heads} heads")
-    head_dim = _size(hp, "attention.key_length") if hp.has("attention.key_length") else d // heads
+    head_dim = head_size(hp, d, heads, kv_heads)
     moe_flags = moe_layers(hp, n)
     moe = None
     if any(moe_flags):

@@ -267,10 +267,10 @@ def _falcon_h1(cfg: Config, name: str, model_type: str) -> Arch:
                 d_model=d, n_layers=n, norm_eps=eps, attention=attention, layers=layers,
                 mlp={"kind": "swiglu", "d_ff": cfg.get("intermediate_size", positive_int)},
                 tied=cfg.get("tie_word_embeddings", boolean), checkpoint="falcon_h1", ssm=ssm,
-                embedding_scale=settings.embedding, expand=partial(_falcon_h1_graph, settings))
+                embedding_scale=settings.embedding, expand=partial(falcon_h1_graph, settings))
 
 
-def _falcon_h1_graph(s: FalconH1, arch: Arch, origin: str):
+def falcon_h1_graph(s: FalconH1, arch: Arch, origin: str):
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps, d_ff = arch.attention, arch.norm_eps, arch.mlp["d_ff"]
     ssm = {k: v for k, v in arch.ssm.items() if k != "kind"}
@@ -454,4 +454,4 @@ def _zamba2_graph(s: Zamba2, arch: Arch, origin: str):
 
 FAMILIES = {"falcon_h1": _falcon_h1, "zamba2": _zamba2}
 
-__all__ = ["DEFAULTS", "FAMILIES", "LAYOUTS"]
+__all__ = ["FalconH1", "falcon_h1_graph", "DEFAULTS", "FAMILIES", "LAYOUTS"]

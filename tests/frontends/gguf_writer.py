@@ -12,7 +12,11 @@ Mamba, Mamba-2 and Jamba as ``MambaModel`` / ``Mamba2Model`` / ``JambaModel`` wr
 its ``dt_bias`` renamed ``dt_proj.bias`` (so ``ssm_dt.bias``) and its norm as
 [groups, d_inner / groups]; Jamba's ``head_count_kv`` one entry a layer.
 Hyperparameters go under the keys the converter writes (``ssm_keys`` for the state-space
-ones). ``qtype`` quantizes every weight of rank >= 2 whose rows fit whole blocks with
+ones). ``write_hybrid`` converts a saved checkpoint of Granite-4.0-H / Bamba, Nemotron-H or
+Falcon-H1 from its safetensors (the names on disk, as the converter reads them) the way
+``GraniteHybridModel``, ``NemotronHModel`` and ``FalconH1Model`` do (``hybrid_keys``,
+``hybrid_converted``; ``falcon_h1_folded`` is Falcon-H1's multiplier folding alone).
+``qtype`` quantizes every weight of rank >= 2 whose rows fit whole blocks with
 ``gguf.quants.quantize``, except what the converter keeps in float32 (``ssm_conv1d`` and
 tensors whose name does not end in ``.weight``, such as ``ssm_a`` and ``ssm_d``).
 """
@@ -295,3 +299,184 @@ def _add_keys(w, keys: dict) -> None:
             w.add_string(key, value)
         else:
             w.add_array(key, value)
+
+
+# ---- hybrids: GraniteHybridModel (granitehybrid), NemotronHModel (nemotron_h), FalconH1Model (falcon-h1) ----
+
+HYBRID = {"granitehybrid": "GRANITE_HYBRID", "nemotron_h": "NEMOTRON_H", "falcon-h1": "FALCON_H1"}
+# FalconH1Model.modify_tensors: the first rule whose text is in the checkpoint name folds its factor in
+FALCON_H1_FOLDS = (("down_proj", ("mlp_multipliers", 1)), ("gate_proj", ("mlp_multipliers", 0)),
+                   ("k_proj", "key_multiplier", "attention_in_multiplier"), ("q_proj", "attention_in_multiplier"),
+                   ("v_proj", "attention_in_multiplier"), ("o_proj", "attention_out_multiplier"),
+                   ("out_proj", "ssm_out_multiplier"), ("in_proj", "ssm_in_multiplier"),
+                   ("lm_head", "lm_head_multiplier"), ("embed_tokens", "embedding_multiplier"))
+
+
+def layer_kinds(config) -> list[str]:
+    """"attention", "mamba" or "mlp" per layer, as the converter reads them from the Hub's
+    config.json (Granite's ``layer_types``, Bamba's ``attn_layer_indices``, Nemotron-H's
+    ``hybrid_override_pattern``; transformers 5.24 names them full_attention /
+    linear_attention, the Hub's files attention / mamba and M * -)."""
+    if config.model_type == "falcon_h1":
+        return ["attention+mamba"] * config.num_hidden_layers
+    if config.model_type == "nemotron_h":
+        names = config.layers_block_type
+    elif getattr(config, "layer_types", None):
+        names = config.layer_types
+    else:
+        names = ["attention" if i in (config.attn_layer_indices or []) else "mamba"
+                 for i in range(config.num_hidden_layers)]
+    return [{"full_attention": "attention", "linear_attention": "mamba"}.get(k, k) for k in names]
+
+
+def hybrid_keys(config, arch: str) -> dict:
+    """The keys ``set_gguf_parameters`` writes, by full name (``GraniteHybridModel``,
+    ``NemotronHModel``, ``FalconH1Model``). Bamba's rotary width is the ``attn_rotary_emb``
+    its Hub config.json carries (transformers 5.24 no longer writes it: head_dim x
+    partial_rotary_factor); Nemotron-H's ``rms_norm_eps`` likewise (= layer_norm_epsilon)."""
+    d, n, heads = config.hidden_size, config.num_hidden_layers, config.num_attention_heads
+    kinds = layer_kinds(config)
+    rope = _rope_params(config)
+    if arch == "falcon-h1":
+        d_ssm = config.mamba_d_ssm
+        keys = {"context_length": config.max_position_embeddings, "embedding_length": d,
+                "feed_forward_length": config.intermediate_size, "attention.head_count": heads, "block_count": n,
+                "ssm.conv_kernel": config.mamba_d_conv, "ssm.inner_size": d_ssm,
+                "ssm.state_size": config.mamba_d_state, "ssm.time_step_rank": d_ssm // config.mamba_d_head,
+                "ssm.group_count": config.mamba_n_groups,
+                "attention.layer_norm_rms_epsilon": float(config.rms_norm_eps), "vocab_size": config.vocab_size,
+                "attention.head_count_kv": config.num_key_value_heads,
+                "attention.key_length": config.head_dim, "attention.value_length": config.head_dim,
+                "rope.freq_base": float(rope["rope_theta"])}
+        return {f"{arch}.{key}": value for key, value in keys.items()}
+    nemotron = arch == "nemotron_h"
+    use_rope = config.model_type == "bamba" or "mamba" not in kinds
+    keys = {"block_count": n, "context_length": config.max_position_embeddings if use_rope else 2 ** 20,
+            "embedding_length": d, "feed_forward_length": config.intermediate_size, "attention.head_count": heads,
+            "attention.layer_norm_rms_epsilon": float(getattr(config, "rms_norm_eps", None)
+                                                      or config.layer_norm_epsilon),
+            "vocab_size": config.vocab_size, "rope.dimension_count": d // heads,
+            "attention.head_count_kv": [config.num_key_value_heads if k == "attention" else 0 for k in kinds],
+            "rope.scaling.finetuned": use_rope}
+    if "rope_theta" in rope:
+        keys["rope.freq_base"] = float(rope["rope_theta"])
+    if config.model_type == "bamba":
+        keys["rope.dimension_count"] = int(d // heads * rope.get("partial_rotary_factor", 1.0))
+    if nemotron:
+        keys.update({"attention.layer_norm_epsilon": float(config.layer_norm_epsilon),
+                     "attention.key_length": config.head_dim, "attention.value_length": config.head_dim,
+                     "feed_forward_length": [config.intermediate_size if k == "mlp" else 0 for k in kinds],
+                     "ssm.conv_kernel": config.conv_kernel, "ssm.state_size": config.ssm_state_size,
+                     "ssm.group_count": config.n_groups,
+                     "ssm.inner_size": config.mamba_num_heads * config.mamba_head_dim,
+                     "ssm.time_step_rank": config.mamba_num_heads})
+    else:
+        keys.update({"ssm.conv_kernel": config.mamba_d_conv, "ssm.state_size": config.mamba_d_state,
+                     "ssm.group_count": config.mamba_n_groups, "ssm.inner_size": config.mamba_expand * d,
+                     "ssm.time_step_rank": config.mamba_n_heads})
+        for key, name in (("expert_count", "num_local_experts"), ("expert_used_count", "num_experts_per_tok")):
+            if getattr(config, name, None) is not None:
+                keys[key] = getattr(config, name)
+        for key, name in (("attention.scale", "attention_multiplier"), ("embedding_scale", "embedding_multiplier"),
+                          ("residual_scale", "residual_multiplier"), ("logit_scale", "logits_scaling")):
+            if getattr(config, name, None):  # GraniteModel writes the truthy ones
+                keys[key] = float(getattr(config, name))
+        if getattr(config, "shared_intermediate_size", None):
+            keys["expert_shared_feed_forward_length"] = config.shared_intermediate_size
+    return {f"{arch}.{key}": value for key, value in keys.items()}
+
+
+def _checkpoint(folder) -> dict:
+    """{name on disk: float32 torch tensor} of a save_pretrained folder."""
+    from safetensors.torch import load_file
+
+    return {name: tensor.float() for name, tensor in load_file(str(folder / "model.safetensors")).items()}
+
+
+def falcon_h1_folded(config, tensors: dict) -> dict:
+    """``FalconH1Model.modify_tensors``' multiplier folding alone, on checkpoint names (in
+    torch, in its order): every multiplier into its weight, ssm_multipliers into in_proj's
+    z, x, B, C and dt rows."""
+    out = {}
+    for name, tensor in tensors.items():
+        for text, *factors in FALCON_H1_FOLDS:
+            if text not in name:
+                continue
+            for factor in factors:
+                key, index = factor if isinstance(factor, tuple) else (factor, None)
+                value = getattr(config, key)
+                tensor = tensor * (value[index] if index is not None else value)
+            if text == "in_proj":
+                d_ssm, bc = config.mamba_d_ssm, config.mamba_n_groups * config.mamba_d_state
+                bounds = (0, d_ssm, 2 * d_ssm, 2 * d_ssm + bc, 2 * d_ssm + 2 * bc, tensor.shape[0])
+                for part, m in enumerate(config.ssm_multipliers):
+                    tensor[bounds[part]:bounds[part + 1], :] *= m
+            break
+        out[name] = tensor
+    return out
+
+
+def hybrid_converted(config, folder, arch: str) -> dict:
+    """{GGUF name: float32 array} of the checkpoint saved in ``folder`` as the converter
+    writes it: Mamba-2 layers as ``Mamba2Model`` (dt_bias renamed dt_proj.bias, conv
+    squeezed, A and D [H, 1], A = -exp(A_log), norm [groups, d_inner / groups]); attention
+    layers of granitehybrid and nemotron_h with Q and K permuted (``undo_permute``);
+    Granite's fused input_linear split into gate and up; Falcon-H1's multipliers folded."""
+    import torch
+
+    n = config.num_hidden_layers
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[HYBRID[arch]], n)
+    kinds = layer_kinds(config)
+    tensors = _checkpoint(folder)
+    if arch == "falcon-h1":
+        tensors = falcon_h1_folded(config, tensors)
+        d_inner, groups = config.mamba_d_ssm, config.mamba_n_groups
+    elif arch == "nemotron_h":
+        d_inner, groups = config.mamba_num_heads * config.mamba_head_dim, config.n_groups
+    else:
+        d_inner, groups = config.mamba_expand * config.hidden_size, config.mamba_n_groups
+    out = {}
+    for key, value in tensors.items():
+        key = key[:-len(".dt_bias")] + ".dt_proj.bias" if key.endswith(".dt_bias") else key  # filter_tensors
+        parts = key.split(".")
+        block = int(parts[2]) if parts[1] == "layers" else None
+        kind = kinds[block] if block is not None else None
+        if key.endswith("input_linear.weight"):  # GraniteMoeModel: the fused gate|up, split by rows
+            width = config.intermediate_size if "block_sparse_moe" in key else config.shared_intermediate_size
+            gate, up = value.split(width, dim=-2)
+            suffix = "exps" if "block_sparse_moe" in key else "shexp" if config.num_local_experts else None
+            for part, half in (("gate", gate), ("up", up)):
+                out[f"blk.{block}.ffn_{part}{'_' + suffix if suffix else ''}.weight"] = half.numpy().copy()
+            continue
+        if key.endswith("shared_mlp.output_linear.weight") and not config.num_local_experts:
+            out[f"blk.{block}.ffn_down.weight"] = value.numpy().copy()
+            continue
+        name = names.get_name(key, try_suffixes=(".weight", ".bias"))
+        assert name is not None, key
+        if "mamba" in (kind or ""):
+            if ".ssm_conv1d." in name + ".":
+                value = value.squeeze()
+            elif name.endswith((".ssm_a", ".ssm_d")):
+                value = value.reshape(*value.shape, 1)
+            elif name.endswith(".ssm_norm.weight"):
+                value = value.reshape(groups, d_inner // groups)
+            if key.endswith(".A_log"):
+                value = -torch.exp(value)
+        if kind == "attention" and arch != "falcon-h1" and key.endswith(("q_proj.weight", "q_proj.bias",
+                                                                         "k_proj.weight", "k_proj.bias")):
+            heads = config.num_attention_heads if ".q_proj." in key else config.num_key_value_heads
+            value = torch.from_numpy(permute(value.numpy(), heads))
+        out[name] = value.numpy().copy()
+    return out
+
+
+def write_hybrid(path, model, folder, arch: str, *, qtype=None) -> str:
+    """``model``'s checkpoint saved in ``folder`` as a ``arch`` GGUF file at ``path``."""
+    tensors = {}
+    for name, data in hybrid_converted(model.config, folder, arch).items():
+        if _quantizable(name, data, qtype):
+            raw = gguf.quants.quantize(data.astype(np.float32), qtype)
+            tensors[name] = (raw, qtype)
+        else:
+            tensors[name] = data.astype(np.float32)
+    return write_file(path, arch, {"general.name": "tiny", **hybrid_keys(model.config, arch)}, tensors)
