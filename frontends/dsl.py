@@ -43,6 +43,7 @@ from irc.errors import ShapeError, SpecError
 from irc.graph import Graph, Param, Value
 from irc.limits import LimitError, check_layers, check_nodes
 from frontends.dsl_args import ArgError, call_site, one_of, positive, positive_float
+from frontends.dsl_delta import DeltaLayer, gated_output, query_and_gate
 from frontends.dsl_mlp import MlpLayer
 from frontends.dsl_moe import MoeLayer
 from frontends.dsl_rope import Rope, emit_rope
@@ -300,10 +301,10 @@ class Model:
         return logits
 
 
-class Layer(MlpLayer, MoeLayer, SsmLayer):
+class Layer(MlpLayer, MoeLayer, SsmLayer, DeltaLayer):
     """One decoder layer: its weights are ``layers.{i}.*``, its values ``layers.{i}.*``
     (the MLPs are ``frontends.dsl_mlp``, the mixture of experts ``frontends.dsl_moe``, the
-    state-space mixers ``frontends.dsl_ssm``)."""
+    state-space mixers ``frontends.dsl_ssm``, gated DeltaNet ``frontends.dsl_delta``)."""
 
     DEFAULT_NORMS = ("attn_norm", "mlp_norm")
 
@@ -356,11 +357,13 @@ class Layer(MlpLayer, MoeLayer, SsmLayer):
     def attention(self, x: Tensor, heads: int, kv_heads: Optional[int] = None, head_dim: Optional[int] = None,
                   rope: Optional[Rope] = None, window: Optional[int] = None, softcap: Optional[float] = None,
                   scale: Optional[float] = None, qkv_bias: bool = False, qk_norm: bool = False,
-                  qk_norm_eps: float = 1e-6, qk_norm_offset: float = 0.0, causal: bool = True) -> Tensor:
+                  qk_norm_eps: float = 1e-6, qk_norm_offset: float = 0.0, causal: bool = True,
+                  output_gate: bool = False) -> Tensor:
         """Multi-head attention (MHA; GQA when kv_heads < heads; MQA when kv_heads == 1):
         q/k/v projections (``attn.wq/wk/wv``, biases ``bq/bk/bv`` with qkv_bias), per-head
         ``q_norm``/``k_norm`` with qk_norm, RoPE on q and k, the attention op over the
-        layer's past cache, and the output projection ``attn.wo``."""
+        layer's past cache, and the output projection ``attn.wo`` (with ``output_gate``, of the
+        output times sigmoid(gate), the gate read from ``attn.wq``: ``frontends.dsl_delta``)."""
         m, p, i = self.model, self.prefix, self.index
         where = m.origin()
         d = m._features(x)
@@ -378,13 +381,16 @@ class Layer(MlpLayer, MoeLayer, SsmLayer):
         softcap = positive_float("softcap", softcap, where)
         scale = positive_float("scale", scale, where)
         q_dim, kv_dim = heads * head_dim, kv_heads * head_dim
-        wq = m.param(f"{p}attn.wq", (q_dim, d))
+        wq = m.param(f"{p}attn.wq", ((2 if output_gate else 1) * q_dim, d))
         wk = m.param(f"{p}attn.wk", (kv_dim, d))
         wv = m.param(f"{p}attn.wv", (kv_dim, d))
         bq = bk = bv = None
         if qkv_bias:
-            bq, bk, bv = (m.param(f"{p}attn.{b}", (n,)) for b, n in (("bq", q_dim), ("bk", kv_dim), ("bv", kv_dim)))
+            bq, bk, bv = (m.param(f"{p}attn.{b}", (n,))
+                          for b, n in (("bq", wq.shape[0]), ("bk", kv_dim), ("bv", kv_dim)))
         q = m.emit("linear", [x, wq, bq], None, f"{p}q")[0]
+        if output_gate:
+            q, gate = query_and_gate(self, q, heads, head_dim)
         k = m.emit("linear", [x, wk, bk], None, f"{p}k")[0]
         v = m.emit("linear", [x, wv, bv], None, f"{p}v")[0]
         if qk_norm:
@@ -402,6 +408,7 @@ class Layer(MlpLayer, MoeLayer, SsmLayer):
             "attention", [q, k, v, mask, past_key, past_value], attrs,
             [f"{p}attn", f"present.{i}.key", f"present.{i}.value"])
         m._presents += [present_key.value, present_value.value]
+        out = gated_output(self, out, gate) if output_gate else out
         wo = m.param(f"{p}attn.wo", (d, q_dim))
         kind = "mha" if kv_heads == heads else "mqa" if kv_heads == 1 else "gqa"
         self._note_attention(kind, heads, kv_heads, head_dim, head_dim, window, softcap, scale, rope,

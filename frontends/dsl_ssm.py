@@ -3,6 +3,7 @@ as the model code writes them, over the ops of ``irc.ops.ssm``.
 
     y = layer.mamba(layer.rms_norm(x, "norm"), d_inner=128, state_size=16, conv_kernel=4)
     y = layer.mamba2(h, heads=8, head_dim=16, state_size=16, groups=1, conv_kernel=4)
+    y = layer.short_conv(h, conv_kernel=3)           # LFM2's gated short convolution
 
 Each returns the mixer's output (after ``ssm.out_proj``); norms and the residual are the
 caller's, as for attention. The layer's state is two graph inputs, named like the KV cache:
@@ -21,6 +22,10 @@ caller's, as for attention. The layer's state is two graph inputs, named like th
   Falcon-H1's departures are arguments: ``in_scale`` (one factor per z, x, B, C, dt part of
   in_proj's output, a ``mul`` by a constant vector), ``gated_norm=False`` (y * silu(z), no
   norm weight), ``out_bias`` apart from in_proj's ``proj_bias``.
+- LFM2's short convolution: ``in_proj`` [3d, d] -> B | C | x; B·x -> ``conv`` [d, 1, K] (no
+  activation; K is LFM2's ``conv_L_cache``) -> C · conv -> ``out_proj`` [d, d]; with ``bias``
+  all three have biases (``in_proj_bias``, ``conv_bias``, ``out_proj_bias``). Its only state
+  is the conv state [B, d, K-1].
 """
 from __future__ import annotations
 
@@ -67,13 +72,13 @@ class SsmLayer:
         b = m.param(f"{p}ssm.{name}_bias", (rows,)) if bias else None
         return m.emit("linear", [x, weight, b], None, f"{p}{out}")[0]
 
-    def _conv(self, x: Tensor, channels: int, kernel: int, bias: bool) -> Tensor:
+    def _conv(self, x: Tensor, channels: int, kernel: int, bias: bool, activation: Optional[str] = "silu") -> Tensor:
         m, p, i = self.model, self.prefix, self.index
         weight = m.param(f"{p}ssm.conv", (channels, 1, kernel))
         b = m.param(f"{p}ssm.conv_bias", (channels,)) if bias else None
         past = m._state(i, "conv_state", (channels, kernel - 1))
         mask, _ = m._context()
-        out, present = m.emit("causal_conv1d", [x, weight, b, past, mask], {"activation": "silu"},
+        out, present = m.emit("causal_conv1d", [x, weight, b, past, mask], {"activation": activation},
                               [f"{p}ssm_conv", f"present.{i}.conv_state"])
         m._presents.append(present.value)
         return out
@@ -180,6 +185,24 @@ class SsmLayer:
         self._note_ssm("mamba2", d_inner=d_inner, state_size=state_size, conv_kernel=conv_kernel, heads=heads,
                        head_dim=head_dim, groups=groups)
         return self._linear(y, "out_proj", d, proj_bias if out_bias is None else out_bias, "ssm_out")
+
+    def short_conv(self, x: Tensor, conv_kernel: int = 3, bias: bool = False) -> Tensor:
+        """LFM2's gated short convolution: in_proj -> B | C | x; B·x -> depthwise causal conv
+        of ``conv_kernel`` taps (no activation, the layer's conv state of conv_kernel - 1
+        columns) -> C · conv -> out_proj. A padded token's input is zeroed in the conv, so it
+        changes no state (transformers zeroes it before in_proj: the same without ``bias``)."""
+        m = self.model
+        d = m._features(x)
+        positive("conv_kernel", conv_kernel, m.origin())
+        if not isinstance(bias, bool):
+            raise m.error("bias", f"expected true or false, got {bias!r}")
+        bcx = self._linear(x, "in_proj", 3 * d, bias, "ssm_in")
+        b, c, hidden = self._split(bcx, [d, d, d], ["ssm_B", "ssm_C", "ssm_x"])
+        gated = m.emit("mul", [b, hidden], None, f"{self.prefix}ssm_Bx")[0]
+        conv = self._conv(gated, d, conv_kernel, bias, activation=None)
+        y = m.emit("mul", [c, conv], None, f"{self.prefix}ssm_y")[0]
+        self._note_ssm("short_conv", conv_kernel=conv_kernel, bias=bias)
+        return self._linear(y, "out_proj", d, bias, "ssm_out")
 
     def _note_ssm(self, kind: str, **config) -> None:
         m = self.model

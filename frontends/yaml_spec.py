@@ -97,14 +97,17 @@ brackets; ``null`` is allowed where a default is null.
                                       # at time_step_min: [0.001, .inf]) [[0.0, .inf]]
         norm_eps: null                # the gated norm's eps [model.norm.eps]
         norm_before_gate: false       # [false]
+      short_conv:                     # LFM2's gated short convolution; for conv layers
+        conv_kernel: 3                # conv_L_cache: taps, the conv state keeps 2 [3]
+        bias: false                   # conv_bias: in_proj, conv and out_proj biases [false]
       tied_embeddings: false          # LM head reuses @embed [false]
       final_softcap: null             # logit soft-cap (Gemma 2: 30)
       embedding_scale: null           # a number, or sqrt_d_model (Gemma)
 
-Layer kinds: ``attention``, ``mamba``, ``mamba2`` (one mixer on the layer's norm, then a
-residual add), ``mamba+attention`` / ``mamba2+attention`` (both mixers on one norm, their
-outputs summed into one residual add, the state-space mixer first: Falcon-H1's parallel
-hybrid heads), ``mlp``, ``moe``
+Layer kinds: ``attention``, ``mamba``, ``mamba2``, ``conv`` (LFM2's short convolution,
+``short_conv``) (one mixer on the layer's norm, then a residual add), ``mamba+attention`` /
+``mamba2+attention`` (both mixers on one norm, their outputs summed into one residual add,
+the state-space mixer first: Falcon-H1's parallel hybrid heads), ``mlp``, ``moe``
 (a feed-forward block alone: Nemotron-H's ``-`` and ``E``; ``moe`` is irc's gated-expert
 moe, not Nemotron-H's ungated squared-ReLU experts). With ``feed_forward``, every
 mixer layer is followed by ``mlp_norm`` -> mlp or moe (as ``moe.layers`` / ``dense_layers``
@@ -112,15 +115,16 @@ choose) -> residual; without it a mixer layer is the mixer alone (Mamba, Nemotro
 norms are named as ``frontends.hf.build`` names them, so the three forms give the same
 graph: ``attn_norm`` before attention (and before a parallel pair), ``ssm_norm`` before a
 state-space mixer, ``mlp_norm`` before a feed-forward block, ``norm`` at the end. A mixer
-section (``attention``, ``mamba``, ``mamba2``) is required when a layer uses it; a mamba or
-mamba2 section that no layer uses is refused (a forgotten ``layers`` pattern). The layer
-stack's readers (pattern, mamba/mamba2 sections, MoE layers) are ``frontends.yaml_ssm``.
+section (``attention``, ``mamba``, ``mamba2``, ``short_conv`` for conv layers) is required
+when a layer uses it; a state-space section that no layer uses is refused (a forgotten
+``layers`` pattern). The layer stack's readers (pattern, mamba/mamba2/short_conv sections,
+MoE layers) are ``frontends.yaml_ssm``.
 
 Errors are ``SpecError`` at the offending key's file:line:col, the message starting with
 its key path: ``model.attention.n_kv_heads: 32 heads are not divisible by 5 kv heads``.
 Each node's origin is the ``file:line`` of the key that produced it (norms: ``norm``,
-attention: ``attention``, state-space mixers: ``mamba`` / ``mamba2``, residual adds:
-``n_layers``, embedding: ``vocab_size``, ...).
+attention: ``attention``, state-space mixers: ``mamba`` / ``mamba2`` / ``short_conv``,
+residual adds: ``n_layers``, embedding: ``vocab_size``, ...).
 """
 from __future__ import annotations
 
@@ -138,7 +142,7 @@ from irc.errors import SpecError
 from irc.graph import Graph
 
 MODEL_KEYS = ("name", "dtype", "vocab_size", "d_model", "n_layers", "layers", "norm", "attention", "mamba", "mamba2",
-              "mlp", "moe", "tied_embeddings", "final_softcap", "embedding_scale")
+              "short_conv", "mlp", "moe", "tied_embeddings", "final_softcap", "embedding_scale")
 NORM_KEYS = ("kind", "eps", "offset", "sandwich", "bias")
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 NOT_MLA_KEYS = ("n_kv_heads", "head_dim", "qkv_bias", "qk_norm", "window", "window_pattern", "softcap")
@@ -206,8 +210,10 @@ class _Expander:
             self._read_attention(self.attn_f)
         self.mamba_f = self._section("mamba", yaml_ssm.MAMBA_KEYS)
         self.mamba2_f = self._section("mamba2", yaml_ssm.MAMBA2_KEYS)
+        self.conv_f = self._section("short_conv", yaml_ssm.SHORT_CONV_KEYS, kind="conv")
         self.ssm = {"mamba": yaml_ssm.read_mamba(self.mamba_f, self.d_model, self.norm_eps),
-                    "mamba2": yaml_ssm.read_mamba2(self.mamba2_f, self.d_model, self.norm_eps)}
+                    "mamba2": yaml_ssm.read_mamba2(self.mamba2_f, self.d_model, self.norm_eps),
+                    "conv": yaml_ssm.read_short_conv(self.conv_f)}
         self._read_moe(model.sub("moe", MOE_KEYS))
         self._read_mlp(model.sub("mlp", MLP_KEYS))
 
@@ -229,13 +235,15 @@ class _Expander:
         """The first layer whose kind is or contains ``kind``."""
         return next((i for i, k in enumerate(self.kinds) if kind in k.split("+")), None)
 
-    def _section(self, key: str, keys) -> Optional[Fields]:
-        """The mixer section ``key``: required when a layer uses it. A state-space section
-        no layer uses is refused (the pattern was likely forgotten); attention is read."""
-        layer = self._first(key)
+    def _section(self, key: str, keys, kind: Optional[str] = None) -> Optional[Fields]:
+        """The mixer section ``key`` of the layers of ``kind`` (default: ``key``): required
+        when a layer uses it. A state-space section no layer uses is refused (the pattern
+        was likely forgotten); attention is read."""
+        kind = kind or key
+        layer = self._first(kind)
         if layer is None and key != "attention":
             if self.f.data.get(key) is not None:
-                raise self.f.error(key, f"no layer is {key}", hint=f"add {key} layers to model.layers.pattern")
+                raise self.f.error(key, f"no layer is {kind}", hint=f"add {kind} layers to model.layers.pattern")
             return None
         if layer is not None and not self.f.has(key):
             raise self._missing(key, layer, f"is {self.kinds[layer]}")
@@ -414,6 +422,9 @@ class _Expander:
             with m.at(self.attn_f.origin()), _blame(self.attn_f, self._attention_table()):
                 a = self._attention(layer, h)
             return self._norm(m, a, layer.prefix + "post_attn_norm") if self.sandwich else a
+        if mixer == "conv":
+            with m.at(self.conv_f.origin()), _blame(self.conv_f):
+                return layer.short_conv(h, **self.ssm["conv"])
         s = self.mamba_f if mixer == "mamba" else self.mamba2_f
         with m.at(s.origin()), _blame(s, {arg: (s, key) for arg, key in yaml_ssm.MAMBA2_ARGS.items()}):
             return (layer.mamba if mixer == "mamba" else layer.mamba2)(h, **self.ssm[mixer])

@@ -1,8 +1,9 @@
 """The YAML architecture form's layer stack (part of ``frontends.yaml_spec``, whose docstring
-documents the keys): the ``layers`` pattern, the ``mamba`` / ``mamba2`` sections read into
-the arguments of ``Layer.mamba`` / ``Layer.mamba2`` (as ``frontends.hf`` reads a config.json
-into them, so the two build the same graph), and which layers ``moe.layers`` /
-``moe.dense_layers`` make MoE. Every mistake is a ``SpecError`` at the offending key."""
+documents the keys): the ``layers`` pattern, the ``mamba`` / ``mamba2`` / ``short_conv``
+sections read into the arguments of ``Layer.mamba`` / ``Layer.mamba2`` / ``Layer.short_conv``
+(as ``frontends.hf`` reads a config.json into them, so the two build the same graph), and
+which layers ``moe.layers`` / ``moe.dense_layers`` make MoE. Every mistake is a
+``SpecError`` at the offending key."""
 from __future__ import annotations
 
 import math
@@ -18,7 +19,8 @@ MAMBA_KEYS = ("d_inner", "expand", "state_size", "conv_kernel", "dt_rank", "conv
               "norm_eps")
 MAMBA2_KEYS = ("n_heads", "head_dim", "expand", "state_size", "n_groups", "conv_kernel", "conv_bias", "proj_bias",
                "time_step_limit", "norm_eps", "norm_before_gate")
-MIXERS = ("attention", "mamba", "mamba2", "mamba+attention", "mamba2+attention")
+SHORT_CONV_KEYS = ("conv_kernel", "bias")
+MIXERS = ("attention", "mamba", "mamba2", "conv", "mamba+attention", "mamba2+attention")
 FEED_FORWARD = ("mlp", "moe")
 LETTERS = {"M": "mamba2", "*": "attention", "-": "mlp", "E": "moe"}  # Nemotron-H's hybrid_override_pattern
 MAMBA2_ARGS = {"heads": "n_heads", "groups": "n_groups", "norm_group_size": "n_groups", "dt_min": "time_step_limit",
@@ -96,6 +98,13 @@ def read_mamba2(s: Optional[Fields], d_model: int, norm_eps: float) -> Optional[
             "proj_bias": s.get("proj_bias", boolean, False), "dt_min": dt_min, "dt_max": dt_max,
             "norm_eps": s.get("norm_eps", positive_number, norm_eps), "norm_group_size": heads * head_dim // groups,
             "norm_before_gate": s.get("norm_before_gate", boolean, False)}
+
+
+def read_short_conv(s: Optional[Fields]) -> Optional[dict]:
+    """``Layer.short_conv`` arguments (LFM2's conv_L_cache and conv_bias)."""
+    if s is None:
+        return None
+    return {"conv_kernel": s.get("conv_kernel", size, 3), "bias": s.get("bias", boolean, False)}
 
 
 def _time_step_limit(value) -> tuple[float, Optional[float]]:

@@ -157,6 +157,7 @@ def graph_cost(graph: Graph, bindings: dict) -> Cost:
 def _layer_table(graph: Graph, elements: dict) -> dict[int, dict]:
     """Per layer: its params, its block kinds (attention op and window, MLP, mixers) and
     zeroed cache and state counts for ``analyze`` to fill."""
+    convs: set = set()
     layers: dict[int, dict] = {}
     for index in sorted({layer_of(n) for n in graph.params} - {None}):
         layers[index] = {"index": index, "params": 0, "kv_cache_elements_per_token": 0, "window": None,
@@ -183,6 +184,11 @@ def _layer_table(graph: Graph, elements: dict) -> dict[int, dict]:
         if node.op in MIXERS:
             kinds = [k for k in (layers[i]["mixer"] or "").split("+") if k] + [MIXERS[node.op]]
             layers[i]["mixer"] = "+".join(dict.fromkeys(kinds))
+        elif node.op == "causal_conv1d":
+            convs.add(i)
+    for i in convs:  # a convolution with no scan after it is the mixer itself (LFM2's short conv)
+        if layers[i]["mixer"] is None:
+            layers[i]["mixer"] = "conv"
     return layers
 
 

@@ -6,13 +6,24 @@ Written when the graph has genai's decoder signature: ``input_ids``, ``attention
 state-space layer its ``past_key_values.{i}.conv_state`` / ``.recurrent_state`` (genai
 0.18's ``RecurrentState`` finds a recurrent layer by the pair, at any layer index, beside
 the KV caches of the attention layers; the names are its defaults, written out in
-``decoder.inputs``/``outputs``; a layer with only a conv state it finds only through
-``layer_types``, which is not written, so such a graph gets no config) (genai allocates both
+``decoder.inputs``/``outputs``), or only a conv state (LFM2's short convolution: see
+``layer_types`` below); genai allocates both
 caches with one head size; MLA's caches differ, so DeepSeek specs get no config unless
 ``mla-absorb{cache=halves}`` splits the latent cache into two equal halves; nor does
 an int8 cache from ``quantize{kv_cache=true}``, whose ``*_scale`` inputs genai does not
-allocate), and
-``logits`` plus ``present.{i}.key/.value``.
+allocate; and ``logits`` plus ``present.{i}.key/.value``.
+
+A layer with only a conv state genai finds only through ``decoder.layer_types`` (one entry
+per layer: "full_attention" for a KV cache, "conv" for a conv state alone,
+"linear_attention" for a conv and a recurrent state), so that list is written when a graph
+has such layers, and only then. Its ``model.type`` is then "lfm2" when every layer is
+"conv" or "full_attention" (genai's LFM2 cache: conv states and KV caches, as LiquidAI's
+models), else "llama" (its ``ConvKeyValueCache``, which also finds the recurrent layers);
+both ran irc's LFM2 folders with the same tokens (0.18). With that list genai binds a conv
+state to every layer that is not full_attention and gives all conv states one shape, so a
+graph with conv-only layers beside a layer with no state (an MLP alone), a layer with a KV
+cache and a state (Falcon-H1's), or conv states of another shape (a Mamba layer's) gets no
+config.
 
 ``past_present_share_buffer``: true when every layer's attention is ORT's
 GroupQueryAttention, which updates a max-length cache in place when genai hands it the
@@ -33,6 +44,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Optional
 
 from irc.graph import Graph
 from irc.output import OutputFolder
@@ -71,9 +83,9 @@ def decoder_layers(graph: Graph):
         if "recurrent_state" in kinds and "conv_state" not in kinds:
             return None, None, None, (f"layer {i} has a recurrent state without a conv state (genai's RecurrentState "
                                       "finds a recurrent layer by both)")
-        if "conv_state" in kinds and "recurrent_state" not in kinds:
-            return None, None, None, (f"layer {i} carries only a conv state (genai finds such layers only through "
-                                      "layer_types, which irc does not write yet)")
+    reason = _layer_types_reason(inputs, kv, states, layers)
+    if reason:
+        return None, None, None, reason
     layouts = set()
     for i in kv:
         for kind in ("key", "value"):
@@ -101,6 +113,41 @@ def _state_layers(inputs: dict) -> dict:
     return found
 
 
+def _conv_only(states: dict) -> bool:
+    """Has some layer only a conv state (``states``: ``_state_layers``)?"""
+    return any(kinds == ["conv_state"] for kinds in states.values())
+
+
+def _layer_types_reason(inputs: dict, kv: list, states: dict, layers: int) -> str:
+    """Why genai cannot run a graph with conv-only layers through ``layer_types`` ("" when
+    it can, or when there are none): with that list genai 0.18 binds a conv state to every
+    layer that is not full_attention, and allocates every conv state with one shape."""
+    if not _conv_only(states):
+        return ""
+    for i in range(layers):
+        if (i in states) == (i in kv):
+            what = "both a KV cache and a state" if i in kv else "neither a KV cache nor a state"
+            return (f"layer {i} has {what} beside layers with only a conv state (genai's layer_types gives a layer "
+                    "one or the other)")
+    shapes = {tuple(inputs[f"past_key_values.{i}.conv_state"].shape[1:]) for i in states}
+    if len(shapes) > 1:
+        return (f"conv states of {len(shapes)} shapes beside layers with only a conv state (genai allocates them "
+                "all with one)")
+    return ""
+
+
+def layer_types(graph: Graph, layers: int) -> Optional[list]:
+    """genai's ``decoder.layer_types`` (see the module docstring), None unless some layer has
+    only a conv state."""
+    names = {v.name for v in graph.inputs}
+    states = _state_layers(names)
+    if not _conv_only(states):
+        return None
+    kinds = {("conv_state",): "conv", ("conv_state", "recurrent_state"): "linear_attention"}
+    return ["full_attention" if f"past_key_values.{i}.key" in names else kinds[tuple(sorted(states[i]))]
+            for i in range(layers)]
+
+
 def genai_config(graph: Graph, filename: str, context: int, share_buffer: bool = False) -> dict:
     layers, kv_heads, head_size, _ = decoder_layers(graph)
     meta = graph.meta
@@ -125,6 +172,9 @@ def genai_config(graph: Graph, filename: str, context: int, share_buffer: bool =
         "num_hidden_layers": layers,
         "num_key_value_heads": kv_heads,
     }
+    types = layer_types(graph, layers)
+    if types is not None:
+        decoder["layer_types"] = types
     eos = [] if token["eos_token_id"] is None else token["eos_token_id"]
     first_eos = eos[0] if isinstance(eos, list) and eos else None if isinstance(eos, list) else eos
     pad = token["pad_token_id"] if token["pad_token_id"] is not None else first_eos
@@ -135,7 +185,7 @@ def genai_config(graph: Graph, filename: str, context: int, share_buffer: bool =
         "decoder": decoder,
         "eos_token_id": eos,
         "pad_token_id": 0 if pad is None else pad,
-        "type": "llama",
+        "type": "lfm2" if types and set(types) <= {"conv", "full_attention"} else "llama",
         "vocab_size": meta.get("vocab_size", 0),
     }
     search = {**GREEDY, **(meta.get("generation") or {}), "max_length": length,

@@ -21,9 +21,10 @@ gemma2             (1 + w) RMS norms in a sandwich, sqrt(d) embedding scale, tan
 gemma3_text        Gemma 2 + (1 + w) q/k norms, per-layer-type RoPE (local base vs global
                    base and scaling), ``layer_types`` or ``sliding_window_pattern``
 phi3               fused ``qkv_proj`` and ``gate_up_proj`` (split on load), partial rotary
-mamba, mamba2 ...  the state-space families and hybrids: ``frontends.hf.families_ssm``
-                   (mamba, falcon_mamba, mamba2), ``families_hybrid`` (jamba, bamba,
-                   granitemoehybrid, nemotron_h), ``families_composite`` (falcon_h1, zamba2)
+mamba, mamba2 ...  ``families_ssm`` (mamba, falcon_mamba, mamba2), ``families_hybrid``
+                   (jamba, bamba, granitemoehybrid, nemotron_h), ``families_composite``
+                   (falcon_h1, zamba2), ``families_delta`` (qwen3_next, qwen3_5*)
+lfm2, lfm2_moe     short convolutions beside attention layers: ``families_lfm2``
 =================  ==========================================================================
 
 Keys a config.json leaves out take the defaults of transformers' config class for that
@@ -48,7 +49,7 @@ from frontends.hf.config import (Arch, Attention, Config, LayerSpec, RopeSpec, i
                                  string_list)
 from irc.yamlloc import boolean, layer_count, non_negative_int, positive_int, positive_number, size, string
 from frontends.hf.weights import Rows, Source, Stack, Tensor
-from frontends.hf import families_composite, families_ssm
+from frontends.hf import families_composite, families_delta, families_lfm2, families_ssm
 from irc.yamlloc import Bad
 from irc.errors import SpecError
 
@@ -90,6 +91,7 @@ DEFAULTS = {
     "phi3": {**_LLAMA, "rms_norm_eps": 1e-5, "max_position_embeddings": 4096},
     **families_ssm.DEFAULTS,
     **families_composite.DEFAULTS,
+    **families_lfm2.DEFAULTS, **families_delta.DEFAULTS,
 }
 
 # DSL argument -> the config.json key a refusal should name
@@ -366,6 +368,7 @@ FAMILIES = {
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "gemma2": _gemma, "gemma3_text": _gemma,
     **families_ssm.FAMILIES,
     **families_composite.FAMILIES,
+    **families_lfm2.FAMILIES, **families_delta.FAMILIES,
 }
 
 
@@ -447,6 +450,7 @@ LAYOUTS = {  # the families' departures from LAYER_NAMES
              "mlp.w_up": Split("mlp.gate_up_proj.weight", _up_rows)},
     **families_ssm.LAYOUTS,
     **families_composite.LAYOUTS,
+    **families_lfm2.layouts(Experts), **families_delta.LAYOUTS,
 }
 # a layout's "_prefix" (the layers' names, default model.layers.) and "_top" (embed, norm
 # and lm_head, default TOP_NAMES) say where a family departs from Llama's names
@@ -482,10 +486,10 @@ def checkpoint_source(arch: Arch, param: str) -> Source:
 def is_spare(arch: Arch, key: str) -> bool:
     """Checkpoint tensors the model does not use, as transformers does not: the LM head of
     a tied model, cached RoPE tables, extra layers past num_hidden_layers (DeepSeek-V3's
-    multi-token-prediction layer)."""
+    multi-token-prediction layer), names under a layout's ``_spare`` prefixes."""
     if key == "lm_head.weight" and arch.tied:
         return True
-    if key.endswith("rotary_emb.inv_freq"):
+    if key.endswith("rotary_emb.inv_freq") or key.startswith(LAYOUTS[arch.checkpoint].get("_spare", ())):
         return True
     prefix = LAYOUTS[arch.checkpoint].get("_prefix", LAYER_PREFIX)
     match = re.match(re.escape(prefix) + r"(\d+)\.", key)
