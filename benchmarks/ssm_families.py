@@ -2,7 +2,7 @@
 table; asserts nothing.
 
 Each twin is a transformers model built from a tiny config (the tests' ``CASES``:
-``tests/frontends/test_hf_ssm.py`` and ``tests/frontends/test_hf_hybrid.py``), random
+``tests/frontends/test_hf_{ssm,hybrid,lfm2,delta}.py``), random
 weights, saved with ``save_pretrained``. Every tool gets the folder and is held to
 transformers on the same left-padded batch of two prompts (each row against transformers
 running it alone: a padded position must change nothing) and then, one prompt, 16 greedy
@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -39,19 +40,20 @@ NEW = 16
 
 
 def cases() -> dict:
-    from tests.frontends import test_hf_ssm
-    found = {name: (test_hf_ssm, name) for name in test_hf_ssm.CASES}
-    try:
-        from tests.frontends import test_hf_hybrid
-        found.update({name: (test_hf_hybrid, name) for name in test_hf_hybrid.CASES})
-    except ImportError:
-        pass
+    """name -> (the test module that builds it, its name there): every recurrent family's twins."""
+    import importlib
+    found = {}
+    for module in ("test_hf_ssm", "test_hf_hybrid", "test_hf_lfm2", "test_hf_delta"):
+        tests = importlib.import_module(f"tests.frontends.{module}")
+        found.update({name: (tests, name) for name in tests.CASES})
     return found
 
 
 def last_line(text: str) -> str:
+    """The last line that names an error (else the last line), cut to fit a table cell."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return (lines[-1] if lines else "?")[:90]
+    errors = [line for line in lines if "Error" in line or "not supported" in line or "not currently" in line]
+    return ((errors or lines or ["?"])[-1])[:90].replace("|", "/")
 
 
 def verdict(error: float, same_tokens: bool = True) -> str:
@@ -164,7 +166,8 @@ def main() -> None:
         if args.only and name not in args.only.split(","):
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            model, folder = module.build_case(key, os.path.join(tmp, "hf"))
+            model, folder = module.build_case(key, Path(tmp) / "hf")
+            folder = str(folder)
             ids, mask, positions, want, tokens = hf_reference(model, torch)
             cells = irc_row(folder, ids, mask, positions, want, tokens, tmp)
             mobius = peer_cell([os.path.join(bin_dir, "mobius"), "build", "--config", folder, "--dtype", "f32",

@@ -343,7 +343,19 @@ def read_rope(cfg: Config, head_dim: int, params: dict, key: str, *, default_bas
     return RopeSpec(base, convention, scaling, rotary_dim)
 
 
-# ---- attention sizes and the Mamba mixers ---------------------------------------------------
+# ---- attention sizes, layer kinds and the Mamba mixers ------------------------------------------
+
+def layer_types(cfg: Config, n_layers: int, kinds, family: str = "") -> list:
+    """``layer_types`` checked: each entry one of ``kinds``, one entry per layer."""
+    types = cfg.get("layer_types", string_list)
+    for kind in types:
+        if kind not in kinds:
+            raise cfg.unsupported("layer_types", kind, hint=f"{family + ' ' if family else ''}layer kinds: "
+                                                           f"{', '.join(kinds)}")
+    if len(types) != n_layers:
+        raise cfg.error("layer_types", f"has {len(types)} entries for {n_layers} layers (num_hidden_layers)")
+    return types
+
 
 def attention_dims(cfg: Config) -> tuple[int, int, int, int]:
     """(hidden_size, heads, kv heads, head_dim); head_dim defaults to hidden_size / heads."""

@@ -45,8 +45,8 @@ from __future__ import annotations
 import re
 from typing import Callable, Optional
 
-from frontends.hf.config import (Arch, Attention, Config, LayerSpec, RopeSpec, int_list, read_rope, rope_dict,
-                                 string_list)
+from frontends.hf.config import (Arch, Attention, Config, LayerSpec, RopeSpec, attention_dims, int_list, read_rope,
+                                 rope_dict, string_list)
 from irc.yamlloc import boolean, layer_count, non_negative_int, positive_int, positive_number, size, string
 from frontends.hf.weights import Rows, Source, Stack, Tensor
 from frontends.hf import families_composite, families_delta, families_lfm2, families_ssm
@@ -122,17 +122,7 @@ def describe(cfg: Config, name: str) -> Arch:
 
 def _dims(cfg: Config) -> dict:
     """Sizes every family has; head_dim defaults to hidden_size / num_attention_heads."""
-    d = cfg.get("hidden_size", size)
-    heads = cfg.get("num_attention_heads", size)
-    kv_heads = cfg.get("num_key_value_heads", size, heads)
-    head_dim = cfg.get("head_dim", size, None)
-    if head_dim is None:
-        if d % heads:
-            raise cfg.error("num_attention_heads", f"hidden_size {d} is not divisible by {heads} heads",
-                            hint="give head_dim")
-        head_dim = d // heads
-    if heads % kv_heads:
-        raise cfg.error("num_key_value_heads", f"{heads} heads are not divisible by {kv_heads} kv heads")
+    d, heads, kv_heads, head_dim = attention_dims(cfg)
     return {"d": d, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
             "layers": cfg.get("num_hidden_layers", layer_count)}  # sizes within irc.limits
 

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from frontends.hf.config import Arch, Attention, Config, LayerSpec, attention_dims, int_list, read_rope, rope_dict, \
-    string_list
+from frontends.hf.config import (Arch, Attention, Config, LayerSpec, attention_dims, int_list, layer_types, read_rope,
+                                 rope_dict)
 from irc.errors import SpecError
 from irc.yamlloc import boolean, layer_count, non_negative_int, positive_int, positive_number, string
 
@@ -87,13 +87,7 @@ def layer_kinds(cfg: Config, n: int) -> list[str]:
     if not cfg.has("layer_types"):
         interval = cfg.get("full_attention_interval", positive_int)
         return [ATTENTION if (i + 1) % interval == 0 else DELTA for i in range(n)]
-    kinds = cfg.get("layer_types", string_list)
-    for kind in kinds:
-        if kind not in KINDS:
-            raise cfg.unsupported("layer_types", kind, hint=f"layer kinds: {', '.join(KINDS)}")
-    if len(kinds) != n:
-        raise cfg.error("layer_types", f"has {len(kinds)} entries for {n} layers (num_hidden_layers)")
-    return kinds
+    return layer_types(cfg, n, KINDS)
 
 
 def delta_config(cfg: Config, fused: bool) -> dict:

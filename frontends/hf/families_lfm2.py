@@ -44,8 +44,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from frontends.hf.config import Arch, Attention, Config, LayerSpec, attention_dims, int_list, read_rope, rope_dict, \
-    string_list
+from frontends.hf.config import (Arch, Attention, Config, LayerSpec, attention_dims, int_list, layer_types, read_rope,
+                                 rope_dict)
 from irc.yamlloc import boolean, layer_count, non_negative_int, positive_int, positive_number, size
 
 CONV, ATTENTION = "conv", "full_attention"
@@ -75,13 +75,7 @@ def layer_kinds(cfg: Config, n: int, model_type: str) -> list[str]:
         if outside:
             raise cfg.error("full_attn_idxs", f"layer {outside[0]} is not one of the {n} layers (0 to {n - 1})")
         return [ATTENTION if i in attention else CONV for i in range(n)]
-    kinds = cfg.get("layer_types", string_list)
-    for kind in kinds:
-        if kind not in KINDS:
-            raise cfg.unsupported("layer_types", kind, hint=f"LFM2's layer kinds: {', '.join(KINDS)}")
-    if len(kinds) != n:
-        raise cfg.error("layer_types", f"has {len(kinds)} entries for {n} layers (num_hidden_layers)")
-    return kinds
+    return layer_types(cfg, n, KINDS, "LFM2's")
 
 
 def mlp_width(cfg: Config) -> int:

@@ -16,6 +16,7 @@ from irc.errors import SpecError
 from irc.interpreter import generate
 from tests.frontends.test_hf_models import NEW_TOKENS, TOLERANCE, built_once, hf_logits, irc_logits, prompts, \
     randomize, relative_error
+from tests.frontends.test_hf_ssm import unpadded_logits
 
 try:
     import torch
@@ -65,18 +66,6 @@ def build_case(name: str, folder):
     model.generation_config.pad_token_id = 0
     model.save_pretrained(folder)
     return model, folder
-
-
-def unpadded_logits(model, ids, mask) -> np.ndarray:
-    """transformers' logits of each row run alone without its padding, where the row's real
-    tokens sit (``tests.frontends.test_hf_ssm``'s, for a multimodal config too)."""
-    want = np.zeros(ids.shape + (model.config.get_text_config().vocab_size,), np.float32)
-    for row in range(len(ids)):
-        real = mask[row].astype(bool)
-        short = ids[row][real][None, :]
-        ones = np.ones_like(short)
-        want[row, real] = hf_logits(model, short, ones, np.cumsum(ones, axis=1) - 1)[0]
-    return want
 
 
 @pytest.fixture(scope="module")
