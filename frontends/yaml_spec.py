@@ -29,7 +29,10 @@ brackets; ``null`` is allowed where a default is null.
         n_kv_heads: 8                 # gqa: required; mha: = n_heads; mqa: 1
         head_dim: 128                 # [d_model / n_heads]
         qkv_bias: false               # Qwen2 [false]
-        qk_norm: false                # per-head RMS norm of q and k (Qwen3, Gemma3) [false]
+        qk_norm: false                # per-head RMS norm of q and k (Qwen3, Gemma3), with
+                                      # model.norm's eps and offset [false]
+        output_gate: false            # Qwen3-Next: wq also holds a gate per head, the output
+                                      # times sigmoid(gate) goes into wo [false]
         rope: {base: 500000, convention: half, rotary_dim: null,
                scaling: {kind: llama3, factor: 8, low_freq_factor: 1, high_freq_factor: 4,
                          original_max_position: 8192}}
@@ -48,7 +51,8 @@ brackets; ``null`` is allowed where a default is null.
         query_pre_attn_scalar: null   # Gemma: scale = value ** -0.5 (not with scale)
         # kind mla only (DeepSeek): q_lora_rank [null: direct wq], kv_lora_rank,
         # qk_nope_head_dim, qk_rope_head_dim, v_head_dim (required); rope [base 10000,
-        # interleaved]; n_kv_heads, head_dim, qkv_bias, qk_norm, window and softcap do not apply
+        # interleaved]; n_kv_heads, head_dim, qkv_bias, qk_norm, output_gate, window and
+        # softcap do not apply
       mlp: {kind: swiglu, d_ff: 14336}  # kind swiglu | geglu | gelu | relu2 (squared ReLU,
                                       # ungated: Nemotron-H); approximate tanh | none [geglu
                                       # tanh, gelu none]; bias [false, gelu and relu2 only].
@@ -100,12 +104,23 @@ brackets; ``null`` is allowed where a default is null.
       short_conv:                     # LFM2's gated short convolution; for conv layers
         conv_kernel: 3                # conv_L_cache: taps, the conv state keeps 2 [3]
         bias: false                   # conv_bias: in_proj, conv and out_proj biases [false]
+      gated_delta:                    # Qwen3-Next / Qwen3.5 gated DeltaNet; for gated_delta layers
+        linear_num_key_heads: 16      # [16]
+        linear_num_value_heads: 32    # a multiple of the key heads [32]
+        linear_key_head_dim: 128      # [128]
+        linear_value_head_dim: 128    # [128]
+        linear_conv_kernel_dim: 4     # taps of the causal conv over q|k|v [4]
+        projections: split            # split: in_proj_qkv/z/b/a (Qwen3.5) | fused: in_proj_qkvz
+                                      # and in_proj_ba grouped by key head (Qwen3-Next) [split]
+        conv_bias: false              # [false]
+        norm_eps: null                # the gated RMS norm's eps [model.norm.eps]
       tied_embeddings: false          # LM head reuses @embed [false]
       final_softcap: null             # logit soft-cap (Gemma 2: 30)
       embedding_scale: null           # a number, or sqrt_d_model (Gemma)
 
 Layer kinds: ``attention``, ``mamba``, ``mamba2``, ``conv`` (LFM2's short convolution,
-``short_conv``) (one mixer on the layer's norm, then a residual add), ``mamba+attention`` /
+``short_conv``), ``gated_delta`` (Qwen3-Next's gated DeltaNet, ``gated_delta``) (one mixer
+on the layer's norm, then a residual add), ``mamba+attention`` /
 ``mamba2+attention`` (both mixers on one norm, their outputs summed into one residual add,
 the state-space mixer first: Falcon-H1's parallel hybrid heads), ``mlp``, ``moe``
 (a feed-forward block alone: Nemotron-H's ``-`` and ``E``; ``moe`` is irc's gated-expert
@@ -115,15 +130,15 @@ choose) -> residual; without it a mixer layer is the mixer alone (Mamba, Nemotro
 norms are named as ``frontends.hf.build`` names them, so the three forms give the same
 graph: ``attn_norm`` before attention (and before a parallel pair), ``ssm_norm`` before a
 state-space mixer, ``mlp_norm`` before a feed-forward block, ``norm`` at the end. A mixer
-section (``attention``, ``mamba``, ``mamba2``, ``short_conv`` for conv layers) is required
+section (``attention``, ``mamba``, ``mamba2``, ``short_conv`` for conv layers, ``gated_delta``) is required
 when a layer uses it; a state-space section that no layer uses is refused (a forgotten
-``layers`` pattern). The layer stack's readers (pattern, mamba/mamba2/short_conv sections,
+``layers`` pattern). The layer stack's readers (pattern, mamba/mamba2/short_conv/gated_delta sections,
 MoE layers) are ``frontends.yaml_ssm``.
 
 Errors are ``SpecError`` at the offending key's file:line:col, the message starting with
 its key path: ``model.attention.n_kv_heads: 32 heads are not divisible by 5 kv heads``.
 Each node's origin is the ``file:line`` of the key that produced it (norms: ``norm``,
-attention: ``attention``, state-space mixers: ``mamba`` / ``mamba2`` / ``short_conv``,
+attention: ``attention``, state-space mixers: ``mamba`` / ``mamba2`` / ``short_conv`` / ``gated_delta``,
 residual adds: ``n_layers``, embedding: ``vocab_size``, ...).
 """
 from __future__ import annotations
@@ -142,10 +157,11 @@ from irc.errors import SpecError
 from irc.graph import Graph
 
 MODEL_KEYS = ("name", "dtype", "vocab_size", "d_model", "n_layers", "layers", "norm", "attention", "mamba", "mamba2",
-              "short_conv", "mlp", "moe", "tied_embeddings", "final_softcap", "embedding_scale")
+              "short_conv", "gated_delta", "mlp", "moe", "tied_embeddings", "final_softcap", "embedding_scale")
 NORM_KEYS = ("kind", "eps", "offset", "sandwich", "bias")
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-NOT_MLA_KEYS = ("n_kv_heads", "head_dim", "qkv_bias", "qk_norm", "window", "window_pattern", "softcap")
+NOT_MLA_KEYS = ("n_kv_heads", "head_dim", "qkv_bias", "qk_norm", "output_gate", "window", "window_pattern",
+                "softcap")
 ATTENTION_KEYS = ("kind", "n_heads", "rope", "scale", "query_pre_attn_scalar") + NOT_MLA_KEYS + MLA_KEYS
 ROPE_KEYS = ("base", "convention", "rotary_dim", "scaling", "decomposed")
 MLP_KEYS = ("kind", "d_ff", "approximate", "bias")
@@ -211,9 +227,11 @@ class _Expander:
         self.mamba_f = self._section("mamba", yaml_ssm.MAMBA_KEYS)
         self.mamba2_f = self._section("mamba2", yaml_ssm.MAMBA2_KEYS)
         self.conv_f = self._section("short_conv", yaml_ssm.SHORT_CONV_KEYS, kind="conv")
+        self.delta_f = self._section("gated_delta", yaml_ssm.GATED_DELTA_KEYS)
         self.ssm = {"mamba": yaml_ssm.read_mamba(self.mamba_f, self.d_model, self.norm_eps),
                     "mamba2": yaml_ssm.read_mamba2(self.mamba2_f, self.d_model, self.norm_eps),
-                    "conv": yaml_ssm.read_short_conv(self.conv_f)}
+                    "conv": yaml_ssm.read_short_conv(self.conv_f),
+                    "gated_delta": yaml_ssm.read_gated_delta(self.delta_f, self.norm_eps)}
         self._read_moe(model.sub("moe", MOE_KEYS))
         self._read_mlp(model.sub("mlp", MLP_KEYS))
 
@@ -289,6 +307,7 @@ class _Expander:
         self.head_dim = a.get("head_dim", positive_int, None)
         self.qkv_bias = a.get("qkv_bias", boolean, False)
         self.qk_norm = a.get("qk_norm", boolean, False)
+        self.output_gate = a.get("output_gate", boolean, False)
         self.softcap = a.get("softcap", optional(positive_number), None)
         self.window = a.get("window", optional(positive_int), None)
         pattern = a.items("window_pattern", choice("local", "global"))
@@ -425,6 +444,10 @@ class _Expander:
         if mixer == "conv":
             with m.at(self.conv_f.origin()), _blame(self.conv_f):
                 return layer.short_conv(h, **self.ssm["conv"])
+        if mixer == "gated_delta":
+            s = self.delta_f
+            with m.at(s.origin()), _blame(s, {arg: (s, key) for arg, key in yaml_ssm.GATED_DELTA_ARGS.items()}):
+                return layer.gated_delta(h, **self.ssm["gated_delta"])
         s = self.mamba_f if mixer == "mamba" else self.mamba2_f
         with m.at(s.origin()), _blame(s, {arg: (s, key) for arg, key in yaml_ssm.MAMBA2_ARGS.items()}):
             return (layer.mamba if mixer == "mamba" else layer.mamba2)(h, **self.ssm[mixer])
@@ -448,7 +471,8 @@ class _Expander:
         return layer.attention(h, self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim,
                                rope=self.rope, window=self.window if local else None, softcap=self.softcap,
                                scale=self.scale, qkv_bias=self.qkv_bias, qk_norm=self.qk_norm,
-                               qk_norm_eps=self.norm_eps, qk_norm_offset=self.norm_offset)
+                               qk_norm_eps=self.norm_eps, qk_norm_offset=self.norm_offset,
+                               output_gate=self.output_gate)
 
     def _feed_forward(self, m: Model, layer, h, ffn: str):
         if ffn == "moe":

@@ -1,6 +1,7 @@
 """The YAML architecture form's layer stack (part of ``frontends.yaml_spec``, whose docstring
-documents the keys): the ``layers`` pattern, the ``mamba`` / ``mamba2`` / ``short_conv``
-sections read into the arguments of ``Layer.mamba`` / ``Layer.mamba2`` / ``Layer.short_conv``
+documents the keys): the ``layers`` pattern, the ``mamba`` / ``mamba2`` / ``short_conv`` / ``gated_delta``
+sections read into the arguments of ``Layer.mamba`` / ``Layer.mamba2`` / ``Layer.short_conv`` /
+``Layer.gated_delta``
 (as ``frontends.hf`` reads a config.json into them, so the two build the same graph), and
 which layers ``moe.layers`` / ``moe.dense_layers`` make MoE. Every mistake is a
 ``SpecError`` at the offending key."""
@@ -20,7 +21,12 @@ MAMBA_KEYS = ("d_inner", "expand", "state_size", "conv_kernel", "dt_rank", "conv
 MAMBA2_KEYS = ("n_heads", "head_dim", "expand", "state_size", "n_groups", "conv_kernel", "conv_bias", "proj_bias",
                "time_step_limit", "norm_eps", "norm_before_gate")
 SHORT_CONV_KEYS = ("conv_kernel", "bias")
-MIXERS = ("attention", "mamba", "mamba2", "conv", "mamba+attention", "mamba2+attention")
+GATED_DELTA_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+                    "linear_conv_kernel_dim", "projections", "conv_bias", "norm_eps")
+GATED_DELTA_ARGS = {"key_heads": "linear_num_key_heads", "value_heads": "linear_num_value_heads",
+                    "key_dim": "linear_key_head_dim", "value_dim": "linear_value_head_dim",
+                    "conv_kernel": "linear_conv_kernel_dim"}  # Layer.gated_delta argument -> its YAML key
+MIXERS = ("attention", "mamba", "mamba2", "conv", "gated_delta", "mamba+attention", "mamba2+attention")
 FEED_FORWARD = ("mlp", "moe")
 LETTERS = {"M": "mamba2", "*": "attention", "-": "mlp", "E": "moe"}  # Nemotron-H's hybrid_override_pattern
 MAMBA2_ARGS = {"heads": "n_heads", "groups": "n_groups", "norm_group_size": "n_groups", "dt_min": "time_step_limit",
@@ -105,6 +111,22 @@ def read_short_conv(s: Optional[Fields]) -> Optional[dict]:
     if s is None:
         return None
     return {"conv_kernel": s.get("conv_kernel", size, 3), "bias": s.get("bias", boolean, False)}
+
+
+def read_gated_delta(s: Optional[Fields], norm_eps: float) -> Optional[dict]:
+    """``Layer.gated_delta`` arguments from Qwen3-Next's config names (its defaults)."""
+    if s is None:
+        return None
+    key_heads = s.get("linear_num_key_heads", size, 16)
+    value_heads = s.get("linear_num_value_heads", size, 32)
+    if value_heads % key_heads:
+        raise s.error("linear_num_value_heads", f"{value_heads} value heads are not a multiple of {key_heads} "
+                                                f"key heads", hint="each key head serves a whole group of value heads")
+    return {"key_heads": key_heads, "value_heads": value_heads, "key_dim": s.get("linear_key_head_dim", size, 128),
+            "value_dim": s.get("linear_value_head_dim", size, 128),
+            "conv_kernel": s.get("linear_conv_kernel_dim", size, 4),
+            "projections": s.get("projections", choice("split", "fused"), "split"),
+            "conv_bias": s.get("conv_bias", boolean, False), "norm_eps": s.get("norm_eps", positive_number, norm_eps)}
 
 
 def _time_step_limit(value) -> tuple[float, Optional[float]]:

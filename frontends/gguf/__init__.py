@@ -8,7 +8,7 @@
 included. Stages, one module each: ``reader`` opens the file(s) with the ``gguf``
 package's reader (metadata, tensor directory; data memory-mapped); ``families`` (with
 ``arch``, ``ssm`` for mamba, mamba2, jamba, and ``hybrid`` for granitehybrid, nemotron_h,
-falcon-h1) maps the architecture's keys onto the ``Arch``
+falcon-h1, ``linear`` for lfm2, qwen3next, qwen35, qwen35moe) maps the architecture's keys onto the ``Arch``
 the Hugging Face frontend builds, and ``frontends.hf.build.expand`` makes the same graph from it; ``layout`` and
 ``tensors`` name each param's tensor and undo the converter's changes; ``quantized``
 attaches lazy data, keeping the block formats ``blocks`` can express exactly as
@@ -48,7 +48,8 @@ GGUF_KEYS = {"n": "block_count", "vocab": "vocab_size", "d_model": "embedding_le
              "shared_d_ff": "expert_shared_feed_forward_length", "kv_lora_rank": "attention.kv_lora_rank",
              "q_lora_rank": "attention.q_lora_rank", "qk_rope_head_dim": "rope.dimension_count",
              "qk_nope_head_dim": "attention.key_length_mla", "v_head_dim": "attention.value_length_mla",
-             "routed_scale": "expert_weights_scale", **ssm.KEYS}
+             "routed_scale": "expert_weights_scale", **ssm.KEYS,
+             "key_heads": "ssm.group_count", "value_heads": "ssm.time_step_rank", "key_dim": "ssm.state_size"}
 TOKEN_IDS = {"bos_token_id": "tokenizer.ggml.bos_token_id", "eos_token_id": "tokenizer.ggml.eos_token_id",
              "pad_token_id": "tokenizer.ggml.padding_token_id"}
 

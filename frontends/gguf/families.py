@@ -30,6 +30,7 @@ deepseek2  MLA (q_lora or direct q; ``key_length_mla``/``value_length_mla``, or 
            (DeepSeek-V3), ``expert_weights_norm``, ``expert_weights_scale``, groups
 mamba ...  Mamba-1 (Falcon-Mamba with ``ssm.dt_b_c_rms``), mamba2, jamba: ``frontends.gguf.ssm``
 hybrids    granitehybrid (Granite-4.0-H and Bamba), nemotron_h, falcon-h1: ``frontends.gguf.hybrid``
+linear     lfm2 (short convolutions), qwen3next, qwen35, qwen35moe (gated DeltaNet): ``frontends.gguf.linear``
 =========  ================================================================================
 
 A layer is MoE exactly when its block has ``ffn_gate_inp``. Every error is a SpecError
@@ -39,7 +40,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from frontends.gguf import hybrid, ssm
+from frontends.gguf import hybrid, linear, ssm
 from frontends.gguf.arch import Hparams, dense_mlp, make_arch, moe_layers, read_dims, read_rope, window_layers
 from frontends.gguf.reader import GGUFFile
 from frontends.hf.config import Arch, Attention, LayerSpec
@@ -171,4 +172,4 @@ def _deepseek_moe(hp: Hparams, gating: str) -> dict:
 
 FAMILIES = {"llama": _llama_like, "qwen2": _llama_like, "qwen3": _llama_like, "qwen2moe": _llama_like,
             "qwen3moe": _llama_like, "phi3": _llama_like, "gemma2": _gemma, "gemma3": _gemma,
-            "deepseek2": _deepseek, **ssm.FAMILIES, **hybrid.FAMILIES}
+            "deepseek2": _deepseek, **ssm.FAMILIES, **hybrid.FAMILIES, **linear.FAMILIES}

@@ -4,14 +4,15 @@
 param name (``layers.3.attn.wq`` -> ``blk.3.attn_q.weight``, un-permuted for Llama,
 granitehybrid and nemotron_h). The names and the converter's changes are listed in
 ``frontends.gguf.tensors`` (the state-space layers' in ``frontends.gguf.ssm``, the hybrids'
-departures in ``frontends.gguf.hybrid``); ``consumed`` names the tensors the architecture
+departures in ``frontends.gguf.hybrid``, LFM2's and the gated DeltaNets' in
+``frontends.gguf.linear``); ``consumed`` names the tensors the architecture
 itself reads (Llama 3's ``rope_freqs``).
 """
 from __future__ import annotations
 
 import re
 
-from frontends.gguf import hybrid, ssm
+from frontends.gguf import hybrid, linear, ssm
 from frontends.gguf.reader import GGUFFile
 from frontends.gguf.tensors import LAYER, TOP, KvFromHalves, TensorSource
 from frontends.hf.config import Arch
@@ -30,6 +31,12 @@ class Layout:
         self.consumed = {"rope_freqs.weight"} & set(gguf.tensors)
 
     def source(self, param: str):
+        if self.gguf.arch in linear.FAMILIES:
+            match = LAYER_PARAM.fullmatch(param)
+            block, suffix = (f"blk.{match.group(1)}.", match.group(2)) if match else (None, None)
+            found = linear.source(self.arch, self.gguf, param, block, suffix)
+            if found is not None:
+                return found
         if param in TOP:
             return TensorSource(TOP[param], offset=self._offset(param))
         match = LAYER_PARAM.fullmatch(param)

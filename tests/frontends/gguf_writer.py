@@ -480,3 +480,146 @@ def write_hybrid(path, model, folder, arch: str, *, qtype=None) -> str:
         else:
             tensors[name] = data.astype(np.float32)
     return write_file(path, arch, {"general.name": "tiny", **hybrid_keys(model.config, arch)}, tensors)
+
+
+# ---- LFM2Model (lfm2), Qwen3NextModel (qwen3next), Qwen3_5TextModel / Qwen3_5MoeTextModel (qwen35, qwen35moe) ----
+
+LINEAR = {"lfm2": "LFM2", "qwen3next": "QWEN3NEXT", "qwen35": "QWEN35", "qwen35moe": "QWEN35MOE"}
+
+
+def lfm2_ff_dim(config) -> int:
+    """``LFM2Model._add_feed_forward_length``."""
+    ff_dim = getattr(config, "block_ff_dim", None) or config.intermediate_size
+    if config.block_auto_adjust_ff_dim:
+        ff_dim = int(2 * ff_dim / 3)
+        if config.block_ffn_dim_multiplier is not None:
+            ff_dim = int(config.block_ffn_dim_multiplier * ff_dim)
+        ff_dim = config.block_multiple_of * ((ff_dim + config.block_multiple_of - 1) // config.block_multiple_of)
+    return ff_dim
+
+
+def linear_keys(config, arch: str) -> dict:
+    """The keys ``LFM2Model`` / ``Qwen3NextModel`` (and Qwen3.5's classes) write, by full name."""
+    heads, d = config.num_attention_heads, config.hidden_size
+    rope = _rope_params(config)
+    keys = {"block_count": config.num_hidden_layers, "context_length": config.max_position_embeddings,
+            "embedding_length": d, "attention.head_count": heads, "rope.freq_base": float(rope.get("rope_theta", 1e4)),
+            "vocab_size": config.vocab_size}
+    if arch == "lfm2":
+        keys.update({"feed_forward_length": lfm2_ff_dim(config), "shortconv.l_cache": config.conv_L_cache,
+                     "attention.layer_norm_rms_epsilon": float(config.norm_eps),
+                     "attention.head_count_kv": [config.num_key_value_heads if kind != "conv" else 0
+                                                 for kind in config.layer_types]})
+        return {f"{arch}.{key}": value for key, value in keys.items()}
+    head_dim = getattr(config, "head_dim", None) or d // heads
+    keys.update({"attention.head_count_kv": config.num_key_value_heads, "key_length": head_dim,
+                 "value_length": head_dim, "attention.layer_norm_rms_epsilon": float(config.rms_norm_eps),
+                 "ssm.conv_kernel": config.linear_conv_kernel_dim, "ssm.state_size": config.linear_key_head_dim,
+                 "ssm.group_count": config.linear_num_key_heads, "ssm.time_step_rank": config.linear_num_value_heads,
+                 "ssm.inner_size": config.linear_value_head_dim * config.linear_num_value_heads,
+                 "full_attention_interval": getattr(config, "full_attention_interval", 4),
+                 "rope.dimension_count": int(head_dim * rope.get("partial_rotary_factor", 0.25))})
+    keys["attention.key_length"], keys["attention.value_length"] = keys.pop("key_length"), keys.pop("value_length")
+    if getattr(config, "intermediate_size", None):
+        keys["feed_forward_length"] = config.intermediate_size
+    if getattr(config, "num_experts", None):
+        keys.update({"expert_count": config.num_experts, "expert_used_count": config.num_experts_per_tok,
+                     "expert_feed_forward_length": config.moe_intermediate_size,
+                     "expert_shared_feed_forward_length": config.shared_expert_intermediate_size})
+    if arch != "qwen3next":
+        keys["rope.dimension_sections"] = list(rope.get("mrope_section", [11, 11, 10])) + [0]
+    return {f"{arch}.{key}": value for key, value in keys.items()}
+
+
+def reorder_v_heads(data: np.ndarray, axis: int, key_heads: int, per_key: int, width: int) -> np.ndarray:
+    """``_LinearAttentionVReorderBase._reorder_v_heads``: value heads grouped by key head ->
+    tiled (head i of every key head together), along ``axis``."""
+    data = np.moveaxis(data, axis, 0)
+    shape = data.shape
+    tiled = data.reshape(key_heads, per_key, width, *shape[1:]).swapaxes(0, 1).reshape(shape)
+    return np.ascontiguousarray(np.moveaxis(tiled, 0, axis))
+
+
+def _v_reorder(key: str, data: np.ndarray, config) -> np.ndarray:
+    k_heads, v_heads = config.linear_num_key_heads, config.linear_num_value_heads
+    if k_heads == v_heads or "linear_attn." not in key:
+        return data
+    k_dim, v_dim, per_key = config.linear_key_head_dim, config.linear_value_head_dim, v_heads // k_heads
+    qk = 2 * k_heads * k_dim
+    if ".in_proj_qkv." in key:
+        return np.concatenate([data[:qk], reorder_v_heads(data[qk:], 0, k_heads, per_key, v_dim)])
+    if ".in_proj_z." in key:
+        return reorder_v_heads(data, 0, k_heads, per_key, v_dim)
+    if ".in_proj_b." in key or ".in_proj_a." in key or key.endswith((".A_log", ".dt_bias")):
+        return reorder_v_heads(data, 0, k_heads, per_key, 1)
+    if ".conv1d" in key:
+        data = data.squeeze()
+        return np.concatenate([data[:qk], reorder_v_heads(data[qk:], 0, k_heads, per_key, v_dim)])
+    if ".out_proj." in key:
+        return reorder_v_heads(data, 1, k_heads, per_key, v_dim)
+    return data
+
+
+def _linear_tensors(model, arch: str, fused: bool):
+    config = model.config
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[LINEAR[arch]], config.num_hidden_layers)
+    for key, value in model.state_dict().items():
+        data = value.detach().float().numpy().copy()
+        block = key.split(".")[2] if key.startswith("model.layers.") else None
+        if key == "lm_head.weight" and config.tie_word_embeddings:
+            continue
+        if arch == "lfm2":
+            if "conv.conv" in key and data.ndim == 3:  # the converter's squeeze(1) (its bias, 1-D, would fail there)
+                data = data.squeeze(1)
+            yield names.get_name(key, try_suffixes=(".weight", ".bias")), data
+            continue
+        if arch != "qwen3next":
+            data = _v_reorder(key, data, config)
+        if key.endswith(".A_log"):
+            data = -np.exp(data.astype(np.float64)).astype(np.float32)
+        elif key.endswith(".dt_bias"):
+            key = key[:-len(".dt_bias")] + ".dt_proj.bias"
+        elif "conv1d" in key:
+            data = data.squeeze()
+        elif key.endswith("norm.weight") and not key.endswith("linear_attn.norm.weight"):
+            data = data + 1
+        if key.endswith("experts.gate_up_proj"):
+            half = data.shape[1] // 2
+            yield f"blk.{block}.ffn_gate_exps.weight", data[:, :half]
+            yield f"blk.{block}.ffn_up_exps.weight", data[:, half:]
+            continue
+        if key.endswith("experts.down_proj"):
+            yield f"blk.{block}.ffn_down_exps.weight", data
+            continue
+        if key.endswith("shared_expert_gate.weight"):
+            data = data.reshape(-1)
+        if "in_proj_qkvz.weight" in key and not fused:  # per key head [q, k, v, z] -> all q | all k | all v, z
+            k_dim, v_dim = config.linear_key_head_dim, config.linear_value_head_dim
+            k_heads, v_heads = config.linear_num_key_heads, config.linear_num_value_heads
+            split = np.cumsum([k_dim, k_dim, v_heads // k_heads * v_dim])
+            q, k, v, z = np.split(data.T.reshape(-1, k_heads, data.shape[0] // k_heads), split, axis=-1)
+            flat = [part.reshape(data.shape[1], -1) for part in (q, k, v, z)]
+            yield f"blk.{block}.attn_qkv.weight", np.ascontiguousarray(np.concatenate(flat[:3], axis=-1).T)
+            yield f"blk.{block}.attn_gate.weight", np.ascontiguousarray(flat[3].T)
+            continue
+        name = names.get_name(key, try_suffixes=(".weight", ".bias"))
+        assert name is not None, key
+        yield name, data
+
+
+def linear_converted(model, arch: str, fused: bool = False) -> dict:
+    """{GGUF name: float32 array} of an LFM2 / Qwen3-Next / Qwen3.5 model as the converter
+    writes it (``fused``: an older Qwen3-Next file, in_proj_qkvz kept as ``ssm_in``)."""
+    return {name: data.astype(np.float32) for name, data in _linear_tensors(model, arch, fused)}
+
+
+def write_linear(path, model, arch: str, *, qtype=None, fused: bool = False) -> str:
+    """``model`` as a GGUF file of ``arch`` (lfm2, qwen3next, qwen35, qwen35moe)."""
+    tensors = {}
+    for name, data in linear_converted(model, arch, fused).items():
+        if _quantizable(name, data, qtype) and "ssm_a" not in name:
+            raw = gguf.quants.quantize(data, qtype)
+            tensors[name] = (raw, qtype)
+        else:
+            tensors[name] = data
+    return write_file(path, arch, linear_keys(model.config, arch), tensors)

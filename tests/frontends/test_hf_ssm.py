@@ -116,12 +116,15 @@ def unpadded_logits(model, ids, mask) -> np.ndarray:
     row's real tokens sit: what a left-padded row must give. (transformers' own padded row
     differs when in_proj has a bias: in_proj(0) = bias enters the convolution at the padded
     positions; irc's padded positions change neither state.)"""
-    want = np.zeros(ids.shape + (model.config.get_text_config().vocab_size,), np.float32)
+    want = None
     for row in range(len(ids)):
         real = mask[row].astype(bool)
         short = ids[row][real][None, :]
         ones = np.ones_like(short)
-        want[row, real] = hf_logits(model, short, ones, np.cumsum(ones, axis=1) - 1)[0]
+        logits = hf_logits(model, short, ones, np.cumsum(ones, axis=1) - 1)[0]
+        if want is None:
+            want = np.zeros(ids.shape + logits.shape[-1:], np.float32)
+        want[row, real] = logits
     return want
 
 
