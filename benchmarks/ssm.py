@@ -90,7 +90,7 @@ MODELS = {"mamba2-130m": mamba2_130m, "granite-h-small-ish": lambda: hybrid(6, "
 
 def compile_model(graph, folder: str, lowerings=None) -> str:
     path = os.path.join(folder, "model.onnx")
-    emit_model(graph, path, target="onnx-ort", genai=False, lowerings=lowerings)
+    emit_model(graph, path, target="onnx-ort", genai=False, lowerings=lowerings, context=max(CONTEXTS + PREFILL))
     return path
 
 
