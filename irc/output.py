@@ -80,6 +80,7 @@ class OutputFolder:
                                   location=self.directory) from None
         except BaseException as err:
             self.__exit__(type(err), err, None)
+            _remove_own_staging(self.directory)  # SIGTERM inside mkdtemp: made, but not yet ours by name
             raise
         return self
 
@@ -158,6 +159,14 @@ def write_atomic(path: str, data: str | bytes) -> str:
 def free_bytes(path: str) -> int:
     """Free bytes on the disk holding ``path`` (a seam the tests replace)."""
     return shutil.disk_usage(path).free
+
+
+def _remove_own_staging(directory: str) -> None:
+    """Remove this process's staging folders in ``directory`` (``PREFIX{pid}-*``)."""
+    own = f"{PREFIX}{os.getpid()}-"
+    for name in os.listdir(directory) if os.path.isdir(directory) else []:
+        if name.startswith(own):
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
 
 def remove_stale(directory: str) -> None:
