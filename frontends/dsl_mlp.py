@@ -41,9 +41,9 @@ class MlpLayer:
         one_of("approximate", approximate, ("tanh", "none"), self.model.origin())
         return self._gated("geglu", x, d_ff, {"approximate": approximate})
 
-    def relu2_mlp(self, x: Tensor, d_ff: int, bias: bool = False) -> Tensor:
-        """down(relu(up(x) + b_up)^2) + b_down (Nemotron-H's squared-ReLU MLP), as primitives;
-        weights ``mlp.w_up`` [d_ff, d], ``mlp.w_down`` [d, d_ff] (biases ``b_up``, ``b_down``)."""
+    def _up_down(self, x: Tensor, d_ff: int, bias: bool) -> tuple:
+        """The weights of an ungated MLP: ``mlp.w_up`` [d_ff, d], ``mlp.w_down`` [d, d_ff] and,
+        with ``bias``, ``mlp.b_up`` / ``mlp.b_down`` (else None)."""
         m, p = self.model, self.prefix
         d = m._features(x)
         positive("d_ff", d_ff, m.origin())
@@ -51,6 +51,13 @@ class MlpLayer:
         w_down = m.param(f"{p}mlp.w_down", (d, d_ff))
         b_up = m.param(f"{p}mlp.b_up", (d_ff,)) if bias else None
         b_down = m.param(f"{p}mlp.b_down", (d,)) if bias else None
+        return w_up, w_down, b_up, b_down
+
+    def relu2_mlp(self, x: Tensor, d_ff: int, bias: bool = False) -> Tensor:
+        """down(relu(up(x) + b_up)^2) + b_down (Nemotron-H's squared-ReLU MLP), as primitives;
+        weights ``mlp.w_up`` [d_ff, d], ``mlp.w_down`` [d, d_ff] (biases ``b_up``, ``b_down``)."""
+        m, p = self.model, self.prefix
+        w_up, w_down, b_up, b_down = self._up_down(x, d_ff, bias)
         self._note_mlp("relu2", d_ff)
         up = m.emit("linear", [x, w_up, b_up], None, f"{p}mlp_up")[0]
         zero = m.emit("constant", [], {"value": 0.0}, f"{p}mlp_zero")[0]
@@ -62,11 +69,6 @@ class MlpLayer:
         """down(gelu(up(x) + b_up)) + b_down (GPT-2 style)."""
         m, p = self.model, self.prefix
         one_of("approximate", approximate, ("tanh", "none"), m.origin())
-        d = m._features(x)
-        positive("d_ff", d_ff, m.origin())
-        w_up = m.param(f"{p}mlp.w_up", (d_ff, d))
-        w_down = m.param(f"{p}mlp.w_down", (d, d_ff))
-        b_up = m.param(f"{p}mlp.b_up", (d_ff,)) if bias else None
-        b_down = m.param(f"{p}mlp.b_down", (d,)) if bias else None
+        w_up, w_down, b_up, b_down = self._up_down(x, d_ff, bias)
         self._note_mlp("gelu", d_ff)
         return m.emit("gelu_mlp", [x, w_up, w_down, b_up, b_down], {"approximate": approximate}, f"{p}mlp_out")[0]

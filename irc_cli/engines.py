@@ -79,10 +79,9 @@ def _fed_back(name: str, outputs: dict, past: np.ndarray, state: bool) -> np.nda
 
 def interpreter(graph, prompt, max_new_tokens, eos, clock, seed: int = 0) -> Result:
     """A graph in the reference interpreter (absent weights seeded by name, ``seed``)."""
-    from backends.onnx.runtime import interpreter_engine
+    from backends.onnx.runtime import empty_caches, interpreter_engine
 
-    caches = {v.name: np.zeros(dims.evaluate_shape(v.shape, {"B": 1, "P": 0}), v.dtype.numpy)
-              for v in graph.inputs if v.name.startswith("past_key_values.")}
+    caches = empty_caches(graph, 1)
     tokens, last = greedy_loop(interpreter_engine(graph, seed), caches, prompt, max_new_tokens, eos, clock)
     return Result(tokens, "reference interpreter", last)
 

@@ -14,6 +14,7 @@ from typing import Callable, Mapping, Optional
 import numpy as np
 
 from irc import dims
+from irc.analysis import past_inputs
 from irc.graph import Graph
 
 Engine = Callable[[Mapping[str, np.ndarray]], dict]
@@ -66,13 +67,14 @@ def left_padded(prompts: list, pad_id: int = 0) -> dict:
 
 
 def cache_names(graph: Graph) -> list[str]:
-    return [v.name for v in graph.inputs if v.name.startswith("past_key_values.")]
+    return [v.name for v in past_inputs(graph)]
 
 
 def empty_caches(graph: Graph, batch: int) -> dict:
-    """Zero-length past caches [B, K, 0, D] for every past_key_values input."""
+    """Zero-length past caches [B, K, 0, D] and zero recurrent states for every
+    past_key_values input."""
     return {v.name: np.zeros(dims.evaluate_shape(v.shape, {"B": batch, "P": 0}), v.dtype.numpy)
-            for v in graph.inputs if v.name.startswith("past_key_values.")}
+            for v in past_inputs(graph)}
 
 
 def greedy(engine: Engine, graph: Graph, prompts: list, new_tokens: int, pad_id: int = 0) -> dict:
