@@ -16,22 +16,14 @@ greedy tokens, and prefill of 128 / 1,024 tokens and decode tokens/s in onnxrunt
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import tempfile
-
-import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from big_checkpoint import write_tokenizer  # noqa: E402
-from cpu_speed import generate  # noqa: E402
-from int4_real import set_threads  # noqa: E402
-from lfm2_vs_builder import (GREEDY, PROMPT, SHORT, TOOLS, compile_all, greedy_matches, logits_errors,  # noqa: E402
-                             speeds)
-from quantize_onnx import disk_bytes  # noqa: E402
+from lfm2_vs_builder import arguments, compare  # noqa: E402
 
 TEXT = dict(vocab_size=32000, hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2,
             head_dim=64, intermediate_size=1408, linear_num_key_heads=4, linear_num_value_heads=8,
@@ -39,9 +31,6 @@ TEXT = dict(vocab_size=32000, hidden_size=512, num_hidden_layers=8, num_attentio
             bos_token_id=1, eos_token_id=2, pad_token_id=0)
 VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=512, patch_size=4,
               num_position_embeddings=16)
-COLUMNS = ["compile", "size", "logits, 1 row", "logits, left-padded 2", f"genai greedy {GREEDY}", "prefill 128",
-           "prefill 1,024", "decode"]
-
 
 def make_twin(folder: str):
     """The multimodal twin (its text model randomised as the tests do), saved with a tokenizer."""
@@ -65,71 +54,13 @@ def make_twin(folder: str):
     return model
 
 
-def genai_failure(folder: str, prompt: np.ndarray) -> str:
-    """"" when onnxruntime-genai generates two tokens from ``folder``, else the error's first line."""
-    import onnxruntime_genai as og
-
-    try:
-        generate(og.Model(folder), prompt, 2)
-        return ""
-    except Exception as err:  # noqa: BLE001 - a tool's failure is a table cell
-        return "genai failed: " + str(err).splitlines()[0].split("Status Message: ")[-1][:70]
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved speed rounds")
-    parser.add_argument("--compile-rounds", type=int, default=3, help="interleaved compile rounds")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--workdir", default=None)
-    args = parser.parse_args()
-    work = args.workdir or tempfile.mkdtemp(prefix="irc-delta-bench-")
-    hf = os.path.join(work, "hf")
-    model = make_twin(hf)
-    compile_s, compile_errors = compile_all(hf, work, args.compile_rounds)
-    folders = {"irc onnx-ort": os.path.join(work, "irc"), "builder fp32": os.path.join(work, "builder")}
-    rng = np.random.default_rng(0)
-    rows = [rng.integers(3, TEXT["vocab_size"], PROMPT).tolist(), rng.integers(3, TEXT["vocab_size"], SHORT).tolist()]
-    prompts = {n: rng.integers(3, TEXT["vocab_size"], (1, n)).astype(np.int32) for n in (128, 1024)}
-    table, built = {}, {}
-    for tool, folder in folders.items():
-        if compile_errors[tool]:
-            table[tool] = {"compile": f"failed: {compile_errors[tool]}"}
-            continue
-        set_threads(folder, args.threads)
-        built[tool] = folder
-        unpadded, padded = logits_errors(folder, model, rows, args.threads)
-        try:
-            greedy = greedy_matches(folder, model, rows[0])
-        except Exception as err:  # noqa: BLE001 - a tool's failure is a table cell
-            greedy = f"failed: {str(err).splitlines()[0][:40]}"
-        table[tool] = {"compile": f"{compile_s[tool]:.1f} s", "size": f"{disk_bytes(folder) / 2 ** 20:.1f} MiB",
-                       "logits, 1 row": unpadded, "logits, left-padded 2": padded, f"genai greedy {GREEDY}": greedy}
-    failures = {tool: genai_failure(folder, prompts[128][:, :16]) for tool, folder in built.items()}
-    for tool, failure in failures.items():
-        if failure:
-            table[tool].update({"prefill 128": failure, "prefill 1,024": "-", "decode": "-"})
-    for tool, speed in speeds({t: f for t, f in built.items() if not failures[t]}, prompts, args.rounds).items():
-        table[tool].update({"prefill 128": f"{speed['prefill 128'] * 1e3:.1f} ms",
-                            "prefill 1,024": f"{speed['prefill 1024'] * 1e3:.1f} ms",
-                            "decode": f"{speed['decode']:.0f} tok/s"})
+    args = arguments(__doc__.splitlines()[0])
     kinds = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(TEXT["num_hidden_layers"])]
-    print(f"\nQwen3.5 twin (Qwen3_5ForConditionalGeneration; text d {TEXT['hidden_size']}, "
-          f"{TEXT['num_hidden_layers']} layers: {kinds.count('linear_attention')} gated DeltaNet, "
-          f"{kinds.count('full_attention')} gated attention; vocab {TEXT['vocab_size']}), fp32, "
-          f"{args.threads} threads; medians of {args.rounds} interleaved rounds ({args.compile_rounds} for compile); "
-          f"logits: max |Δ| / max |ref| of the last position vs transformers")
-    print("| metric | " + " | ".join(TOOLS) + " |")
-    print("|---|" + "---|" * len(TOOLS))
-    for column in COLUMNS:
-        print(f"| {column} | " + " | ".join(table.get(tool, {}).get(column, "-") for tool in TOOLS) + " |")
-    if len(built) == 2 and not any(failures.values()):
-        parts = []
-        for phase in ("prefill 128", "prefill 1,024", "decode"):
-            ours, theirs = (float(table[t][phase].split()[0]) for t in TOOLS)
-            parts.append(f"{phase} {ours / theirs:.2f}x the builder's {'speed' if phase == 'decode' else 'time'}")
-        print("irc: " + "; ".join(parts))
-    print(f"(work folder: {work})")
+    title = (f"Qwen3.5 twin (Qwen3_5ForConditionalGeneration; text d {TEXT['hidden_size']}, "
+             f"{TEXT['num_hidden_layers']} layers: {kinds.count('linear_attention')} gated DeltaNet, "
+             f"{kinds.count('full_attention')} gated attention; vocab {TEXT['vocab_size']})")
+    compare(args, make_twin, TEXT["vocab_size"], title, "irc-delta-bench-")
 
 
 if __name__ == "__main__":

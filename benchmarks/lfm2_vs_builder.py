@@ -201,21 +201,42 @@ def speeds(folders: dict, prompts: dict, rounds: int) -> dict:
 
 # ---- the table --------------------------------------------------------------------------------
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+COLUMNS = ["compile", "size", "logits, 1 row", "logits, left-padded 2", f"genai greedy {GREEDY}", "prefill 128",
+           "prefill 1,024", "decode"]
+
+
+def arguments(description: str):
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved speed rounds")
     parser.add_argument("--compile-rounds", type=int, default=3, help="interleaved compile rounds")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--workdir", default=None)
-    args = parser.parse_args()
-    work = args.workdir or tempfile.mkdtemp(prefix="irc-lfm2-bench-")
+    return parser.parse_args()
+
+
+def genai_failure(folder: str, prompt: np.ndarray) -> str:
+    """"" when onnxruntime-genai generates two tokens from ``folder``, else the error's first line."""
+    import onnxruntime_genai as og
+
+    try:
+        generate(og.Model(folder), prompt, 2)
+        return ""
+    except Exception as err:  # noqa: BLE001 - a tool's failure is a table cell
+        return "genai failed: " + str(err).splitlines()[0].split("Status Message: ")[-1][:70]
+
+
+def compare(args, make_twin, vocab: int, title: str, prefix: str) -> None:
+    """Build the twin (``make_twin(folder) -> model``), compile it with both tools, and print
+    the table: compile time, size, logits against transformers, genai's greedy tokens,
+    prefill and decode (a tool genai cannot run gets its error in those cells)."""
+    work = args.workdir or tempfile.mkdtemp(prefix=prefix)
     hf = os.path.join(work, "hf")
     model = make_twin(hf)
     compile_s, compile_errors = compile_all(hf, work, args.compile_rounds)
     folders = {"irc onnx-ort": os.path.join(work, "irc"), "builder fp32": os.path.join(work, "builder")}
     rng = np.random.default_rng(0)
-    rows = [rng.integers(3, TWIN["vocab_size"], PROMPT).tolist(), rng.integers(3, TWIN["vocab_size"], SHORT).tolist()]
-    prompts = {n: rng.integers(3, TWIN["vocab_size"], (1, n)).astype(np.int32) for n in (128, 1024)}
+    rows = [rng.integers(3, vocab, PROMPT).tolist(), rng.integers(3, vocab, SHORT).tolist()]
+    prompts = {n: rng.integers(3, vocab, (1, n)).astype(np.int32) for n in (128, 1024)}
     table, built = {}, {}
     for tool, folder in folders.items():
         if compile_errors[tool]:
@@ -224,32 +245,41 @@ def main() -> None:
         set_threads(folder, args.threads)
         built[tool] = folder
         unpadded, padded = logits_errors(folder, model, rows, args.threads)
+        try:
+            greedy = greedy_matches(folder, model, rows[0])
+        except Exception as err:  # noqa: BLE001 - a tool's failure is a table cell
+            greedy = f"failed: {str(err).splitlines()[0][:40]}"
         table[tool] = {"compile": f"{compile_s[tool]:.1f} s", "size": f"{disk_bytes(folder) / 2 ** 20:.1f} MiB",
-                       "logits, 1 row": unpadded, "logits, left-padded 2": padded,
-                       "genai greedy 16": greedy_matches(folder, model, rows[0])}
-    for tool, speed in speeds(built, prompts, args.rounds).items():
+                       "logits, 1 row": unpadded, "logits, left-padded 2": padded, f"genai greedy {GREEDY}": greedy}
+    failures = {tool: genai_failure(folder, prompts[128][:, :16]) for tool, folder in built.items()}
+    for tool, failure in failures.items():
+        if failure:
+            table[tool].update({"prefill 128": failure, "prefill 1,024": "-", "decode": "-"})
+    for tool, speed in speeds({t: f for t, f in built.items() if not failures[t]}, prompts, args.rounds).items():
         table[tool].update({"prefill 128": f"{speed['prefill 128'] * 1e3:.1f} ms",
                             "prefill 1,024": f"{speed['prefill 1024'] * 1e3:.1f} ms",
                             "decode": f"{speed['decode']:.0f} tok/s"})
-    columns = ["compile", "size", "logits, 1 row", "logits, left-padded 2", "genai greedy 16", "prefill 128",
-               "prefill 1,024", "decode"]
-    print(f"\nLFM2 twin (d {TWIN['hidden_size']}, {TWIN['num_hidden_layers']} layers: "
-          f"{TWIN['layer_types'].count('full_attention')} attention, {TWIN['layer_types'].count('conv')} short conv; "
-          f"vocab {TWIN['vocab_size']}), fp32, {args.threads} threads; medians of {args.rounds} interleaved rounds "
+    print(f"\n{title}, fp32, {args.threads} threads; medians of {args.rounds} interleaved rounds "
           f"({args.compile_rounds} for compile); logits: max |Δ| / max |ref| of the last position vs transformers")
     print("| metric | " + " | ".join(TOOLS) + " |")
     print("|---|" + "---|" * len(TOOLS))
-    for column in columns:
+    for column in COLUMNS:
         print(f"| {column} | " + " | ".join(table.get(tool, {}).get(column, "-") for tool in TOOLS) + " |")
-    if "irc onnx-ort" in built and "builder fp32" in built:
-        ratios = {}
-        for phase in ("prefill 128", "prefill 1,024"):
+    if len(built) == 2 and not any(failures.values()):
+        parts = []
+        for phase in ("prefill 128", "prefill 1,024", "decode"):
             ours, theirs = (float(table[t][phase].split()[0]) for t in TOOLS)
-            ratios[phase] = f"{ours / theirs:.2f}x the builder's time"
-        ours, theirs = (float(table[t]["decode"].split()[0]) for t in TOOLS)
-        ratios["decode"] = f"{ours / theirs:.2f}x the builder's speed"
-        print("irc: " + "; ".join(f"{k} {v}" for k, v in ratios.items()))
+            parts.append(f"{phase} {ours / theirs:.2f}x the builder's {'speed' if phase == 'decode' else 'time'}")
+        print("irc: " + "; ".join(parts))
     print(f"(work folder: {work})")
+
+
+def main() -> None:
+    args = arguments(__doc__.splitlines()[0])
+    title = (f"LFM2 twin (d {TWIN['hidden_size']}, {TWIN['num_hidden_layers']} layers: "
+             f"{TWIN['layer_types'].count('full_attention')} attention, {TWIN['layer_types'].count('conv')} short "
+             f"conv; vocab {TWIN['vocab_size']})")
+    compare(args, make_twin, TWIN["vocab_size"], title, "irc-lfm2-bench-")
 
 
 if __name__ == "__main__":

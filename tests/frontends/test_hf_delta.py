@@ -17,6 +17,7 @@ from irc.interpreter import generate
 from tests.frontends.test_hf_models import NEW_TOKENS, TOLERANCE, built_once, hf_logits, irc_logits, prompts, \
     randomize, relative_error
 from tests.frontends.test_hf_ssm import unpadded_logits
+from tests.frontends.test_hf_ssm_onnx import genai_greedy, hf_greedy  # noqa: F401 (hf_greedy: a fixture)
 
 try:
     import torch
@@ -72,29 +73,6 @@ def build_case(name: str, folder):
 def models(tmp_path_factory):
     return built_once(build_case, tmp_path_factory)
 
-
-@pytest.fixture(scope="module")
-def hf_greedy(models):
-    """name -> transformers' 16 greedy tokens for each prompt run alone [2, 16]."""
-    done = {}
-
-    def get(name):
-        if name not in done:
-            model, _ = models(name)
-            ids, mask, _ = prompts()
-            rows = []
-            for row in range(len(ids)):
-                prompt = torch.from_numpy(ids[row][mask[row] == 1][None, :])
-                with torch.no_grad():
-                    out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS,
-                                         do_sample=False)
-                rows.append(out[0, prompt.shape[1]:].numpy())
-            done[name] = np.stack(rows)
-        return done[name]
-
-    return get
-
-
 @needs_torch
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_interpreter_matches_transformers(models, hf_greedy, name):
@@ -129,14 +107,7 @@ def test_onnx_and_genai_match_transformers(models, hf_greedy, tmp_path, name, ta
     np.testing.assert_array_equal(result["tokens"], hf_greedy(name))
     og = pytest.importorskip("onnxruntime_genai")
     assert emitted.genai_config, emitted.genai_note
-    genai_model = og.Model(str(tmp_path))
-    params = og.GeneratorParams(genai_model)
-    params.set_search_options(max_length=len(long) + NEW_TOKENS, do_sample=False)
-    generator = og.Generator(genai_model, params)
-    generator.append_tokens(ids[:1].astype(np.int32))
-    while not generator.is_done():
-        generator.generate_next_token()
-    assert list(generator.get_sequence(0))[len(long):] == hf_greedy(name)[0].tolist()
+    assert genai_greedy(og, tmp_path, ids[0], NEW_TOKENS) == hf_greedy(name)[0].tolist()
 
 
 @needs_torch

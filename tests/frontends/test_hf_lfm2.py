@@ -18,7 +18,7 @@ from irc.printer import print_graph
 from tests.frontends.test_hf_models import NEW_TOKENS, TOLERANCE, built_once, irc_logits, prompts, randomize, \
     relative_error
 from tests.frontends.test_hf_ssm import unpadded_logits
-from tests.frontends.test_hf_ssm_onnx import emitted_eos, hf_greedy  # noqa: F401 (hf_greedy: a fixture)
+from tests.frontends.test_hf_ssm_onnx import genai_greedy, hf_greedy, until_eos  # noqa: F401 (hf_greedy: a fixture)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -153,16 +153,7 @@ def test_genai_generates_transformers_tokens(models, hf_greedy, tmp_path, name, 
     kinds = ["conv" if kind == "short_conv" else "full_attention" for kind in graph.meta["layer_kinds"]]
     assert (config["type"], config["decoder"]["layer_types"]) == ("lfm2", kinds)
     prompt = prompts()[0][0]
-    genai_model = og.Model(str(tmp_path))
-    params = og.GeneratorParams(genai_model)
-    params.set_search_options(max_length=len(prompt) + NEW_TOKENS, do_sample=False)
-    generator = og.Generator(genai_model, params)
-    generator.append_tokens(prompt[None, :].astype(np.int32))
-    while not generator.is_done():
-        generator.generate_next_token()
-    want, eos = hf_greedy(name)[0].tolist(), emitted_eos(tmp_path)
-    want = want[:next((i for i, t in enumerate(want) if t in eos), len(want))]  # genai stops before eos
-    assert list(generator.get_sequence(0))[len(prompt):] == want
+    assert genai_greedy(og, tmp_path, prompt, NEW_TOKENS) == until_eos(hf_greedy(name)[0].tolist(), tmp_path)
 
 
 # ---- bad input ------------------------------------------------------------------------------

@@ -3,6 +3,8 @@ ONNX targets in ONNX Runtime against transformers: prefill logits on a left-padd
 two (each row held against transformers running it alone, unpadded), then 16 greedy tokens
 per row with the conv and recurrent states (and the attention layers' KV caches) fed back,
 equal to transformers' greedy continuation of each prompt."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -66,21 +68,29 @@ def test_genai_generates_transformers_tokens(models, hf_greedy, tmp_path, name, 
     emitted = emit.emit_model(load_spec(folder), str(tmp_path / "model.onnx"), target=target, context=64)
     assert emitted.genai_config, emitted.genai_note
     prompt = prompts()[0][0]
-    genai_model = og.Model(str(tmp_path))
-    params = og.GeneratorParams(genai_model)
-    params.set_search_options(max_length=len(prompt) + NEW_TOKENS, do_sample=False)
-    generator = og.Generator(genai_model, params)
-    generator.append_tokens(prompt[None, :].astype(np.int32))
+    assert genai_greedy(og, tmp_path, prompt, NEW_TOKENS) == until_eos(hf_greedy(name)[0].tolist(), tmp_path)
+
+
+def genai_greedy(og, folder, prompt, new_tokens: int) -> list:
+    """onnxruntime-genai's greedy continuation of ``prompt`` from the folder (it stops at eos)."""
+    model = og.Model(str(folder))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + new_tokens, do_sample=False)
+    generator = og.Generator(model, params)
+    generator.append_tokens(np.asarray(prompt)[None, :].astype(np.int32))
     while not generator.is_done():
         generator.generate_next_token()
-    want = hf_greedy(name)[0].tolist()
-    eos = emitted_eos(tmp_path)
-    want = want[:next((i for i, t in enumerate(want) if t in eos), len(want))]  # genai stops before eos
-    assert list(generator.get_sequence(0))[len(prompt):] == want
+    return [int(t) for t in generator.get_sequence(0)][len(prompt):]
+
+
+def until_eos(tokens: list, folder) -> list:
+    """``tokens`` up to the folder's first eos (genai stops before it)."""
+    eos = emitted_eos(folder)
+    return tokens[:next((i for i, t in enumerate(tokens) if t in eos), len(tokens))]
 
 
 def emitted_eos(folder) -> set:
     import json
 
-    eos = json.loads((folder / "genai_config.json").read_text())["model"]["eos_token_id"]
+    eos = json.loads((Path(folder) / "genai_config.json").read_text())["model"]["eos_token_id"]
     return set(eos if isinstance(eos, list) else [eos])
