@@ -75,17 +75,34 @@ def _parts(b: Builder, node: Node, hint: str) -> dict:
     k = _view(b, as_f32(b, o["k"]), heads4, f"{hint}/k_heads")
     if a["l2_norm"]:
         q, k = _l2norm(b, q, f"{hint}/q_l2"), _l2norm(b, k, f"{hint}/k_l2")
+    g = _log_decay(b, o, a, batch, seq, hint)
+    real = real_tokens(b, o["attention_mask"], seq)
+    g = masked(b, g, real, b.fresh(f"{hint}/g"))
+    v = as_f32(b, o["v"])
+    if a["update_rule"] == "gated_delta":
+        beta = masked(b, b.op("Sigmoid", [as_f32(b, o["b"])], f"{hint}/beta"), real, b.fresh(f"{hint}/beta_masked"))
+    else:  # the gated rule writes k ⊗ v: a padded token writes nothing
+        beta, v = None, masked(b, v, real, b.fresh(f"{hint}/v_masked"))
+    return dict(o=o, batch=batch, seq=seq, key_heads=key_heads, key_dim=key_dim, value_heads=a["value_heads"],
+                value_dim=a["value_dim"], scale=float(key_dim ** -0.5 if a["scale"] is None else a["scale"]),
+                q=q, k=k, v=v, g=g, beta=beta, real=real, delta=a["update_rule"] == "gated_delta",
+                channel=a["decay"] == "channel")
+
+
+def _log_decay(b: Builder, o: dict, a: dict, batch, seq, hint: str) -> str:
+    """g [B, T, H_v] (or [B, T, H_v·d_k] with a per-channel decay) = -exp(A_log)·softplus(a +
+    dt_bias); without ``a`` the constant -exp(A_log) expanded over the tokens."""
+    rate = b.op("Neg", [b.op("Exp", [as_f32(b, o["A_log"])], f"{hint}/exp_A_log")], f"{hint}/A")
+    if o["a"] is None:
+        return b.op("Expand", [rate, b.shape((batch, seq, a["value_heads"]))], f"{hint}/log_decay")
     raw = as_f32(b, o["a"])
     if o["dt_bias"] is not None:
         raw = b.op("Add", [raw, as_f32(b, o["dt_bias"])], f"{hint}/a_biased")
-    rate = b.op("Neg", [b.op("Exp", [as_f32(b, o["A_log"])], f"{hint}/exp_A_log")], f"{hint}/A")
-    g = b.op("Mul", [rate, b.op("Softplus", [raw], f"{hint}/softplus")], f"{hint}/log_decay")
-    beta = b.op("Sigmoid", [as_f32(b, o["b"])], f"{hint}/beta")
-    real = real_tokens(b, o["attention_mask"], seq)
-    g, beta = masked(b, g, real, b.fresh(f"{hint}/g")), masked(b, beta, real, b.fresh(f"{hint}/beta_masked"))
-    return dict(o=o, batch=batch, seq=seq, key_heads=key_heads, key_dim=key_dim, value_heads=a["value_heads"],
-                value_dim=a["value_dim"], scale=float(key_dim ** -0.5 if a["scale"] is None else a["scale"]),
-                q=q, k=k, v=as_f32(b, o["v"]), g=g, beta=beta, real=real)
+    if a["decay"] == "channel":  # one rate a head, on each of its d_k channels
+        per_channel = b.op("Expand", [b.op("Unsqueeze", [rate, b.i64([-1])], f"{hint}/A_heads"),
+                                      b.i64([a["value_heads"], a["key_dim"]])], f"{hint}/A_channels")
+        rate = b.op("Reshape", [per_channel, b.i64([-1])], f"{hint}/A_flat")
+    return b.op("Mul", [rate, b.op("Softplus", [raw], f"{hint}/softplus")], f"{hint}/log_decay")
 
 
 def _out(b: Builder, node: Node, outs: list, s: dict, y: str) -> None:
@@ -113,7 +130,7 @@ def lower_gated_delta_rule(b: Builder, node: Node, outs: list[str], chunk: Optio
     past = _zeros(b, grouped, f"{hint}/zero_state") if past is None else _view(b, as_f32(b, past), grouped,
                                                                                 f"{hint}/past_groups")
     out_shape = node.outputs[0].shape
-    if chunk is None:
+    if chunk is None or s["channel"]:  # a per-channel decay runs the token Scan (module docstring)
         y, final = _token_scan(b, s, past, hint, _token_shapes(b, s, out_shape))
     else:
         shapes, chunk_shapes = _token_shapes(b, s, out_shape), _chunk_shapes(b, s, chunk)  # made outside the If
@@ -146,6 +163,7 @@ def _token_shapes(b: Builder, s: dict, out_shape: tuple) -> dict:
     batch, seq, key_heads, key_dim = s["batch"], s["seq"], s["key_heads"], s["key_dim"]
     group = s["value_heads"] // key_heads
     steps = {"gates": (batch, key_heads, group, 1, 1), "rows": (batch, key_heads, 1, 1, key_dim),
+             "decays": (batch, key_heads, group, key_dim if s["channel"] else 1, 1),
              "columns": (batch, key_heads, 1, key_dim, 1), "values": (batch, key_heads, group, 1, s["value_dim"])}
     return {"steps": steps, "out": b.shape(out_shape),
             **{role: b.shape((batch, seq) + shape[1:]) for role, shape in steps.items()}}
@@ -153,20 +171,23 @@ def _token_shapes(b: Builder, s: dict, out_shape: tuple) -> dict:
 
 def _token_scan(b: Builder, s: dict, past: str, hint: str, shapes: dict) -> tuple[str, str]:
     """(y [B, T, H_v·d_v], final state [B, H_k, r, d_k, d_v]): one Scan step a token, S' =
-    exp(g)·S, S = S' + k ⊗ β(v − S'ᵀk), o = Sᵀq."""
+    exp(g)·S (g per head, or per key channel: per row of S), S = S' + k ⊗ β(v − S'ᵀk) (the
+    gated rule: S' + k ⊗ v), o = Sᵀq."""
     decay = b.op("Exp", [s["g"]], f"{hint}/decay")
     query = b.op("Mul", [s["q"], b.const(s["scale"], np.float32, f"{hint}/scale")], f"{hint}/q_scaled")
-    roles = ["gates", "gates", "rows", "columns", "rows", "values"]
-    names = [decay, s["beta"], s["k"], s["k"], query, s["v"]]
+    roles = ["decays", "rows", "columns", "rows", "values"] + (["gates"] if s["delta"] else [])
+    names = [decay, s["k"], s["k"], query, s["v"]] + ([s["beta"]] if s["delta"] else [])
     sequences = [(b.op("Reshape", [name, shapes[role]], f"{hint}/{role}", allowzero=1), shapes["steps"][role])
                  for name, role in zip(names, roles)]
 
     def step(states, steps):
-        (S,), (decay_t, beta_t, k_row, k_column, q_row, v_t) = states, steps
+        (S,), (decay_t, k_row, k_column, q_row, v_t, *beta_t) = states, steps
         kept = b.op("Mul", [decay_t, S], f"{hint}/step_kept")
-        recalled = b.op("MatMul", [k_row, kept], f"{hint}/step_recalled")              # [B, H_k, r, 1, d_v]
-        correction = b.op("Mul", [b.op("Sub", [v_t, recalled], f"{hint}/step_error"), beta_t],
-                          f"{hint}/step_correction")
+        correction = v_t
+        if beta_t:
+            recalled = b.op("MatMul", [k_row, kept], f"{hint}/step_recalled")          # [B, H_k, r, 1, d_v]
+            correction = b.op("Mul", [b.op("Sub", [v_t, recalled], f"{hint}/step_error"), beta_t[0]],
+                              f"{hint}/step_correction")
         S = b.op("Add", [kept, b.op("Mul", [k_column, correction], f"{hint}/step_write")], f"{hint}/step_state")
         return [S], [b.op("MatMul", [q_row, S], f"{hint}/step_y")]
 
@@ -205,7 +226,7 @@ def _chunked(b: Builder, s: dict, past: str, hint: str, chunk: int, shapes: dict
     k = chunks(s["k"], "pads4", "qk", heads_first, "k")
     v = chunks(b.op("Reshape", [s["v"], b.i64([0, 0, s["key_heads"], -1])], f"{hint}/v_heads"), "pads4", "v",
                heads_first, "v")                                                       # [B, N, H_k, r, C, d_v]
-    g, beta = (chunks(x, "pads3", "gates", gates_first, role) for x, role in ((s["g"], "g"), (s["beta"], "beta")))
+    g = chunks(s["g"], "pads3", "gates", gates_first, "g")
     cum = b.op("CumSum", [g, b.i64(-1)], f"{hint}/cum")                                 # [B, N, H_k, r, C]
     last = b.op("Slice", [cum, b.i64([-1]), b.i64([INT64_MAX]), b.i64([-1])], f"{hint}/cum_last")
     column, row = b.i64([-1]), b.i64([-2])
@@ -218,14 +239,17 @@ def _chunked(b: Builder, s: dict, past: str, hint: str, chunk: int, shapes: dict
     q = b.op("Mul", [q, b.const(s["scale"], np.float32, f"{hint}/scale")], f"{hint}/q_scaled")
     scores = b.op("MatMul", [q, b.op("Transpose", [k], f"{hint}/k_t", perm=swap)], f"{hint}/scores")
     intra = b.op("Mul", [scores, pair], f"{hint}/intra")                                # [B, N, H_k, r, C, C]
-    inverse = _unit_lower_inverse(b, k, cum, beta, chunk, s["key_dim"], hint)
     to_end, from_start = (b.op("Unsqueeze", [b.op("Exp", [x], f"{hint}/{role}"), column], f"{hint}/{role}4")
                           for x, role in ((b.op("Sub", [last, cum], f"{hint}/cum_rest"), "decay_to_end"),
                                           (cum, "decay_from_start")))
-    beta4 = b.op("Unsqueeze", [beta, column], f"{hint}/beta4")
-    values = b.op("MatMul", [inverse, b.op("Mul", [v, beta4], f"{hint}/v_beta")], f"{hint}/new_values")
-    reads = b.op("MatMul", [inverse, b.op("Mul", [k, b.op("Mul", [beta4, from_start], f"{hint}/beta_decay")],
-                                                 f"{hint}/k_beta_decay")], f"{hint}/k_cumdecay")
+    values, reads = v, None  # the gated rule writes v as it is
+    if s["delta"]:
+        beta = chunks(s["beta"], "pads3", "gates", gates_first, "beta")
+        inverse = _unit_lower_inverse(b, k, cum, beta, chunk, s["key_dim"], hint)
+        beta4 = b.op("Unsqueeze", [beta, column], f"{hint}/beta4")
+        values = b.op("MatMul", [inverse, b.op("Mul", [v, beta4], f"{hint}/v_beta")], f"{hint}/new_values")
+        reads = b.op("MatMul", [inverse, b.op("Mul", [k, b.op("Mul", [beta4, from_start], f"{hint}/beta_decay")],
+                                                     f"{hint}/k_beta_decay")], f"{hint}/k_cumdecay")
     queries = b.op("Mul", [q, from_start], f"{hint}/q_decayed")
     writes = b.op("Transpose", [b.op("Mul", [k, to_end], f"{hint}/k_to_end")], f"{hint}/k_to_end_t", perm=swap)
     chunk_decay = b.op("Unsqueeze", [b.op("Exp", [last], f"{hint}/chunk_decay"), column], f"{hint}/chunk_decay6")
@@ -236,16 +260,22 @@ def _chunked(b: Builder, s: dict, past: str, hint: str, chunk: int, shapes: dict
 
 
 def _chunk_scan(b: Builder, s: dict, past: str, hint: str, chunk: int, sequences: list) -> tuple[str, str]:
-    """The Scan over chunks: u = values − reads·S; o = queries·S + intra·u; S = S·decay + writes·u."""
+    """The Scan over chunks: u = values − reads·S (values alone where reads is None: the
+    gated rule); o = queries·S + intra·u; S = S·decay + writes·u."""
     batch, key_heads, key_dim, value_dim = s["batch"], s["key_heads"], s["key_dim"], s["value_dim"]
     group = s["value_heads"] // key_heads
     lead = (batch, key_heads, group)
     shapes = [lead + (chunk, value_dim), lead + (chunk, key_dim), lead + (chunk, key_dim), lead + (chunk, chunk),
               lead + (key_dim, chunk), lead + (1, 1)]
+    read = sequences[1] is not None
+    sequences, shapes = zip(*[(x, shape) for x, shape in zip(sequences, shapes) if x is not None])
 
     def step(states, steps):
-        (S,), (values, reads, queries, intra, writes, decay) = states, steps
-        u = b.op("Sub", [values, b.op("MatMul", [reads, S], f"{hint}/chunk_read")], f"{hint}/chunk_u")
+        (S,), steps = states, list(steps)
+        values, reads = steps.pop(0), steps.pop(0) if read else None
+        queries, intra, writes, decay = steps
+        u = values if reads is None else b.op("Sub", [values, b.op("MatMul", [reads, S], f"{hint}/chunk_read")],
+                                              f"{hint}/chunk_u")
         o = b.op("Add", [b.op("MatMul", [queries, S], f"{hint}/chunk_inter"),
                          b.op("MatMul", [intra, u], f"{hint}/chunk_intra")], f"{hint}/chunk_y")
         S = b.op("Add", [b.op("Mul", [S, decay], f"{hint}/chunk_kept"),
@@ -307,9 +337,9 @@ def lower_gated_delta_rule_ort(b: Builder, node: Node, outs: list[str]) -> None:
     keys = _view(b, keys, (batch, seq, value_heads * key_dim), f"{hint}/keys")
     query = _view(b, s["q"], (batch, seq, key_heads * key_dim), f"{hint}/query")
     y, state = b.fresh(f"{hint}/y"), b.fresh(f"{hint}/present")
-    b.node("LinearAttention", [query, keys, s["v"], as_f32(b, s["o"]["past_state"]), s["g"], s["beta"]], [y, state],
-           domain=MS_DOMAIN, q_num_heads=key_heads, kv_num_heads=value_heads, update_rule="gated_delta",
-           scale=s["scale"])
+    inputs = [query, keys, s["v"], as_f32(b, s["o"]["past_state"]), s["g"]] + ([s["beta"]] if s["delta"] else [])
+    b.node("LinearAttention", inputs, [y, state], domain=MS_DOMAIN, q_num_heads=key_heads, kv_num_heads=value_heads,
+           update_rule=node.attrs["update_rule"], scale=s["scale"])
     _present(b, node, outs, state)
     _out(b, node, outs, s, y)
 

@@ -124,9 +124,10 @@ HELPERS = {
     """x / sqrt(sum(x^2) + 1e-6) over the last axis (irc.ops.delta.l2norm)."""
     return x / torch.sqrt((x * x).sum(dim=-1, keepdim=True) + 1e-6)''',
     "ssm_gated_delta_rule": '''def ssm_gated_delta_rule(q, k, v, a, b, A_log, dt_bias, past_state, attention_mask, *,
-                         key_heads, value_heads, key_dim, value_dim, l2_norm, scale):
+                         key_heads, value_heads, key_dim, value_dim, l2_norm, scale, update_rule, decay):
     """irc.ops.delta.gated_delta_rule in torch, one token at a time (fp32): (o [B, T, H_v*d_v],
-    present state [B, H_v, d_k, d_v]); value head h reads key head h // (H_v / H_k)."""
+    present state [B, H_v, d_k, d_v]); value head h reads key head h // (H_v / H_k); the decay
+    per head or per key channel (a absent: constant, -exp(A_log)); the gated rule writes k v."""
     batch, seq = q.shape[:2]
     group = value_heads // key_heads
     qs = q.float().reshape(batch, seq, key_heads, key_dim)
@@ -136,19 +137,29 @@ HELPERS = {
     qs = qs * (key_dim ** -0.5 if scale is None else scale)
     qs, ks = qs.repeat_interleave(group, dim=2), ks.repeat_interleave(group, dim=2)   # [B, T, H_v, d_k]
     vs = v.float().reshape(batch, seq, value_heads, value_dim)
-    raw = a.float() if dt_bias is None else a.float() + dt_bias.float()
+    rate = torch.exp(A_log.float())
+    if a is None:
+        g = (-rate).expand(batch, seq, value_heads)
+    else:
+        raw = a.float() if dt_bias is None else a.float() + dt_bias.float()
+        if decay == "channel":
+            rate = rate.repeat_interleave(key_dim)
+        g = -rate * ssm_softplus(raw)
+    g = g.reshape(batch, seq, value_heads, -1).expand(batch, seq, value_heads, key_dim)  # log decay per channel
     real = ssm_new_tokens(attention_mask, batch, seq)[..., None]
-    g = torch.where(real, -torch.exp(A_log.float()) * ssm_softplus(raw), 0.0)        # log decay [B, T, H_v]
-    beta = torch.where(real, 1.0 / (1.0 + torch.exp(-b.float())), 0.0)
+    g = torch.where(real[..., None], g, 0.0)
+    beta = torch.ones_like(vs[..., 0]) if update_rule == "gated" else 1.0 / (1.0 + torch.exp(-b.float()))
+    beta = torch.where(real, beta, 0.0)
     if past_state is None:
         S = torch.zeros((batch, value_heads, key_dim, value_dim), device=q.device, dtype=torch.float32)
     else:
         S = past_state.float()
     out = torch.zeros((batch, seq, value_heads, value_dim), device=q.device, dtype=torch.float32)
     for t in range(seq):
-        S = S * torch.exp(g[:, t])[..., None, None]
+        S = S * torch.exp(g[:, t])[..., None]
         k_t = ks[:, t]                                                                # [B, H_v, d_k]
-        correction = (vs[:, t] - torch.einsum("bhkv,bhk->bhv", S, k_t)) * beta[:, t, :, None]
+        recalled = 0.0 if update_rule == "gated" else torch.einsum("bhkv,bhk->bhv", S, k_t)
+        correction = (vs[:, t] - recalled) * beta[:, t, :, None]
         S = S + k_t[..., None] * correction[:, :, None, :]
         out[:, t] = torch.einsum("bhkv,bhk->bhv", S, qs[:, t])
     out = torch.where(real[..., None], out, 0.0)
@@ -163,7 +174,7 @@ OPS = {
             {"ssm_new_tokens", "ssm_softplus", "ssm_state_out"}),
     "gated_rms_norm": ("ssm_gated_rms_norm", ("eps", "group_size", "norm_before_gate"), {"ssm_silu"}),
     "gated_delta_rule": ("ssm_gated_delta_rule", ("key_heads", "value_heads", "key_dim", "value_dim", "l2_norm",
-                                                  "scale"),
+                                                  "scale", "update_rule", "decay"),
                          {"ssm_new_tokens", "ssm_softplus", "ssm_l2norm", "ssm_state_out"}),
 }
 STATEFUL = ("causal_conv1d", "selective_scan", "ssd", "gated_delta_rule")   # (y, present state) with a past
