@@ -44,6 +44,7 @@ from irc.graph import Graph, Param, Value
 from irc.limits import LimitError, check_layers, check_nodes
 from frontends.dsl_args import ArgError, call_site, one_of, positive, positive_float
 from frontends.dsl_delta import DeltaLayer, gated_output, query_and_gate
+from frontends.dsl_lightning import LightningLayer
 from frontends.dsl_mlp import MlpLayer
 from frontends.dsl_moe import MoeLayer
 from frontends.dsl_rope import Rope, emit_rope
@@ -301,10 +302,11 @@ class Model:
         return logits
 
 
-class Layer(MlpLayer, MoeLayer, SsmLayer, DeltaLayer):
+class Layer(MlpLayer, MoeLayer, SsmLayer, DeltaLayer, LightningLayer):
     """One decoder layer: its weights are ``layers.{i}.*``, its values ``layers.{i}.*``
     (the MLPs are ``frontends.dsl_mlp``, the mixture of experts ``frontends.dsl_moe``, the
-    state-space mixers ``frontends.dsl_ssm``, gated DeltaNet ``frontends.dsl_delta``)."""
+    state-space mixers ``frontends.dsl_ssm``, gated DeltaNet ``frontends.dsl_delta``, lightning
+    attention ``frontends.dsl_lightning``)."""
 
     DEFAULT_NORMS = ("attn_norm", "mlp_norm")
 

@@ -25,7 +25,8 @@ mamba, mamba2 ...  ``families_ssm`` (mamba, falcon_mamba, mamba2), ``families_hy
                    (jamba, bamba, granitemoehybrid, nemotron_h), ``families_composite``
                    (falcon_h1, zamba2), ``families_delta`` (qwen3_next, qwen3_5*)
 lfm2, lfm2_moe     short convolutions beside attention layers: ``families_lfm2``
-kimi_linear ...    refused, saying what is missing: ``families_linear`` (kimi_linear, minimax)
+kimi_linear        Kimi Delta Attention beside MLA attention, DeepSeek-V3 MoE: ``families_kimi``
+minimax            lightning attention beside softmax attention, Mixtral MoE: ``families_minimax``
 =================  ==========================================================================
 
 Keys a config.json leaves out take the defaults of transformers' config class for that
@@ -50,7 +51,8 @@ from frontends.hf.config import (Arch, Attention, Config, LayerSpec, RopeSpec, a
                                  rope_dict, string_list)
 from irc.yamlloc import boolean, layer_count, non_negative_int, positive_int, positive_number, size, string
 from frontends.hf.weights import Rows, Source, Stack, Tensor
-from frontends.hf import families_composite, families_delta, families_lfm2, families_linear, families_ssm
+from frontends.hf import (families_composite, families_delta, families_kimi, families_lfm2, families_minimax,
+                          families_ssm)
 from irc.yamlloc import Bad
 from irc.errors import SpecError
 
@@ -92,7 +94,7 @@ DEFAULTS = {
     "phi3": {**_LLAMA, "rms_norm_eps": 1e-5, "max_position_embeddings": 4096},
     **families_ssm.DEFAULTS,
     **families_composite.DEFAULTS,
-    **families_lfm2.DEFAULTS, **families_delta.DEFAULTS, **families_linear.DEFAULTS,
+    **families_lfm2.DEFAULTS, **families_delta.DEFAULTS, **families_kimi.DEFAULTS, **families_minimax.DEFAULTS,
 }
 
 # DSL argument -> the config.json key a refusal should name
@@ -359,7 +361,7 @@ FAMILIES = {
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "gemma2": _gemma, "gemma3_text": _gemma,
     **families_ssm.FAMILIES,
     **families_composite.FAMILIES,
-    **families_lfm2.FAMILIES, **families_delta.FAMILIES, **families_linear.FAMILIES,
+    **families_lfm2.FAMILIES, **families_delta.FAMILIES, **families_kimi.FAMILIES, **families_minimax.FAMILIES,
 }
 
 
@@ -441,7 +443,7 @@ LAYOUTS = {  # the families' departures from LAYER_NAMES
              "mlp.w_up": Split("mlp.gate_up_proj.weight", _up_rows)},
     **families_ssm.LAYOUTS,
     **families_composite.LAYOUTS,
-    **families_lfm2.layouts(Experts), **families_delta.LAYOUTS, **families_linear.LAYOUTS,
+    **families_lfm2.layouts(Experts), **families_delta.LAYOUTS, **families_kimi.LAYOUTS, **families_minimax.LAYOUTS,
 }
 # a layout's "_prefix" (the layers' names, default model.layers.) and "_top" (embed, norm
 # and lm_head, default TOP_NAMES) say where a family departs from Llama's names
