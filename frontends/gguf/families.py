@@ -30,7 +30,7 @@ deepseek2  MLA (q_lora or direct q; ``key_length_mla``/``value_length_mla``, or 
            (DeepSeek-V3), ``expert_weights_norm``, ``expert_weights_scale``, groups
 mamba ...  Mamba-1 (Falcon-Mamba with ``ssm.dt_b_c_rms``), mamba2, jamba: ``frontends.gguf.ssm``
 hybrids    granitehybrid (Granite-4.0-H and Bamba), nemotron_h, falcon-h1: ``frontends.gguf.hybrid``
-linear     lfm2 (short convolutions), qwen3next, qwen35, qwen35moe (gated DeltaNet): ``frontends.gguf.linear``
+linear     lfm2, lfm2moe (short convolutions), qwen3next, qwen35, qwen35moe (gated DeltaNet): ``frontends.gguf.linear``
 =========  ================================================================================
 
 A layer is MoE exactly when its block has ``ffn_gate_inp``. Every error is a SpecError

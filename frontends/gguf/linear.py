@@ -8,6 +8,11 @@ lfm2       a short conv where ``attention.head_count_kv`` (one entry a layer) is
            SwiGLU MLP of ``feed_forward_length`` (the converter writes LFM2's adjusted width);
            ``shortconv.l_cache`` taps; biases where ``shortconv.in_proj.bias`` is; the final
            norm is ``token_embd_norm`` (HF's ``embedding_norm``, applied after the last layer)
+lfm2moe    LFM2's layers; from ``leading_dense_block_count`` on a MoE of ``expert_count``
+           experts (``expert_gating_func`` must be sigmoid: 2): experts chosen on sigmoid(router)
+           + ``exp_probs_b``, weighted by the unbiased sigmoids renormalised (llama.cpp always
+           renormalises here), times ``expert_weights_scale`` where the file has it (the
+           converter writes none: LFM2-MoE's routed_scaling_factor is 1)
 qwen3next  a gated DeltaNet on layer i unless (i + 1) % ``full_attention_interval`` == 0
            (default 4, as llama.cpp), else the gated attention (``attn_q`` holds per head its
            query then its gate), partial RoPE on ``rope.dimension_count`` dims; a MoE
@@ -87,7 +92,8 @@ class RowOrder(TensorSource):
 # ---- lfm2 ----------------------------------------------------------------------------------
 
 def describe_lfm2(hp: Hparams, name: str) -> Arch:
-    """lfm2: a short conv or attention, then a SwiGLU MLP, on every layer."""
+    """lfm2, lfm2moe: a short conv or attention, then a SwiGLU MLP or (lfm2moe, after the
+    leading dense layers) a MoE, on every layer."""
     d, n = size(hp, "embedding_length"), size(hp, "block_count", limits.check_layers)
     heads = size(hp, "attention.head_count")
     attends, kv_heads = attention_layers(hp, n)
@@ -96,9 +102,30 @@ def describe_lfm2(hp: Hparams, name: str) -> Arch:
     first_conv = next((i for i, attend in enumerate(attends) if not attend), 0)
     conv = {"kind": "short_conv", "conv_kernel": size(hp, "shortconv.l_cache"),
             "bias": has_tensor(hp, f"blk.{first_conv}.shortconv.in_proj.bias")}
-    layers = [LayerSpec(None, rope) if attend else LayerSpec(None, None, mixer="short_conv") for attend in attends]
-    return make_arch(hp, name, "lfm2", {"d": d, "layers": n}, Attention("gqa", heads, kv_heads, head_dim, qk_norm=True),
-                     layers, {"kind": "swiglu", "d_ff": size(hp, "feed_forward_length")}, ssm=conv)
+    moe, moe_flags = _lfm2_moe(hp, n) if hp.arch == "lfm2moe" else (None, [False] * n)
+    layers = [LayerSpec(None, rope, is_moe) if attend else LayerSpec(None, None, is_moe, mixer="short_conv")
+              for attend, is_moe in zip(attends, moe_flags)]
+    mlp = None if all(moe_flags) else {"kind": "swiglu", "d_ff": size(hp, "feed_forward_length")}
+    return make_arch(hp, name, "lfm2_moe" if moe else "lfm2", {"d": d, "layers": n},
+                     Attention("gqa", heads, kv_heads, head_dim, qk_norm=True), layers, mlp, moe=moe, ssm=conv)
+
+
+def _lfm2_moe(hp: Hparams, n: int) -> tuple:
+    """(``Layer.moe``'s arguments, which layers are MoE) of an lfm2moe file."""
+    dense = hp.count("leading_dense_block_count", 0, minimum=0)
+    flags = [i >= dense for i in range(n)]
+    if not any(flags):
+        return None, flags
+    gating = hp.count("expert_gating_func", 2)
+    if gating != 2:
+        raise hp.error("expert_gating_func", f"{gating} is not sigmoid gating (2), which LFM2-MoE routes with")
+    moe = {"experts": hp.count("expert_count"), "top_k": hp.count("expert_used_count"),
+           "d_ff": hp.count("expert_feed_forward_length"), "scoring": "sigmoid", "norm_topk_prob": True,
+           "router_bias": has_tensor(hp, f"blk.{dense}.exp_probs_b.bias"),
+           "routed_scale": hp.number("expert_weights_scale", 1.0, positive=False) or 1.0}
+    if moe["top_k"] > moe["experts"]:
+        raise hp.error("expert_used_count", f"top_k {moe['top_k']} exceeds {moe['experts']} experts")
+    return moe, flags
 
 
 # ---- qwen3next, qwen35, qwen35moe ----------------------------------------------------------
@@ -172,7 +199,7 @@ OFFSET_NORMS = ("attn_norm", "ssm_norm", "mlp_norm", "attn.q_norm", "attn.k_norm
 def source(arch: Arch, gguf: GGUFFile, param: str, block: Optional[str], suffix: Optional[str]):
     """The tensor behind ``param`` where these archs depart from ``frontends.gguf.tensors``
     (None: the common layout holds)."""
-    if gguf.arch == "lfm2":
+    if gguf.arch in ("lfm2", "lfm2moe"):
         if param == "norm":
             return TensorSource("token_embd_norm.weight")
         if suffix == "ssm.conv":
@@ -241,4 +268,4 @@ class ColumnOrder:
         return stored[..., np.asarray(self.order, dtype=np.int64)]
 
 
-FAMILIES = {"lfm2": describe_lfm2, **{arch: describe_delta for arch in DELTA_ARCHS}}
+FAMILIES = {"lfm2": describe_lfm2, "lfm2moe": describe_lfm2, **{arch: describe_delta for arch in DELTA_ARCHS}}

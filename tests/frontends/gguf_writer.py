@@ -484,7 +484,7 @@ def write_hybrid(path, model, folder, arch: str, *, qtype=None) -> str:
 
 # ---- LFM2Model (lfm2), Qwen3NextModel (qwen3next), Qwen3_5TextModel / Qwen3_5MoeTextModel (qwen35, qwen35moe) ----
 
-LINEAR = {"lfm2": "LFM2", "qwen3next": "QWEN3NEXT", "qwen35": "QWEN35", "qwen35moe": "QWEN35MOE"}
+LINEAR = {"lfm2": "LFM2", "lfm2moe": "LFM2MOE", "qwen3next": "QWEN3NEXT", "qwen35": "QWEN35", "qwen35moe": "QWEN35MOE"}
 
 
 def lfm2_ff_dim(config) -> int:
@@ -505,11 +505,17 @@ def linear_keys(config, arch: str) -> dict:
     keys = {"block_count": config.num_hidden_layers, "context_length": config.max_position_embeddings,
             "embedding_length": d, "attention.head_count": heads, "rope.freq_base": float(rope.get("rope_theta", 1e4)),
             "vocab_size": config.vocab_size}
-    if arch == "lfm2":
-        keys.update({"feed_forward_length": lfm2_ff_dim(config), "shortconv.l_cache": config.conv_L_cache,
-                     "attention.layer_norm_rms_epsilon": float(config.norm_eps),
+    if arch in ("lfm2", "lfm2moe"):
+        keys.update({"shortconv.l_cache": config.conv_L_cache, "attention.layer_norm_rms_epsilon": float(config.norm_eps),
                      "attention.head_count_kv": [config.num_key_value_heads if kind != "conv" else 0
                                                  for kind in config.layer_types]})
+        if arch == "lfm2":
+            keys["feed_forward_length"] = lfm2_ff_dim(config)
+        else:  # LFM2MoeModel: the TextModel keys, the expert keys, sigmoid gating (2)
+            keys.update({"feed_forward_length": config.intermediate_size, "expert_count": config.num_experts,
+                         "expert_used_count": config.num_experts_per_tok,
+                         "expert_feed_forward_length": config.moe_intermediate_size,
+                         "leading_dense_block_count": config.num_dense_layers, "expert_gating_func": 2})
         return {f"{arch}.{key}": value for key, value in keys.items()}
     head_dim = getattr(config, "head_dim", None) or d // heads
     keys.update({"attention.head_count_kv": config.num_key_value_heads, "key_length": head_dim,
@@ -568,10 +574,19 @@ def _linear_tensors(model, arch: str, fused: bool):
         block = key.split(".")[2] if key.startswith("model.layers.") else None
         if key == "lm_head.weight" and config.tie_word_embeddings:
             continue
-        if arch == "lfm2":
+        if arch in ("lfm2", "lfm2moe"):
             if "conv.conv" in key and data.ndim == 3:  # the converter's squeeze(1) (its bias, 1-D, would fail there)
                 data = data.squeeze(1)
-            yield names.get_name(key, try_suffixes=(".weight", ".bias")), data
+            if key.endswith("experts.gate_up_proj"):  # the per-expert w1 | w3 the converter stacks
+                half = data.shape[1] // 2
+                yield f"blk.{block}.ffn_gate_exps.weight", data[:, :half]
+                yield f"blk.{block}.ffn_up_exps.weight", data[:, half:]
+            elif key.endswith("experts.down_proj"):
+                yield f"blk.{block}.ffn_down_exps.weight", data
+            elif key.endswith(".expert_bias"):  # filter_tensors: .expert_bias -> .expert_bias.bias
+                yield f"blk.{block}.exp_probs_b.bias", data
+            else:
+                yield names.get_name(key, try_suffixes=(".weight", ".bias")), data
             continue
         if arch != "qwen3next":
             data = _v_reorder(key, data, config)
@@ -614,7 +629,7 @@ def linear_converted(model, arch: str, fused: bool = False) -> dict:
 
 
 def write_linear(path, model, arch: str, *, qtype=None, fused: bool = False) -> str:
-    """``model`` as a GGUF file of ``arch`` (lfm2, qwen3next, qwen35, qwen35moe)."""
+    """``model`` as a GGUF file of ``arch`` (lfm2, lfm2moe, qwen3next, qwen35, qwen35moe)."""
     tensors = {}
     for name, data in linear_converted(model, arch, fused).items():
         if _quantizable(name, data, qtype) and "ssm_a" not in name:

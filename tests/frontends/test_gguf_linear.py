@@ -1,5 +1,5 @@
-"""The GGUF frontend's short-convolution and gated-DeltaNet archs (lfm2, qwen3next, qwen35,
-qwen35moe) against transformers: tiny random twins written as llama.cpp's converter writes
+"""The GGUF frontend's short-convolution and gated-DeltaNet archs (lfm2, lfm2moe, qwen3next,
+qwen35, qwen35moe) against transformers: tiny random twins written as llama.cpp's converter writes
 them (``gguf_writer.write_linear``: LFM2's squeezed conv and ``shortconv.l_cache``;
 Qwen's 1 + w norms, ssm_a = -exp(A_log), dt_bias as ssm_dt.bias, in_proj_qkvz regrouped
 into attn_qkv + attn_gate, Qwen3.5's value heads tiled), read back with ``load_spec``: the
@@ -36,6 +36,10 @@ CASES = {  # name: (config class, settings, GGUF architecture, an older Qwen3-Ne
                            "lfm2", False),
     "lfm2-tied": ("Lfm2Config", dict(LFM2, num_hidden_layers=3, intermediate_size=72, block_multiple_of=16,
                                      layer_types=["full_attention", "conv", "conv"]), "lfm2", False),
+    # one dense layer, then sigmoid-routed experts with the selection bias
+    "lfm2moe": ("Lfm2MoeConfig", dict(LFM2, num_hidden_layers=4, intermediate_size=48, moe_intermediate_size=16,
+                                      num_experts=4, num_experts_per_tok=2, num_dense_layers=1,
+                                      layer_types=["conv", "full_attention", "conv", "conv"]), "lfm2moe", False),
     # delta, delta, delta, gated attention; MoE with a gated shared expert on every layer (llama.cpp's
     # qwen3next has no dense MLP tensors, so no mlp_only_layers)
     "qwen3next-moe": ("Qwen3NextConfig", dict(QWEN, **EXPERTS, num_hidden_layers=4),
@@ -52,12 +56,15 @@ def build_case(name: str, folder):
     class_name, settings, arch, fused = CASES[name]
     config = getattr(transformers, class_name)(**settings)
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=sorted(CASES).index(name), norm_centre=1.0 if arch == "lfm2" else 0.0)
+    randomize(model, seed=sorted(CASES).index(name), norm_centre=1.0 if arch.startswith("lfm2") else 0.0)
     generator = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for key, p in model.named_parameters():
             if key.endswith("linear_attn.norm.weight"):  # the gated norm is plain w
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=generator))
+        for key, b in model.named_buffers():
+            if key.endswith("expert_bias"):  # large enough to change which experts are chosen
+                b.copy_(torch.randn(b.shape, generator=generator))
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     return model, write_linear(folder / f"{name}.gguf", model, arch, fused=fused)
@@ -84,7 +91,7 @@ def test_logits_and_greedy_tokens_match_transformers(models, name):
     assert tokens == out[0, len(prompt):].tolist()
 
 
-@pytest.mark.parametrize("name", ["lfm2-biased-untied", "qwen3next-moe-ssm-in", "qwen35-dense"])
+@pytest.mark.parametrize("name", ["lfm2-biased-untied", "lfm2moe", "qwen3next-moe-ssm-in", "qwen35-dense"])
 def test_params_are_the_checkpoints(models, tmp_path, name):
     """Every param read from the file is transformers' (A_log to float32 rounding), so the
     converter's reorderings and offsets are undone exactly."""
