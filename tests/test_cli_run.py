@@ -149,6 +149,9 @@ def test_token_ids_come_from_generation_config_then_config(tmp_path):
     (tmp_path / "generation_config.json").unlink()
     assert generation_meta(str(tmp_path), {"eos_token_id": 2, "pad_token_id": None}) == {"eos_token_id": 2,
                                                                                          "pad_token_id": 2}
+    # a multimodal config (Qwen3.5): the text model's ids and trained length, so genai's context is capped
+    multimodal = {"model_type": "qwen3_5", "text_config": {"eos_token_id": 4, "max_position_embeddings": 256}}
+    assert generation_meta(str(tmp_path), multimodal) == {"eos_token_id": 4, "pad_token_id": 4, "max_positions": 256}
 
 
 def test_run_refuses_clearly(folder, capsys):

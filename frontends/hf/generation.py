@@ -65,12 +65,15 @@ def _search(generation: dict, path: str) -> dict:
 
 
 def generation_meta(folder: str, config: dict) -> dict:
-    """The graph meta entries the folder gives (module docstring); ``config`` is config.json's data."""
+    """The graph meta entries the folder gives (module docstring); ``config`` is config.json's
+    data. A multimodal config's ``text_config`` (Qwen3.5) is read after the top level."""
     path = os.path.join(folder, GENERATION_CONFIG)
     generation = read_json(path)
+    config_path = os.path.join(folder, "config.json")
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
     meta = {}
     for key in TOKEN_KEYS:
-        for source, where in ((generation, path), (config, os.path.join(folder, "config.json"))):
+        for source, where in ((generation, path), (config, config_path), (text, config_path)):
             ids = _token_ids(source[key], key, where) if source.get(key) is not None else None
             if ids is not None:
                 if key != "eos_token_id" and isinstance(ids, list):
@@ -80,7 +83,7 @@ def generation_meta(folder: str, config: dict) -> dict:
     if "pad_token_id" not in meta and "eos_token_id" in meta:
         eos = meta["eos_token_id"]
         meta["pad_token_id"] = eos[0] if isinstance(eos, list) else eos
-    positions = config.get("max_position_embeddings")
+    positions = config.get("max_position_embeddings", text.get("max_position_embeddings"))
     if isinstance(positions, int) and not isinstance(positions, bool) and positions > 0:
         meta["max_positions"] = positions
     search = _search(generation, path)
