@@ -49,6 +49,7 @@ brackets; ``null`` is allowed where a default is null.
         softcap: null                 # attention logit soft-cap (Gemma 2: 50)
         scale: null                   # score scale [head_dim ** -0.5]
         query_pre_attn_scalar: null   # Gemma: scale = value ** -0.5 (not with scale)
+        nope_layers: []               # layers without RoPE (SmolLM3's no_rope_layers zeros)
         # kind mla only (DeepSeek): q_lora_rank [null: direct wq], kv_lora_rank,
         # qk_nope_head_dim, qk_rope_head_dim, v_head_dim (required); rope [base 10000,
         # interleaved]; n_kv_heads, head_dim, qkv_bias, qk_norm, output_gate, window and
@@ -117,6 +118,9 @@ brackets; ``null`` is allowed where a default is null.
       tied_embeddings: false          # LM head reuses @embed [false]
       final_softcap: null             # logit soft-cap (Gemma 2: 30)
       embedding_scale: null           # a number, or sqrt_d_model (Gemma)
+      residual_scale: null            # each branch times this as it joins the residual
+                                      # stream (Granite's residual_multiplier)
+      logits_scale: null              # logits times this (Granite: 1 / logits_scaling)
 
 Layer kinds: ``attention``, ``mamba``, ``mamba2``, ``conv`` (LFM2's short convolution,
 ``short_conv``), ``gated_delta`` (Qwen3-Next's gated DeltaNet, ``gated_delta``) (one mixer
@@ -144,26 +148,21 @@ residual adds: ``n_layers``, embedding: ``vocab_size``, ...).
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from typing import Optional
 
 from irc import yamlloc
 from frontends import yaml_ssm
-from frontends.dsl import ArgError, Model, Rope
-from frontends.dsl_rope import SCALING_FIELDS, SCALING_KINDS
+from frontends.dsl import Model
+from frontends.yaml_attention import ATTENTION_KEYS, AttentionReader, blame
 from irc.yamlloc import (Bad, Fields, boolean, choice, layer_count, non_negative_int, number, optional, positive_int,
                                positive_number, string)
 from irc.errors import SpecError
 from irc.graph import Graph
 
 MODEL_KEYS = ("name", "dtype", "vocab_size", "d_model", "n_layers", "layers", "norm", "attention", "mamba", "mamba2",
-              "short_conv", "gated_delta", "mlp", "moe", "tied_embeddings", "final_softcap", "embedding_scale")
+              "short_conv", "gated_delta", "mlp", "moe", "tied_embeddings", "final_softcap", "embedding_scale",
+              "residual_scale", "logits_scale")
 NORM_KEYS = ("kind", "eps", "offset", "sandwich", "bias")
-MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-NOT_MLA_KEYS = ("n_kv_heads", "head_dim", "qkv_bias", "qk_norm", "output_gate", "window", "window_pattern",
-                "softcap")
-ATTENTION_KEYS = ("kind", "n_heads", "rope", "scale", "query_pre_attn_scalar") + NOT_MLA_KEYS + MLA_KEYS
-ROPE_KEYS = ("base", "convention", "rotary_dim", "scaling", "decomposed")
 MLP_KEYS = ("kind", "d_ff", "approximate", "bias")
 MOE_KEYS = ("experts", "top_k", "d_ff", "shared_experts", "shared_d_ff", "router", "router_bias",
             "norm_topk_prob", "routed_scale", "group_limited", "dense_layers", "layers", "shared_expert_gate")
@@ -193,18 +192,7 @@ def _embedding_scale(value):
         raise Bad(f"expected a positive number or sqrt_d_model, got {value!r}") from None
 
 
-@contextmanager
-def _blame(fields: Fields, table: Optional[dict] = None):
-    """Re-raise a DSL ArgError at the YAML key it came from: ``table`` maps a DSL argument
-    to (Fields, key); other arguments are taken as keys of ``fields``."""
-    try:
-        yield
-    except ArgError as err:
-        owner, key = (table or {}).get(err.arg, (fields, err.arg))
-        raise (owner or fields).error(key, err.detail, hint=err.hint) from None
-
-
-class _Expander:
+class _Expander(AttentionReader):
     """Reads (validating as it goes) and drives the DSL in the order a DSL author would."""
 
     def __init__(self, model: Fields):
@@ -218,6 +206,8 @@ class _Expander:
         self.final_softcap = model.get("final_softcap", optional(positive_number), None)
         scale = model.get("embedding_scale", optional(_embedding_scale), None)
         self.embedding_scale = math.sqrt(self.d_model) if scale == "sqrt_d_model" else scale
+        self.residual_scale = model.get("residual_scale", optional(positive_number), None)
+        self.logits_scale = model.get("logits_scale", optional(positive_number), None)
         self._read_norm(model.sub("norm", NORM_KEYS))
         self.layers_f = model.sub("layers", yaml_ssm.LAYERS_KEYS)
         self.kinds, self.feed_forward = yaml_ssm.read_pattern(self.layers_f, self.n_layers)
@@ -272,76 +262,6 @@ class _Expander:
         (when a pattern set the layers)."""
         return SpecError(f"{self.f.key_path(key)}: missing required key", location=str(self.f.key_loc),
                          hint=None if self.layers_f is None else f"layer {layer} {what}")
-
-    def _read_attention(self, a: Fields) -> None:
-        self.kind = a.get("kind", choice("mha", "gqa", "mqa", "mla"))
-        self.heads = a.get("n_heads", positive_int)
-        self.rope_f = a.sub("rope", ROPE_KEYS)
-        self.scaling_f = self.rope_f.sub("scaling", ("kind",) + tuple(SCALING_FIELDS)) if self.rope_f else None
-        self.rope = self._read_rope()
-        self.scale = a.get("scale", optional(positive_number), None)
-        scalar = a.get("query_pre_attn_scalar", optional(positive_number), None)
-        if scalar is not None:
-            if self.scale is not None:
-                raise a.error("query_pre_attn_scalar", "give scale or query_pre_attn_scalar, not both")
-            self.scale = scalar ** -0.5
-        if self.kind == "mla":
-            for key in NOT_MLA_KEYS:
-                if a.has(key):
-                    raise a.error(key, "does not apply to kind mla")
-            self.q_lora_rank = a.get("q_lora_rank", optional(positive_int), None)
-            self.mla = {key: a.get(key, positive_int) for key in MLA_KEYS[1:]}
-            return
-        for key in MLA_KEYS:
-            if a.has(key):
-                raise a.error(key, "applies to kind mla only")
-        kv = a.get("n_kv_heads", positive_int, None)
-        if self.kind == "mha" and kv not in (None, self.heads):
-            raise a.error("n_kv_heads", f"mha has one kv head per head ({self.heads}), got {kv}",
-                          hint="use kind: gqa")
-        if self.kind == "mqa" and kv not in (None, 1):
-            raise a.error("n_kv_heads", f"mqa has a single kv head, got {kv}", hint="use kind: gqa")
-        if self.kind == "gqa" and kv is None:
-            raise a.error("n_kv_heads", "kind gqa needs n_kv_heads")
-        self.kv_heads = {"mha": self.heads, "mqa": 1}.get(self.kind, kv)
-        self.head_dim = a.get("head_dim", positive_int, None)
-        self.qkv_bias = a.get("qkv_bias", boolean, False)
-        self.qk_norm = a.get("qk_norm", boolean, False)
-        self.output_gate = a.get("output_gate", boolean, False)
-        self.softcap = a.get("softcap", optional(positive_number), None)
-        self.window = a.get("window", optional(positive_int), None)
-        pattern = a.items("window_pattern", choice("local", "global"))
-        if pattern is not None:
-            if self.window is None:
-                raise a.error("window_pattern", "a window pattern needs window")
-            if not pattern:
-                raise a.error("window_pattern", "expected at least one entry")
-        self.window_pattern = pattern or ["local"]
-
-    def _read_rope(self) -> Optional[Rope]:
-        r = self.rope_f
-        if r is None:
-            return None
-        base = r.get("base", positive_number, 10000.0)
-        convention = r.get("convention", choice("half", "interleaved"), "half")
-        rotary_dim = r.get("rotary_dim", optional(positive_int), None)
-        decomposed = r.get("decomposed", boolean, False)
-        scaling = None
-        s = self.scaling_f
-        if s is not None:
-            scaling = {"kind": s.get("kind", choice(*SCALING_KINDS))}
-            for key, kind in SCALING_FIELDS.items():
-                if s.has(key):
-                    scaling[key] = s.get(key, {int: positive_int, bool: boolean}.get(kind, positive_number))
-        with _blame(r, self._rope_table()):
-            return Rope(base=base, convention=convention, scaling=scaling, rotary_dim=rotary_dim,
-                        decomposed=decomposed)
-
-    def _rope_table(self) -> dict:
-        table = {f"rope.{key}": (self.rope_f, key) for key in ROPE_KEYS}
-        if self.scaling_f is not None:
-            table.update({f"rope.scaling.{key}": (self.scaling_f, key) for key in ("kind",) + tuple(SCALING_FIELDS)})
-        return table
 
     def _read_mlp(self, mlp: Optional[Fields]) -> None:
         self.mlp_f = mlp
@@ -401,15 +321,15 @@ class _Expander:
     # ---- expanding ---------------------------------------------------------------------
     def run(self) -> Graph:
         f = self.f
-        with _blame(f, {"vocab": (f, "vocab_size"), "d_model": (f, "d_model"), "name": (f, "name")}):
+        with blame(f, {"vocab": (f, "vocab_size"), "d_model": (f, "d_model"), "name": (f, "name")}):
             m = Model(self.name, vocab=self.vocab, d_model=self.d_model, dtype=self.dtype)
-        with m.at(f.origin("vocab_size")), _blame(f, {"scale": (f, "embedding_scale")}):
+        with m.at(f.origin("vocab_size")), blame(f, {"scale": (f, "embedding_scale")}):
             x = m.embed(m.input_ids(), scale=self.embedding_scale)
-        with _blame(f, {"n": (f, "n_layers")}):  # a size limit (irc.limits)
+        with blame(f, {"n": (f, "n_layers")}):  # a size limit (irc.limits)
             x = self._layers(m, x)
         x = self._norm(m, x, "norm")
         with m.at(f.origin("final_softcap" if self.final_softcap else "vocab_size")):
-            m.logits(x, tied=self.tied, softcap=self.final_softcap)
+            m.logits(x, tied=self.tied, softcap=self.final_softcap, scale=self.logits_scale)
         return m.graph
 
     def _layers(self, m: Model, x):
@@ -425,7 +345,7 @@ class _Expander:
                     with m.at(self.layers_f.origin("pattern")):
                         out = m.add(out, a, f"{layer.prefix}mixers_out")
                 with m.at(f.origin("n_layers")):
-                    x = x + out
+                    x = x + self._residual(out)
             if ffn is None:
                 continue
             h = self._norm(m, x, layer.prefix + "mlp_norm")
@@ -433,55 +353,41 @@ class _Expander:
             if self.sandwich:
                 h = self._norm(m, h, layer.prefix + "post_mlp_norm")
             with m.at(f.origin("n_layers")):
-                x = x + h
+                x = x + self._residual(h)
         return x
+
+    def _residual(self, branch):
+        """A branch as it joins the residual stream: times ``residual_scale`` where there is one."""
+        return branch if self.residual_scale is None else branch * self.residual_scale
 
     def _mixer(self, m: Model, layer, mixer: str, h):
         if mixer == "attention":
-            with m.at(self.attn_f.origin()), _blame(self.attn_f, self._attention_table()):
+            with m.at(self.attn_f.origin()), blame(self.attn_f, self._attention_table()):
                 a = self._attention(layer, h)
             return self._norm(m, a, layer.prefix + "post_attn_norm") if self.sandwich else a
         if mixer == "conv":
-            with m.at(self.conv_f.origin()), _blame(self.conv_f):
+            with m.at(self.conv_f.origin()), blame(self.conv_f):
                 return layer.short_conv(h, **self.ssm["conv"])
         if mixer == "gated_delta":
             s = self.delta_f
-            with m.at(s.origin()), _blame(s, {arg: (s, key) for arg, key in yaml_ssm.GATED_DELTA_ARGS.items()}):
+            with m.at(s.origin()), blame(s, {arg: (s, key) for arg, key in yaml_ssm.GATED_DELTA_ARGS.items()}):
                 return layer.gated_delta(h, **self.ssm["gated_delta"])
         s = self.mamba_f if mixer == "mamba" else self.mamba2_f
-        with m.at(s.origin()), _blame(s, {arg: (s, key) for arg, key in yaml_ssm.MAMBA2_ARGS.items()}):
+        with m.at(s.origin()), blame(s, {arg: (s, key) for arg, key in yaml_ssm.MAMBA2_ARGS.items()}):
             return (layer.mamba if mixer == "mamba" else layer.mamba2)(h, **self.ssm[mixer])
 
     def _norm(self, m: Model, x, pname: str):
-        with m.at(self.norm_f.origin()), _blame(self.norm_f):
+        with m.at(self.norm_f.origin()), blame(self.norm_f):
             return m.norm(x, pname, self.norm_kind, self.norm_eps, self.norm_offset, self.norm_bias)
-
-    def _attention_table(self) -> dict:
-        a = self.attn_f
-        table = {"heads": (a, "n_heads"), "kv_heads": (a, "n_kv_heads"), "rope": (a, "rope")}
-        if self.rope_f is not None:
-            table.update(self._rope_table())
-        return table
-
-    def _attention(self, layer, h):
-        if self.kind == "mla":
-            return layer.mla_attention(h, self.heads, q_lora_rank=self.q_lora_rank, rope=self.rope,
-                                       eps=self.norm_eps, scale=self.scale, **self.mla)
-        local = self.window_pattern[layer.index % len(self.window_pattern)] == "local"
-        return layer.attention(h, self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim,
-                               rope=self.rope, window=self.window if local else None, softcap=self.softcap,
-                               scale=self.scale, qkv_bias=self.qkv_bias, qk_norm=self.qk_norm,
-                               qk_norm_eps=self.norm_eps, qk_norm_offset=self.norm_offset,
-                               output_gate=self.output_gate)
 
     def _feed_forward(self, m: Model, layer, h, ffn: str):
         if ffn == "moe":
             table = {"scoring": (self.moe_f, "router")}
             if self.group_f is not None:
                 table.update({"groups": (self.group_f, "groups"), "top_groups": (self.group_f, "top_groups")})
-            with m.at(self.moe_f.origin()), _blame(self.moe_f, table):
+            with m.at(self.moe_f.origin()), blame(self.moe_f, table):
                 return layer.moe(h, **self.moe)
-        with m.at(self.mlp_f.origin()), _blame(self.mlp_f):
+        with m.at(self.mlp_f.origin()), blame(self.mlp_f):
             if self.mlp_kind == "swiglu":
                 return layer.swiglu(h, d_ff=self.d_ff)
             if self.mlp_kind == "geglu":

@@ -25,6 +25,8 @@ mamba, mamba2 ...  ``families_ssm`` (mamba, falcon_mamba, mamba2), ``families_hy
                    (jamba, bamba, granitemoehybrid, nemotron_h), ``families_composite``
                    (falcon_h1, zamba2), ``families_delta`` (qwen3_next, qwen3_5*)
 lfm2, lfm2_moe     short convolutions beside attention layers: ``families_lfm2``
+gemma, granite,    Llama-shaped decoders with a table of settings each: ``families_llama_like``
+granitemoe, ...    (gemma, granite, granitemoe, smollm3, ministral)
 kimi_linear        Kimi Delta Attention beside MLA attention, DeepSeek-V3 MoE: ``families_kimi``
 minimax            lightning attention beside softmax attention, Mixtral MoE: ``families_minimax``
 =================  ==========================================================================
@@ -45,18 +47,16 @@ one tensor, rows of a fused one (Phi-3), or per-expert tensors stacked into the 
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional
+from typing import Callable
 
-from frontends.hf.config import (Arch, Attention, Config, LayerSpec, RopeSpec, attention_dims, int_list, read_rope,
-                                 rope_dict, string_list)
-from irc.yamlloc import boolean, layer_count, non_negative_int, positive_int, positive_number, size, string
+from frontends.hf.config import Arch, Attention, Config, LayerSpec, RopeSpec, int_list, read_rope
+from irc.yamlloc import Bad, boolean, non_negative_int, positive_int, positive_number, string
 from frontends.hf.weights import Rows, Source, Stack, Tensor
-from frontends.hf import (families_composite, families_delta, families_kimi, families_lfm2, families_minimax,
-                          families_ssm)
-from irc.yamlloc import Bad
+from frontends.hf import (families_composite, families_delta, families_kimi, families_lfm2, families_llama_like,
+                          families_minimax, families_ssm)
 from irc.errors import SpecError
-
-FULL, SLIDING = "full_attention", "sliding_attention"
+from frontends.hf.families_common import (FULL, SLIDING, _arch, _dims, _every_layer_window, _experts, _layer_types,
+                                          _no, _qwen_windows, _rope, _silu, _swiglu, _windows)
 
 # transformers 5.2x config-class defaults for keys a config.json may leave out
 _LLAMA = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu", "max_position_embeddings": 2048,
@@ -95,6 +95,7 @@ DEFAULTS = {
     **families_ssm.DEFAULTS,
     **families_composite.DEFAULTS,
     **families_lfm2.DEFAULTS, **families_delta.DEFAULTS, **families_kimi.DEFAULTS, **families_minimax.DEFAULTS,
+    **families_llama_like.DEFAULTS,
 }
 
 # DSL argument -> the config.json key a refusal should name
@@ -119,82 +120,6 @@ def describe(cfg: Config, name: str) -> Arch:
     arch = FAMILIES[model_type](cfg, name, model_type)
     arch.quantized = cfg.has("quantization_config")
     return arch
-
-
-# ---- shared readers ---------------------------------------------------------------------
-
-def _dims(cfg: Config) -> dict:
-    """Sizes every family has; head_dim defaults to hidden_size / num_attention_heads."""
-    d, heads, kv_heads, head_dim = attention_dims(cfg)
-    return {"d": d, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
-            "layers": cfg.get("num_hidden_layers", layer_count)}  # sizes within irc.limits
-
-
-def _arch(cfg: Config, name: str, model_type: str, dims: dict, attention: Attention, layers: list[LayerSpec],
-          mlp: Optional[dict], **extra) -> Arch:
-    return Arch(name=name, model_type=model_type, dtype=cfg.dtype(), vocab_size=cfg.get("vocab_size", positive_int),
-                d_model=dims["d"], n_layers=dims["layers"], norm_eps=cfg.get("rms_norm_eps", positive_number),
-                attention=attention, layers=layers, mlp=mlp, tied=cfg.get("tie_word_embeddings", boolean), **extra)
-
-
-def _no(cfg: Config, *keys: str) -> None:
-    """Refuse switches (biases) that add weights irc's ops do not have."""
-    for key in keys:
-        cfg.check(key, lambda v: not v, hint="irc's attention and MLPs have no such bias")
-
-
-def _silu(cfg: Config, key: str = "hidden_act") -> None:
-    cfg.check(key, lambda v: v == "silu", hint="this family's gated MLP is SwiGLU (silu)")
-
-
-def _swiglu(cfg: Config, key: str = "intermediate_size") -> dict:
-    return {"kind": "swiglu", "d_ff": cfg.get(key, positive_int)}
-
-
-def _rope(cfg: Config, head_dim: int, layer_type: Optional[str] = None, convention: str = "half",
-          default_base: Optional[float] = None) -> RopeSpec:
-    params, key = rope_dict(cfg, layer_type)
-    base = default_base if default_base is not None else cfg.defaults.get("rope_theta", 10000.0)
-    return read_rope(cfg, head_dim, params, key, default_base=base, convention=convention,
-                     original_max=cfg.get("max_position_embeddings", positive_int, None))
-
-
-def _layer_types(cfg: Config, n_layers: int, derive: Callable[[int], str]) -> list[str]:
-    """``layer_types`` from the config, or derived per layer as the family's config class does."""
-    if not cfg.has("layer_types"):
-        return [derive(i) for i in range(n_layers)]
-    types = cfg.get("layer_types", string_list)
-    if len(types) != n_layers:
-        raise cfg.error("layer_types", f"has {len(types)} entries for {n_layers} layers")
-    for kind in types:
-        if kind not in (FULL, SLIDING):
-            raise cfg.unsupported("layer_types", kind, hint=f"layer types: {FULL}, {SLIDING}")
-    return types
-
-
-def _windows(cfg: Config, types: list[str]) -> list[Optional[int]]:
-    window = cfg.get("sliding_window", positive_int, None) if SLIDING in types else None
-    return [window if kind == SLIDING else None for kind in types]
-
-
-def _every_layer_window(cfg: Config, n_layers: int) -> list[Optional[int]]:
-    return [cfg.get("sliding_window", positive_int, None)] * n_layers
-
-
-def _qwen_windows(cfg: Config, n_layers: int, derive: Callable[[int], str]) -> list[Optional[int]]:
-    """Qwen: no window unless ``use_sliding_window``; then per ``layer_types``."""
-    if not cfg.get("use_sliding_window", boolean):
-        return [None] * n_layers
-    return _windows(cfg, _layer_types(cfg, n_layers, derive))
-
-
-def _experts(cfg: Config, *keys: str) -> int:
-    """The expert count under whichever of its names the config uses (transformers maps
-    num_experts and num_local_experts onto each other)."""
-    for key in keys:
-        if cfg.has(key):
-            return cfg.get(key, positive_int)
-    return cfg.get(keys[0], positive_int)
 
 
 # ---- the families -----------------------------------------------------------------------
@@ -362,6 +287,7 @@ FAMILIES = {
     **families_ssm.FAMILIES,
     **families_composite.FAMILIES,
     **families_lfm2.FAMILIES, **families_delta.FAMILIES, **families_kimi.FAMILIES, **families_minimax.FAMILIES,
+    **families_llama_like.FAMILIES,
 }
 
 
@@ -444,6 +370,7 @@ LAYOUTS = {  # the families' departures from LAYER_NAMES
     **families_ssm.LAYOUTS,
     **families_composite.LAYOUTS,
     **families_lfm2.layouts(Experts), **families_delta.LAYOUTS, **families_kimi.LAYOUTS, **families_minimax.LAYOUTS,
+    **families_llama_like.LAYOUTS,
 }
 # a layout's "_prefix" (the layers' names, default model.layers.) and "_top" (embed, norm
 # and lm_head, default TOP_NAMES) say where a family departs from Llama's names

@@ -140,6 +140,8 @@ FUSED = {
         "moe.w_up": Fused("block_sparse_moe.input_linear.weight", 1),
         **{f"{kind}_{x}": Fused("shared_mlp.input_linear.weight", half)
            for kind in ("moe.shared", "mlp.w") for x, half in (("gate", 0), ("up", 1))}},
+    "granitemoe": {"moe.w_gate": Fused("block_sparse_moe.input_linear.weight", 0),
+                   "moe.w_up": Fused("block_sparse_moe.input_linear.weight", 1)},  # families_llama_like
 }
 LAYER_PARAM = re.compile(r"layers\.(\d+)\.(.+)")
 
@@ -151,7 +153,7 @@ def fused_source(arch: Arch, param: str) -> Optional[Source]:
     entry = FUSED.get(arch.checkpoint, {}).get(match.group(2)) if match else None
     if entry is None:
         return None
-    return entry.source(arch, f"{LAYOUTS[arch.checkpoint].get('_prefix', 'model.layers.')}{match.group(1)}.")
+    return entry.source(arch, f"{LAYOUTS.get(arch.checkpoint, {}).get('_prefix', 'model.layers.')}{match.group(1)}.")
 
 
 # ---- the pure state-space families --------------------------------------------------------

@@ -84,6 +84,22 @@ CASES = {  # name: (config class, overrides of SMALL)
     "phi3-partial-rotary-window": ("Phi3Config", dict(pad_token_id=0, sliding_window=5,
                                                       partial_rotary_factor=0.5)),
     "phi3-mha": ("Phi3Config", dict(pad_token_id=0, num_key_value_heads=4)),
+    # families_llama_like
+    "gemma-geglu-tied": ("GemmaConfig", dict(head_dim=16)),
+    "gemma-mqa-exact-gelu": ("GemmaConfig", dict(head_dim=8, num_key_value_heads=1, hidden_act="gelu")),
+    "granite-multipliers": ("GraniteConfig", dict(embedding_multiplier=4.0, attention_multiplier=0.2,
+                                                  residual_multiplier=0.5, logits_scaling=3.0)),
+    "granitemoe-top2": ("GraniteMoeConfig", dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=16,
+                                                 embedding_multiplier=2.0, residual_multiplier=0.7,
+                                                 logits_scaling=2.0, attention_multiplier=0.3)),
+    "smollm3-nope-every-2nd": ("SmolLM3Config", dict(num_hidden_layers=4, no_rope_layer_interval=2,
+                                                     pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "smollm3-nope-list-window": ("SmolLM3Config", dict(num_hidden_layers=3, no_rope_layers=[1, 0, 1], pad_token_id=0,
+                                                       bos_token_id=1, eos_token_id=2, use_sliding_window=True,
+                                                       sliding_window=4)),
+    "ministral-windows": ("MinistralConfig", dict(num_hidden_layers=3, sliding_window=4, head_dim=8,
+                                                  layer_types=["sliding_attention", "full_attention",
+                                                               "sliding_attention"])),
 }
 
 

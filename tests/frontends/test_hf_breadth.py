@@ -1,0 +1,55 @@
+"""onnxruntime-genai 0.18 runs the folders irc writes for the Llama-shaped families of
+``frontends.hf.families_llama_like`` (their tiny twins are cases of ``test_hf_models``, which
+holds them against transformers through the interpreter and both ONNX targets) and
+generates transformers' greedy tokens; and their config.json mistakes are one SpecError
+naming the key."""
+import json
+
+import pytest
+
+from frontends import load_spec
+from irc.errors import SpecError
+from tests.frontends.test_hf_models import NEW_TOKENS, hf_batch_greedy, models, prompts  # noqa: F401 (fixtures)
+from tests.frontends.test_hf_ssm_onnx import genai_greedy, until_eos
+
+torch = pytest.importorskip("torch")
+FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smollm3-nope-list-window",
+            "ministral-windows"]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_genai_generates_transformers_tokens(models, hf_batch_greedy, tmp_path, name):  # noqa: F811
+    og = pytest.importorskip("onnxruntime_genai")
+    from backends.onnx import emit
+
+    _, folder = models(name)
+    emitted = emit.emit_model(load_spec(folder), str(tmp_path / "model.onnx"), target="onnx-ort", context=64)
+    assert emitted.genai_config, emitted.genai_note
+    prompt = prompts()[0][0]
+    assert genai_greedy(og, tmp_path, prompt, NEW_TOKENS) == until_eos(hf_batch_greedy(name)[0].tolist(), tmp_path)
+
+
+SMALL = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2}
+BAD = [  # (config.json, the key named, a fragment of the message)
+    ({"model_type": "smollm3", **SMALL, "no_rope_layers": [1, 1, 0]}, "no_rope_layers", "expected 2 entries"),
+    ({"model_type": "smollm3", **SMALL, "no_rope_layers": [1, 2]}, "no_rope_layers", "of 0 (NoPE) or 1"),
+    ({"model_type": "ministral", **SMALL, "layer_types": ["sliding_attention"]}, "layer_types", "1 entries for 2"),
+    ({"model_type": "gemma", **SMALL, "hidden_act": "relu"}, "hidden_act", '"relu" is not supported'),
+    ({"model_type": "granite", **SMALL, "mlp_bias": True}, "mlp_bias", "no such bias"),
+    ({"model_type": "granitemoe", **SMALL, "num_local_experts": 2, "num_experts_per_tok": 3},
+     "num_experts_per_tok", "top_k 3 exceeds 2 experts"),
+    ({"model_type": "granite", **SMALL, "logits_scaling": 0}, "logits_scaling", "positive"),
+]
+
+
+@pytest.mark.parametrize("config, key, fragment", BAD)
+def test_bad_configs_name_the_key(tmp_path, config, key, fragment):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config, indent=2))
+    with pytest.raises(SpecError) as err:
+        load_spec(tmp_path)
+    message = str(err.value)
+    assert f"{path}:" in message and f"{key}: " in message and fragment in message, message
+    line = int(message.split("config.json:")[1].split(":")[0])
+    assert f'"{key}"' in path.read_text().splitlines()[line - 1]

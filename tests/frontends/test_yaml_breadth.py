@@ -1,0 +1,64 @@
+"""The YAML forms of the Llama-shaped families (``frontends.hf.families_llama_like``):
+Granite's multipliers (``embedding_scale``, ``attention.scale``, ``residual_scale``,
+``logits_scale``) and SmolLM3's NoPE layers (``attention.nope_layers``). Each tiny example
+builds the graph the HF frontend builds from the matching config.json, runs and generates;
+the full-size examples' parameter counts are the checkpoints'; mistakes are SpecErrors at
+the key."""
+import json
+from pathlib import Path
+
+import pytest
+
+from frontends import load_spec, yaml_spec
+from frontends.hf import load_hf
+from irc.analysis import analyze
+from irc.errors import SpecError
+from irc.interpreter import generate
+from irc.printer import print_graph
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+CONFIGS = {  # tiny example -> the config.json of the same model
+    "tiny-granite-3.3-8b.yaml": {"model_type": "granite", "vocab_size": 256, "hidden_size": 64,
+                                 "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                 "intermediate_size": 160, "rms_norm_eps": 1e-5, "rope_theta": 1e7,
+                                 "tie_word_embeddings": True, "embedding_multiplier": 12.0,
+                                 "attention_multiplier": 0.0625, "residual_multiplier": 0.22,
+                                 "logits_scaling": 16.0},
+    "tiny-smollm3-3b.yaml": {"model_type": "smollm3", "vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 4,
+                             "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 160,
+                             "rms_norm_eps": 1e-6, "rope_theta": 5e6, "tie_word_embeddings": True,
+                             "no_rope_layer_interval": 4},
+}
+# parameters of the released checkpoints as their model pages give them (billions, rounded)
+PARAMS = {"granite-3.3-8b.yaml": 8.17, "smollm3-3b.yaml": 3.08}
+
+
+def without_meta(graph) -> str:
+    return "\n".join(line for line in print_graph(graph).splitlines() if not line.lstrip().startswith("meta "))
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_the_tiny_example_is_the_hf_graph_and_generates(tmp_path, name):
+    from_yaml = load_spec(EXAMPLES / name)
+    folder = tmp_path / from_yaml.name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(CONFIGS[name]))
+    assert without_meta(load_hf(folder, weights=False)) == without_meta(from_yaml)
+    tokens, _ = generate(from_yaml, [1, 2, 3], 4)
+    assert len(tokens) == 4 and all(0 <= t < 256 for t in tokens)
+
+
+@pytest.mark.parametrize("name", sorted(PARAMS))
+def test_the_full_size_examples_count_the_checkpoints_parameters(name):
+    assert round(analyze(load_spec(EXAMPLES / name))["params_total"] / 1e9, 2) == PARAMS[name]
+
+
+def test_nope_layers_need_rope_and_real_layers():
+    base = ("model: {name: t, vocab_size: 16, d_model: 16, n_layers: 2, mlp: {kind: swiglu, d_ff: 32},\n"
+            "  attention: {kind: gqa, n_heads: 2, n_kv_heads: 1, %s}}\n")
+    with pytest.raises(SpecError, match=r"<string>:2:.*model\.attention\.nope_layers: layer 2 is past the last"):
+        yaml_spec.loads(base % "rope: {base: 10000}, nope_layers: [2]")
+    with pytest.raises(SpecError, match=r"nope_layers: NoPE layers need a rope"):
+        yaml_spec.loads(base % "nope_layers: [0]")
+    graph = yaml_spec.loads(base % "rope: {base: 10000}, nope_layers: [1]")
+    assert [n.outputs[0].name for n in graph.nodes if n.op == "rope"] == ["layers.0.q_rope", "layers.0.k_rope"]
