@@ -13,6 +13,11 @@
   the logits at every position are compared: relative error (max |Δ| / max |float|, the
   ``--check`` measure, and the RMS ratio ‖Δ‖/‖float‖) and top-1 agreement (the fraction
   of positions where both graphs pick the same next token);
+- for a recurrent model (a graph with conv or recurrent states), the error against
+  position: ``position_curve`` runs both graphs chunk by chunk through their own states
+  over up to 4,096 positions and reports the logits error and top-1 agreement per bucket
+  ending at 128, 1,024 and 4,096 (``position_marks``), since a recurrence's error compounds
+  along the sequence where attention's does not;
 - param bytes before and after, and logical parameter counts (``logical_param_count``:
   a quantized weight counts its N·K float elements; scales and zero points count none).
 
@@ -25,6 +30,7 @@ weights, the figure the measured one is held against (see its docstring).
 from __future__ import annotations
 
 import math
+import re
 from typing import Optional, Sequence
 
 import numpy as np
@@ -34,7 +40,7 @@ from irc.graph import Graph, Param
 from irc.evaluate import DEFAULT_WINDOW, perplexity_and_agreement
 from irc.ops.quant import dequantize_blocks, quantize_blocks
 from irc.check import relative_error
-from irc.weights import materialize
+from irc.weights import materialize, read_rows
 
 QUANT_OPS = {"dequant_linear": 1, "dequantize": 0, "dequant_embedding": 1}  # op -> index of its qweight operand
 
@@ -82,21 +88,37 @@ def quantized_weights(graph: Graph) -> list[tuple[str, list, dict]]:
     return found
 
 
+_ROWS = re.compile(r"^(.*)\.rows_(\d+)_(\d+)$")
+
+
+def float_weight(float_graph: Graph, name: str) -> Optional[np.ndarray]:
+    """The float values of quantized weight ``name``: its param in ``float_graph``, or for a
+    row piece ``<param>.rows_<start>_<stop>`` (``quantize`` cuts a recurrence's Δ rows out of
+    a projection) those rows of the param; None without data."""
+    source = float_graph.params.get(name)
+    if source is not None:
+        return None if source.data is None else materialize(source)
+    match = _ROWS.match(name)
+    source = float_graph.params.get(match.group(1)) if match else None
+    if source is None or source.data is None:
+        return None
+    return read_rows(source, int(match.group(2)), int(match.group(3)))
+
+
 def tensor_report(float_graph: Graph, quant_graph: Graph, baseline: bool = False) -> list[dict]:
     """One row per quantized weight with data (module docstring); with ``baseline``, also
     ``sqnr_rtn_db``: the SQNR max-abs RTN (``quantize_blocks``) gets with the same bits,
     block and symmetry, the figure a searched method is held against. One weight at a time."""
     rows = []
     for name, (qweight, scales, zero_points), attrs in quantized_weights(quant_graph):
-        source = float_graph.params.get(name)
-        if source is None or source.data is None:
+        weight = float_weight(float_graph, name)
+        if weight is None:
             continue
         arrays = [None if p is None else materialize(p) for p in (qweight, scales, zero_points)]
         bits, block = attrs["bits"], attrs["block_size"]
-        row = {"name": name, "shape": list(source.shape), "bits": bits, "block_size": block,
-               "symmetric": zero_points is None, "float_bytes": source.nbytes,
+        row = {"name": name, "shape": list(weight.shape), "bits": bits, "block_size": block,
+               "symmetric": zero_points is None, "float_bytes": weight.nbytes,
                "quantized_bytes": sum(p.nbytes for p in (qweight, scales, zero_points) if p is not None)}
-        weight = materialize(source)
         row.update(weight_error(weight, *arrays, bits=bits, block_size=block))
         if baseline:
             rtn = quantize_blocks(weight, bits=bits, block_size=block, symmetric=zero_points is None,
@@ -107,19 +129,31 @@ def tensor_report(float_graph: Graph, quant_graph: Graph, baseline: bool = False
 
 
 def pass_report(float_graph: Graph, quant_graph: Graph, method: str, tokens: Optional[Sequence[int]] = None,
-                window: int = DEFAULT_WINDOW) -> dict:
+                window: int = DEFAULT_WINDOW, kept: Sequence[dict] = (), positions: int = 0) -> dict:
     """What one ``quantize`` run reports in the dump stats: per tensor, SQNR of ``method``
-    and of RTN; a summary (bytes before and after, mean and min SQNR both ways); with
-    ``tokens``, ``eval``: perplexity of both graphs over the text and top-1 agreement
-    (``irc.evaluate.perplexity_and_agreement``, streamed)."""
+    and of RTN; a summary (bytes before and after, mean and min SQNR both ways); ``kept``,
+    the params it kept float on purpose and why (a recurrence's Δ path and own parameters);
+    with ``tokens``, ``eval``: perplexity of both graphs over the text and top-1 agreement
+    (``irc.evaluate.perplexity_and_agreement``, streamed); for a graph with a recurrent
+    state and ``positions`` > 0, ``positions``: the error against position
+    (``position_curve``) over the first ``positions`` of ``tokens`` (seeded ids without)."""
     tensors = tensor_report(float_graph, quant_graph, baseline=method != "rtn")
-    report = {"method": method, "tensors": tensors, "summary": _summary(float_graph, quant_graph, tensors)}
+    report = {"method": method, "tensors": tensors, "summary": _summary(float_graph, quant_graph, tensors),
+              "kept": [dict(k) for k in kept]}
     if tokens is not None:
         result = perplexity_and_agreement(float_graph, quant_graph, tokens, window)
         report["eval"] = {"tokens": result["tokens"], "window": result["window"], "positions": result["positions"],
                           "perplexity_float": result["perplexity"]["reference"],
                           "perplexity_quantized": result["perplexity"]["candidate"],
                           "top1_agreement": result["top1_agreement"]}
+    if positions and has_recurrent_state(float_graph):
+        absent = [p.name for g in (float_graph, quant_graph) for p in g.params.values() if p.data is None]
+        if absent:
+            report["positions"] = {"skipped": f"@{absent[0]} has no weights (a shape-only compile)"}
+        else:
+            ids = list(tokens[:positions]) if tokens is not None else \
+                default_prompts(int(float_graph.meta.get("vocab_size", 2)), 1, positions)[0]
+            report["positions"] = position_curve(float_graph, quant_graph, ids)
     return report
 
 
@@ -139,6 +173,16 @@ def format_pass_report(report: dict) -> str:
         lines.append(f"  eval text, {result['tokens']} tokens: perplexity {result['perplexity_float']:.3f} (float) -> "
                      f"{result['perplexity_quantized']:.3f} (quantized); top-1 agreement "
                      f"{result['top1_agreement']:.1%}")
+    curve = report.get("positions") or {}
+    if curve.get("skipped"):
+        lines.append(f"  error against position: skipped ({curve['skipped']})")
+    for row in curve.get("rows", []):
+        lines.append(f"  positions {row['start']}-{row['stop']}: logits rms relative error "
+                     f"{row['rms_relative_error']:.4g}, max {row['max_relative_error']:.4g}; top-1 agreement "
+                     f"{row['top1_agreement']:.1%}")
+    if report.get("kept"):
+        kinds = sorted({re.sub(r"(^|\.)layers\.\d+\.", r"\1layers.*.", k["name"]) for k in report["kept"]})
+        lines.append(f"  kept float on purpose ({len(report['kept'])} params): {', '.join(kinds)}")
     return "\n".join(lines) + "\n"
 
 
@@ -266,6 +310,77 @@ def format_report(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ---- error against position (recurrent models) -----------------------------------------------
+
+POSITION_MARKS = (128, 1024, 4096)
+CHUNK = 256
+
+
+def has_recurrent_state(graph: Graph) -> bool:
+    """Does ``graph`` carry a recurrent or conv state between calls?"""
+    return any(v.name.endswith((".recurrent_state", ".conv_state")) for v in graph.inputs)
+
+
+def position_marks(positions: int) -> list[int]:
+    """The ends of the position buckets: the ``POSITION_MARKS`` below ``positions``, then ``positions``."""
+    return [mark for mark in POSITION_MARKS if mark < positions] + [positions]
+
+
+def chunk_logits(graph: Graph, tokens: Sequence[int], chunk: int = CHUNK, between=None, seed: int = 0):
+    """Logits [t, V] (float32) of each consecutive chunk of ``tokens`` (batch 1), each chunk
+    fed the present caches and states of the one before; ``between(states) -> states``, when
+    given, rewrites them between chunks (a simulated state precision)."""
+    from irc.interpreter import Interpreter, past_inputs, present_name
+
+    interpreter = Interpreter(graph.clone(), seed)
+    names = {v.name for v in graph.inputs}
+    state = {c.name: np.zeros(dims.evaluate_shape(c.shape, {"B": 1, "P": 0}), c.dtype.numpy)
+             for c in past_inputs(graph)}
+    for past in range(0, len(tokens), chunk):
+        ids = list(tokens[past:past + chunk])
+        feeds = {"input_ids": np.asarray([ids], np.int64), "attention_mask": np.ones((1, past + len(ids)), np.int64),
+                 "position_ids": np.arange(past, past + len(ids), dtype=np.int64)[None, :], **state}
+        outputs = interpreter.run({k: v for k, v in feeds.items() if k in names})
+        state = {name: outputs[present_name(name)] for name in state}
+        if between is not None:
+            state = between(state)
+        yield np.asarray(outputs["logits"][0], dtype=np.float32)
+
+
+def error_by_position(reference_chunks, candidate_chunks, marks: Sequence[int]) -> list[dict]:
+    """Per bucket of positions [previous mark, mark): the logits' RMS relative error
+    ‖Δ‖/‖reference‖, max relative error max|Δ| / max|reference| and top-1 agreement, from
+    two streams of logits chunks (each reduced to per-position sums as it arrives)."""
+    sums = {"d2": [], "f2": [], "dmax": [], "fmax": [], "agree": []}
+    for f, q in zip(reference_chunks, candidate_chunks):
+        f, q = f.astype(np.float64), q.astype(np.float64)
+        d = q - f
+        for key, values in (("d2", (d * d).sum(-1)), ("f2", (f * f).sum(-1)), ("dmax", np.abs(d).max(-1)),
+                            ("fmax", np.abs(f).max(-1)), ("agree", f.argmax(-1) == q.argmax(-1))):
+            sums[key].append(values)
+    per = {key: np.concatenate(values) for key, values in sums.items()}
+    rows, start = [], 0
+    for mark in marks:
+        span = slice(start, min(mark, per["d2"].shape[0]))
+        rows.append({"start": start, "stop": span.stop,
+                     "rms_relative_error": float(np.sqrt(per["d2"][span].sum() / per["f2"][span].sum())),
+                     "max_relative_error": float(per["dmax"][span].max() / per["fmax"][span].max()),
+                     "top1_agreement": float(per["agree"][span].mean())})
+        start = span.stop
+    return rows
+
+
+def position_curve(float_graph: Graph, quant_graph: Graph, tokens: Sequence[int], chunk: int = CHUNK,
+                   between=None) -> dict:
+    """{"tokens", "chunk", "rows"}: ``error_by_position`` of ``quant_graph`` against
+    ``float_graph`` over ``tokens`` run chunk by chunk through their own states
+    (``chunk_logits``; ``between`` applies to the quantized graph's), buckets ending at
+    ``position_marks(len(tokens))``."""
+    rows = error_by_position(chunk_logits(float_graph, tokens, chunk),
+                             chunk_logits(quant_graph, tokens, chunk, between), position_marks(len(tokens)))
+    return {"tokens": len(tokens), "chunk": chunk, "rows": rows}
+
+
 # ---- theory ----------------------------------------------------------------------------------
 
 def gaussian_rtn_sqnr_db(bits: int, group: int) -> float:
@@ -292,5 +407,6 @@ def gaussian_rtn_sqnr_db(bits: int, group: int) -> float:
 
 
 __all__ = ["quantization_report", "pass_report", "format_pass_report", "format_report", "default_prompts",
-           "gaussian_rtn_sqnr_db", "sqnr_db",
+           "gaussian_rtn_sqnr_db", "sqnr_db", "position_curve", "chunk_logits", "error_by_position",
+           "position_marks", "has_recurrent_state", "POSITION_MARKS",
            "weight_error", "logical_param_count", "prompt_logits"]

@@ -8,19 +8,18 @@ from typing import Optional
 
 from irc import ops
 from irc.build import emit1
-from irc.dtypes import DType
 from irc.errors import PassError
 from irc.evaluate import text_tokens
 from irc.graph import Graph, Param, Value
-from irc.ops.quant import ACCURACY_LEVELS, BITS, block_count, packed_width
+from irc.ops.quant import ACCURACY_LEVELS, BITS
 from irc.passmanager import Pass, register_pass
 from irc.quant_report import pass_report
 from irc.rewrite.edit import is_graph_output, replace_node
-from irc.weights import Derived, materialize, read_rows
+from irc.weights import Derived, read_rows
 
 from passes.quantize_calibrate import importance, unobserved
 from passes.quantize_kv import CACHE_OPERANDS, cache_refusal, quantize_caches
-from passes.quantize_methods import CALIBRATED, METHODS, quantize_weight
+from passes.quantize_methods import CALIBRATED, METHODS, QuantizedWeight, quantized_params
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +37,22 @@ WEIGHT_OPERANDS = {
     "mla_latent_attention": ("wq", "q_a", "q_b", "kv_a", "wo"),  # W^UK, W^UV: per-head blocks, kept
     "embedding": ("table",),
 }
-PARTS = ("qweight", "scales", "zero_points")
 DEFAULT_METHOD = "mse"  # wins over rtn on SmolLM2-135M (passes.quantize_methods)
+
+# recurrence ops and their operands that carry the Δ path (step size, decay, write strength;
+# Mamba-1's input-dependent B and C come from the same x_proj), traced back to projections
+DELTA_OPERANDS = {"selective_scan": ("dt", "B", "C"), "ssd": ("dt",), "gated_delta_rule": ("a", "b")}
+RECURRENCE_OPS = ("causal_conv1d", *DELTA_OPERANDS)
+# what the trace walks through from a Δ operand to a projection: views, scales and norms;
+# it stops at anything else (a causal conv: what enters it is the content path)
+PATH_OPS = {"slice", "reshape", "concat", "mul", "add", "constant", "expand", "rms_norm", "rsqrt", "reduce_mean"}
+DELTA_WHY = "its error would enter the state at every step and compound along the sequence " \
+            "(quantize{recurrent=true} quantizes it)"
+OWN_WHY = "the recurrence's own parameter ({op} {operand}), a vector or a short filter, not a matrix " \
+          "the block layout quantizes (kept float even with recurrent=true)"
+STATE_REFUSAL = ("an int8 recurrent state is not built: the state is a graph input/output read by every backend "
+                 "(reference, ONNX, ORT, genai's declared states) as float, and its per-head scales would have "
+                 "to travel beside it through all of them")
 
 
 @register_pass
@@ -83,6 +96,21 @@ class Quantize(Pass):
     operand outside ``WEIGHT_OPERANDS`` (a param is quantized for all its readers or none).
     Codes already stored are never quantized again: a second run changes nothing.
 
+    Recurrent layers (Mamba, Mamba-2, gated DeltaNet, LFM2's short conv): their in/out
+    projections quantize as above; the recurrence's own parameters (conv taps and bias,
+    A_log, D, dt_bias) stay float, and by default so does the Δ path: every projection
+    ``delta_rows`` traces from a recurrence's Δ operands (``DELTA_OPERANDS``: Mamba-1's
+    x_proj and dt_proj, the delta rule's in_proj_a / in_proj_b / in_proj_ba), whose error
+    would compound through the state at every step. Where the Δ is some rows of a larger
+    projection (Mamba-2's dt rows of in_proj), ``split_rows`` cuts it into
+    ``@<name>.rows_<start>_<stop>`` pieces joined by a concat (exact up to float rounding),
+    the Δ rows float and the rest quantized. ``recurrent=true`` quantizes the Δ path too.
+    The report's ``kept`` lists each param kept float on purpose with its reason, and
+    ``positions`` (default 4096, 0: off) bounds its error-against-position curve
+    (``irc.quant_report.position_curve``, reference interpreter over both graphs).
+    ``recurrent_state=true`` (an int8 recurrent state) is refused (``STATE_REFUSAL``), and
+    ``kv_cache=true`` notes that each recurrent state stays float.
+
     KV cache (``kv_cache=true``): ``passes.quantize_kv``; run ``mla-absorb`` before this.
 
     Not exact (``exact = False``): ``--check`` reports the error the quantization makes;
@@ -94,7 +122,8 @@ class Quantize(Pass):
     exact = False
     options = {"bits": 4, "group": None, "symmetric": True, "method": DEFAULT_METHOD, "accuracy_level": None,
                "embeddings": False, "lm_head": False, "kv_cache": False, "weights": True,
-               "calibration": None, "tokenizer": None, "calibration_tokens": 1024}
+               "calibration": None, "tokenizer": None, "calibration_tokens": 1024, "recurrent": False,
+               "recurrent_state": False, "positions": 4096}
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -106,7 +135,7 @@ class Quantize(Pass):
                                                    and group > 0 and group * c["bits"] % 8 == 0):
             raise PassError(f"pass quantize: group must be a positive block size filling whole bytes, "
                             f"'channel' or null, got {group!r}", hint="group=32, group=128 or group=channel")
-        for key in ("symmetric", "embeddings", "lm_head", "kv_cache", "weights"):
+        for key in ("symmetric", "embeddings", "lm_head", "kv_cache", "weights", "recurrent"):
             if not isinstance(c[key], bool):
                 raise PassError(f"pass quantize: {key} must be true or false, got {c[key]!r}")
         if c["method"] not in METHODS:
@@ -119,7 +148,14 @@ class Quantize(Pass):
         tokens = c["calibration_tokens"]
         if not (isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 2):
             raise PassError(f"pass quantize: calibration_tokens must be an int >= 2, got {tokens!r}")
+        positions = c["positions"]
+        if not (isinstance(positions, int) and not isinstance(positions, bool) and positions >= 0):
+            raise PassError(f"pass quantize: positions must be an int >= 0, got {positions!r}")
+        if c["recurrent_state"] is not False:
+            raise PassError(f"pass quantize: recurrent_state={c['recurrent_state']!r}: {STATE_REFUSAL}",
+                            hint="benchmarks/quantize_recurrent.py measures an int8 state, simulated")
         self.notes: list[str] = []
+        self.kept: list[dict] = []
         self.eval_tokens: Optional[list[int]] = None
         self.float_graph: Optional[Graph] = None
         self.last_report: Optional[dict] = None
@@ -142,35 +178,87 @@ class Quantize(Pass):
         return min(group, 1 << (max(k, 16) - 1).bit_length())
 
     def run(self, graph: Graph) -> bool:
-        self.notes = []
+        self.notes, self.kept = [], []
         changed = False
         if self.config["weights"]:
-            chosen = []
+            chosen = {}
             for param, uses in weight_uses(graph).items():
                 reason = self.refusal(graph, param, uses)
                 if reason:
                     self.notes.append(f"quantize: @{param.name} stays {param.dtype}: {reason}")
                 else:
-                    chosen.append((param, uses))
-            self.check_blocks([param for param, _ in chosen])
+                    chosen[param] = uses
+            splits = self.recurrence_policy(graph, chosen)
+            self.check_blocks(list(chosen))
             self.float_graph, self.last_report = (graph.clone() if chosen else None), None
-            stats = self.calibrate(graph, [param for param, _ in chosen])
-            for param, uses in chosen:
+            for param, ranges in splits.items():
+                chosen.update(self.split(graph, param, ranges))
+            stats = self.calibrate(graph, list(chosen))
+            for param, uses in chosen.items():
                 self.quantize_param(graph, param, uses, stats.get(param.name))
                 changed = True
-        if self.config["kv_cache"]:
-            for node in list(graph.nodes):
-                if node.op in CACHE_OPERANDS:
-                    reason = cache_refusal(graph, node)
-                    if reason:
-                        self.notes.append(f"quantize: caches of %{node.name} stay float: {reason}")
-                        continue
-                    quantize_caches(graph, node)
-                    changed = True
+        changed |= self.quantize_caches(graph)
         for note in self.notes:
             log.debug(note)
         if changed and self.eval_tokens is not None and self.float_graph is not None:
             self.report(graph)
+        return changed
+
+    def keep(self, name: str, dtype, reason: str) -> None:
+        self.notes.append(f"quantize: @{name} stays {dtype}: {reason}")
+        self.kept.append({"name": name, "reason": reason})
+
+    def recurrence_policy(self, graph: Graph, chosen: dict) -> dict:
+        """Take the Δ-path projections out of ``chosen`` (unless ``recurrent=true``), noting
+        why; returns {param: float row ranges} for those whose Δ rows are only some of their
+        rows (Mamba-2's in_proj), to be cut apart by ``split``."""
+        for name, dtype, reason in recurrence_params(graph):
+            self.keep(name, dtype, reason)
+        if self.config["recurrent"]:
+            return {}
+        splits = {}
+        for param, ranges in delta_rows(graph).items():
+            if param not in chosen:
+                continue
+            whole = ranges == [(0, param.shape[0])]
+            readers = [n for n in graph.users(param) if n.op != "linear" or n.inputs[1] is not param]
+            if whole or readers:
+                del chosen[param]
+                why = "" if whole else f" (all of it: %{readers[0].name} ({readers[0].op}) reads it, rows cannot be cut)"
+                self.keep(param.name, param.dtype, f"it makes the recurrence's Δ path{why}; {DELTA_WHY}")
+            else:
+                splits[param] = ranges
+                del chosen[param]
+        return splits
+
+    def split(self, graph: Graph, param: Param, ranges: list) -> dict:
+        """Cut ``param`` into row pieces (``split_rows``): the Δ rows stay float, the others
+        join the weights to quantize (returned as {piece: uses})."""
+        pieces = split_rows(graph, param, ranges)
+        for start, stop, piece in pieces:
+            if any(start >= a and stop <= b for a, b in ranges):
+                self.keep(piece.name, piece.dtype, f"rows {start}:{stop} of @{param.name} make the recurrence's "
+                          f"Δ; {DELTA_WHY}")
+        quantized = {piece for *_, piece in pieces if piece.name not in {k["name"] for k in self.kept}}
+        return {p: uses for p, uses in weight_uses(graph).items() if p in quantized}
+
+    def quantize_caches(self, graph: Graph) -> bool:
+        """``kv_cache=true``: each attention node's caches (``passes.quantize_kv``); a
+        recurrent state stays float, with a note."""
+        if not self.config["kv_cache"]:
+            return False
+        changed = False
+        for node in list(graph.nodes):
+            if node.op in DELTA_OPERANDS:
+                self.notes.append(f"quantize: the recurrent state of %{node.name} ({node.op}) stays float: "
+                                  f"kv_cache=true quantizes attention caches; {STATE_REFUSAL}")
+            elif node.op in CACHE_OPERANDS:
+                reason = cache_refusal(graph, node)
+                if reason:
+                    self.notes.append(f"quantize: caches of %{node.name} stay float: {reason}")
+                    continue
+                quantize_caches(graph, node)
+                changed = True
         return changed
 
     def check_blocks(self, params: list) -> None:
@@ -259,7 +347,8 @@ class Quantize(Pass):
         as ``last_report``."""
         if self.float_graph is None:
             return {}
-        self.last_report = pass_report(self.float_graph, graph, self.config["method"], self.eval_tokens)
+        self.last_report = pass_report(self.float_graph, graph, self.config["method"], self.eval_tokens,
+                                       kept=self.kept, positions=self.config["positions"])
         return self.last_report
 
 
@@ -282,69 +371,121 @@ def is_embedding_or_head(param: Param) -> bool:
     return param.name.split(".")[-1] == "lm_head" or any(node.op == "embedding" for node in param.uses)
 
 
-class QuantizedWeight:
-    """The quantization of one float param by one method, whole or by rows of the source.
-
-    Each computation yields all parts at once; each part is handed out once from it and
-    then forgotten, so reading qweight, scales and zero points of the same rows one after
-    another costs one quantization, and nothing is held once all were read."""
-
-    def __init__(self, source: Param, bits: int, block_size: int, symmetric: bool, method: str, importance=None):
-        self.source, self.bits, self.block_size, self.symmetric = source, bits, block_size, symmetric
-        self.method, self.importance = method, importance
-        self._rows = None
-        self._pending: dict = {}
-
-    def part(self, name: str, rows: Optional[tuple] = None):
-        if rows != self._rows or name not in self._pending:
-            weight = materialize(self.source) if rows is None else read_rows(self.source, *rows)
-            arrays = quantize_weight(weight, bits=self.bits, block_size=self.block_size, symmetric=self.symmetric,
-                                     method=self.method, scale_dtype=self.source.dtype.numpy.name,
-                                     importance=self.importance)
-            self._rows, self._pending = rows, {p: a for p, a in zip(PARTS, arrays) if a is not None}
-        return self._pending.pop(name)
-
-    def scheme(self) -> str:
-        return (f"bits={self.bits}, block_size={self.block_size}, "
-                f"{'symmetric' if self.symmetric else 'asymmetric'}, {self.method}")
+def recurrence_params(graph: Graph) -> list[tuple]:
+    """(name, dtype, reason) of each param a recurrence op reads directly (conv taps and
+    bias, A_log, D, dt_bias), once each, in graph order."""
+    found = {}
+    for node in graph.nodes:
+        if node.op in RECURRENCE_OPS:
+            names = ops.get_op(node.op).operand_names(len(node.inputs))
+            for operand, value in zip(names, node.inputs):
+                if isinstance(value, Param) and value.name not in found:
+                    found[value.name] = (value.name, value.dtype, OWN_WHY.format(op=node.op, operand=operand))
+    return list(found.values())
 
 
-class QuantizedPart:
-    """One part (qweight, scales or zero_points) of a ``QuantizedWeight``, as Derived data."""
+def delta_rows(graph: Graph) -> dict[Param, list]:
+    """The projection weights the Δ path reads, each with the row ranges [start, stop) it
+    reads (merged, sorted). From each Δ operand (``DELTA_OPERANDS``) the trace walks back
+    through ``PATH_OPS`` to the first ``linear``; a slice of the projection's output keeps
+    only its rows (Mamba-2's dt rows of in_proj), anything else that mixes the last axis
+    widens to all rows. A projection wholly on the path whose input is narrower than its
+    output is the up half of a low-rank Δ (Mamba-1's dt_proj): the trace goes on into it."""
+    found: dict[Param, list] = {}
+    stack = []
+    for node in graph.nodes:
+        wanted = DELTA_OPERANDS.get(node.op)
+        if wanted:
+            names = ops.get_op(node.op).operand_names(len(node.inputs))
+            stack += [(value, None) for name, value in zip(names, node.inputs) if name in wanted and value is not None]
+    seen = set()
+    while stack:
+        value, window = stack.pop()
+        node = value.producer
+        if isinstance(value, Param) or node is None or (value.name, window) in seen:
+            continue
+        seen.add((value.name, window))
+        if node.op == "linear" and isinstance(node.inputs[1], Param):
+            weight = node.inputs[1]
+            rows = window or (0, weight.shape[0])
+            found.setdefault(weight, []).append(rows)
+            if rows == (0, weight.shape[0]) and weight.shape[-1] < weight.shape[0]:
+                stack.append((node.inputs[0], None))
+        elif node.op in PATH_OPS:
+            stack += [(v, _window_in(node, v, window)) for v in node.inputs if v is not None]
+    return {param: _merge(ranges) for param, ranges in found.items()}
 
-    def __init__(self, weight: QuantizedWeight, part: str):
-        self.weight, self.part = weight, part
+
+def _window_in(node, operand: Value, window: Optional[tuple]) -> Optional[tuple]:
+    """The range of ``operand``'s last axis that ``window`` of the node's output reads (None: all)."""
+    out = node.outputs[0]
+    if node.op == "slice" and node.attrs["axis"] in (-1, out.rank - 1) and isinstance(out.shape[-1], int):
+        start, stop = window or (0, out.shape[-1])
+        return node.attrs["start"] + start, node.attrs["start"] + stop
+    if node.op in ("mul", "add") and operand.rank == out.rank and operand.shape[-1] == out.shape[-1]:
+        return window
+    return None
+
+
+def _merge(ranges: list) -> list:
+    merged: list = []
+    for start, stop in sorted(ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(stop, merged[-1][1]))
+        else:
+            merged.append((start, stop))
+    return merged
+
+
+class RowSlice:
+    """Rows [start, stop) of a param's weight, as ``irc.weights.Derived`` data (by rows too)."""
+
+    def __init__(self, source: Param, start: int, stop: int):
+        self.source, self.start, self.stop = source, start, stop
+        self.row_elements = source.numel // max(source.shape[0], 1)
 
     def __call__(self):
-        return self.weight.part(self.part)
+        return read_rows(self.source, self.start, self.stop)
 
     def rows(self, start: int, stop: int):
-        return self.weight.part(self.part, (start, stop))
-
-    @property
-    def share(self):  # the writer reads all parts of one weight, block by block, in one thread
-        return self.weight
-
-    @property
-    def row_elements(self) -> int:  # source elements behind one row (sizes the writer's pieces)
-        return self.weight.source.numel // max(self.weight.source.shape[0], 1)
+        return read_rows(self.source, self.start + start, self.start + min(stop, self.stop - self.start))
 
 
-def quantized_params(graph: Graph, weight: QuantizedWeight) -> list:
-    """``@<source>.qweight``, ``.scales`` and (asymmetric) ``.zero_points``, lazily derived."""
-    source, bits, block = weight.source, weight.bits, weight.block_size
-    *lead, n, k = source.shape
-    nb = block_count(k, block)
-    shapes = {"qweight": (DType.u8, (*lead, n, nb, block * bits // 8)),
-              "scales": (source.dtype, (*lead, n, nb)),
-              "zero_points": (DType.u8, (*lead, n, packed_width(nb, bits)))}
-    params = []
-    for part in PARTS[:2] if weight.symmetric else PARTS:
-        dtype, shape = shapes[part]
-        param = graph.add_param(f"{source.name}.{part}", dtype, shape)
-        param.data = Derived(QuantizedPart(weight, part), f"quantize @{source.name} ({weight.scheme()}): {part}")
-        params.append(param)
-    return params
+def row_piece(graph: Graph, param: Param, start: int, stop: int) -> Param:
+    """``@<param>.rows_<start>_<stop>``: those rows of ``param`` (absent when it is)."""
+    piece = graph.add_param(f"{param.name}.rows_{start}_{stop}", param.dtype, (stop - start, *param.shape[1:]))
+    if param.data is not None:
+        piece.data = Derived(RowSlice(param, start, stop), f"rows {start}:{stop} of @{param.name}")
+    return piece
 
 
-__all__ = ["Quantize", "QuantizedWeight", "WEIGHT_OPERANDS", "CACHE_OPERANDS", "DEFAULT_METHOD"]
+def split_rows(graph: Graph, param: Param, ranges: list) -> list[tuple]:
+    """Cut ``param`` [N, K], read only as linears' weight, at the ends of ``ranges``: each
+    ``linear(x, W, b)`` becomes the concat of one linear per piece of rows (its bias cut
+    the same way), the same numbers up to float rounding; ``param`` is dropped. Returns
+    (start, stop, piece) in row order."""
+    bounds = sorted({0, param.shape[0], *(end for span in ranges for end in span)})
+    pieces = [(start, stop, row_piece(graph, param, start, stop)) for start, stop in zip(bounds, bounds[1:])]
+    for node in list(graph.users(param)):
+        x, _, bias = (list(node.inputs) + [None])[:3]
+        outs = []
+        for start, stop, piece in pieces:
+            if isinstance(bias, Param):
+                name = f"{bias.name}.rows_{start}_{stop}"
+                part = graph.params.get(name) or row_piece(graph, bias, start, stop)
+            else:
+                part = None if bias is None else emit1(graph, "slice", [bias], {"axis": 0, "start": start, "end": stop},
+                                                        f"{bias.name}.rows_{start}_{stop}", before=node)
+            outs.append(emit1(graph, "linear", [x, piece, part], None, f"{node.outputs[0].name}.rows_{start}_{stop}",
+                              before=node, origin=node.origin))
+        joined = emit1(graph, "concat", outs, {"axis": -1}, f"{node.outputs[0].name}.joined", before=node,
+                       origin=node.origin)
+        replace_node(graph, node, [joined])
+        if isinstance(bias, Param) and not bias.uses:
+            del graph.params[bias.name]
+    del graph.params[param.name]
+    return pieces
+
+
+__all__ = ["Quantize", "QuantizedWeight", "WEIGHT_OPERANDS", "CACHE_OPERANDS", "DEFAULT_METHOD", "DELTA_OPERANDS",
+           "delta_rows", "recurrence_params", "split_rows"]

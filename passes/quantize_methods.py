@@ -51,13 +51,17 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from irc.ops.quant import block_count, pack_codes, quantize_blocks
+from irc.dtypes import DType
+from irc.graph import Graph, Param
+from irc.ops.quant import block_count, pack_codes, packed_width, quantize_blocks
+from irc.weights import Derived, materialize, read_rows
 
 METHODS = ("rtn", "mse", "imatrix")
 CALIBRATED = ("imatrix",)
 CHUNK_ELEMENTS = 1 << 16  # weights searched at once: 256 KiB of float32, cache-sized
 SYMMETRIC_STEPS = range(-9, 10, 3)   # 7 candidates (plus RTN's): as good as 19 on real weights
 ASYMMETRIC_STEPS = range(-9, 10, 3)
+PARTS = ("qweight", "scales", "zero_points")
 
 
 def quantize_weight(weight, *, bits: int, block_size: int, symmetric: bool, method: str,
@@ -189,4 +193,70 @@ def _search_chunk(columns: np.ndarray, a, bits: int, symmetric: bool, scale_dtyp
     return j.astype(np.uint8), stored, best_zero.astype(np.uint8)
 
 
-__all__ = ["METHODS", "CALIBRATED", "quantize_weight", "search_blocks"]
+class QuantizedWeight:
+    """The quantization of one float param by one method, whole or by rows of the source.
+
+    Each computation yields all parts at once; each part is handed out once from it and
+    then forgotten, so reading qweight, scales and zero points of the same rows one after
+    another costs one quantization, and nothing is held once all were read."""
+
+    def __init__(self, source: Param, bits: int, block_size: int, symmetric: bool, method: str, importance=None):
+        self.source, self.bits, self.block_size, self.symmetric = source, bits, block_size, symmetric
+        self.method, self.importance = method, importance
+        self._rows = None
+        self._pending: dict = {}
+
+    def part(self, name: str, rows: Optional[tuple] = None):
+        if rows != self._rows or name not in self._pending:
+            weight = materialize(self.source) if rows is None else read_rows(self.source, *rows)
+            arrays = quantize_weight(weight, bits=self.bits, block_size=self.block_size, symmetric=self.symmetric,
+                                     method=self.method, scale_dtype=self.source.dtype.numpy.name,
+                                     importance=self.importance)
+            self._rows, self._pending = rows, {p: a for p, a in zip(PARTS, arrays) if a is not None}
+        return self._pending.pop(name)
+
+    def scheme(self) -> str:
+        return (f"bits={self.bits}, block_size={self.block_size}, "
+                f"{'symmetric' if self.symmetric else 'asymmetric'}, {self.method}")
+
+
+class QuantizedPart:
+    """One part (qweight, scales or zero_points) of a ``QuantizedWeight``, as Derived data."""
+
+    def __init__(self, weight: QuantizedWeight, part: str):
+        self.weight, self.part = weight, part
+
+    def __call__(self):
+        return self.weight.part(self.part)
+
+    def rows(self, start: int, stop: int):
+        return self.weight.part(self.part, (start, stop))
+
+    @property
+    def share(self):  # the writer reads all parts of one weight, block by block, in one thread
+        return self.weight
+
+    @property
+    def row_elements(self) -> int:  # source elements behind one row (sizes the writer's pieces)
+        return self.weight.source.numel // max(self.weight.source.shape[0], 1)
+
+
+def quantized_params(graph: Graph, weight: QuantizedWeight) -> list:
+    """``@<source>.qweight``, ``.scales`` and (asymmetric) ``.zero_points``, lazily derived."""
+    source, bits, block = weight.source, weight.bits, weight.block_size
+    *lead, n, k = source.shape
+    nb = block_count(k, block)
+    shapes = {"qweight": (DType.u8, (*lead, n, nb, block * bits // 8)),
+              "scales": (source.dtype, (*lead, n, nb)),
+              "zero_points": (DType.u8, (*lead, n, packed_width(nb, bits)))}
+    params = []
+    for part in PARTS[:2] if weight.symmetric else PARTS:
+        dtype, shape = shapes[part]
+        param = graph.add_param(f"{source.name}.{part}", dtype, shape)
+        param.data = Derived(QuantizedPart(weight, part), f"quantize @{source.name} ({weight.scheme()}): {part}")
+        params.append(param)
+    return params
+
+
+__all__ = ["METHODS", "CALIBRATED", "PARTS", "quantize_weight", "search_blocks", "QuantizedWeight",
+           "QuantizedPart", "quantized_params"]

@@ -1,7 +1,8 @@
 """The ``quantize`` pass's figures in the report: what its dump stats hold under
 ``"quantize"`` (``irc.quant_report.pass_report``): the method, bytes before and after, SQNR
 per layer against round-to-nearest's, the evaluation on a text (``--eval-text``) when there
-was one, and the weakest tensors."""
+was one, for a recurrent model the error against position (128, 1,024, 4,096) and the
+params kept float on purpose, and the weakest tensors."""
 from __future__ import annotations
 
 import re
@@ -40,11 +41,40 @@ def render(report: dict) -> str:
         parts.append(f"<p class='facts'>eval text, {result['tokens']} tokens (reference interpreter): perplexity "
                      f"{result['perplexity_float']:.3f} float → <b>{result['perplexity_quantized']:.3f}</b> "
                      f"quantized; top-1 agreement with the float graph <b>{result['top1_agreement']:.1%}</b></p>")
+    parts.append(_positions(report.get("positions")))
+    parts.append(_kept(report.get("kept") or []))
     if tensors:
         parts.append(_chart(report, tensors))
         parts.append(_table(tensors))
     parts.append("</div>")
     return "\n".join(parts)
+
+
+def _positions(curve) -> str:
+    """The error against position of a recurrent model (empty without one)."""
+    if not curve:
+        return ""
+    if curve.get("skipped"):
+        return f"<p class='facts'>error against position: skipped ({escape(curve['skipped'])})</p>"
+    rows = [f"<p class='facts'>error against position, {curve['tokens']} tokens in chunks of {curve['chunk']} "
+            "through the states (reference interpreter):</p><table class='num'><tr><th class='l'>positions</th>"
+            "<th>logits rms relative error</th><th>max relative error</th><th>top-1 agreement</th></tr>"]
+    for row in curve.get("rows", []):
+        rows.append(f"<tr><td class='l'>{row['start']}–{row['stop']}</td><td>{row['rms_relative_error']:.4g}</td>"
+                    f"<td>{row['max_relative_error']:.4g}</td><td>{row['top1_agreement']:.1%}</td></tr>")
+    rows.append("</table>")
+    return "".join(rows)
+
+
+def _kept(kept: list) -> str:
+    """The params kept float on purpose, and why."""
+    if not kept:
+        return ""
+    rows = [f"<details><summary>Kept float on purpose ({len(kept)})</summary><table><tr><th class='l'>param</th>"
+            "<th class='l'>why</th></tr>"]
+    rows += [f"<tr><td class='l'>{escape(k['name'])}</td><td class='l'>{escape(k['reason'])}</td></tr>" for k in kept]
+    rows.append("</table></details>")
+    return "".join(rows)
 
 
 def _chart(report: dict, tensors: list) -> str:

@@ -62,6 +62,10 @@ MODELS = {
     "qwen3-moe-no-norm": lambda: loads(QWEN3_MOE_LIKE.format(norm="false")),
     "deepseek-v2": lambda: load("examples/tiny-deepseek-v2.yaml"),
     "deepseek-v3": lambda: load("examples/tiny-deepseek-v3.yaml"),
+    # hybrids: MoE layers between Mamba / Mamba-2 / gated DeltaNet mixers and their states
+    "jamba": lambda: load("examples/tiny-jamba-1.5-mini.yaml"),
+    "granite-4.0-h": lambda: load("examples/tiny-granite-4.0-h-small.yaml"),
+    "qwen3-next": lambda: load("examples/tiny-qwen3-next-80b-a3b.yaml"),
 }
 
 
@@ -334,3 +338,36 @@ def test_random_capacity_drops(experts, top_k, tokens, factor, seed):
     assert np.array_equal(token_index, slot_index // top_k)
     assert np.array_equal(np.diff(indptr), np.minimum(np.bincount(ids.reshape(-1), minlength=experts), capacity))
     assert np.all(np.diff(ids.reshape(-1)[slot_index[:indptr[-1]]]) >= 0)  # sorted by expert
+
+
+# ---- hybrids from Hugging Face twins --------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["jamba-moe-every-other", "jamba-top1-mqa-proj-bias",
+                                  "granite-moe-shared-rope-multipliers"])
+def test_hybrid_hf_twins_match(case, tmp_path):
+    """Jamba's and Granite-4.0-H's MoE layers as the HF frontend builds them from a saved
+    transformers model (Nemotron-H's MoE is refused at the frontend: nothing to sort)."""
+    pytest.importorskip("transformers")
+    from frontends import load_spec
+    from tests.frontends.test_hf_ssm import build_case
+
+    _, folder = build_case(case, tmp_path / case)
+    graph = load_spec(str(folder))
+    assert any(n.op == "moe" for n in graph.nodes)
+    assert assert_pass(MoeSort(), graph)
+    after, _ = apply_pass(MoeSort(), graph)
+    for sizes in (dict(past=0, tokens=6), dict(past=5, tokens=1, left_pad=4)):
+        assert compare_outputs(graph, after, feeds_for(graph, **sizes)) <= TOLERANCE
+
+
+def test_moe_sort_then_quantize_on_a_hybrid():
+    """moe-sort then quantize on Granite-4.0-H: grouped expert GEMMs quantized, the Mamba-2
+    Δ rows still float."""
+    from passes.quantize import Quantize
+
+    graph = load("examples/tiny-granite-4.0-h-small.yaml")
+    seed_absent(graph)
+    MoeSort().run(graph)
+    assert Quantize(bits=4).run(graph)
+    assert "layers.0.moe.w_gate.qweight" in graph.params
+    assert graph.params["layers.0.ssm.in_proj.rows_288_296"].dtype == F32
