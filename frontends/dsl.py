@@ -35,7 +35,7 @@ Conventions the backends and analyses rely on:
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Union
 
 from irc import build, dims
 from irc.dtypes import DType
@@ -427,13 +427,15 @@ class Layer(MlpLayer, MoeLayer, SsmLayer, DeltaLayer, LightningLayer):
 
     def mla_attention(self, x: Tensor, heads: int, kv_lora_rank: int, qk_nope_head_dim: int,
                       qk_rope_head_dim: int, v_head_dim: int, q_lora_rank: Optional[int] = None,
-                      rope: Optional[Rope] = None, eps: float = 1e-6, scale: Optional[float] = None,
+                      rope: Union[Rope, bool, None] = None, eps: float = 1e-6, scale: Optional[float] = None,
                       causal: bool = True) -> Tensor:
         """DeepSeek multi-head latent attention: queries direct (``attn.wq``) or low-rank
         (``q_a``, ``q_a_norm``, ``q_b``), the joint KV latent (``kv_a`` -> ``kv_a_norm`` ->
         ``kv_b``) plus a decoupled RoPE key, output ``attn.wo``. The cache is per head
         (K [B,H,P,nope+rope], V [B,H,P,v]); ``mla-absorb`` turns it into the latent.
-        ``rope`` defaults to DeepSeek's (base 10000, interleaved)."""
+        ``rope`` defaults to DeepSeek's (base 10000, interleaved); ``rope=False`` rotates
+        nothing (Kimi-Linear's NoPE MLA: the qk_rope_head_dim columns stay a plain key part
+        shared by the heads) and the op reads no ``position_ids``."""
         m, p, i = self.model, self.prefix, self.index
         where = m.origin()
         d = m._features(x)
@@ -442,12 +444,15 @@ class Layer(MlpLayer, MoeLayer, SsmLayer, DeltaLayer, LightningLayer):
             positive(arg, value, where)
         if q_lora_rank is not None:
             positive("q_lora_rank", q_lora_rank, where)
+        if rope is not False and rope is not None and not isinstance(rope, Rope):
+            raise m.error("rope", f"expected Rope(...), None (DeepSeek's) or False (no rotation), got {rope!r}")
         rope = Rope(convention="interleaved") if rope is None else rope
         if isinstance(rope, Rope) and rope.rotary_dim is not None:
             raise m.error("rope.rotary_dim", "MLA rotates exactly qk_rope_head_dim; leave rotary_dim unset")
         if isinstance(rope, Rope) and rope.decomposed:
             raise m.error("rope.decomposed", "mla_attention applies its RoPE inside the op; decomposed RoPE is "
                                              "for attention")
+        rope = rope or None  # False: no rotation
         self._check_rope(rope, qk_rope_head_dim, "qk_rope_head_dim")
         scale = positive_float("scale", scale, where)
         qk_dim = qk_nope_head_dim + qk_rope_head_dim
@@ -466,11 +471,11 @@ class Layer(MlpLayer, MoeLayer, SsmLayer, DeltaLayer, LightningLayer):
         past_key, past_value = m._past(i, heads, qk_dim, v_head_dim)
         attrs = {"heads": heads, "q_lora_rank": q_lora_rank, "kv_lora_rank": kv_lora_rank,
                  "qk_nope_head_dim": qk_nope_head_dim, "qk_rope_head_dim": qk_rope_head_dim,
-                 "v_head_dim": v_head_dim, "eps": positive_float("eps", eps, where), "rope": rope.mla_attrs(),
-                 "scale": scale, "causal": bool(causal)}
+                 "v_head_dim": v_head_dim, "eps": positive_float("eps", eps, where),
+                 "rope": rope.mla_attrs() if rope else None, "scale": scale, "causal": bool(causal)}
         out, present_key, present_value = m.emit(
-            "mla_attention", [x, positions, mask, past_key, past_value, wq, q_a, q_a_norm, q_b, kv_a, kv_a_norm,
-                              kv_b, wo], attrs, [f"{p}attn_out", f"present.{i}.key", f"present.{i}.value"])
+            "mla_attention", [x, positions if rope else None, mask, past_key, past_value, wq, q_a, q_a_norm, q_b,
+                              kv_a, kv_a_norm, kv_b, wo], attrs, [f"{p}attn_out", f"present.{i}.key", f"present.{i}.value"])
         m._presents += [present_key.value, present_value.value]
         mla = {"q_lora_rank": q_lora_rank, "kv_lora_rank": kv_lora_rank, "qk_nope_head_dim": qk_nope_head_dim,
                "qk_rope_head_dim": qk_rope_head_dim, "v_head_dim": v_head_dim}

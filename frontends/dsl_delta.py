@@ -21,6 +21,19 @@ the residual are the caller's. Its state is the layer's ``past_key_values.{i}.co
   norm(o)·w·silu(z) per value head (no (1 + w) offset: Qwen's ``RMSNormGated``), its
   weight shared by the heads (expanded in the graph); ``out_proj`` [d, H_v·d_v].
 
+``kimi_delta`` (Kimi-Linear's KimiDeltaAttention) is the same rule with the decay per key
+channel (``decay="channel"``), H heads of width d for q, k and v alike. Weights
+(``layers.{i}.ssm.*``, checkpoint shapes): ``q_proj``, ``k_proj``, ``v_proj`` [H·d, hidden];
+``conv`` [3·H·d, 1, K] over q | k | v (no bias), then SiLU; the forget gate ``f_a_proj``
+[d, hidden] -> ``f_b_proj`` [H·d, d] plus ``dt_bias`` [H·d], ``A_log`` [1, 1, H, 1] (viewed as
+[H] in the graph); ``b_proj`` [H, hidden] (β = sigmoid, inside the op); the output gate
+``g_a_proj`` [d, hidden] -> ``g_b_proj`` [H·d, d]; ``o_norm`` [d], the RMS norm of each
+head's d outputs (weight shared by the heads) times sigmoid(gate) (Kimi's
+``RMSNormGated``: sigmoid, not SiLU); ``o_proj`` [hidden, H·d]. State: ``conv_state``
+[B, 3·H·d, K-1] and ``recurrent_state`` [B, H, d, d]. A padded token changes neither state
+(the conv zeroes its input, the op freezes its step; transformers zeroes its hidden state:
+the same, as no projection has a bias).
+
 The output gate (``Layer.attention(output_gate=True)``): ``attn.wq`` has 2·H·D rows, per
 head its query then its gate (Qwen3-Next's ``q_proj``); the attention's output times
 sigmoid(gate) goes into ``attn.wo``.
@@ -57,10 +70,12 @@ def query_and_gate(layer, q: Tensor, heads: int, head_dim: int) -> tuple:
     return _flat(m, query, f"{p}q"), _flat(m, gate, f"{p}attn_gate")
 
 
-def gated_output(layer, out: Tensor, gate: Tensor) -> Tensor:
-    """The attention's output times sigmoid(gate)."""
+def gated_output(layer, out: Tensor, gate: Tensor, name: str = "attn") -> Tensor:
+    """The attention's (or mixer's) output times sigmoid(gate); values named ``{name}_gate_sigmoid``
+    and ``{name}_gated``."""
     m, p = layer.model, layer.prefix
-    return m.emit("mul", [out, m.emit("sigmoid", [gate], None, f"{p}attn_gate_sigmoid")[0]], None, f"{p}attn_gated")[0]
+    sig = m.emit("sigmoid", [gate], None, f"{p}{name}_gate_sigmoid")[0]
+    return m.emit("mul", [out, sig], None, f"{p}{name}_gated")[0]
 
 
 class DeltaLayer:
@@ -112,6 +127,42 @@ class DeltaLayer:
         self._note_ssm("gated_delta", key_heads=key_heads, value_heads=value_heads, key_dim=key_dim,
                        value_dim=value_dim, conv_kernel=conv_kernel)
         return self._linear(y, "out_proj", m._features(x), False, "ssm_out")
+
+    def kimi_delta(self, x: Tensor, heads: int, head_dim: int, conv_kernel: int = 4, norm_eps: float = 1e-5
+                   ) -> Tensor:
+        """Kimi Delta Attention: q/k/v projections through one causal conv + SiLU -> the
+        gated delta rule with a decay per key channel (forget gate f_b(f_a(x)) + dt_bias,
+        A_log per head) and β from b_proj -> per-head RMS norm times sigmoid(g_b(g_a(x)))
+        -> o_proj."""
+        m, p, i = self.model, self.prefix, self.index
+        where = m.origin()
+        for arg, value in (("heads", heads), ("head_dim", head_dim), ("conv_kernel", conv_kernel)):
+            positive(arg, value, where)
+        norm_eps = positive_float("norm_eps", norm_eps, where)
+        width = heads * head_dim
+        q, k, v = (self._linear(x, f"{n}_proj", width, False, f"ssm_{n}_in") for n in "qkv")
+        qkv = self._conv(m.emit("concat", [q, k, v], {"axis": -1}, f"{p}ssm_qkv")[0], 3 * width, conv_kernel, False)
+        q, k, v = self._split(qkv, [width] * 3, ["ssm_q", "ssm_k", "ssm_v"])
+        a = self._linear(self._linear(x, "f_a_proj", head_dim, False, "ssm_f_a"), "f_b_proj", width, False,
+                         "ssm_a")
+        b = self._linear(x, "b_proj", heads, False, "ssm_b")
+        A_log = m.emit("reshape", [m.param(f"{p}ssm.A_log", (1, 1, heads, 1))], {"shape": [heads]},
+                       f"{p}ssm_A_log")[0]
+        dt_bias = m.param(f"{p}ssm.dt_bias", (width,))
+        past = m._state(i, "recurrent_state", (heads, head_dim, head_dim))
+        mask, _ = m._context()
+        attrs = {"key_heads": heads, "value_heads": heads, "key_dim": head_dim, "value_dim": head_dim,
+                 "decay": "channel"}
+        y, present = m.emit("gated_delta_rule", [q, k, v, a, b, A_log, dt_bias, past, mask], attrs,
+                            [f"{p}ssm_y", f"present.{i}.recurrent_state"])
+        m._presents.append(present.value)
+        gate = self._linear(self._linear(x, "g_a_proj", head_dim, False, "ssm_g_a"), "g_b_proj", width, False,
+                            "ssm_gate")
+        normed = _flat(m, m.norm(_heads_view(m, y, heads, head_dim, f"{p}ssm_y_heads"), f"{p}ssm.o_norm", "rms",
+                                 norm_eps), f"{p}ssm_normed")
+        y = gated_output(self, normed, gate, "ssm")
+        self._note_ssm("kimi_delta", heads=heads, head_dim=head_dim, conv_kernel=conv_kernel)
+        return self._linear(y, "o_proj", m._features(x), False, "ssm_out")
 
     def _fused_projections(self, x: Tensor, key_heads: int, value_heads: int, key_dim: int, value_dim: int):
         """(q|k|v, z, b, a) from Qwen3-Next's per-key-head groups of in_proj_qkvz and in_proj_ba."""

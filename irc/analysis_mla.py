@@ -58,7 +58,8 @@ def _form_operands(node: Node, form: str, context: int, weight: DType) -> tuple[
             "folded": [(d_out, heads * rank)]}[form]
     weights = query + [(rank + rope, d), (rank,)] + tail
     weight_types = [None if s is None else TensorType(weight, s) for s in weights]
-    inputs = [TensorType(act, (1, 1, d)), TensorType(i64, (1, 1)), TensorType(i64, (1, context))]
+    positions = None if a["rope"] is None else TensorType(i64, (1, 1))  # NoPE MLA reads no positions
+    inputs = [TensorType(act, (1, 1, d)), positions, TensorType(i64, (1, context))]
     inputs += [TensorType(act, c) for c in caches] + weight_types
     outputs = [TensorType(act, (1, 1, d_out))] + [TensorType(act, c[:2] + (context,) + c[3:]) for c in caches]
     return inputs, outputs, [t for t in weight_types if t is not None]

@@ -5,7 +5,8 @@ The same steps as ``irc.ops.attention.mla_attention``: queries (direct, or low-r
 ``kv_a``, per-head keys and values from ``kv_b``, RoPE on the decoupled part (interleaved
 or half, YaRN factor included), then attention over the head-major cache [B, H, P+T, D]
 (nope + rope for keys, v_head_dim for values) with the YaRN-corrected softmax scale, and
-``wo``. At opset 23 the attention itself is one ``Attention`` node (4-D form: head sizes of
+``wo``. With the op's ``rope`` None (Kimi-Linear's NoPE MLA) nothing rotates and no RoPE
+tables are built: the "rope" columns are plain shared key dims. At opset 23 the attention itself is one ``Attention`` node (4-D form: head sizes of
 keys and values differ, which GroupQueryAttention cannot take, so the ORT flavour uses the
 same path); before it, the written-out form of ``backends.onnx.attention``.
 
@@ -35,6 +36,21 @@ from backends.onnx.builder import Builder
 from backends.onnx.portable import linear, rms_norm, slice_
 
 
+def _tables(b: Builder, ops: dict, a: dict, dtype) -> tuple:
+    """cos and sin for the op's RoPE, or (None, None) where ``rope`` is None."""
+    rope = a["rope"]
+    if rope is None:
+        return None, None
+    return rope_tables(b, ops["position_ids"], a["qk_rope_head_dim"], rope["base"], rope.get("scaling"), dtype)
+
+
+def _rotated(b: Builder, x4: str, shape4: tuple, cos, sin, rope, out: str) -> str:
+    """RoPE on [B, N, T, rope] in the op's convention; ``x4`` unchanged without RoPE."""
+    if rope is None:
+        return x4
+    return rotate_heads(b, x4, shape4, cos, sin, rope.get("convention", "half"), out)
+
+
 def lower_mla_attention(b: Builder, node: Node, outs: list[str]) -> None:
     ops = by_name(MLA_OPERANDS, node.inputs)
     a = node.attrs
@@ -43,7 +59,6 @@ def lower_mla_attention(b: Builder, node: Node, outs: list[str]) -> None:
     batch, seq = x_value.shape[:2]
     heads, nope, rope_dim, v_dim = a["heads"], a["qk_nope_head_dim"], a["qk_rope_head_dim"], a["v_head_dim"]
     rope = a["rope"]
-    convention = rope.get("convention", "half")
     name = outs[0]
     shape = dict(batch=batch, seq=seq)
 
@@ -55,11 +70,14 @@ def lower_mla_attention(b: Builder, node: Node, outs: list[str]) -> None:
         q_a = rms_norm(b, q_a, ops["q_a_norm"], a["eps"], 0.0, x_value.dtype, b.fresh(f"{name}/q_a_norm"))
         q = linear(b, q_a, x_value.dtype, ops["q_b"], None, b.fresh(f"{name}/q"))
     q4 = heads_first(b, q, heads=heads, width=nope + rope_dim, out=b.fresh(f"{name}/q_heads"), **shape)
-    cos, sin = rope_tables(b, ops["position_ids"], rope_dim, rope["base"], rope.get("scaling"), x_value.dtype)
-    q_nope = slice_(b, q4, 0, nope, 3, b.fresh(f"{name}/q_nope"))
-    q_pe = slice_(b, q4, nope, nope + rope_dim, 3, b.fresh(f"{name}/q_pe"))
-    q_pe = rotate_heads(b, q_pe, (batch, heads, seq, rope_dim), cos, sin, convention, b.fresh(f"{name}/q_pe_rotated"))
-    query = b.op("Concat", [q_nope, q_pe], f"{name}/query", axis=3)
+    cos, sin = _tables(b, ops, a, x_value.dtype)
+    if rope is None:
+        query = q4
+    else:
+        q_nope = slice_(b, q4, 0, nope, 3, b.fresh(f"{name}/q_nope"))
+        q_pe = slice_(b, q4, nope, nope + rope_dim, 3, b.fresh(f"{name}/q_pe"))
+        q_pe = _rotated(b, q_pe, (batch, heads, seq, rope_dim), cos, sin, rope, b.fresh(f"{name}/q_pe_rotated"))
+        query = b.op("Concat", [q_nope, q_pe], f"{name}/query", axis=3)
 
     # latent c_kv [B, T, rank] and the shared RoPE key [B, 1, T, rope]
     rank = a["kv_lora_rank"]
@@ -68,7 +86,7 @@ def lower_mla_attention(b: Builder, node: Node, outs: list[str]) -> None:
     c_kv = rms_norm(b, c_kv, ops["kv_a_norm"], a["eps"], 0.0, x_value.dtype, b.fresh(f"{name}/c_kv"))
     k_pe = slice_(b, compressed, rank, rank + rope_dim, 2, b.fresh(f"{name}/k_pe_raw"))
     k_pe = b.op("Unsqueeze", [k_pe, b.i64([1])], f"{name}/k_pe_head")
-    k_pe = rotate_heads(b, k_pe, (batch, 1, seq, rope_dim), cos, sin, convention, b.fresh(f"{name}/k_pe"))
+    k_pe = _rotated(b, k_pe, (batch, 1, seq, rope_dim), cos, sin, rope, b.fresh(f"{name}/k_pe"))
     k_pe = b.op("Expand", [k_pe, b.i64([1, heads, 1, 1])], f"{name}/k_pe_heads")
 
     # per-head keys and values from the latent
@@ -115,8 +133,7 @@ def _latent_attention(b: Builder, ops: dict, a: dict, query: str, cos: str, sin:
     latent = b.op("Unsqueeze", [c_kv, b.i64([1])], f"{name}/latent_new")
     k_pe = slice_(b, compressed, rank, rank + rope_dim, 2, b.fresh(f"{name}/k_pe_raw"))
     k_pe = b.op("Unsqueeze", [k_pe, b.i64([1])], f"{name}/k_pe_head")
-    k_pe = rotate_heads(b, k_pe, (batch, 1, seq, rope_dim), cos, sin, a["rope"].get("convention", "half"),
-                        b.fresh(f"{name}/k_pe"))
+    k_pe = _rotated(b, k_pe, (batch, 1, seq, rope_dim), cos, sin, a["rope"], b.fresh(f"{name}/k_pe"))
     past_latent, past_rope = ops["past_latent"], ops["past_rope"]
     total = seq
     if past_latent is not None:
@@ -146,18 +163,18 @@ def _latent_query(b: Builder, ops: dict, a: dict, name: str, weights: tuple, wid
     """The query of both absorbed forms, [B, H, T, d_c + rope]: the projection (``weights``:
     the names of the direct and the low-rank query weight) split per head into its first
     ``width`` columns, taken into latent space by ``to_latent`` (nothing when W^UK is folded
-    in), and the RoPE part, rotated; with the RoPE tables (cos, sin) the key shares."""
+    in), and the RoPE part, rotated (not without RoPE); with the RoPE tables (cos, sin; None
+    without RoPE) the key shares."""
     x_value = ops["x"]
     x, dtype = b.value(x_value), x_value.dtype
     batch, seq = x_value.shape[:2]
     heads, rope_dim, rope = a["heads"], a["qk_rope_head_dim"], a["rope"]
     q = _project_query(b, ops, a, x, dtype, *weights, name)
     q4 = heads_first(b, q, heads=heads, width=width + rope_dim, out=b.fresh(f"{name}/q_heads"), batch=batch, seq=seq)
-    cos, sin = rope_tables(b, ops["position_ids"], rope_dim, rope["base"], rope.get("scaling"), dtype)
+    cos, sin = _tables(b, ops, a, dtype)
     q_latent = to_latent(slice_(b, q4, 0, width, 3, b.fresh(f"{name}/{first}")))
     q_pe = slice_(b, q4, width, width + rope_dim, 3, b.fresh(f"{name}/q_pe"))
-    q_pe = rotate_heads(b, q_pe, (batch, heads, seq, rope_dim), cos, sin, rope.get("convention", "half"),
-                        b.fresh(f"{name}/q_pe_rotated"))
+    q_pe = _rotated(b, q_pe, (batch, heads, seq, rope_dim), cos, sin, rope, b.fresh(f"{name}/q_pe_rotated"))
     return b.op("Concat", [q_latent, q_pe], f"{name}/query", axis=3), cos, sin
 
 

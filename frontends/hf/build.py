@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from frontends.dsl import ArgError, Model, Rope
 from frontends.hf.config import Arch, Config
-from frontends.hf.families import DSL_ARGS, checkpoint_source, is_spare
+from frontends.hf.families import DSL_ARGS, LAYOUTS, checkpoint_source, is_spare
 from frontends.hf.weights import Checkpoint, CheckpointData
 from irc.errors import SpecError
 from irc.graph import Graph
@@ -104,10 +104,15 @@ def _mlp(arch: Arch, layer, h):
 def attach_weights(graph: Graph, arch: Arch, checkpoint: Checkpoint) -> None:
     """Point every param at its checkpoint tensor(s), checking names, shapes and dtypes
     against the headers; tensors left over (other than ``is_spare`` ones) are an error,
-    since they mean the checkpoint has parts the built model lacks."""
+    since they mean the checkpoint has parts the built model lacks. A layout whose
+    ``_resolve(arch, param, checkpoint)`` is set picks, per param, among the names
+    transformers would load (Kimi-Linear's two layouts); where it returns None, and for
+    every other layout, ``checkpoint_source`` names the tensor."""
     used: set[str] = set()
+    resolve = LAYOUTS[arch.checkpoint].get("_resolve")
     for param in graph.params.values():
-        source = checkpoint_source(arch, param.name)
+        source = resolve(arch, param.name, checkpoint) if resolve else None
+        source = source or checkpoint_source(arch, param.name)
         for name in source.names():
             checkpoint.file(name)  # a missing tensor is an error naming it
             checkpoint.dtype(name)

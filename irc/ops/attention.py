@@ -1,5 +1,6 @@
 """Attention ops: ``attention`` (MHA/GQA/MQA with window, softcap, KV cache) and
-``mla_attention`` (DeepSeek-V2/V3 multi-head latent attention, un-absorbed).
+``mla_attention`` (DeepSeek-V2/V3 multi-head latent attention, un-absorbed; with ``rope`` None
+the decoupled key is not rotated and no ``position_ids`` are read: Kimi-Linear's NoPE MLA).
 
 Layouts: activations [B, T, features]; caches [B, K, P, D] (K kv heads, P past tokens);
 ``attention_mask`` i64 [B, P+T], 1 for a real token, 0 for padding (left padding works).
@@ -226,35 +227,40 @@ def mla_rotate(x_bhtr, cos, sin, convention: str) -> np.ndarray:
     return apply_rope(x_bhtr.transpose(0, 2, 1, 3), cos, sin, convention).transpose(0, 2, 1, 3)
 
 
-def mla_softmax_scale(qk_nope_head_dim: int, qk_rope_head_dim: int, rope_config: dict,
+def mla_softmax_scale(qk_nope_head_dim: int, qk_rope_head_dim: int, rope_config: Optional[dict],
                       scale: Optional[float] = None) -> float:
-    """(nope + rope) ** -0.5 times DeepSeek's YaRN mscale ** 2, unless ``scale`` is given."""
+    """(nope + rope) ** -0.5 times DeepSeek's YaRN mscale ** 2 (none without RoPE), unless
+    ``scale`` is given."""
     if scale is not None:
         return scale
-    return (qk_nope_head_dim + qk_rope_head_dim) ** -0.5 * yarn_softmax_mscale(rope_config.get("scaling"))
+    mscale = 1.0 if rope_config is None else yarn_softmax_mscale(rope_config.get("scaling"))
+    return (qk_nope_head_dim + qk_rope_head_dim) ** -0.5 * mscale
 
 
 def mla_rotated(x, position_ids, wq, q_a, q_a_norm, q_b, kv_a, kv_a_norm, *, heads: int, kv_lora_rank: int,
-                rope_dim: int, rope: dict, eps: float, rotate_from: int) -> tuple:
-    """What both MLA forms start with: the query [B, H, T, .] with its columns from
+                rope_dim: int, rope: Optional[dict], eps: float, rotate_from: int) -> tuple:
+    """What every MLA form starts with: the query [B, H, T, .] with its columns from
     ``rotate_from`` on rotated, the KV latent c_kv [B, T, d_c], and the rotated RoPE key
-    [B, 1, T, rope]."""
+    [B, 1, T, rope]. With ``rope`` None nothing is rotated (the "RoPE" columns are plain
+    shared key dims, Kimi-Linear's NoPE MLA) and ``position_ids`` is not read."""
+    query = mla_query(x, wq, q_a, q_a_norm, q_b, heads=heads, eps=eps)
+    c_kv, k_rope = mla_latent(x, kv_a, kv_a_norm, kv_lora_rank=kv_lora_rank, eps=eps)
+    if rope is None:
+        return query, c_kv, k_rope[:, None]
     convention = rope.get("convention", "half")
     cos, sin = mla_rope_cos_sin(position_ids, rope_dim, rope)
-    query = mla_query(x, wq, q_a, q_a_norm, q_b, heads=heads, eps=eps)
     query[..., rotate_from:] = mla_rotate(query[..., rotate_from:], cos, sin, convention)
-    c_kv, k_rope = mla_latent(x, kv_a, kv_a_norm, kv_lora_rank=kv_lora_rank, eps=eps)
     return query, c_kv, mla_rotate(k_rope[:, None], cos, sin, convention)
 
 
 def mla_attention(x, position_ids, attention_mask=None, past_key=None, past_value=None, wq=None, q_a=None,
                   q_a_norm=None, q_b=None, kv_a=None, kv_a_norm=None, kv_b=None, wo=None, *, heads: int,
                   q_lora_rank: Optional[int], kv_lora_rank: int, qk_nope_head_dim: int, qk_rope_head_dim: int,
-                  v_head_dim: int, rope: dict, eps: float = 1e-6, scale: Optional[float] = None,
+                  v_head_dim: int, rope: Optional[dict], eps: float = 1e-6, scale: Optional[float] = None,
                   causal: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Un-absorbed MLA: (out [B, T, d], present_key [B, H, P+T, nope+rope],
     present_value [B, H, P+T, Dv]), float32. The RoPE half of each cached key is stored
-    rotated, in the layout of ``rope["convention"]``."""
+    rotated, in the layout of ``rope["convention"]`` (unrotated with ``rope`` None)."""
     nope = qk_nope_head_dim
     query, c_kv, k_rope = mla_rotated(x, position_ids, wq, q_a, q_a_norm, q_b, kv_a, kv_a_norm, heads=heads,
                                       kv_lora_rank=kv_lora_rank, rope_dim=qk_rope_head_dim, rope=rope, eps=eps,
@@ -270,13 +276,14 @@ def mla_attention(x, position_ids, attention_mask=None, past_key=None, past_valu
 
 # ---- MLA: the op -----------------------------------------------------------------------
 
-MLA_OPERANDS = ("x", "position_ids", "attention_mask?", "past_key?", "past_value?", "wq?", "q_a?", "q_a_norm?",
+MLA_OPERANDS = ("x", "position_ids?", "attention_mask?", "past_key?", "past_value?", "wq?", "q_a?", "q_a_norm?",
                 "q_b?", "kv_a", "kv_a_norm", "kv_b", "wo")
 
 
 def check_mla_inputs(op: str, ops: dict, attrs: dict, wq: str, q_b: str, q_head_width: int) -> tuple:
-    """What both MLA forms check alike: positive int sizes, the RoPE config, x float
-    [B,T,d] and integer position_ids [B,T], the query weights (``wq`` alone, or ``q_a``,
+    """What every MLA form checks alike: positive int sizes, the RoPE config (a dict with a
+    base, or None: no rotation), x float [B,T,d] and integer position_ids [B,T] (absent
+    exactly when ``rope`` is None), the query weights (``wq`` alone, or ``q_a``,
     ``q_a_norm`` and ``q_b`` when q_lora_rank is set; H * ``q_head_width`` rows) and
     ``kv_a``/``kv_a_norm``. Returns (batch, seq, d)."""
     x, position_ids = ops["x"], ops["position_ids"]
@@ -285,14 +292,19 @@ def check_mla_inputs(op: str, ops: dict, attrs: dict, wq: str, q_b: str, q_head_
     heads, rank, q_rank = attrs["heads"], attrs["kv_lora_rank"], attrs["q_lora_rank"]
     rope_dim = attrs["qk_rope_head_dim"]
     rope_config = attrs["rope"]
-    expect(isinstance(rope_config, dict) and "base" in rope_config, f"{op}: rope must be a dict with a base")
-    check_rope_config(op, rope_dim, rope_config["base"], rope_config.get("convention", "half"),
-                      rope_config.get("scaling"))
     expect(x.dtype.is_float and len(x.shape) == 3,
            f"{op}: x must be float [B,T,d], got {x.dtype}{dims.format_shape(x.shape)}")
     batch, seq, d = x.shape
-    expect(position_ids.dtype in (DType.i64, DType.i32), f"{op}: position_ids must be integer")
-    expect_shape(op, "position_ids", position_ids, (batch, seq))
+    if rope_config is None:
+        expect(position_ids is None, f"{op}: rope is None (no rotation), so it reads no position_ids: leave them out")
+    else:
+        expect(isinstance(rope_config, dict) and "base" in rope_config,
+               f"{op}: rope must be a dict with a base, or None (no rotation)")
+        check_rope_config(op, rope_dim, rope_config["base"], rope_config.get("convention", "half"),
+                          rope_config.get("scaling"))
+        expect(position_ids is not None, f"{op}: operand 'position_ids' is required with a rope")
+        expect(position_ids.dtype in (DType.i64, DType.i32), f"{op}: position_ids must be integer")
+        expect_shape(op, "position_ids", position_ids, (batch, seq))
     q_width = heads * q_head_width
     if q_rank is None:
         expect_shape(op, wq, ops[wq], (q_width, d))
@@ -355,12 +367,13 @@ def _mla_reference(inputs, attrs):
 
 def mla_cost(ops: dict, inputs, outputs, attrs, key_dim: int, value_dim: int, weights, norms) -> Cost:
     """An MLA op's cost: 2 FLOPs per projection weight (``weights``, by operand name) per
-    token, 4 per norm weight, the RoPE rotations, and scores (``key_dim``) and weighted sum
-    (``value_dim``) of every head over all P+T keys."""
+    token, 4 per norm weight, the RoPE rotations (where ``rope`` is set), and scores
+    (``key_dim``) and weighted sum (``value_dim``) of every head over all P+T keys."""
     batch, seq = ops["x"].shape[:2]
     tokens = batch * seq
     total = outputs[1].shape[2] if len(outputs) > 1 else seq
-    heads, rope_dim = attrs["heads"], attrs["qk_rope_head_dim"]
+    heads = attrs["heads"]
+    rope_dim = 0 if attrs["rope"] is None else attrs["qk_rope_head_dim"]  # the rotations (none without RoPE)
     weight_count = sum(ops[name].numel for name in weights if ops[name] is not None)
     norm_count = sum(ops[name].numel for name in norms if ops[name] is not None)
     core = attention_core_cost(batch, seq, total, heads, key_dim, value_dim)

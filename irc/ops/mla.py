@@ -23,8 +23,8 @@ over one shared "key" [c_kv | k_rope] (width d_c + rope) and one shared "value" 
 Caches (the layout transformers' DeepseekV2/V3Attention keep in their ``DynamicCache``):
 ``past_latent`` [B, 1, P, d_c] holds c_kv after ``kv_a_norm``; ``past_rope`` [B, 1, P, rope]
 holds the shared RoPE key, stored rotated in the layout of ``rope["convention"]`` (as
-``mla_attention`` stores it). Results are (out, present_latent, present_rope); without
-caches only ``out``. Attributes are those of ``mla_attention``; ``qk_nope_head_dim`` sets
+``mla_attention`` stores it; unrotated, and no ``position_ids`` operand, where ``rope`` is
+None). Results are (out, present_latent, present_rope); without caches only ``out``. Attributes are those of ``mla_attention``; ``qk_nope_head_dim`` sets
 the softmax scale ((nope + rope) ** -0.5 times the YaRN mscale ** 2, unless ``scale``)
 and ``v_head_dim`` is kept for analysis (the MHA-equivalent cache).
 """
@@ -39,7 +39,7 @@ from irc.ops.nn import linear
 from irc.ops.registry import OpDef, by_name, expect, expect_shape, register
 
 OP = "mla_absorbed_attention"
-OPERANDS = ("x", "position_ids", "attention_mask?", "past_latent?", "past_rope?", "wq_absorbed?", "q_a?",
+OPERANDS = ("x", "position_ids?", "attention_mask?", "past_latent?", "past_rope?", "wq_absorbed?", "q_a?",
             "q_a_norm?", "q_b_absorbed?", "kv_a", "kv_a_norm", "wo_absorbed")
 WEIGHTS = ("wq_absorbed", "q_a", "q_b_absorbed", "kv_a", "wo_absorbed")
 NORMS = ("q_a_norm", "kv_a_norm")
@@ -77,7 +77,7 @@ def absorb_output_weight(wo, kv_b, *, heads: int, qk_nope_head_dim: int, v_head_
 def mla_absorbed_attention(x, position_ids, attention_mask=None, past_latent=None, past_rope=None,
                            wq_absorbed=None, q_a=None, q_a_norm=None, q_b_absorbed=None, kv_a=None, kv_a_norm=None,
                            wo_absorbed=None, *, heads: int, q_lora_rank, kv_lora_rank: int, qk_nope_head_dim: int,
-                           qk_rope_head_dim: int, v_head_dim: int, rope: dict, eps: float = 1e-6, scale=None,
+                           qk_rope_head_dim: int, v_head_dim: int, rope, eps: float = 1e-6, scale=None,
                            causal: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Absorbed MLA: (out [B, T, d], present_latent [B, 1, P+T, d_c], present_rope
     [B, 1, P+T, rope]), float32. Multi-query attention of H query heads of width

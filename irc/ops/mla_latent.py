@@ -13,8 +13,9 @@ which equals ``mla_attention`` since q_nope_h . (W^UK_h c) = (W^UK_h^T q_nope_h)
 W^UV_h sum_s p_s c_s = sum_s p_s (W^UV_h c_s). The cache is the latent plus the shared RoPE
 key, d_c + rope elements per token per layer, in ``mla_absorbed_attention``'s layout:
 ``past_latent`` [B, 1, P, d_c] (c_kv after ``kv_a_norm``) and ``past_rope`` [B, 1, P, rope]
-(the rotated RoPE key). Results are (out, present_latent, present_rope); without caches only
-``out``. Attributes are those of ``mla_attention``.
+(the rotated RoPE key; unrotated, and no ``position_ids`` operand, where ``rope`` is None).
+Results are (out, present_latent, present_rope); without caches only ``out``. Attributes are
+those of ``mla_attention``.
 
 The parameters are exactly the checkpoint's; the price is two small matmuls per head per
 token (2·H·nope·d_c + 2·H·v·d_c FLOPs, kv_b's size twice) where the un-absorbed form
@@ -30,7 +31,7 @@ from irc.ops.nn import f32, linear
 from irc.ops.registry import OpDef, by_name, expect, expect_shape, register
 
 OP = "mla_latent_attention"
-OPERANDS = ("x", "position_ids", "attention_mask?", "past_latent?", "past_rope?", "wq?", "q_a?", "q_a_norm?",
+OPERANDS = ("x", "position_ids?", "attention_mask?", "past_latent?", "past_rope?", "wq?", "q_a?", "q_a_norm?",
             "q_b?", "kv_a", "kv_a_norm", "w_uk", "w_uv", "wo")
 WEIGHTS = ("wq", "q_a", "q_b", "kv_a", "w_uk", "w_uv", "wo")
 NORMS = ("q_a_norm", "kv_a_norm")
@@ -52,7 +53,7 @@ def latent_query(query, w_uk, nope: int) -> np.ndarray:
 def mla_latent_attention(x, position_ids, attention_mask=None, past_latent=None, past_rope=None, wq=None, q_a=None,
                          q_a_norm=None, q_b=None, kv_a=None, kv_a_norm=None, w_uk=None, w_uv=None, wo=None, *,
                          heads: int, q_lora_rank, kv_lora_rank: int, qk_nope_head_dim: int, qk_rope_head_dim: int,
-                         v_head_dim: int, rope: dict, eps: float = 1e-6, scale=None,
+                         v_head_dim: int, rope, eps: float = 1e-6, scale=None,
                          causal: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(out [B, T, d], present_latent [B, 1, P+T, d_c], present_rope [B, 1, P+T, rope]),
     float32: multi-query attention of the latent queries over [latent | rotated rope key]

@@ -64,3 +64,36 @@ def test_runtime_absorption_adds_no_weights_to_the_model(target, tmp_path):
     ops = [n.op_type for n in model.graph.node]
     assert "Loop" not in ops and "Scan" not in ops
     assert any(n.op_type == "MatMul" and "layers.0.attn.kv_b.uk" in n.input for n in model.graph.node)
+
+
+NOPE_MLA = '''"""A tiny MLA model without RoPE (Kimi-Linear's full-attention layers)."""
+from frontends.dsl import Model
+
+
+def build():
+    m = Model("tiny-nope-mla", vocab=256, d_model=64)
+    x = m.embed(m.input_ids())
+    for layer in m.layers(2):
+        q_lora_rank = 32 if layer.index else None
+        x = x + layer.mla_attention(layer.rms_norm(x, name="attn_norm"), heads=4, q_lora_rank=q_lora_rank,
+                                    kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                                    rope=False)
+        x = x + layer.swiglu(layer.rms_norm(x, name="mlp_norm"), d_ff=128)
+    m.logits(m.rms_norm(x, name="norm"))
+    return m.graph
+'''
+
+
+@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
+@pytest.mark.parametrize("pipeline", ["dce", "mla-absorb", "mla-absorb{fold_weights=true}", "mla-absorb{cache=halves}"])
+def test_mla_without_rope_matches_the_interpreter(pipeline, target, tmp_path):
+    """NoPE MLA (``rope=False``), un-absorbed and in both absorbed forms: no position_ids
+    input, no rotation in the model, the same tokens and logits as the interpreter."""
+    spec = tmp_path / "nope_mla.py"
+    spec.write_text(NOPE_MLA)
+    graph, path = compile_with(str(spec), pipeline, target, 23, tmp_path)
+    model = onnx.load(path)
+    assert "position_ids" not in {v.name for v in model.graph.input}
+    assert not any(n.op_type == "RotaryEmbedding" for n in model.graph.node)
+    ref = greedy(interpreter_engine(graph), graph, PROMPTS, NEW_TOKENS)
+    assert_matches(greedy(ort_engine(path), graph, PROMPTS, NEW_TOKENS), ref)

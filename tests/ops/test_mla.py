@@ -241,3 +241,95 @@ def test_latent_cost_by_hand():
     projections = 2 * 2 * (1536 + 512 + HEADS * (NOPE + V_DIM) * KV_RANK + 768)
     scores, weighted = 2 * 2 * 2 * HEADS * (KV_RANK + ROPE), 2 * 2 * 2 * HEADS * KV_RANK
     assert cost.flops == projections + scores + weighted
+
+
+# ---- NoPE MLA (rope None: Kimi-Linear's full-attention layers) ------------------------------
+
+class KimiCase:
+    """transformers' KimiLinearAttention (MLA whose shared "rope" key part is never rotated,
+    scale (nope + rope) ** -0.5) with random weights, and the same layer in irc."""
+
+    def __init__(self, q_lora_rank):
+        from transformers import KimiLinearConfig
+        from transformers.models.kimi_linear import modeling_kimi_linear as kimi
+        config = KimiLinearConfig(hidden_size=D_MODEL, num_attention_heads=HEADS, num_key_value_heads=HEADS,
+                                  q_lora_rank=q_lora_rank, kv_lora_rank=KV_RANK, qk_nope_head_dim=NOPE,
+                                  qk_rope_head_dim=ROPE, v_head_dim=V_DIM, num_hidden_layers=1,
+                                  layer_types=["full_attention"])
+        config._attn_implementation = "eager"
+        torch.manual_seed(5 + (q_lora_rank is None))
+        self.layer = kimi.KimiLinearAttention(config, 0).eval()
+        with torch.no_grad():
+            for name, p in self.layer.named_parameters():
+                if "layernorm" in name:
+                    p.copy_(1.0 + 0.3 * torch.randn_like(p))
+        self.weights = {ours: None if getattr(self.layer, theirs) is None
+                        else getattr(self.layer, theirs).weight.detach().numpy().copy()
+                        for ours, theirs in PARAMS.items()}
+        self.attrs = {"heads": HEADS, "q_lora_rank": q_lora_rank, "kv_lora_rank": KV_RANK, "qk_nope_head_dim": NOPE,
+                      "qk_rope_head_dim": ROPE, "v_head_dim": V_DIM, "rope": None}
+
+    def irc(self, x, mask, past=(None, None)):
+        w = self.weights
+        return run_op("mla_attention", [x, None, mask, *past, w["wq"], w["q_a"], w["q_a_norm"], w["q_b"], w["kv_a"],
+                                        w["kv_a_norm"], w["kv_b"], w["wo"]], self.attrs)
+
+    def hf(self, x, mask, past_len, cache):
+        with torch.no_grad():
+            out, _ = self.layer(torch.from_numpy(x), attention_mask=hf_mask(x.shape[0], x.shape[1], past_len, mask),
+                                cache=cache)
+        return out.numpy()
+
+
+@pytest.mark.parametrize("q_lora_rank", [None, Q_RANK])
+def test_nope_mla_matches_kimi_linear_prefill_and_decode(q_lora_rank):
+    """Left-padded prefill, then two decode steps on the present cache, against transformers'
+    KimiLinearAttention with a DynamicCache; no position_ids anywhere."""
+    from transformers import DynamicCache
+    case = KimiCase(q_lora_rank)
+    rng = np.random.default_rng(6)
+    batch, prefill = 2, 5
+    x = rng.standard_normal((batch, prefill + 2, D_MODEL)).astype(np.float32)
+    mask = np.ones((batch, prefill + 2), dtype=np.int64)
+    mask[1, :2] = 0
+    cache = DynamicCache()
+    empty = [np.zeros((batch, HEADS, 0, NOPE + ROPE), np.float32), np.zeros((batch, HEADS, 0, V_DIM), np.float32)]
+    got, *present = case.irc(x[:, :prefill], mask[:, :prefill], empty)
+    want = case.hf(x[:, :prefill], mask[:, :prefill], 0, cache)
+    real = mask[:, :prefill].astype(bool)
+    np.testing.assert_allclose(got[real], want[real], rtol=1e-5, atol=1e-5)
+    for step in (prefill, prefill + 1):
+        got, *present = case.irc(x[:, step:step + 1], mask[:, :step + 1], present)
+        np.testing.assert_allclose(got, case.hf(x[:, step:step + 1], mask[:, :step + 1], step, cache),
+                                   rtol=1e-5, atol=1e-5)
+    assert present[0].shape == (batch, HEADS, prefill + 2, NOPE + ROPE)
+    # the cached "rope" part is kv_a's output as it is: the same for every head, unrotated
+    np.testing.assert_array_equal(present[0][:, 0, :, NOPE:], present[0][:, HEADS - 1, :, NOPE:])
+
+
+def test_nope_mla_takes_no_positions_and_a_rope_needs_them():
+    attrs = {**mla_attrs(None), "rope": None}
+    values = operand_values(None)
+    with pytest.raises(ShapeError, match="rope is None .* leave them out"):
+        ops.infer("mla_attention", list(values.values()), attrs)
+    values["position_ids"] = None
+    assert ops.infer("mla_attention", list(values.values()), attrs)[0].shape == ("B", "T", D_MODEL)
+    with pytest.raises(ShapeError, match="'position_ids' is required with a rope"):
+        ops.infer("mla_attention", list(values.values()), mla_attrs(None))
+    latent = latent_values()
+    latent[1] = None
+    assert ops.infer("mla_latent_attention", latent, attrs)[1].shape == ("B", 1, "P+T", KV_RANK)
+
+
+def test_nope_cost_has_no_rotations():
+    values = operand_values(None, past=False)
+    values["position_ids"] = None
+    bound = {"B": 1, "T": 2}
+    types = [None if v is None else TensorType(v.dtype, tuple(bound.get(d, d) for d in v.shape))
+             for v in values.values()]
+    outputs = [TensorType(DType.f32, (1, 2, D_MODEL))]
+    with_rope = ops.get_op("mla_attention").cost(types, outputs, mla_attrs(None))
+    nope = ops.get_op("mla_attention").cost(types, outputs, {**mla_attrs(None), "rope": None})
+    assert nope.flops == with_rope.flops
+    assert with_rope.other_flops - nope.other_flops == 3 * 2 * (HEADS + 1) * ROPE
+    assert mla_softmax_scale(NOPE, ROPE, None) == pytest.approx((NOPE + ROPE) ** -0.5)

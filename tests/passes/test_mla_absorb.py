@@ -33,13 +33,14 @@ YARN = {"kind": "yarn", "factor": 4.0, "original_max_position": 16, "mscale": 1.
 
 
 def mla_graph(heads=2, d=32, q_lora_rank=16, kv_lora_rank=12, nope=8, rope=4, v_dim=6, convention="interleaved",
-              scaling=YARN, caches=True) -> Graph:
+              scaling=YARN, caches=True, rotate=True) -> Graph:
     """One mla_attention layer over x [B,T,d], with its caches as graph inputs/outputs
-    unless ``caches`` is False; params seeded."""
+    unless ``caches`` is False; params seeded. ``rotate`` False: NoPE MLA (the op's rope
+    None), no position_ids input."""
     g = Graph("mla")
     x = g.add_input("x", F32, ("B", "T", d))
     mask = g.add_input("attention_mask", DType.i64, ("B", "P+T" if caches else "T"))
-    positions = g.add_input("position_ids", DType.i64, ("B", "T"))
+    positions = g.add_input("position_ids", DType.i64, ("B", "T")) if rotate else None
     past_key = past_value = None
     if caches:
         past_key = g.add_input("past_key_values.0.key", F32, ("B", heads, "P", nope + rope))
@@ -54,7 +55,7 @@ def mla_graph(heads=2, d=32, q_lora_rank=16, kv_lora_rank=12, nope=8, rope=4, v_
     seed_absent(g)
     attrs = {"heads": heads, "q_lora_rank": q_lora_rank, "kv_lora_rank": kv_lora_rank, "qk_nope_head_dim": nope,
              "qk_rope_head_dim": rope, "v_head_dim": v_dim,
-             "rope": {"base": 10000.0, "convention": convention, "scaling": scaling}}
+             "rope": {"base": 10000.0, "convention": convention, "scaling": scaling} if rotate else None}
     g.outputs = emit(g, "mla_attention", [x, positions, mask, past_key, past_value, p.get("wq"), p.get("q_a"),
                                           p.get("q_a_norm"), p.get("q_b"), p["kv_a"], p["kv_a_norm"], p["kv_b"],
                                           p["wo"]],
@@ -328,6 +329,28 @@ def test_decode_of_one_layer_matches_at_every_step(variant):
                        "position_ids": np.arange(past, past + tokens)[None].repeat(2, axis=0) + 20})
         past += tokens
     assert_same_per_chunk(g, after, chunks, "out")
+
+
+@pytest.mark.parametrize("q_lora_rank", [None, 16])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_absorbs_mla_without_rope_and_decodes_the_same(variant, q_lora_rank):
+    """NoPE MLA (rope None, Kimi-Linear): both forms keep it unrotated and positionless;
+    a left-padded prefill and four decode steps give the same output, each graph fed its
+    own caches back; the absorbed op prints and parses with its absent position_ids."""
+    pass_obj, op = VARIANTS[variant]
+    g = mla_graph(q_lora_rank=q_lora_rank, rotate=False)
+    after, changed = apply_pass(pass_obj, g)
+    assert changed and [n.op for n in after.nodes] == [op]
+    assert after.nodes[0].inputs[1] is None and after.nodes[0].attrs["rope"] is None
+    assert "position_ids" not in {v.name for v in after.inputs}
+    assert print_graph(parse_graph(print_graph(after))) == print_graph(after)
+    chunks = [{k: v for k, v in chunk.items() if k != "position_ids"} for chunk in decode_chunks_x()]
+    rng = np.random.default_rng(5)
+    for _ in range(2):
+        mask = np.concatenate([chunks[-1]["attention_mask"], np.ones((2, 1), np.int64)], axis=1)
+        chunks.append({"x": rng.standard_normal((2, 1, 32)).astype(np.float32), "attention_mask": mask})
+    assert_same_per_chunk(g, after, chunks, "out")
+    assert_unchanged(pass_obj, after)
 
 
 def test_irc_show_reports_the_latent_cache(capsys):
