@@ -369,7 +369,7 @@ LAYOUTS = {  # the families' departures from LAYER_NAMES
              "mlp.w_up": Split("mlp.gate_up_proj.weight", _up_rows)},
     **families_ssm.LAYOUTS,
     **families_composite.LAYOUTS,
-    **families_lfm2.layouts(Experts), **families_delta.LAYOUTS, **families_kimi.LAYOUTS, **families_minimax.LAYOUTS,
+    **families_lfm2.layouts(Experts), **families_delta.LAYOUTS, **families_kimi.LAYOUTS, **families_minimax.layouts(Experts),
     **families_llama_like.LAYOUTS,
 }
 # a layout's "_prefix" (the layers' names, default model.layers.) and "_top" (embed, norm
@@ -406,10 +406,13 @@ def checkpoint_source(arch: Arch, param: str) -> Source:
 def is_spare(arch: Arch, key: str) -> bool:
     """Checkpoint tensors the model does not use, as transformers does not: the LM head of
     a tied model, cached RoPE tables, extra layers past num_hidden_layers (DeepSeek-V3's
-    multi-token-prediction layer), names under a layout's ``_spare`` prefixes."""
+    multi-token-prediction layer), names under a layout's ``_spare`` prefixes or ending in
+    its ``_spare_suffixes``."""
     if key == "lm_head.weight" and arch.tied:
         return True
-    if key.endswith("rotary_emb.inv_freq") or key.startswith(LAYOUTS[arch.checkpoint].get("_spare", ())):
+    layout = LAYOUTS[arch.checkpoint]
+    if key.endswith(("rotary_emb.inv_freq", *layout.get("_spare_suffixes", ()))) or \
+            key.startswith(layout.get("_spare", ())):
         return True
     prefix = LAYOUTS[arch.checkpoint].get("_prefix", LAYER_PREFIX)
     match = re.match(re.escape(prefix) + r"(\d+)\.", key)
