@@ -32,7 +32,19 @@ from irc.ops.registry import Cost, TensorType
 MLA_OPS = ("mla_attention", "mla_absorbed_attention", "mla_latent_attention")
 # the layer kind each mixer op makes (``analyze``'s per-layer ``mixer``)
 MIXERS = {"attention": "attention", **{op: "attention" for op in MLA_OPS}, "selective_scan": "mamba",
-          "ssd": "mamba2"}
+          "ssd": "mamba2", "gated_delta_rule": "gated_delta"}
+
+
+def mixer_kind(node) -> str:
+    """The layer kind a mixer node makes: ``MIXERS``, the linear attentions of
+    ``gated_delta_rule`` told apart by its attributes (Kimi's per-channel decay, MiniMax's
+    gated rule)."""
+    if node.op == "gated_delta_rule":
+        if node.attrs.get("update_rule") == "gated":
+            return "lightning_attention"
+        if node.attrs.get("decay") == "channel":
+            return "kimi_delta"
+    return MIXERS[node.op]
 MEMORY_CONTEXTS = (128, 1024, 4096, 8192, 32768, 131072)
 _LAYER = re.compile(r"(?:past_key_values|layers)\.(\d+)\.")
 
@@ -182,7 +194,7 @@ def _layer_table(graph: Graph, elements: dict) -> dict[int, dict]:
             layers[i]["attention"] = node.op
             layers[i]["window"] = node.attrs.get("window")
         if node.op in MIXERS:
-            kinds = [k for k in (layers[i]["mixer"] or "").split("+") if k] + [MIXERS[node.op]]
+            kinds = [k for k in (layers[i]["mixer"] or "").split("+") if k] + [mixer_kind(node)]
             layers[i]["mixer"] = "+".join(dict.fromkeys(kinds))
         elif node.op == "causal_conv1d":
             convs.add(i)

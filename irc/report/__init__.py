@@ -2,7 +2,8 @@
 
 ``build_report`` assembles the page (``html``) from the dump directory's steps (``steps``),
 the IR diffs (``diff``), graph pictures laid out in Python (``layout``, drawn by ``svg``),
-the model-at-a-glance figures (``model``), node provenance (``provenance``) and, where
+the model-at-a-glance figures (``model``; a recurrent or hybrid stack's layer map and memory
+against context in ``recurrent``), node provenance (``provenance``) and, where
 there is one, an NPU plan (``npu``).
 """
 

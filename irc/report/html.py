@@ -18,7 +18,7 @@ from typing import Optional, Sequence, Union
 from irc.errors import IRCError
 from irc.graph import Graph
 from irc.parser import parse_graph
-from irc.report import diff, layout, mla, model, npu, provenance, quant, svg
+from irc.report import diff, layout, mla, model, npu, provenance, quant, recurrent, svg
 from irc.report.diff import layer_index
 from irc.report.steps import Step, load_steps
 
@@ -270,34 +270,49 @@ def _model(source: Graph, final: Graph, context: int, prov) -> str:
                                                         if s["params_active"] != s["params_total"] else "")),
             ("parameter bytes (compiled)", f"{c['param_bytes']:,} ({svg.format_bytes(c['param_bytes'])})"),
             ("layers", f"{s['n_layers']}"),
-            ("d_model / vocab", f"{meta.get('d_model', '?')} / {meta.get('vocab_size', '?')}"),
-            ("attention", f"{meta.get('attention', '?')}: {meta.get('n_heads', '?')} heads, "
-                          f"{meta.get('n_kv_heads', '?')} KV heads, head dim {meta.get('head_dim', '?')}"),
+            ("d_model / vocab", f"{meta.get('d_model', '?')} / {meta.get('vocab_size', '?')}")]
+    if g.recurrent:
+        rows.append(("layer kinds", recurrent.kind_counts(g)))
+    if meta.get("attention") or not g.recurrent:
+        rows.append(("attention", f"{meta.get('attention', '?')}: {meta.get('n_heads', '?')} heads, "
+                                  f"{meta.get('n_kv_heads', '?')} KV heads, head dim {meta.get('head_dim', '?')}"))
+    rows += [
             (f"FLOPs/token at {context:,} (irc forward)", f"{s['flops_per_token']:,}"),
             ("KV-cache bytes/token (input → compiled)",
              f"{s['kv_cache_bytes_per_token']:,} → {c['kv_cache_bytes_per_token']:,} ({s['cache_dtype']})"),
             ("nodes (input → compiled)", f"{len(source.nodes):,} → {len(final.nodes):,}")]
+    if g.recurrent:
+        rows.insert(-1, ("recurrent state/sequence (compiled)", recurrent.state_words(c)))
+        rows.insert(-1, (f"KV + state @ {context:,} tokens (compiled)",
+                         f"{c['memory_bytes_per_sequence_at_context']:,} "
+                         f"({svg.format_bytes(c['memory_bytes_per_sequence_at_context'])})"))
     parts = ["<table class='facts'>" + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
              + "</table>"]
-    parts.append(_block(source, final, g.groups, prov))
+    parts.append(recurrent.layer_map(g))
+    parts.append(_block(source, final, g, prov))
     parts.append('<h3 id="params">Parameters by component</h3>')
     total = sum(n for _, n, _ in g.params) or 1
     parts.append(svg.bar_chart([(comp, n, f"{100 * n / total:.1f}%, {svg.format_bytes(b)}") for comp, n, b in g.params],
                                title="Parameters by component (compiled graph)"))
     parts.append(_kv(g))
+    parts.append(recurrent.memory_section(g))
     parts.append(_flops(g, context))
     parts.append(mla.render(final))
     return "\n".join(parts)
 
 
-def _block(source: Graph, final: Graph, groups, prov) -> str:
+def _block(source: Graph, final: Graph, g, prov) -> str:
+    """Layer 0 drawn, and the first layer of each other kind of layer; a hybrid's layers of a
+    new mixer kind are drawn open, the rest folded."""
+    groups = g.groups
     def layer_picture(graph, index, label):
         pic = layout.place(layout.picture(graph, lambda n: layer_index(n.name) == index, context=True,
                                           link=prov.link, max_boxes=150))
         note = f"<p class='note'>{escape(pic.note)}</p>" if pic.note else ""
         return f"<div class='scroll tall'>{svg.graph_svg(pic, label)}</div>{note}"
 
-    parts = ['<h3 id="block">One transformer block</h3>']
+    mixed = g.recurrent or len(set(g.kinds.values())) > 1
+    parts = ['<h3 id="block">One block of each layer kind</h3>' if mixed else '<h3 id="block">One transformer block</h3>']
     if not groups:
         parts.append("<p>No node is named after a layer (<code>layers.N.*</code>): there is no block to draw.</p>")
     elif len(groups) == 1:
@@ -310,15 +325,20 @@ def _block(source: Graph, final: Graph, groups, prov) -> str:
                   f"{escape(gr.description)}</li>" for gr in groups]
         parts.append("</ul>")
     parts.append(layer_picture(source, 0, "layer 0"))
-    for gr in groups[1:3]:
+    seen = {g.kinds.get(groups[0].layers[0])} if groups else set()
+    for gr in groups[1:4 if mixed else 3]:
         first = gr.layers[0]
-        parts.append(f"<details><summary>layer {first} ({escape(gr.description)})</summary>"
+        kind = g.kinds.get(first)
+        opened = " open" if mixed and kind not in seen else ""
+        seen.add(kind)
+        parts.append(f"<details{opened}><summary>layer {first} ({escape(gr.description)})</summary>"
                      f"{layer_picture(source, first, f'layer {first}')}</details>")
     if final is not source and [n.op for n in final.nodes] != [n.op for n in source.nodes]:
         parts.append(f"<details><summary>layer 0 as compiled</summary>{layer_picture(final, 0, 'layer 0 compiled')}"
                      "</details>")
+    collapse = _kind_group(g.kinds) if mixed else _layer_group
     pic = layout.place(layout.picture(final, lambda n: layer_index(n.name) is None,
-                                      collapse=_layer_group, link=prov.link))
+                                      collapse=collapse, link=prov.link))
     parts.append(f"<details open><summary>The compiled graph, one box per layer ({len(final.nodes):,} nodes)</summary>"
                  f"<div class='scroll tall'>{svg.graph_svg(pic, 'compiled graph grouped per layer')}</div></details>")
     return "\n".join(parts)
@@ -329,7 +349,18 @@ def _layer_group(name: str):
     return None if layer is None else f"layers.{layer}"
 
 
+def _kind_group(kinds: dict):
+    """A layer's group box named with its kind (``layers.4 attention``), for mixed stacks."""
+    def group(name: str):
+        layer = layer_index(name)
+        return None if layer is None else f"layers.{layer} {kinds.get(layer, '')}".rstrip()
+    return group
+
+
 def _kv(g) -> str:
+    if g.recurrent and not any(layer["kv_cache_elements_per_token"] for layer in g.compiled["layers"]):
+        return ('<h3 id="kv">KV cache against context</h3><p>No layer keeps a KV cache: the recurrent layers '
+                'hold a fixed state instead (memory per sequence below).</p>')
     series = [svg.Series(label, list(zip(g.contexts, values)), dashed) for label, values, dashed in g.kv]
     step = max(1, max(g.contexts) // 8)
     chart = svg.line_chart(series, title="KV-cache bytes per sequence against context", x_label="context (keys)",
@@ -340,8 +371,11 @@ def _kv(g) -> str:
     rows = "".join(f"<tr><td class='l'>{escape(label)}</td>" +
                    "".join(f"<td>{escape(svg.format_bytes(values[g.contexts.index(c)]))}</td>" for c in picks) + "</tr>"
                    for label, values, _ in g.kv)
+    attending = sum(1 for k in g.kinds.values() if model.is_attention(k))
+    hybrid = (f" Only {attending} of the {len(g.kinds)} layers attend and cache keys; the recurrent layers' "
+              "fixed state is charted under memory below." if g.recurrent else "")
     return (f'<h3 id="kv">KV cache against context</h3><p>One sequence, all layers, sliding windows kept; '
-            f"dashed lines are alternatives for the same layers.</p>{chart}"
+            f"dashed lines are alternatives for the same layers.{escape(hybrid)}</p>{chart}"
             f"<table class='num'><tr><th>cache</th>{head}</tr>{rows}</table>")
 
 
@@ -356,6 +390,9 @@ def _flops(g, context: int) -> str:
                            title="Attention share of FLOPs per token", x_label="context S (keys)",
                            y_label="attention share", y_format=svg.format_percent, y_max=1.0)
     picks = [c for c in (4096, 32768, 131072) if c in xs]
+    hybrid = f["layers"] != f["all_layers"] and g.recurrent
+    layer_word = "attention layer (recurrent layers cost the same at every S)" if hybrid else "layer"
+    of_all = f" attention layers of {f['all_layers']}" if hybrid else ""
     rows = []
     for label, key in (("irc forward (decode one token)", "forward"), ("seed §5 training (6N + 6LSd)", "train")):
         for c in picks:
@@ -367,11 +404,12 @@ def _flops(g, context: int) -> str:
             f"<p><b>irc forward</b> is irc's own accounting (<code>irc show</code>): decoding one token at context S "
             f"costs 2 FLOPs per matmul weight (LM head counted, embedding lookup not; "
             f"{svg.format_count(f['forward_fixed'])}) "
-            f"plus 2·S·d for the scores and 2·S·d for the weighted sum per layer, S capped by any sliding window. "
+            f"plus 2·S·d for the scores and 2·S·d for the weighted sum per {layer_word}, S capped by any sliding "
+            f"window. "
             f"<b>seed §5 training</b> is the training accounting of the course notes (Kaplan et al.): "
             f"6N per token for "
             f"N = {f['n']:,} parameters (active, embedding included) plus 6·L·S·d for attention "
-            f"(L = {f['layers']}, d = {f['d']}), no causal halving, no windows. The attention share is the part that "
+            f"(L = {f['layers']}{of_all}, d = {f['d']}), no causal halving, no windows. The attention share is the part that "
             f"grows with the context.</p><div class='charts'>{chart}{share}</div>"
             f"<table class='num'><tr><th>accounting</th><th>context</th><th>FLOPs/token</th><th>attention</th>"
             f"<th>attention share</th></tr>{''.join(rows)}</table>")
@@ -413,5 +451,9 @@ svg .c-rope rect{fill:#fff4d6;stroke:#b88a16}svg .c-embed rect{fill:#e3f5f5;stro
 svg .c-move rect{fill:#f4f5f7;stroke:#a3adb8}svg .io rect{fill:#fff;stroke:#4a5563}
 svg .group rect{fill:#eceaf7;stroke:#6a5fb0;stroke-width:1.5}svg .context rect{fill:#fafbfc;stroke:#c3cbd4;
 stroke-dasharray:3 2}svg .context text{fill:#8a96a3}svg a .node:hover rect{stroke-width:2.2}
+svg .c-scan rect{fill:#dff3ee;stroke:#1f8a70}svg .c-delta rect{fill:#fbe3f1;stroke:#b0418a}
+svg .c-conv rect{fill:#e9f0d8;stroke:#6d8a2a}svg .role-state rect{fill:#fff;stroke:#1f8a70;stroke-width:2}
+svg .role-cache rect{fill:#fff;stroke:#c8582b;stroke-width:2}svg .layer.c-op rect{fill:#eef3f8;stroke:#7890a8}
+svg .layer .op{font-weight:700}
 svg .seg.changed{fill:#2f6db5}svg .seg.unchanged{fill:#c9d6e3}svg .seglabel{font-size:10.5px}svg .seglabel.on{fill:#fff}
 """.strip()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from irc import ops
-from irc.analysis import layer_of
+from irc.analysis import cache_inputs, elements_per_sequence, layer_of, state_inputs
 from irc.graph import Graph, Node, Param
 
 CHAR_W = 6.6        # width of one character of the 11px monospace labels
@@ -47,6 +47,7 @@ class Box:
     rank: int = 0
     row_top: float = 0.0
     row_bottom: float = 0.0
+    role: str = ""                    # an io box that is a recurrent "state" or a KV "cache"
 
 
 @dataclass
@@ -154,6 +155,7 @@ def picture(graph: Graph, shown: Callable[[Node], bool], *, collapse: Optional[C
         boxes[gid].title = f"{label}: {len(nodes)} nodes, collapsed"
     edges: dict[tuple, Edge] = {}
     inputs = {v.name for v in graph.inputs}
+    roles = {**{v.name: "cache" for v in cache_inputs(graph)}, **{v.name: "state" for v in state_inputs(graph)}}
     for node in graph.nodes:
         dst = where.get(node.outputs[0].name) if node.outputs else None
         if dst is None:
@@ -167,13 +169,26 @@ def picture(graph: Graph, shown: Callable[[Node], bool], *, collapse: Optional[C
                 src = _group_id(group) if group is not None and _group_id(group) in boxes else None
             if src is None and v.name in inputs and boxes[dst].kind != "context":
                 src = "in_" + v.name
-                boxes.setdefault(src, Box(src, [_clip("%" + v.name), v.type_str()], "io", type=v.type_str(), order=-1))
+                if src not in boxes:
+                    boxes[src] = _input_box(src, v, roles.get(v.name, ""))
             if src is None or src == dst or (boxes[src].kind == "context" and boxes[dst].kind == "context"):
                 continue
             edges.setdefault((src, dst), Edge(src, dst, count=0)).count += 1
     kept = _thin_fan_out(boxes, list(edges.values())) if members else list(edges.values())
     ordered = sorted(boxes.values(), key=lambda b: (b.order, b.id))
     return Picture(ordered, kept, note=note)
+
+
+def _input_box(box_id: str, value, role: str) -> Box:
+    """A graph input's box; a recurrent state says its fixed size per sequence, a KV cache
+    that it grows with the past."""
+    lines = [_clip("%" + value.name), value.type_str()]
+    if role == "state":
+        n = elements_per_sequence(value)
+        lines.append(_clip(f"state: {n:,} elements ({value.dtype.nbytes(n):,} B)/seq, fixed"))
+    elif role == "cache":
+        lines.append("KV cache: grows with P")
+    return Box(box_id, lines, "io", type=value.type_str(), order=-1, role=role)
 
 
 def _thin_fan_out(boxes: dict, edges: list) -> list:

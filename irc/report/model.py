@@ -20,12 +20,19 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from irc.analysis import MLA_OPS, analyze, cache_inputs, elements_per_token, layer_of
+from irc.analysis import (MEMORY_CONTEXTS, MLA_OPS, analyze, cache_inputs, elements_per_sequence, elements_per_token,
+                          layer_of, memory_against_context, state_inputs)
 from irc.dtypes import DType
 from irc.graph import Graph, Node
 
 CONTEXTS = tuple(2 ** k for k in range(9, 18))       # 512 ... 131,072 keys
 ATTENTION_OPS = ("attention", *MLA_OPS)
+# a layer kind (the graph's ``meta["layer_kinds"]``, else ``analyze``'s per-layer mixer; a
+# parallel hybrid joins two with "+") -> (words, the CSS category its pictures use)
+KINDS = {"attention": ("attention", "attn"), "mamba": ("Mamba selective scan", "scan"),
+         "mamba2": ("Mamba-2 SSD", "scan"), "gated_delta": ("gated DeltaNet", "delta"),
+         "kimi_delta": ("Kimi delta attention", "delta"), "lightning_attention": ("lightning attention", "delta"),
+         "short_conv": ("short conv", "conv"), "conv": ("short conv", "conv"), "none": ("MLP only", "mlp")}
 
 
 @dataclass
@@ -43,16 +50,80 @@ class Glance:
     contexts: tuple
     kv: list = field(default_factory=list)           # (label, [bytes per context], dashed)
     flops: dict = field(default_factory=dict)        # see flop_curves
+    kinds: dict = field(default_factory=dict)        # layer index -> kind (see layer_kinds)
+    memory: list = field(default_factory=list)       # memory_against_context(final) at memory_contexts
+    memory_table: list = field(default_factory=list)  # the same at MEMORY_CONTEXTS (``irc show``'s rows)
+    state_bytes: dict = field(default_factory=dict)  # layer index -> state bytes per sequence (final graph)
+
+    @property
+    def recurrent(self) -> bool:
+        """True when some layer keeps a recurrent state (a state-space or hybrid model)."""
+        return self.compiled["state_elements_per_sequence"] > 0
 
 
 def glance(source: Graph, final: Graph, context: int = 4096, contexts: tuple = CONTEXTS) -> Glance:
     summary = analyze(source, context)
     compiled = analyze(final, context) if final is not source else summary
     contexts = tuple(sorted(set(contexts) | {context}))
-    result = Glance(summary, compiled, layer_groups(source, summary), param_breakdown(final), contexts)
+    kinds = layer_kinds(source, summary)
+    result = Glance(summary, compiled, layer_groups(source, summary, kinds), param_breakdown(final), contexts)
+    result.kinds = kinds
     result.kv = kv_curves(source, final, contexts)
     result.flops = flop_curves(source, summary, contexts)
+    if compiled["state_elements_per_sequence"]:
+        result.memory = memory_against_context(final, memory_contexts(compiled))
+        result.memory_table = memory_against_context(final, MEMORY_CONTEXTS)
+        result.state_bytes = state_bytes_by_layer(final)
     return result
+
+
+# ---- layer kinds -------------------------------------------------------------------------
+
+def layer_kinds(graph: Graph, summary: dict) -> dict[int, str]:
+    """Per layer index, its kind: the frontend's ``meta["layer_kinds"]`` where it names every
+    layer (a dump keeps the meta), else the mixer ``analyze`` read off the ops ("none" for
+    a layer without one)."""
+    meta = graph.meta.get("layer_kinds")
+    indices = [layer["index"] for layer in summary["layers"]]
+    if isinstance(meta, list) and len(meta) == len(indices) and all(isinstance(k, str) for k in meta):
+        return dict(zip(indices, meta))
+    return {layer["index"]: layer["mixer"] or "none" for layer in summary["layers"]}
+
+
+def kind_words(kind: str) -> str:
+    """``mamba2+attention`` -> ``Mamba-2 SSD + attention``; an unknown kind as it is."""
+    return " + ".join(KINDS.get(part, (part, ""))[0] for part in kind.split("+"))
+
+
+def kind_category(kind: str) -> str:
+    """The CSS category of a kind's first mixer (``scan``, ``delta``, ``conv``, ``attn``, ``mlp``)."""
+    return KINDS.get(kind.split("+")[0], ("", "op"))[1]
+
+
+def is_attention(kind: str) -> bool:
+    return "attention" in kind.split("+")
+
+
+def memory_contexts(summary: dict, points: int = 8) -> tuple:
+    """Contexts for the linear memory chart: ``points`` even steps up to a power of two at
+    least four times the crossover (where the KV cache outgrows the state), 1,024 to 131,072."""
+    per_token = summary["kv_cache_bytes_per_token"]
+    cross = -(-summary["state_bytes_per_sequence"] // per_token) if per_token else 1024
+    top = 1024
+    while top < 4 * cross and top < 131072:
+        top *= 2
+    return tuple(top // points * k for k in range(1, points + 1))
+
+
+def state_bytes_by_layer(graph: Graph) -> dict[int, int]:
+    """Bytes of recurrent state one sequence holds per layer, each state at its own dtype
+    (the per-layer split of ``analyze``'s ``state_bytes_per_sequence``)."""
+    out: dict[int, int] = {}
+    for state in state_inputs(graph):
+        i = layer_of(state.name)
+        if i is not None:
+            out[i] = out.get(i, 0) + state.dtype.nbytes(elements_per_sequence(state))
+    return out
 
 
 # ---- layers ----------------------------------------------------------------------------
@@ -67,29 +138,40 @@ def _layer_ops(graph: Graph) -> dict[int, list]:
     return ops
 
 
-def layer_groups(graph: Graph, summary: dict) -> list[LayerGroup]:
-    """Layers alike (same ops, attributes, parameter count and cache) grouped, in order of
-    their first layer, each described in words."""
+def layer_groups(graph: Graph, summary: dict, kinds: Optional[dict] = None) -> list[LayerGroup]:
+    """Layers alike (same kind, ops, attributes, parameter count, cache and state) grouped, in
+    order of their first layer, each described in words. A layer whose kind is not
+    attention-only is described by its mixer and its state per sequence."""
+    kinds = kinds if kinds is not None else layer_kinds(graph, summary)
     structure = _layer_ops(graph)
     groups: dict[tuple, list] = {}
     facts: dict[tuple, dict] = {}
     for layer in summary["layers"]:
         i = layer["index"]
-        key = (layer["attention"], layer["window"], layer["mlp"], layer["params"],
-               layer["kv_cache_elements_per_token"], tuple(structure.get(i, ())))
+        key = (kinds.get(i), layer["attention"], layer["window"], layer["mlp"], layer["params"],
+               layer["kv_cache_elements_per_token"], layer["state_elements"], tuple(structure.get(i, ())))
         groups.setdefault(key, []).append(i)
         facts.setdefault(key, layer)
-    out = []
-    for key, layers in groups.items():
-        layer = facts[key]
-        parts = [layer["attention"] or "no attention op"]
+    return [LayerGroup(layers, _describe(facts[key], key[0])) for key, layers in groups.items()]
+
+
+def _describe(layer: dict, kind: Optional[str]) -> str:
+    recurrent = kind is not None and kind != "attention" and kind != "none"
+    parts = []
+    if recurrent:
+        parts.append(f"{kind_words(kind)} mixer")
+    if layer["attention"]:
+        parts.append(layer["attention"])
         parts.append(f"window {layer['window']:,}" if layer["window"] else "full attention")
-        parts.append({"moe": "mixture-of-experts MLP", "dense": "dense MLP"}.get(layer["mlp"], "no MLP op"))
-        parts.append(f"{layer['params']:,} parameters")
-        if layer["kv_cache_elements_per_token"]:
-            parts.append(f"{layer['kv_cache_elements_per_token']:,} cached elements per token")
-        out.append(LayerGroup(layers, ", ".join(parts)))
-    return out
+    elif not recurrent:
+        parts.append("no attention op")
+    parts.append({"moe": "mixture-of-experts MLP", "dense": "dense MLP"}.get(layer["mlp"], "no MLP op"))
+    parts.append(f"{layer['params']:,} parameters")
+    if layer["kv_cache_elements_per_token"]:
+        parts.append(f"{layer['kv_cache_elements_per_token']:,} cached elements per token")
+    if layer["state_elements"]:
+        parts.append(f"{layer['state_elements']:,} state elements per sequence")
+    return ", ".join(parts)
 
 
 # ---- parameters ------------------------------------------------------------------------
@@ -101,6 +183,7 @@ _COMPONENTS = (   # (component, pattern over the name with the layer prefix remo
     ("MoE shared experts", r"moe\.shared"),
     ("MoE routed experts", r"moe\."),
     ("norms", r"([a-z_]*norm)(\.|$)"),
+    ("recurrent mixers", r"(ssm|mamba|linear_attn)\."),
     ("attention", r"(attn|attention|self_attn)\."),
     ("MLP", r"(mlp|ffn|feed_forward)\."),
 )
@@ -208,6 +291,9 @@ def flop_curves(graph: Graph, summary: dict, contexts: tuple) -> dict:
     forward_attention = [f - fixed for f in flops]
     n = summary["params_active"]
     layers = graph.meta.get("n_layers", summary["n_layers"])
+    mixers = [layer["mixer"] for layer in summary["layers"] if layer["mixer"]]
+    if any(not is_attention(m) for m in mixers):  # a hybrid: only attention layers grow with S
+        layers = sum(1 for m in mixers if is_attention(m))
     d = graph.meta.get("d_model", 0)
     train_attention = [6 * layers * s * d for s in contexts]
     train = [6 * n + a for a in train_attention]
@@ -216,7 +302,7 @@ def flop_curves(graph: Graph, summary: dict, contexts: tuple) -> dict:
         "forward_share": [a / f if f else 0.0 for a, f in zip(forward_attention, flops)],
         "train": train, "train_fixed": 6 * n, "train_attention": train_attention,
         "train_share": [a / t if t else 0.0 for a, t in zip(train_attention, train)],
-        "n": n, "layers": layers, "d": d,
+        "n": n, "layers": layers, "all_layers": summary["n_layers"], "d": d,
     }
 
 

@@ -43,6 +43,11 @@ def _svg(width: float, height: float, body: list, label: str, cls: str) -> str:
             f'role="img" aria-label="{escape(label)}">' + "".join(body) + "</svg>")
 
 
+def frame(width: float, height: float, body: list, label: str, cls: str) -> str:
+    """An ``<svg>`` element of the given size around ``body`` (for figures drawn elsewhere)."""
+    return _svg(width, height, body, label, cls)
+
+
 # ---- graph pictures --------------------------------------------------------------------
 
 _CATEGORY = {
@@ -52,6 +57,8 @@ _CATEGORY = {
     "rms_norm": "norm", "layer_norm": "norm", "rope": "rope", "embedding": "embed",
     "reshape": "move", "transpose": "move", "concat": "move", "slice": "move", "gather": "move",
     "broadcast": "move", "expand": "move", "repeat": "move", "cast": "move",
+    "selective_scan": "scan", "ssd": "scan", "gated_delta_rule": "delta", "causal_conv1d": "conv",
+    "gated_rms_norm": "norm",
 }
 
 
@@ -87,7 +94,8 @@ def _box(b) -> str:
     x, y = b.x - b.w / 2, b.y
     cat = _CATEGORY.get(b.op, "op") if b.kind == "op" else b.kind
     radius = 12 if b.kind == "io" else 3
-    parts = [f'<g class="node {b.kind} c-{cat}">']
+    role = f" role-{b.role}" if b.role else ""
+    parts = [f'<g class="node {b.kind} c-{cat}{role}">']
     title = b.title or " / ".join(b.lines)
     parts.append(f"<title>{escape(title)}</title>")
     parts.append(f'<rect x="{_n(x)}" y="{_n(y)}" width="{_n(b.w)}" height="{_n(b.h)}" rx="{radius}"/>')
@@ -282,5 +290,5 @@ def arrow_defs() -> str:
     return f'<svg class="defs" width="0" height="0" aria-hidden="true"><defs>{markers}</defs></svg>'
 
 
-__all__ = ["Series", "line_chart", "bar_chart", "column_chart", "timeline", "graph_svg", "arrow_defs",
+__all__ = ["Series", "frame", "line_chart", "bar_chart", "column_chart", "timeline", "graph_svg", "arrow_defs",
            "format_bytes", "format_count", "format_context", "format_percent", "CHAR_W"]
