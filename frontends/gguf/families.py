@@ -28,6 +28,13 @@ deepseek2  MLA (q_lora or direct q; ``key_length_mla``/``value_length_mla``, or 
            ``yarn_log_multiplier`` = 0.1 * mscale_all_dim (= mscale), dense layers where a
            block has no router; softmax gating (DeepSeek-V2) or sigmoid + ``exp_probs_b``
            (DeepSeek-V3), ``expert_weights_norm``, ``expert_weights_scale``, groups
+gemma      Gemma 1: (1 + w) norms (stored as 1 + w), sqrt(d) embedding scale, GeGLU (tanh),
+           attention scale 1/sqrt(head_dim)
+granite,   Llama (Q/K permuted) with ``embedding_scale``, ``attention.scale`` (the softmax
+granitemoe scale), ``residual_scale`` and ``logit_scale`` (the logits divided by it); granitemoe
+           a softmax top-k MoE, renormalised, on every layer
+smollm3    Llama (Q/K permuted) with every fourth layer NoPE (llama.cpp's fixed
+           ``n_no_rope_layer_step``: no key holds it)
 mamba ...  Mamba-1 (Falcon-Mamba with ``ssm.dt_b_c_rms``), mamba2, jamba: ``frontends.gguf.ssm``
 hybrids    granitehybrid (Granite-4.0-H and Bamba), nemotron_h, falcon-h1: ``frontends.gguf.hybrid``
 linear     lfm2, lfm2moe (short convolutions), qwen3next, qwen35, qwen35moe (gated DeltaNet): ``frontends.gguf.linear``
@@ -127,6 +134,52 @@ def _gemma(hp: Hparams, name: str) -> Arch:
                  final_softcap=hp.number("final_logit_softcapping", None), embedding_scale=d ** 0.5)
 
 
+def _gemma1(hp: Hparams, name: str) -> Arch:
+    """gemma: Gemma 1."""
+    dims = read_dims(hp)
+    n = dims["layers"]
+    attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"])
+    layers = [LayerSpec(None, read_rope(hp, dims["head_dim"]))] * n
+    return make_arch(hp, name, "gemma", dims, attention, layers, dense_mlp(hp, [False] * n, kind="geglu"),
+                     norm_offset=1.0, embedding_scale=dims["d"] ** 0.5)
+
+
+def _scale(hp: Hparams, key: str):
+    """A multiplier key, None where it is absent or 1 (nothing to multiply)."""
+    value = hp.number(key, None)
+    return None if value in (None, 1.0) else value
+
+
+def _granite(hp: Hparams, name: str) -> Arch:
+    """granite, granitemoe."""
+    dims = read_dims(hp)
+    n = dims["layers"]
+    moe_flags = moe_layers(hp, n)
+    moe = None
+    if any(moe_flags):
+        moe = {"experts": hp.count("expert_count"), "top_k": hp.count("expert_used_count"),
+               "d_ff": hp.count("expert_feed_forward_length", None) or hp.count("feed_forward_length"),
+               "norm_topk_prob": True}
+    attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"],
+                          scale=hp.number("attention.scale", None))
+    rope = read_rope(hp, dims["head_dim"])
+    layers = [LayerSpec(None, rope, is_moe) for is_moe in moe_flags]
+    logit_scale = _scale(hp, "logit_scale")
+    return make_arch(hp, name, "granitemoe" if moe else "granite", dims, attention, layers,
+                     dense_mlp(hp, moe_flags), moe=moe, embedding_scale=_scale(hp, "embedding_scale"),
+                     residual_scale=_scale(hp, "residual_scale"),
+                     logits_scale=None if logit_scale is None else 1.0 / logit_scale)
+
+
+def _smollm3(hp: Hparams, name: str) -> Arch:
+    """smollm3: Llama with NoPE on layers 3, 7, 11, ... (llama.cpp's step of 4)."""
+    dims = read_dims(hp)
+    rope = read_rope(hp, dims["head_dim"])
+    layers = [LayerSpec(None, rope if (i + 1) % 4 else None) for i in range(dims["layers"])]
+    attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"])
+    return make_arch(hp, name, "smollm3", dims, attention, layers, dense_mlp(hp, [False] * dims["layers"]))
+
+
 def _deepseek(hp: Hparams, name: str) -> Arch:
     """deepseek2: MLA, leading dense layers, routed + shared experts (V2 and V3 routing)."""
     n = hp.count("block_count")
@@ -171,5 +224,6 @@ def _deepseek_moe(hp: Hparams, gating: str) -> dict:
 
 
 FAMILIES = {"llama": _llama_like, "qwen2": _llama_like, "qwen3": _llama_like, "qwen2moe": _llama_like,
-            "qwen3moe": _llama_like, "phi3": _llama_like, "gemma2": _gemma, "gemma3": _gemma,
+            "qwen3moe": _llama_like, "phi3": _llama_like, "gemma": _gemma1, "gemma2": _gemma, "gemma3": _gemma,
+            "granite": _granite, "granitemoe": _granite, "smollm3": _smollm3,
             "deepseek2": _deepseek, **ssm.FAMILIES, **hybrid.FAMILIES, **linear.FAMILIES}

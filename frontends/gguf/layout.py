@@ -2,7 +2,7 @@
 
 ``Layout(gguf, arch).source(param)`` gives a ``frontends.gguf.tensors`` source for an irc
 param name (``layers.3.attn.wq`` -> ``blk.3.attn_q.weight``, un-permuted for Llama,
-granitehybrid and nemotron_h). The names and the converter's changes are listed in
+granite, granitemoe, smollm3, granitehybrid and nemotron_h). The names and the converter's changes are listed in
 ``frontends.gguf.tensors`` (the state-space layers' in ``frontends.gguf.ssm``, the hybrids'
 departures in ``frontends.gguf.hybrid``, LFM2's and the gated DeltaNets' in
 ``frontends.gguf.linear``); ``consumed`` names the tensors the architecture
@@ -20,7 +20,7 @@ from irc.errors import SpecError
 
 LAYER_PARAM = re.compile(r"layers\.(\d+)\.(.+)")
 PERMUTED = {"attn.wq": "heads", "attn.bq": "heads", "attn.wk": "kv_heads", "attn.bk": "kv_heads"}
-PERMUTED_ARCHS = ("llama", *hybrid.PERMUTED)  # whose Q/K rows the converter permuted (Llama's permute)
+PERMUTED_ARCHS = ("llama", "granite", "granitemoe", "smollm3", *hybrid.PERMUTED)  # whose Q/K rows the converter permuted (Llama's permute)
 
 
 class Layout:

@@ -28,9 +28,10 @@ import gguf
 import numpy as np
 
 ARCHS = {"llama": "LLAMA", "qwen2": "QWEN2", "qwen3": "QWEN3", "qwen2moe": "QWEN2MOE", "qwen3moe": "QWEN3MOE",
-         "gemma2": "GEMMA2", "gemma3": "GEMMA3", "phi3": "PHI3", "deepseek2": "DEEPSEEK2", "mamba": "MAMBA",
+         "gemma": "GEMMA", "granite": "GRANITE", "granitemoe": "GRANITE_MOE", "smollm3": "SMOLLM3", "gemma2": "GEMMA2", "gemma3": "GEMMA3", "phi3": "PHI3", "deepseek2": "DEEPSEEK2", "mamba": "MAMBA",
          "mamba2": "MAMBA2", "jamba": "JAMBA"}
 SSM = ("mamba", "mamba2", "jamba")  # archs whose A_log and conv1d the converter transforms
+LLAMA_CONVERTED = ("llama", "granite", "granitemoe", "smollm3")  # LlamaModel and its subclasses: Q/K permuted
 
 
 def permute(w: np.ndarray, heads: int) -> np.ndarray:
@@ -77,7 +78,10 @@ def _tensors(model, arch: str, kv_split: bool):
         if key.endswith("e_score_correction_bias"):
             yield f"blk.{block}.exp_probs_b.bias", data
             continue
-        if arch == "llama" and (".q_proj." in key or ".k_proj." in key):
+        if arch == "granitemoe" and key.endswith("block_sparse_moe.router.weight"):  # router.layer on disk
+            yield f"blk.{block}.ffn_gate_inp.weight", data
+            continue
+        if arch in LLAMA_CONVERTED and (".q_proj." in key or ".k_proj." in key):
             heads = config.num_attention_heads if ".q_proj." in key else config.num_key_value_heads
             data = permute(data, heads)
         if arch.startswith("gemma") and key.endswith("norm.weight"):
@@ -171,11 +175,16 @@ def _hparams(w, config, arch: str) -> None:
     w.add_vocab_size(config.vocab_size)
     rope = _rope_params(config)
     w.add_rope_freq_base(rope.get("rope_theta", 10000.0))
-    if arch in ("llama", "qwen3", "qwen3moe", "gemma2", "gemma3"):
+    if arch in ("llama", "qwen3", "qwen3moe", "gemma", "gemma2", "gemma3"):
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
-    if arch == "llama":
+    if arch in LLAMA_CONVERTED:
         w.add_rope_dimension_count(head_dim)
+    if arch in ("granite", "granitemoe"):  # GraniteModel: the multipliers as *_scale keys
+        w.add_attention_scale(config.attention_multiplier)
+        w.add_embedding_scale(config.embedding_multiplier)
+        w.add_residual_scale(config.residual_multiplier)
+        w.add_logit_scale(config.logits_scaling)
     if arch == "phi3":
         w.add_rope_dimension_count(int(head_dim * getattr(config, "partial_rotary_factor", 1.0)))
     if rope.get("rope_type") == "linear":
