@@ -10,7 +10,7 @@ from frontends.dsl import ArgError, Rope
 from frontends.dsl_rope import SCALING_FIELDS, SCALING_KINDS
 from irc.yamlloc import Fields, boolean, choice, non_negative_int, optional, positive_int, positive_number
 
-MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "norm_eps")
 NOT_MLA_KEYS = ("n_kv_heads", "head_dim", "qkv_bias", "qk_norm", "output_gate", "window", "window_pattern",
                 "softcap")
 ATTENTION_KEYS = ("kind", "n_heads", "rope", "scale", "query_pre_attn_scalar", "nope_layers") + NOT_MLA_KEYS + MLA_KEYS
@@ -60,7 +60,10 @@ class AttentionReader:
                 if a.has(key):
                     raise a.error(key, "does not apply to kind mla")
             self.q_lora_rank = a.get("q_lora_rank", optional(positive_int), None)
-            self.mla = {key: a.get(key, positive_int) for key in MLA_KEYS[1:]}
+            self.mla = {key: a.get(key, positive_int) for key in MLA_KEYS[1:-1]}
+            self.mla_eps = a.get("norm_eps", positive_number, self.norm_eps)
+            if a.has("rope") and a.data["rope"] is None:  # rope: null on MLA -> no rotation (Kimi-Linear)
+                self.rope = False
             return
         for key in MLA_KEYS:
             if a.has(key):
@@ -123,7 +126,7 @@ class AttentionReader:
     def _attention(self, layer, h):
         if self.kind == "mla":
             return layer.mla_attention(h, self.heads, q_lora_rank=self.q_lora_rank, rope=self.rope,
-                                       eps=self.norm_eps, scale=self.scale, **self.mla)
+                                       eps=self.mla_eps, scale=self.scale, **self.mla)
         local = self.window_pattern[layer.index % len(self.window_pattern)] == "local"
         return layer.attention(h, self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim,
                                rope=None if layer.index in self.nope_layers else self.rope, window=self.window if local else None, softcap=self.softcap,

@@ -115,6 +115,19 @@ brackets; ``null`` is allowed where a default is null.
                                       # and in_proj_ba grouped by key head (Qwen3-Next) [split]
         conv_bias: false              # [false]
         norm_eps: null                # the gated RMS norm's eps [model.norm.eps]
+      kimi_delta:                     # Kimi Delta Attention (Kimi-Linear); for kimi_delta layers
+        heads: 32                     # linear_attn_config.num_heads [32]
+        head_dim: 128                 # [128]
+        conv_kernel: 4                # short_conv_kernel_size [4]
+        norm_eps: null                # the output norm's eps [model.norm.eps]
+      lightning:                      # MiniMax's lightning attention; for lightning layers
+        heads: 64                     # required; the decay slopes are MiniMax's formula per layer
+        head_dim: 96                  # required
+        norm_eps: 1.0e-6              # the full-width norm's eps [1e-6]
+      normed_residual:                # MiniMax: each branch joins as alpha·h + beta·y, h its
+        attention: [1.0, 1.0]         # normed input, per role: attention layers, the other
+        mixer: [1.0, 1.0]             # mixers, the feed-forward block [[1, 1] each]; not with
+        feed_forward: [1.0, 1.0]      # residual_scale [null]
       tied_embeddings: false          # LM head reuses @embed [false]
       final_softcap: null             # logit soft-cap (Gemma 2: 30)
       embedding_scale: null           # a number, or sqrt_d_model (Gemma)
@@ -123,7 +136,8 @@ brackets; ``null`` is allowed where a default is null.
       logits_scale: null              # logits times this (Granite: 1 / logits_scaling)
 
 Layer kinds: ``attention``, ``mamba``, ``mamba2``, ``conv`` (LFM2's short convolution,
-``short_conv``), ``gated_delta`` (Qwen3-Next's gated DeltaNet, ``gated_delta``) (one mixer
+``short_conv``), ``gated_delta`` (Qwen3-Next's gated DeltaNet, ``gated_delta``), ``kimi_delta``
+(Kimi Delta Attention, ``kimi_delta``), ``lightning`` (MiniMax's, ``lightning``) (one mixer
 on the layer's norm, then a residual add), ``mamba+attention`` /
 ``mamba2+attention`` (both mixers on one norm, their outputs summed into one residual add,
 the state-space mixer first: Falcon-H1's parallel hybrid heads), ``mlp``, ``moe``
@@ -153,6 +167,8 @@ from typing import Optional
 from irc import yamlloc
 from frontends import yaml_ssm
 from frontends.dsl import Model
+from frontends.dsl_hybrid import scaled
+from frontends.dsl_lightning import lightning_slopes
 from frontends.yaml_attention import ATTENTION_KEYS, AttentionReader, blame
 from irc.yamlloc import (Bad, Fields, boolean, choice, layer_count, non_negative_int, number, optional, positive_int,
                                positive_number, string)
@@ -161,7 +177,8 @@ from irc.graph import Graph
 
 MODEL_KEYS = ("name", "dtype", "vocab_size", "d_model", "n_layers", "layers", "norm", "attention", "mamba", "mamba2",
               "short_conv", "gated_delta", "mlp", "moe", "tied_embeddings", "final_softcap", "embedding_scale",
-              "residual_scale", "logits_scale")
+              "residual_scale", "logits_scale", "kimi_delta", "lightning", "normed_residual")
+NORMED_RESIDUAL_KEYS = ("attention", "mixer", "feed_forward")
 NORM_KEYS = ("kind", "eps", "offset", "sandwich", "bias")
 MLP_KEYS = ("kind", "d_ff", "approximate", "bias")
 MOE_KEYS = ("experts", "top_k", "d_ff", "shared_experts", "shared_d_ff", "router", "router_bias",
@@ -181,6 +198,13 @@ def build(data, filename: str) -> Graph:
     root = Fields(data, "", ("model",), parent_loc=yamlloc.Loc(filename, 1, 1))
     model = root.sub("model", MODEL_KEYS, required=True)
     return _Expander(model).run()
+
+
+def _factor_pair(value) -> tuple:
+    if not (isinstance(value, list) and len(value) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in value)):
+        raise Bad(f"expected [alpha, beta], two positive numbers, got {value!r}")
+    return float(value[0]), float(value[1])
 
 
 def _embedding_scale(value):
@@ -218,10 +242,15 @@ class _Expander(AttentionReader):
         self.mamba2_f = self._section("mamba2", yaml_ssm.MAMBA2_KEYS)
         self.conv_f = self._section("short_conv", yaml_ssm.SHORT_CONV_KEYS, kind="conv")
         self.delta_f = self._section("gated_delta", yaml_ssm.GATED_DELTA_KEYS)
+        self.kimi_f = self._section("kimi_delta", yaml_ssm.KIMI_DELTA_KEYS)
+        self.lightning_f = self._section("lightning", yaml_ssm.LIGHTNING_KEYS)
         self.ssm = {"mamba": yaml_ssm.read_mamba(self.mamba_f, self.d_model, self.norm_eps),
                     "mamba2": yaml_ssm.read_mamba2(self.mamba2_f, self.d_model, self.norm_eps),
                     "conv": yaml_ssm.read_short_conv(self.conv_f),
-                    "gated_delta": yaml_ssm.read_gated_delta(self.delta_f, self.norm_eps)}
+                    "gated_delta": yaml_ssm.read_gated_delta(self.delta_f, self.norm_eps),
+                    "kimi_delta": yaml_ssm.read_kimi_delta(self.kimi_f, self.norm_eps),
+                    "lightning": yaml_ssm.read_lightning(self.lightning_f)}
+        self._read_normed_residual(model.sub("normed_residual", NORMED_RESIDUAL_KEYS))
         self._read_moe(model.sub("moe", MOE_KEYS))
         self._read_mlp(model.sub("mlp", MLP_KEYS))
 
@@ -238,6 +267,15 @@ class _Expander(AttentionReader):
             raise n.error("offset", "offset applies to rms norms only")
         if self.norm_kind == "rms" and n.has("bias"):
             raise n.error("bias", "bias applies to layer norms only")
+
+    def _read_normed_residual(self, r: Optional[Fields]) -> None:
+        """MiniMax's residual: each branch joins as alpha·h + beta·y, h its normed input."""
+        self.normed_residual = None
+        if r is None:
+            return
+        if self.residual_scale is not None:
+            raise self.f.error("residual_scale", "give residual_scale or normed_residual, not both")
+        self.normed_residual = {key: tuple(r.get(key, _factor_pair, (1.0, 1.0))) for key in NORMED_RESIDUAL_KEYS}
 
     def _first(self, kind: str) -> Optional[int]:
         """The first layer whose kind is or contains ``kind``."""
@@ -345,20 +383,25 @@ class _Expander(AttentionReader):
                     with m.at(self.layers_f.origin("pattern")):
                         out = m.add(out, a, f"{layer.prefix}mixers_out")
                 with m.at(f.origin("n_layers")):
-                    x = x + self._residual(out)
+                    x = self._join(m, x, h, out, "attention" if "attention" in mixers else "mixer",
+                                   f"{layer.prefix}mixer")
             if ffn is None:
                 continue
             h = self._norm(m, x, layer.prefix + "mlp_norm")
-            h = self._feed_forward(m, layer, h, ffn)
+            out = self._feed_forward(m, layer, h, ffn)
             if self.sandwich:
-                h = self._norm(m, h, layer.prefix + "post_mlp_norm")
+                out = self._norm(m, out, layer.prefix + "post_mlp_norm")
             with m.at(f.origin("n_layers")):
-                x = x + self._residual(h)
+                x = self._join(m, x, h, out, "feed_forward", f"{layer.prefix}{ffn}")
         return x
 
-    def _residual(self, branch):
-        """A branch as it joins the residual stream: times ``residual_scale`` where there is one."""
-        return branch if self.residual_scale is None else branch * self.residual_scale
+    def _join(self, m: Model, x, h, branch, role: str, name: str):
+        """The residual stream after a branch: x + branch (times ``residual_scale``), or
+        alpha·h + beta·branch with ``normed_residual``'s factors for the role."""
+        if self.normed_residual is not None:
+            alpha, beta = self.normed_residual[role]
+            return m.add(scaled(m, h, alpha, f"{name}_residual_scaled"), scaled(m, branch, beta, f"{name}_out_scaled"))
+        return x + (branch if self.residual_scale is None else branch * self.residual_scale)
 
     def _mixer(self, m: Model, layer, mixer: str, h):
         if mixer == "attention":
@@ -368,6 +411,14 @@ class _Expander(AttentionReader):
         if mixer == "conv":
             with m.at(self.conv_f.origin()), blame(self.conv_f):
                 return layer.short_conv(h, **self.ssm["conv"])
+        if mixer == "kimi_delta":
+            with m.at(self.kimi_f.origin()), blame(self.kimi_f):
+                return layer.kimi_delta(h, **self.ssm["kimi_delta"])
+        if mixer == "lightning":
+            config = self.ssm["lightning"]
+            with m.at(self.lightning_f.origin()), blame(self.lightning_f):
+                slopes = lightning_slopes(config["heads"], layer.index, self.n_layers)
+                return layer.lightning_attention(h, slopes=slopes, **config)
         if mixer == "gated_delta":
             s = self.delta_f
             with m.at(s.origin()), blame(s, {arg: (s, key) for arg, key in yaml_ssm.GATED_DELTA_ARGS.items()}):

@@ -1,7 +1,8 @@
 """The YAML architecture form's layer stack (part of ``frontends.yaml_spec``, whose docstring
-documents the keys): the ``layers`` pattern, the ``mamba`` / ``mamba2`` / ``short_conv`` / ``gated_delta``
-sections read into the arguments of ``Layer.mamba`` / ``Layer.mamba2`` / ``Layer.short_conv`` /
-``Layer.gated_delta``
+documents the keys): the ``layers`` pattern, the ``mamba`` / ``mamba2`` / ``short_conv`` / ``gated_delta`` /
+``kimi_delta`` / ``lightning`` sections read into the arguments of ``Layer.mamba`` /
+``Layer.mamba2`` / ``Layer.short_conv`` / ``Layer.gated_delta`` / ``Layer.kimi_delta`` /
+``Layer.lightning_attention``
 (as ``frontends.hf`` reads a config.json into them, so the two build the same graph), and
 which layers ``moe.layers`` / ``moe.dense_layers`` make MoE. Every mistake is a
 ``SpecError`` at the offending key."""
@@ -26,7 +27,10 @@ GATED_DELTA_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "linear_ke
 GATED_DELTA_ARGS = {"key_heads": "linear_num_key_heads", "value_heads": "linear_num_value_heads",
                     "key_dim": "linear_key_head_dim", "value_dim": "linear_value_head_dim",
                     "conv_kernel": "linear_conv_kernel_dim"}  # Layer.gated_delta argument -> its YAML key
-MIXERS = ("attention", "mamba", "mamba2", "conv", "gated_delta", "mamba+attention", "mamba2+attention")
+KIMI_DELTA_KEYS = ("heads", "head_dim", "conv_kernel", "norm_eps")
+LIGHTNING_KEYS = ("heads", "head_dim", "norm_eps")
+MIXERS = ("attention", "mamba", "mamba2", "conv", "gated_delta", "kimi_delta", "lightning", "mamba+attention",
+          "mamba2+attention")
 FEED_FORWARD = ("mlp", "moe")
 LETTERS = {"M": "mamba2", "*": "attention", "-": "mlp", "E": "moe"}  # Nemotron-H's hybrid_override_pattern
 MAMBA2_ARGS = {"heads": "n_heads", "groups": "n_groups", "norm_group_size": "n_groups", "dt_min": "time_step_limit",
@@ -127,6 +131,23 @@ def read_gated_delta(s: Optional[Fields], norm_eps: float) -> Optional[dict]:
             "conv_kernel": s.get("linear_conv_kernel_dim", size, 4),
             "projections": s.get("projections", choice("split", "fused"), "split"),
             "conv_bias": s.get("conv_bias", boolean, False), "norm_eps": s.get("norm_eps", positive_number, norm_eps)}
+
+
+def read_kimi_delta(s: Optional[Fields], norm_eps: float) -> Optional[dict]:
+    """``Layer.kimi_delta`` arguments (Kimi-Linear's linear_attn_config; its defaults)."""
+    if s is None:
+        return None
+    return {"heads": s.get("heads", size, 32), "head_dim": s.get("head_dim", size, 128),
+            "conv_kernel": s.get("conv_kernel", size, 4), "norm_eps": s.get("norm_eps", positive_number, norm_eps)}
+
+
+def read_lightning(s: Optional[Fields]) -> Optional[dict]:
+    """``Layer.lightning_attention`` arguments but the per-layer slopes (MiniMax's formula,
+    ``frontends.dsl_lightning.lightning_slopes``); the norm's eps [1e-6, as MiniMax's]."""
+    if s is None:
+        return None
+    return {"heads": s.get("heads", size), "head_dim": s.get("head_dim", size),
+            "norm_eps": s.get("norm_eps", positive_number, 1e-6)}
 
 
 def _time_step_limit(value) -> tuple[float, Optional[float]]:

@@ -240,7 +240,7 @@ def edit(old: str, new: str) -> str:
 
 @pytest.mark.parametrize("old, new, line, key, words", [
     ("[mamba2, attention]", "[mamba2, mamba3]", 7, "model.layers.pattern[1]",
-     "expected one of attention, mamba, mamba2, conv, gated_delta, mamba+attention, mamba2+attention, mlp, moe, got 'mamba3'"),
+     "expected one of attention, mamba, mamba2, conv, gated_delta, kimi_delta, lightning, mamba+attention, mamba2+attention, mlp, moe, got 'mamba3'"),
     ("[mamba2, attention]", "[mamba2, attention, mamba2]", 7, "model.layers.pattern",
      "3 kinds do not divide n_layers 4"),
     ("[mamba2, attention]", "[]", 7, "model.layers.pattern", "expected at least one layer kind"),
