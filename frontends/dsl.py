@@ -35,7 +35,7 @@ Conventions the backends and analyses rely on:
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Optional, Union
+from typing import Iterator, Optional
 
 from irc import build, dims
 from irc.dtypes import DType
@@ -43,11 +43,12 @@ from irc.errors import ShapeError, SpecError
 from irc.graph import Graph, Param, Value
 from irc.limits import LimitError, check_layers, check_nodes
 from frontends.dsl_args import ArgError, call_site, one_of, positive, positive_float
-from frontends.dsl_delta import DeltaLayer, gated_output, query_and_gate
+from frontends.dsl_attention import AttentionLayer
+from frontends.dsl_delta import DeltaLayer
 from frontends.dsl_lightning import LightningLayer
 from frontends.dsl_mlp import MlpLayer
 from frontends.dsl_moe import MoeLayer
-from frontends.dsl_rope import Rope, emit_rope
+from frontends.dsl_rope import Rope
 from frontends.dsl_ssm import SsmLayer
 
 ACTIVATION = DType.f32
@@ -302,9 +303,10 @@ class Model:
         return logits
 
 
-class Layer(MlpLayer, MoeLayer, SsmLayer, DeltaLayer, LightningLayer):
+class Layer(AttentionLayer, MlpLayer, MoeLayer, SsmLayer, DeltaLayer, LightningLayer):
     """One decoder layer: its weights are ``layers.{i}.*``, its values ``layers.{i}.*``
-    (the MLPs are ``frontends.dsl_mlp``, the mixture of experts ``frontends.dsl_moe``, the
+    (attention ``frontends.dsl_attention``, the MLPs ``frontends.dsl_mlp``, the mixture of
+    experts ``frontends.dsl_moe``, the
     state-space mixers ``frontends.dsl_ssm``, gated DeltaNet ``frontends.dsl_delta``, lightning
     attention ``frontends.dsl_lightning``)."""
 
@@ -332,152 +334,3 @@ class Layer(MlpLayer, MoeLayer, SsmLayer, DeltaLayer, LightningLayer):
 
     def layer_norm(self, x: Tensor, name: Optional[str] = None, eps: float = 1e-5, bias: bool = True) -> Tensor:
         return self.model.norm(x, self.prefix + self._norm_name(name), "layer", eps, bias=bias)
-
-    def _check_rope(self, rope: Optional[Rope], head_dim: int, arg: str) -> None:
-        m = self.model
-        if rope is None:
-            return
-        if not isinstance(rope, Rope):
-            raise m.error("rope", f"expected Rope(...), got {rope!r}")
-        rotary = rope.rotary_dim or head_dim
-        if rope.rotary_dim is not None and rotary > head_dim:
-            raise m.error("rope.rotary_dim", f"rotary_dim {rotary} exceeds head_dim {head_dim}")
-        if rotary % 2:
-            which = "rope.rotary_dim" if rope.rotary_dim is not None else arg
-            raise m.error(which, f"RoPE rotates pairs: needs an even dimension, got {rotary}")
-
-    def _note_attention(self, kind: str, heads: int, kv_heads: int, head_dim: int, v_head_dim: int,
-                        window, softcap, scale, rope: Optional[Rope], **extra) -> None:
-        m = self.model
-        m._windows[self.index] = window
-        m._kinds.setdefault(self.index, []).append("attention")
-        if m.meta["attention"] is None:
-            m.meta.update({"attention": kind, "n_heads": heads, "n_kv_heads": kv_heads, "head_dim": head_dim,
-                           "v_head_dim": v_head_dim, "attn_softcap": softcap, "attn_scale": scale,
-                           "rope": rope.meta() if rope else None, **extra})
-
-    def attention(self, x: Tensor, heads: int, kv_heads: Optional[int] = None, head_dim: Optional[int] = None,
-                  rope: Optional[Rope] = None, window: Optional[int] = None, softcap: Optional[float] = None,
-                  scale: Optional[float] = None, qkv_bias: bool = False, qk_norm: bool = False,
-                  qk_norm_eps: float = 1e-6, qk_norm_offset: float = 0.0, causal: bool = True,
-                  output_gate: bool = False) -> Tensor:
-        """Multi-head attention (MHA; GQA when kv_heads < heads; MQA when kv_heads == 1):
-        q/k/v projections (``attn.wq/wk/wv``, biases ``bq/bk/bv`` with qkv_bias), per-head
-        ``q_norm``/``k_norm`` with qk_norm, RoPE on q and k, the attention op over the
-        layer's past cache, and the output projection ``attn.wo`` (with ``output_gate``, of the
-        output times sigmoid(gate), the gate read from ``attn.wq``: ``frontends.dsl_delta``)."""
-        m, p, i = self.model, self.prefix, self.index
-        where = m.origin()
-        d = m._features(x)
-        positive("heads", heads, where)
-        kv_heads = heads if kv_heads is None else positive("kv_heads", kv_heads, where)
-        if heads % kv_heads:
-            raise m.error("kv_heads", f"{heads} heads are not divisible by {kv_heads} kv heads")
-        if head_dim is None:
-            if d % heads:
-                raise m.error("heads", f"d_model {d} is not divisible by {heads} heads", hint="give head_dim")
-            head_dim = d // heads
-        positive("head_dim", head_dim, where)
-        self._check_rope(rope, head_dim, "head_dim")
-        window = None if window is None else positive("window", window, where)
-        softcap = positive_float("softcap", softcap, where)
-        scale = positive_float("scale", scale, where)
-        q_dim, kv_dim = heads * head_dim, kv_heads * head_dim
-        wq = m.param(f"{p}attn.wq", ((2 if output_gate else 1) * q_dim, d))
-        wk = m.param(f"{p}attn.wk", (kv_dim, d))
-        wv = m.param(f"{p}attn.wv", (kv_dim, d))
-        bq = bk = bv = None
-        if qkv_bias:
-            bq, bk, bv = (m.param(f"{p}attn.{b}", (n,))
-                          for b, n in (("bq", wq.shape[0]), ("bk", kv_dim), ("bv", kv_dim)))
-        q = m.emit("linear", [x, wq, bq], None, f"{p}q")[0]
-        if output_gate:
-            q, gate = query_and_gate(self, q, heads, head_dim)
-        k = m.emit("linear", [x, wk, bk], None, f"{p}k")[0]
-        v = m.emit("linear", [x, wv, bv], None, f"{p}v")[0]
-        if qk_norm:
-            q = self._head_norm(q, "q", heads, head_dim, qk_norm_eps, qk_norm_offset)
-            k = self._head_norm(k, "k", kv_heads, head_dim, qk_norm_eps, qk_norm_offset)
-        if rope is not None:
-            mask, positions = m._context()
-            q = emit_rope(m, q, positions, rope, heads, head_dim, f"{p}q_rope")
-            k = emit_rope(m, k, positions, rope, kv_heads, head_dim, f"{p}k_rope")
-        mask, _ = m._context()
-        past_key, past_value = m._past(i, kv_heads, head_dim, head_dim)
-        attrs = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "v_head_dim": None,
-                 "causal": bool(causal), "window": window, "softcap": softcap, "scale": scale}
-        out, present_key, present_value = m.emit(
-            "attention", [q, k, v, mask, past_key, past_value], attrs,
-            [f"{p}attn", f"present.{i}.key", f"present.{i}.value"])
-        m._presents += [present_key.value, present_value.value]
-        out = gated_output(self, out, gate) if output_gate else out
-        wo = m.param(f"{p}attn.wo", (d, q_dim))
-        kind = "mha" if kv_heads == heads else "mqa" if kv_heads == 1 else "gqa"
-        self._note_attention(kind, heads, kv_heads, head_dim, head_dim, window, softcap, scale, rope,
-                             qkv_bias=bool(qkv_bias), qk_norm=bool(qk_norm))
-        return m.emit("linear", [out, wo, None], None, f"{p}attn_out")[0]
-
-    def _head_norm(self, t: Tensor, which: str, heads: int, head_dim: int, eps, offset) -> Tensor:
-        """RMS-normalise each head of ``t`` [B,T,N*D] with ``@attn.{which}_norm`` [D]."""
-        m, p = self.model, self.prefix
-        lead = tuple(t.shape[:-1])
-        split = m.emit("reshape", [t], {"shape": list(lead + (heads, head_dim))}, f"{p}{which}_heads")[0]
-        normed = m.norm(split, f"{p}attn.{which}_norm", "rms", eps, offset)
-        return m.emit("reshape", [normed], {"shape": list(lead + (heads * head_dim,))}, f"{p}{which}_normed")[0]
-
-    def mla_attention(self, x: Tensor, heads: int, kv_lora_rank: int, qk_nope_head_dim: int,
-                      qk_rope_head_dim: int, v_head_dim: int, q_lora_rank: Optional[int] = None,
-                      rope: Union[Rope, bool, None] = None, eps: float = 1e-6, scale: Optional[float] = None,
-                      causal: bool = True) -> Tensor:
-        """DeepSeek multi-head latent attention: queries direct (``attn.wq``) or low-rank
-        (``q_a``, ``q_a_norm``, ``q_b``), the joint KV latent (``kv_a`` -> ``kv_a_norm`` ->
-        ``kv_b``) plus a decoupled RoPE key, output ``attn.wo``. The cache is per head
-        (K [B,H,P,nope+rope], V [B,H,P,v]); ``mla-absorb`` turns it into the latent.
-        ``rope`` defaults to DeepSeek's (base 10000, interleaved); ``rope=False`` rotates
-        nothing (Kimi-Linear's NoPE MLA: the qk_rope_head_dim columns stay a plain key part
-        shared by the heads) and the op reads no ``position_ids``."""
-        m, p, i = self.model, self.prefix, self.index
-        where = m.origin()
-        d = m._features(x)
-        for arg, value in (("heads", heads), ("kv_lora_rank", kv_lora_rank), ("qk_nope_head_dim", qk_nope_head_dim),
-                           ("qk_rope_head_dim", qk_rope_head_dim), ("v_head_dim", v_head_dim)):
-            positive(arg, value, where)
-        if q_lora_rank is not None:
-            positive("q_lora_rank", q_lora_rank, where)
-        if rope is not False and rope is not None and not isinstance(rope, Rope):
-            raise m.error("rope", f"expected Rope(...), None (DeepSeek's) or False (no rotation), got {rope!r}")
-        rope = Rope(convention="interleaved") if rope is None else rope
-        if isinstance(rope, Rope) and rope.rotary_dim is not None:
-            raise m.error("rope.rotary_dim", "MLA rotates exactly qk_rope_head_dim; leave rotary_dim unset")
-        if isinstance(rope, Rope) and rope.decomposed:
-            raise m.error("rope.decomposed", "mla_attention applies its RoPE inside the op; decomposed RoPE is "
-                                             "for attention")
-        rope = rope or None  # False: no rotation
-        self._check_rope(rope, qk_rope_head_dim, "qk_rope_head_dim")
-        scale = positive_float("scale", scale, where)
-        qk_dim = qk_nope_head_dim + qk_rope_head_dim
-        wq = q_a = q_a_norm = q_b = None
-        if q_lora_rank is None:
-            wq = m.param(f"{p}attn.wq", (heads * qk_dim, d))
-        else:
-            q_a = m.param(f"{p}attn.q_a", (q_lora_rank, d))
-            q_a_norm = m.param(f"{p}attn.q_a_norm", (q_lora_rank,))
-            q_b = m.param(f"{p}attn.q_b", (heads * qk_dim, q_lora_rank))
-        kv_a = m.param(f"{p}attn.kv_a", (kv_lora_rank + qk_rope_head_dim, d))
-        kv_a_norm = m.param(f"{p}attn.kv_a_norm", (kv_lora_rank,))
-        kv_b = m.param(f"{p}attn.kv_b", (heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank))
-        wo = m.param(f"{p}attn.wo", (d, heads * v_head_dim))
-        mask, positions = m._context()
-        past_key, past_value = m._past(i, heads, qk_dim, v_head_dim)
-        attrs = {"heads": heads, "q_lora_rank": q_lora_rank, "kv_lora_rank": kv_lora_rank,
-                 "qk_nope_head_dim": qk_nope_head_dim, "qk_rope_head_dim": qk_rope_head_dim,
-                 "v_head_dim": v_head_dim, "eps": positive_float("eps", eps, where),
-                 "rope": rope.mla_attrs() if rope else None, "scale": scale, "causal": bool(causal)}
-        out, present_key, present_value = m.emit(
-            "mla_attention", [x, positions if rope else None, mask, past_key, past_value, wq, q_a, q_a_norm, q_b,
-                              kv_a, kv_a_norm, kv_b, wo], attrs, [f"{p}attn_out", f"present.{i}.key", f"present.{i}.value"])
-        m._presents += [present_key.value, present_value.value]
-        mla = {"q_lora_rank": q_lora_rank, "kv_lora_rank": kv_lora_rank, "qk_nope_head_dim": qk_nope_head_dim,
-               "qk_rope_head_dim": qk_rope_head_dim, "v_head_dim": v_head_dim}
-        self._note_attention("mla", heads, heads, qk_dim, v_head_dim, None, None, scale, rope, mla=mla)
-        return out
