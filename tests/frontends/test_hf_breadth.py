@@ -1,5 +1,5 @@
-"""onnxruntime-genai 0.18 runs the folders irc writes for the Llama-shaped families of
-``frontends.hf.families_llama_like`` (their tiny twins are cases of ``test_hf_models``, which
+"""onnxruntime-genai 0.18 runs the folders irc writes for the families of
+``frontends.hf.families_llama_like`` and ``families_olmo`` (their tiny twins are cases of ``test_hf_models``, which
 holds them against transformers through the interpreter and both ONNX targets) and
 generates transformers' greedy tokens; and their config.json mistakes are one SpecError
 naming the key."""
@@ -14,7 +14,7 @@ from tests.frontends.test_hf_ssm_onnx import genai_greedy, until_eos
 
 torch = pytest.importorskip("torch")
 FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smollm3-nope-list-window",
-            "ministral-windows"]
+            "ministral-windows", "olmo2-post-norms", "olmo3-windows", "olmoe-top2", "starcoder2-biases-window"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -40,6 +40,9 @@ BAD = [  # (config.json, the key named, a fragment of the message)
     ({"model_type": "granitemoe", **SMALL, "num_local_experts": 2, "num_experts_per_tok": 3},
      "num_experts_per_tok", "top_k 3 exceeds 2 experts"),
     ({"model_type": "granite", **SMALL, "logits_scaling": 0}, "logits_scaling", "positive"),
+    ({"model_type": "olmo2", **SMALL, "clip_qkv": 8.0}, "clip_qkv", "no clamp op"),
+    ({"model_type": "olmo3", **SMALL, "layer_types": ["sliding_attention", "global"]}, "layer_types", "global"),
+    ({"model_type": "starcoder2", **SMALL, "hidden_act": "silu"}, "hidden_act", '"silu" is not supported'),
 ]
 
 
