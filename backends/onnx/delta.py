@@ -1,4 +1,14 @@
-"""The gated delta rule (``irc.ops.delta``) in ONNX, for both targets.
+"""The gated delta rule (``irc.ops.delta``) in ONNX, for both targets, and the portable
+chunked form of ``ssd`` (Mamba-2), which shares the chunked pieces.
+
+The form follows the op's ``chunk`` attribute (set by the ``scan-chunk`` pass, in both
+targets' default pipelines): without it the portable target builds the token Scan alone;
+with it an ``If`` on T between the chunked form (chunks of ``chunk`` tokens, T padded with
+frozen steps) and the token Scan, which short inputs and decode steps take. onnx-ort
+passes it to ``LinearAttention`` as ``chunk_size`` (a tuning hint of its CPU kernel,
+default 64; measured on a loaded host, 16, 64 and 256 were within the noise of leaving it
+out at 1,024 and 4,096 tokens on both benchmark stacks: ``benchmarks/scan_chunk.py
+--sizes 16,64,256``).
 
 Shared by both: float32 inside; q and k L2-normalised per head (x / sqrt(Σx² + 1e-6)), q
 times the scale; the log decay g = -exp(A_log)·softplus(a + dt_bias) and β = sigmoid(b),
@@ -10,20 +20,19 @@ graph's ``past_key_values.{i}.recurrent_state`` [B, H_v, d_k, d_v], key-major.
   ``q_num_heads`` = H_k and ``kv_num_heads`` = H_v (its "inverse GQA": value head h reads
   query head h // (H_v / H_k), Qwen's sharing), k expanded to the H_v heads, decay g and β
   [B, T, H_v], and the scale set explicitly (d_k^-0.5 unless the op says otherwise). Its
-  CPU kernel (``chunk_size``, default 64, is a tuning hint) is the fastest form here at
-  every length (below).
-- portable, standard ops only: prompts (T >= ``CHUNKED_FROM``) run the chunked form of
-  ``irc.ops.delta.chunked_gated_delta_rule`` and transformers' ``torch_chunk_gated_delta_rule``
-  (chunks of 64 tokens, T padded with frozen steps); shorter inputs, decode steps among
-  them, run a standard ``Scan`` over tokens; an ``If`` on T picks one at run time. The chunked form computes for
-  every chunk at once the intra-chunk scores, the decays and the inverse of the chunk's
-  unit-lower-triangular write system (standard ONNX has no triangular solve: the inverse is
-  built by doubling blocks, six levels of small matmuls, exact block substitution), then a
-  ``Scan`` over chunks carries the state with four matmuls a chunk. The token Scan works on
-  the state viewed as [B, H_k, H_v/H_k, d_k, d_v], so q and k are never repeated. Measured
-  on ONNX Runtime's CPU provider, the op alone at Qwen3-Next's shape (16 key / 32 value
-  heads of 128 x 128, batch 1, random state, 2 threads, medians of 7 interleaved rounds on a
-  quiet machine, ms):
+  CPU kernel is the fastest form here at every length (below).
+- portable, standard ops only: with ``chunk``, prompts (T >= ``CHUNKED_FROM``) run the
+  chunked form of ``irc.ops.delta.chunked_gated_delta_rule`` and transformers'
+  ``torch_chunk_gated_delta_rule``; shorter inputs run a standard ``Scan`` over tokens. The
+  chunked form computes for every chunk at once the intra-chunk scores, the decays and the
+  inverse of the chunk's unit-lower-triangular write system (standard ONNX has no
+  triangular solve: the inverse is built by doubling blocks, six levels of small matmuls for
+  C = 64, exact block substitution; so ``chunk`` must be a power of two), then a ``Scan``
+  over chunks carries the state with four matmuls a chunk. A per-channel decay (Kimi) runs
+  the token Scan whatever ``chunk`` says. The token Scan works on the state viewed as
+  [B, H_k, H_v/H_k, d_k, d_v], so q and k are never repeated. Measured on ONNX Runtime's
+  CPU provider, the op alone at Qwen3-Next's shape (16 key / 32 value heads of 128 x 128,
+  batch 1, random state, 2 threads, medians of 7 interleaved rounds on a quiet machine, ms):
 
       T                       1      8     16     64    128   1,024
       LinearAttention (ort)   0.41   2.0    3.6    8.4   12.2    66
@@ -33,24 +42,35 @@ graph's ``past_key_values.{i}.recurrent_state`` [B, H_v, d_k, d_v], key-major.
   The two portable forms cross near 16 tokens (``CHUNKED_FROM``); from there the chunked
   form is 2.0x (64 tokens) to 3.2x (1,024) the token Scan's speed, at 1.5-1.8x
   LinearAttention's time. A decode step runs the token Scan behind the ``If``, which costs
-  ~0.2 ms a layer. ``lower_gated_delta_rule(chunk=None)`` builds the token Scan alone.
+  ~0.2 ms a layer.
+- ``ssd``, portable (``lower_ssd_portable``): with ``chunk``, Mamba-2's structured masked
+  attention (``irc.ops.ssm.chunked_ssd``) for every chunk at once, Y = (C·Bᵀ ⊙ L)(Δ·x) +
+  exp(cum)·C·h_in with L = exp(segsum(Δ·A)) (C·Bᵀ once per group), and a Scan over chunks
+  that only passes the state; behind an ``If`` (T >= ``SSD_CHUNKED_FROM``) with
+  ``backends.onnx.ssm``'s token Scan. Measured on a loaded host (4 layers of 8 heads x 32,
+  state 64, 2 threads): the forms are even near 8 tokens, the chunked form 1.6x the token
+  Scan's speed at 256 and 1,024 tokens and 2.1x at 4,096 (0.93 s against 1.94 s;
+  LinearAttention 0.80 s).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable
 
 import numpy as np
 from onnx import TensorProto, helper
 
+from irc import dims
+from irc.errors import BackendError
 from irc.graph import Node
 from irc.ops.delta import L2_EPS, OPERANDS
 from irc.ops.registry import by_name
 
 from backends.onnx.builder import INT64_MAX, MS_DOMAIN, Builder, dim_param
-from backends.onnx.ssm import _finish, _present, _target, _zeros, as_f32, masked, real_tokens, scan_over_time
+from backends.onnx.ssm import (_finish, _present, _target, _zeros, as_f32, lower_ssd, masked, real_tokens,
+                               scan_over_time, ssd_finish, ssd_scan_parts, ssd_token_scan)
 
-CHUNK = 64          # tokens a chunk (transformers' and fla's)
-CHUNKED_FROM = 16   # the token count from which the portable target runs the chunked form (measured)
+CHUNKED_FROM = 16      # the token count from which the portable delta rule runs its chunked form (measured)
+SSD_CHUNKED_FROM = 16  # the same for ssd (measured: the forms are even near 8 tokens, module docstring)
 
 
 def _view(b: Builder, name: str, shape: tuple, hint: str) -> str:
@@ -116,12 +136,11 @@ def _out(b: Builder, node: Node, outs: list, s: dict, y: str) -> None:
     _finish(b, out, target, outs[0])
 
 
-def lower_gated_delta_rule(b: Builder, node: Node, outs: list[str], chunk: Optional[int] = CHUNK,
-                           chunked_from: int = CHUNKED_FROM) -> None:
-    """The portable lowering (module docstring): an ``If`` on the token count between the
-    chunked form (T >= ``chunked_from``) and the token Scan; ``chunk`` None builds the
-    token Scan alone."""
-    hint = outs[0]
+def lower_gated_delta_rule(b: Builder, node: Node, outs: list[str], chunked_from: int = CHUNKED_FROM) -> None:
+    """The portable lowering (module docstring): with ``chunk`` set, an ``If`` on the token
+    count between the chunked form (T >= ``chunked_from``) and the token Scan; without it
+    (or with a per-channel decay) the token Scan alone."""
+    hint, chunk = outs[0], node.attrs["chunk"]
     s = _parts(b, node, hint)
     batch, key_heads, key_dim, value_dim = s["batch"], s["key_heads"], s["key_dim"], s["value_dim"]
     group = s["value_heads"] // key_heads
@@ -133,18 +152,24 @@ def lower_gated_delta_rule(b: Builder, node: Node, outs: list[str], chunk: Optio
     if chunk is None or s["channel"]:  # a per-channel decay runs the token Scan (module docstring)
         y, final = _token_scan(b, s, past, hint, _token_shapes(b, s, out_shape))
     else:
+        _power_of_two(chunk, node)
         shapes, chunk_shapes = _token_shapes(b, s, out_shape), _chunk_shapes(b, s, chunk)  # made outside the If
-        many = b.op("GreaterOrEqual", [b.dim(s["seq"]), b.i64([chunked_from])], f"{hint}/chunked")
-        branches = {"then_branch": lambda: _chunked(b, s, past, hint, chunk, chunk_shapes),
-                    "else_branch": lambda: _token_scan(b, s, past, hint, shapes)}
-        graphs = {key: _branch(b, f"{hint}/{key}", build, [out_shape, grouped]) for key, build in branches.items()}
-        y, final = b.fresh(f"{hint}/y"), b.fresh(f"{hint}/final")
-        b.node("If", [many], [y, final], **graphs)
+        y, final = by_length(b, s["seq"], chunked_from, lambda: _chunked(b, s, past, hint, chunk, chunk_shapes),
+                             lambda: _token_scan(b, s, past, hint, shapes), [out_shape, grouped], hint)
     _present(b, node, outs, _view(b, final, (batch, s["value_heads"], key_dim, value_dim), f"{hint}/final_state"))
     _out(b, node, outs, s, y)
 
 
-def _branch(b: Builder, name: str, build, shapes: list):
+def _power_of_two(chunk: int, node: Node) -> None:
+    if chunk & (chunk - 1):
+        raise BackendError(f"{node.op} chunk={chunk}: the portable chunked form inverts its triangular system by "
+                           "doubling blocks, so the chunk must be a power of two",
+                           hint="run scan-chunk{size=64} (or another power of two)")
+
+
+# ---- pieces both chunked forms (the delta rule's, ssd's) share --------------------------------
+
+def branch(b: Builder, name: str, build: Callable[[], list], shapes: list):
     """A subgraph of the nodes ``build()`` writes; its outputs (the names it returns) typed
     float32 with ``shapes``. It may read outer values, constants and cached shapes made
     before it, never cache a subgraph of its own."""
@@ -157,6 +182,45 @@ def _branch(b: Builder, name: str, build, shapes: list):
     outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [dim_param(d) for d in shape])
                for n, shape in zip(results, shapes)]
     return helper.make_graph(nodes, name, [], outputs)
+
+
+def by_length(b: Builder, seq, threshold: int, long_form: Callable[[], list], short_form: Callable[[], list],
+              shapes: list, hint: str) -> list:
+    """An ``If`` on the token count: ``long_form()`` (a chunked form) when T >= ``threshold``,
+    else ``short_form()`` (the token Scan, which a decode step takes); both return float32
+    results of ``shapes``."""
+    many = b.cached(("chunked-from", dims.canonical(seq), threshold),
+                    lambda: b.op("GreaterOrEqual", [b.dim(seq), b.i64([threshold])], "chunk/long_enough"))
+    graphs = {key: branch(b, f"{hint}/{key}", build, shapes)
+              for key, build in (("then_branch", long_form), ("else_branch", short_form))}
+    results = [b.fresh(f"{hint}/{role}") for role in ("y", "final")]
+    b.node("If", [many], results, **graphs)
+    return results
+
+
+def chunk_padding(b: Builder, seq, chunk: int) -> dict:
+    """{rank: Pad's pads for a [B, T, ...] tensor of rank 3 or 4}: T padded up to a multiple
+    of ``chunk`` (the padded steps are frozen: log decay 0, nothing written). Shared by every
+    layer; made outside any ``If``."""
+    def make():
+        length = b.dim(seq)
+        pad = b.op("Mod", [b.op("Sub", [b.i64([chunk]), b.op("Mod", [length, b.i64([chunk])], "chunk/seq_mod")],
+                                "chunk/pad_rest"), b.i64([chunk])], "chunk/pad")
+        return {rank: b.op("Concat", [b.i64([0] * (rank + 1)), pad, b.i64([0] * (rank - 2))], f"chunk/pads{rank}",
+                           axis=0) for rank in (4, 3)}
+
+    return b.cached(("chunk-pads", dims.canonical(seq), chunk), make)
+
+
+def decay_pairs(b: Builder, cum: str, chunk: int, hint: str) -> str:
+    """[..., C, C]: exp(cum_i − cum_j) for j <= i and 0 above the diagonal (exp(segsum)),
+    from the cumulative log decay ``cum`` [..., C]; the upper half is clamped to 0 before
+    the Exp, so it cannot overflow."""
+    diff = b.op("Sub", [b.op("Unsqueeze", [cum, b.i64([-1])], f"{hint}/cum_i"),
+                        b.op("Unsqueeze", [cum, b.i64([-2])], f"{hint}/cum_j")], f"{hint}/cum_diff")
+    causal = b.const(np.tril(np.ones((chunk, chunk), np.float32)), np.float32, f"causal{chunk}")
+    return b.op("Mul", [b.op("Exp", [b.op("Min", [diff, b.const(0.0, np.float32, "zero")], f"{hint}/cum_diff_le0")],
+                             f"{hint}/pair_decay"), causal], f"{hint}/pair")
 
 
 def _token_shapes(b: Builder, s: dict, out_shape: tuple) -> dict:
@@ -201,11 +265,8 @@ def _chunk_shapes(b: Builder, s: dict, chunk: int) -> dict:
     """The int64 tensors the chunked form reshapes and pads with (0 in a Reshape copies
     that dim: B, N and H_k need no symbol)."""
     key_heads, group = s["key_heads"], s["value_heads"] // s["key_heads"]
-    seq = b.dim(s["seq"])
-    pad = b.op("Mod", [b.op("Sub", [b.i64([chunk]), b.op("Mod", [seq, b.i64([chunk])], "delta/seq_mod")],
-                            "delta/pad_rest"), b.i64([chunk])], "delta/pad")
-    return {"seq": seq, "pads4": b.op("Concat", [b.i64([0] * 5), pad, b.i64([0, 0])], "delta/pads4", axis=0),
-            "pads3": b.op("Concat", [b.i64([0] * 4), pad, b.i64([0])], "delta/pads3", axis=0),
+    pads = chunk_padding(b, s["seq"], chunk)
+    return {"seq": b.dim(s["seq"]), "pads4": pads[4], "pads3": pads[3],
             "qk": b.i64([0, -1, chunk, key_heads, 1, s["key_dim"]]),
             "v": b.i64([0, -1, chunk, key_heads, group, s["value_dim"]]),
             "gates": b.i64([0, -1, chunk, key_heads, group]), "out": b.i64([0, -1, s["value_heads"] * s["value_dim"]])}
@@ -229,12 +290,8 @@ def _chunked(b: Builder, s: dict, past: str, hint: str, chunk: int, shapes: dict
     g = chunks(s["g"], "pads3", "gates", gates_first, "g")
     cum = b.op("CumSum", [g, b.i64(-1)], f"{hint}/cum")                                 # [B, N, H_k, r, C]
     last = b.op("Slice", [cum, b.i64([-1]), b.i64([INT64_MAX]), b.i64([-1])], f"{hint}/cum_last")
-    column, row = b.i64([-1]), b.i64([-2])
-    diff = b.op("Sub", [b.op("Unsqueeze", [cum, column], f"{hint}/cum_i"),
-                        b.op("Unsqueeze", [cum, row], f"{hint}/cum_j")], f"{hint}/cum_diff")  # cum_i - cum_j
-    causal = b.const(np.tril(np.ones((chunk, chunk), np.float32)), np.float32, f"causal{chunk}")
-    pair = b.op("Mul", [b.op("Exp", [b.op("Min", [diff, b.const(0.0, np.float32, "zero")], f"{hint}/cum_diff_le0")],
-                             f"{hint}/pair_decay"), causal], f"{hint}/pair")
+    column = b.i64([-1])
+    pair = decay_pairs(b, cum, chunk, hint)
     swap = [0, 1, 2, 3, 5, 4]
     q = b.op("Mul", [q, b.const(s["scale"], np.float32, f"{hint}/scale")], f"{hint}/q_scaled")
     scores = b.op("MatMul", [q, b.op("Transpose", [k], f"{hint}/k_t", perm=swap)], f"{hint}/scores")
@@ -324,6 +381,71 @@ def _unit_lower_inverse(b: Builder, k: str, cum: str, beta: str, chunk: int, key
     return b.op("Reshape", [inverse, b.i64([0, 0, 0, 0, chunk, chunk])], f"{hint}/inverse")
 
 
+# ---- ssd's chunked form (Mamba-2's structured masked attention) ----------------------------------
+
+def lower_ssd_portable(b: Builder, node: Node, outs: list[str]) -> None:
+    """The portable ``ssd``: with ``chunk`` set, an ``If`` on the token count between the
+    chunked form (T >= ``SSD_CHUNKED_FROM``, ``_ssd_chunked``) and the token Scan
+    (``backends.onnx.ssm.ssd_token_scan``); without it the token Scan alone."""
+    chunk, hint = node.attrs["chunk"], outs[0]
+    if chunk is None:
+        lower_ssd(b, node, outs)
+        return
+    s, past = ssd_scan_parts(b, node, hint)
+    s.update(pads=chunk_padding(b, s["seq"], chunk), seq_length=b.dim(s["seq"]))  # made outside the If
+    y4, final = by_length(b, s["seq"], SSD_CHUNKED_FROM, lambda: _ssd_chunked(b, s, past, hint, chunk),
+                          lambda: ssd_token_scan(b, s, past, hint),
+                          [(s["batch"], s["seq"], s["heads"], s["head_dim"]), s["grouped"]], hint)
+    ssd_finish(b, node, outs, s, y4, final)
+
+
+def _ssd_chunked(b: Builder, s: dict, past: str, hint: str, chunk: int) -> tuple[str, str]:
+    """(y [B, T, H, P], final state [B, G, H/G, N, P]) in chunks of ``chunk`` tokens (T padded
+    with frozen steps): ``irc.ops.ssm.chunked_ssd`` for every chunk at once, in the layout
+    [B, N_c, G, H/G, C, ·] (C·Bᵀ once per group): Y = (C·Bᵀ ⊙ L)(Δ·x) + exp(cum)·C·h_in;
+    a Scan over chunks only passes the state, h ← exp(cum_last)·h + Bᵀ·(exp(cum_last − cum)·Δ·x)."""
+    groups, per_group, state, head_dim = s["groups"], s["heads"] // s["groups"], s["state"], s["head_dim"]
+
+    def chunks(x, rank, tail, perm, role):
+        padded = b.op("Pad", [x, s["pads"][rank]], f"{hint}/{role}_padded")
+        shaped = b.op("Reshape", [padded, b.i64([0, -1, chunk] + tail)], f"{hint}/{role}_chunks")
+        return b.op("Transpose", [shaped], f"{hint}/{role}_by_chunk", perm=perm)
+
+    six, column = [0, 1, 3, 4, 2, 5], b.i64([-1])
+    log_decay = chunks(s["log_decay"], 3, [groups, per_group], [0, 1, 3, 4, 2], "log_decay")  # [B, N_c, G, r, C]
+    X = chunks(s["dx"], 4, [groups, per_group, head_dim], six, "delta_x")                       # [B, N_c, G, r, C, P]
+    Bc, Cc = (chunks(s[n], 3, [groups, 1, state], six, n) for n in "BC")         # [B, N_c, G, 1, C, N]
+    cum = b.op("CumSum", [log_decay, b.i64(-1)], f"{hint}/cum")
+    last = b.op("Slice", [cum, b.i64([-1]), b.i64([INT64_MAX]), b.i64([-1])], f"{hint}/cum_last")
+    B_t = b.op("Transpose", [Bc], f"{hint}/B_t", perm=[0, 1, 2, 3, 5, 4])                       # [B, N_c, G, 1, N, C]
+    scores = b.op("Mul", [b.op("MatMul", [Cc, B_t], f"{hint}/scores"), decay_pairs(b, cum, chunk, hint)],
+                  f"{hint}/masked_scores")                                                      # [B, N_c, G, r, C, C]
+    within = b.op("MatMul", [scores, X], f"{hint}/within")
+    to_end = b.op("Unsqueeze", [b.op("Exp", [b.op("Sub", [last, cum], f"{hint}/cum_rest")], f"{hint}/decay_to_end"),
+                                column], f"{hint}/decay_to_end6")
+    writes = b.op("MatMul", [B_t, b.op("Mul", [X, to_end], f"{hint}/x_to_end")], f"{hint}/writes")  # [.., r, N, P]
+    chunk_decay = b.op("Unsqueeze", [b.op("Exp", [last], f"{hint}/chunk_decay"), column], f"{hint}/chunk_decay6")
+    grouped = s["grouped"]
+
+    def step(states, steps):
+        (h,), (decay, written) = states, steps
+        entering = b.op("Identity", [h], f"{hint}/chunk_entering")  # the state the chunk reads
+        passed = b.op("Add", [b.op("Mul", [h, decay], f"{hint}/chunk_kept"), written], f"{hint}/chunk_state")
+        return [passed], [entering]
+
+    (final,), (entering,) = scan_over_time(b, f"{hint}/chunks", [(past, grouped)],
+                                           [(chunk_decay, grouped[:3] + (1, 1)), (writes, grouped)], [grouped], step)
+    from_start = b.op("Unsqueeze", [b.op("Exp", [cum], f"{hint}/decay_from_start"), column],
+                      f"{hint}/decay_from_start6")
+    carried = b.op("Mul", [b.op("MatMul", [Cc, entering], f"{hint}/read_state"), from_start], f"{hint}/carried")
+    y = b.op("Transpose", [b.op("Add", [within, carried], f"{hint}/y_chunks")], f"{hint}/y_tokens",
+             perm=[0, 1, 4, 2, 3, 5])
+    y = b.op("Reshape", [y, b.i64([0, -1, s["heads"], head_dim])], f"{hint}/y_padded")
+    return b.op("Slice", [y, b.i64([0]), s["seq_length"], b.i64([1])], f"{hint}/chunked_y"), final
+
+
+# ---- onnx-ort -----------------------------------------------------------------------------------
+
 def lower_gated_delta_rule_ort(b: Builder, node: Node, outs: list[str]) -> None:
     """``com.microsoft.LinearAttention`` (gated_delta; see the module docstring)."""
     hint = outs[0]
@@ -339,10 +461,10 @@ def lower_gated_delta_rule_ort(b: Builder, node: Node, outs: list[str]) -> None:
     y, state = b.fresh(f"{hint}/y"), b.fresh(f"{hint}/present")
     inputs = [query, keys, s["v"], as_f32(b, s["o"]["past_state"]), s["g"]] + ([s["beta"]] if s["delta"] else [])
     b.node("LinearAttention", inputs, [y, state], domain=MS_DOMAIN, q_num_heads=key_heads, kv_num_heads=value_heads,
-           update_rule=node.attrs["update_rule"], scale=s["scale"])
+           update_rule=node.attrs["update_rule"], scale=s["scale"], chunk_size=node.attrs["chunk"])
     _present(b, node, outs, state)
     _out(b, node, outs, s, y)
 
 
-LOWERINGS = {"gated_delta_rule": lower_gated_delta_rule}
+LOWERINGS = {"gated_delta_rule": lower_gated_delta_rule, "ssd": lower_ssd_portable}
 ORT_OVERRIDES = {"gated_delta_rule": lower_gated_delta_rule_ort}

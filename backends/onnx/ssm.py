@@ -28,9 +28,11 @@ output is 0. The states are the graph's ``past_key_values.{i}.conv_state`` [B, C
   skip and the padding mask around it. On a Mamba2-130m-shaped model the Scan below takes
   2.15x LinearAttention's time for a 128-token prefill, 2.35x for 1,024, 1.15x for a decode
   step (``benchmarks/ssm_lowering.py``; ``lower_ssd_ort(linear_attention=False)`` builds the
-  Scan on onnx-ort). Portable: a ``Scan`` over time on the state viewed as
-  [B, G, H/G, N, P], so B and C are read per group and never repeated. (The standard
-  ``LinearAttention`` is opset 27; these targets are 21-24.)
+  Scan on onnx-ort); the op's ``chunk`` (``scan-chunk``) becomes its ``chunk_size``.
+  Portable: a ``Scan`` over time on the state viewed as [B, G, H/G, N, P], so B and C are
+  read per group and never repeated (``lower_ssd``); with ``chunk`` set, the target's entry
+  ``backends.onnx.delta.lower_ssd_portable`` puts the chunked form beside it behind an ``If``
+  on T. (The standard ``LinearAttention`` is opset 27; these targets are 21-24.)
 - ``gated_rms_norm``: standard ops: ``RMSNormalization`` at opset 23+ (over a
   [B, T, groups, size] view when ``group_size`` is set, the weight applied after), primitives
   before.
@@ -323,29 +325,34 @@ def _ssd_out(b: Builder, node: Node, outs: list, s: dict, y4: str) -> None:
     _finish(b, out, target, outs[0])
 
 
-def lower_ssd(b: Builder, node: Node, outs: list[str]) -> None:
-    """A Scan over time on the state viewed as [B, G, H/G, N, P]: steps read the decay
-    [B, G, H/G, 1, 1], Δ·x [B, G, H/G, 1, P], B [B, G, 1, N, 1] and C [B, G, 1, 1, N]."""
-    hint = outs[0]
+def ssd_scan_parts(b: Builder, node: Node, hint: str) -> tuple[dict, str]:
+    """``_ssd_parts`` plus what the portable forms read, all made outside any ``If``: the log
+    decay Δ·A, B and C in float32, the state viewed as [B, G, H/G, N, P] (so B and C are
+    read per group, never repeated; zeros without a past state), the token Scan's step
+    shapes and token-major views. Returns (parts, initial state)."""
     s = _ssd_parts(b, node, hint)
-    batch, seq, groups, state, head_dim = s["batch"], s["seq"], s["groups"], s["state"], s["head_dim"]
-    per_group = s["heads"] // groups
-    o = s["o"]
+    batch, seq, heads, groups, state, head_dim = (s[k] for k in ("batch", "seq", "heads", "groups", "state",
+                                                                 "head_dim"))
+    grouped = (batch, groups, heads // groups, state, head_dim)
+    past = s["o"]["past_state"]
+    past = _zeros(b, grouped, f"{hint}/zero_state") if past is None else b.op(
+        "Reshape", [as_f32(b, past), b.shape(grouped)], f"{hint}/past_groups", allowzero=1)
+    steps = [(batch, groups, heads // groups, 1, 1), (batch, groups, heads // groups, 1, head_dim),
+             (batch, groups, 1, state, 1), (batch, groups, 1, 1, state)]
+    s.update(grouped=grouped, step_shapes=steps, log_decay=b.op("Mul", [s["delta"], s["A"]], f"{hint}/delta_A"),
+             B=as_f32(b, s["o"]["B"]), C=as_f32(b, s["o"]["C"]),
+             token_shapes=[b.shape((batch, seq) + shape[1:]) for shape in steps]
+             + [b.shape((batch, seq, heads, head_dim))])
+    return s, past
 
-    def view(name, shape, role):
-        return b.op("Reshape", [name, b.shape(shape)], f"{hint}/{role}", allowzero=1)
 
-    decay = b.op("Exp", [b.op("Mul", [s["delta"], s["A"]], f"{hint}/delta_A")], f"{hint}/decay")
-    step_shapes = [(batch, groups, per_group, 1, 1), (batch, groups, per_group, 1, head_dim),
-                   (batch, groups, 1, state, 1), (batch, groups, 1, 1, state)]
-    sequences = [(view(name, (batch, seq) + shape[1:], role), shape) for name, shape, role in
-                 zip([decay, s["dx"], as_f32(b, o["B"]), as_f32(b, o["C"])], step_shapes,
-                     ["decay6", "delta_x6", "B6", "C6"])]
-    grouped = (batch, groups, per_group, state, head_dim)
-    if o["past_state"] is None:
-        past = _zeros(b, grouped, f"{hint}/zero_state")
-    else:
-        past = view(as_f32(b, o["past_state"]), grouped, "past_groups")
+def ssd_token_scan(b: Builder, s: dict, past: str, hint: str) -> tuple[str, str]:
+    """(y [B, T, H, P], final state [B, G, H/G, N, P]): a Scan over tokens whose steps read
+    the decay [B, G, H/G, 1, 1], Δ·x [B, G, H/G, 1, P], B [B, G, 1, N, 1] and C [B, G, 1, 1, N]."""
+    decay = b.op("Exp", [s["log_decay"]], f"{hint}/decay")
+    names = [decay, s["dx"], s["B"], s["C"]]
+    sequences = [(b.op("Reshape", [name, shape], f"{hint}/{role}", allowzero=1), step) for name, shape, step, role in
+                 zip(names, s["token_shapes"], s["step_shapes"], ["decay6", "delta_x6", "B6", "C6"])]
 
     def step(states, steps):
         (h,), (decay_t, dx_t, B_t, C_t) = states, steps
@@ -353,10 +360,24 @@ def lower_ssd(b: Builder, node: Node, outs: list[str]) -> None:
         h = b.op("Add", [kept, b.op("Mul", [B_t, dx_t], f"{hint}/step_update")], f"{hint}/step_state")
         return [h], [b.op("MatMul", [C_t, h], f"{hint}/step_y")]
 
-    (final,), (ys,) = scan_over_time(b, f"{hint}/scan", [(past, grouped)], sequences,
-                                     [(batch, groups, per_group, 1, head_dim)], step)
-    _present(b, node, outs, view(final, (batch, s["heads"], state, head_dim), "final_state"))
-    _ssd_out(b, node, outs, s, view(ys, (batch, seq, s["heads"], head_dim), "y_heads"))
+    (final,), (ys,) = scan_over_time(b, f"{hint}/scan", [(past, s["grouped"])], sequences, [s["step_shapes"][1]],
+                                     step)
+    return b.op("Reshape", [ys, s["token_shapes"][-1]], f"{hint}/y_heads", allowzero=1), final
+
+
+def ssd_finish(b: Builder, node: Node, outs: list, s: dict, y4: str, final: str) -> None:
+    """The present state (``final`` [B, G, H/G, N, P] as [B, H, N, P]) and y [B, T, H, P]
+    with the D skip and the mask, into the node's outputs."""
+    shape = (s["batch"], s["heads"], s["state"], s["head_dim"])
+    _present(b, node, outs, b.op("Reshape", [final, b.shape(shape)], f"{outs[0]}/final_state", allowzero=1))
+    _ssd_out(b, node, outs, s, y4)
+
+
+def lower_ssd(b: Builder, node: Node, outs: list[str]) -> None:
+    """The token Scan alone (the portable target's form without ``chunk``; with it,
+    ``backends.onnx.delta.lower_ssd_portable`` adds the chunked form)."""
+    s, past = ssd_scan_parts(b, node, outs[0])
+    ssd_finish(b, node, outs, s, *ssd_token_scan(b, s, past, outs[0]))
 
 
 def lower_ssd_ort(b: Builder, node: Node, outs: list[str], linear_attention: bool = True) -> None:
@@ -378,7 +399,8 @@ def lower_ssd_ort(b: Builder, node: Node, outs: list[str], linear_attention: boo
     decay = b.op("Mul", [s["delta"], s["A"]], f"{hint}/log_decay")
     y, state_out = b.fresh(f"{hint}/y"), b.fresh(f"{hint}/present")
     b.node("LinearAttention", [as_f32(b, o["C"]), keys, values, as_f32(b, o["past_state"]), decay], [y, state_out],
-           domain=MS_DOMAIN, q_num_heads=groups, kv_num_heads=heads, update_rule="gated", scale=1.0)
+           domain=MS_DOMAIN, q_num_heads=groups, kv_num_heads=heads, update_rule="gated", scale=1.0,
+           chunk_size=node.attrs["chunk"])
     _present(b, node, outs, state_out)
     y4 = b.op("Reshape", [y, b.shape((batch, seq, heads, s["head_dim"]))], f"{hint}/y_heads", allowzero=1)
     _ssd_out(b, node, outs, s, y4)
@@ -419,6 +441,7 @@ def lower_gated_rms_norm(b: Builder, node: Node, outs: list[str]) -> None:
     _finish(b, out, target, outs[0])
 
 
-LOWERINGS = {"causal_conv1d": lower_causal_conv1d, "selective_scan": lower_selective_scan, "ssd": lower_ssd,
+# ssd's portable entry is backends.onnx.delta.lower_ssd_portable: its chunked form shares the delta rule's pieces
+LOWERINGS = {"causal_conv1d": lower_causal_conv1d, "selective_scan": lower_selective_scan,
              "gated_rms_norm": lower_gated_rms_norm}
 ORT_OVERRIDES = {"causal_conv1d": lower_causal_conv1d_ort, "ssd": lower_ssd_ort}

@@ -12,6 +12,11 @@ Plain data, no ``onnx`` import: the CLI reads this table at start-up.
   ``RotaryEmbedding``, ``SkipSimplifiedLayerNormalization`` and ``MoE`` where they fit,
   standard ops where they do not (see ``backends.onnx.ort``).
 
+Both default pipelines end with ``scan-chunk{size=64}``: ``ssd`` and ``gated_delta_rule``
+prefills in chunks of 64 tokens (the portable target builds its chunked lowerings from the
+attribute, an ``If`` keeping the token Scan for decode and short inputs; onnx-ort passes it
+to ``LinearAttention`` as ``chunk_size``). ``--passes`` without it builds the token Scan.
+
 Both take ``--dtype {auto,f32,f16,bf16}``: every compile runs ``retype{dtype=...}`` before
 its pipeline (``prelude``), so weights, activations, the KV cache and quantization scales
 share one float type (``auto``: f32). fp16 graphs cast to f32 around the ops ORT's CPU
@@ -53,11 +58,13 @@ class Target:
         return self.pipeline_23 if opset >= 23 else self.pipeline_old
 
 
+SCAN_CHUNK = "scan-chunk{size=64}"  # recurrent prefills in chunks (module docstring)
+
 TARGETS = {
     "onnx": Target("onnx", "portable", "an ONNX model with standard ops (+ genai_config.json)",
-                   "dce,cse", "lower-norms,gqa-broadcast,dce,cse"),
+                   f"dce,cse,{SCAN_CHUNK}", f"lower-norms,gqa-broadcast,dce,cse,{SCAN_CHUNK}"),
     "onnx-ort": Target("onnx-ort", "ort", "an ONNX model with ONNX Runtime contrib ops (+ genai_config.json)",
-                       "dce,cse", "dce,cse"),
+                       f"dce,cse,{SCAN_CHUNK}", f"dce,cse,{SCAN_CHUNK}"),
 }
 
 

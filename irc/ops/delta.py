@@ -35,10 +35,12 @@ so that every backend normalises in float32 at the same place; ``scale`` None is
 Padding follows ``irc.ops.ssm``: a padded token's step is frozen (decay 1, β 0) and its
 output is 0, so a left-padded prefill from a zero state ends where the unpadded prompt does.
 
-The reference is the sequential recurrence; ``chunked_gated_delta_rule`` is the chunked
-form (chunks of 64 tokens, a unit-triangular solve per chunk, as transformers'
-``torch_chunk_gated_delta_rule`` and the fla kernels compute it), kept beside it so the op
-test holds the two against each other and against transformers.
+The op means the sequential recurrence (``gated_delta_rule``); ``chunked_gated_delta_rule``
+is the chunked form (chunks of 64 tokens by default, a unit-triangular solve per chunk, as
+transformers' ``torch_chunk_gated_delta_rule`` and the fla kernels compute it), the same
+numbers for every variant. The ``chunk`` attribute (None, or the tokens a chunk: set by the
+``scan-chunk`` pass) picks the form the reference computes a prefill in; one token always
+takes the step.
 """
 from __future__ import annotations
 
@@ -49,11 +51,12 @@ import numpy as np
 from irc.ops.nn import f32
 from irc.ops.primitives import sigmoid
 from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, by_name, expect, expect_shape, register
-from irc.ops.ssm import _activation, _io, _mask, _positive, _state_out, _with_state, new_token_mask, softplus
+from irc.ops.ssm import (_activation, _io, _mask, _positive, _state_out, _with_state, check_chunk, new_token_mask,
+                         softplus)
 
 OPERANDS = ("q", "k", "v", "a?", "b?", "A_log", "dt_bias?", "past_state?", "attention_mask?")
 ATTRS = {"key_heads": REQUIRED, "value_heads": REQUIRED, "key_dim": REQUIRED, "value_dim": REQUIRED,
-         "l2_norm": True, "scale": None, "update_rule": "gated_delta", "decay": "head"}
+         "l2_norm": True, "scale": None, "update_rule": "gated_delta", "decay": "head", "chunk": None}
 UPDATE_RULES = ("gated_delta", "gated")
 DECAYS = ("head", "channel")
 L2_EPS = 1e-6
@@ -122,10 +125,12 @@ def chunked_gated_delta_rule(q, k, v, a, b, A_log, dt_bias=None, past_state=None
     """The same result in chunks of ``chunk`` tokens (float64 inside): within a chunk the
     writes are one unit-lower-triangular system (the WY / UT transform; the gated rule
     writes v as it is), between chunks the state is carried once. The decay is per key
-    channel throughout (a per-head decay is the same on every channel)."""
+    channel where ``decay="channel"``; a per-head one takes its [n, n] decay matrix alone."""
     qs, ks, vs, g, beta = (np.asarray(t, np.float64) for t in delta_inputs(q, k, v, a, b, A_log, dt_bias,
                                                                            attention_mask, **attrs))
     delta = attrs.get("update_rule", "gated_delta") == "gated_delta"
+    if attrs.get("decay", "head") == "head":
+        g = g[..., :1]  # every channel alike: one decay a head, broadcast below
     batch, seq, heads, value_dim = vs.shape
     key_dim = qs.shape[-1]
     S = (np.zeros((batch, heads, key_dim, value_dim)) if past_state is None
@@ -140,9 +145,9 @@ def chunked_gated_delta_rule(q, k, v, a, b, A_log, dt_bias=None, past_state=None
         cum = np.cumsum(gc, axis=-2)                                                         # [B, H, n, d_k]
         causal = (strict[:n, :n] | np.eye(n, dtype=bool))[..., None]
         pair = np.where(causal, np.exp(np.minimum(cum[..., :, None, :] - cum[..., None, :, :], 0.0)), 0.0)
-        scores = np.einsum("bhid,bhjd,bhijd->bhij", qc, kc, pair)
+        scores = _decayed_products(qc, kc, pair)
         if delta:
-            kk = np.einsum("bhid,bhjd,bhijd->bhij", kc, kc, pair) * strict[:n, :n] * bc[..., :, None]
+            kk = _decayed_products(kc, kc, pair) * strict[:n, :n] * bc[..., :, None]
             rhs_v = vc * bc[..., None] - np.einsum("bhid,bhdv->bhiv", kc * bc[..., None] * np.exp(cum), S)
             u = np.linalg.solve(np.eye(n) + kk, rhs_v)                     # the chunk's corrections
         else:
@@ -154,6 +159,14 @@ def chunked_gated_delta_rule(q, k, v, a, b, A_log, dt_bias=None, past_state=None
     real = new_token_mask(attention_mask, batch, seq)[..., None, None]
     out = np.where(real, out, 0.0)
     return out.reshape(batch, seq, heads * value_dim).astype(np.float32), S.astype(np.float32)
+
+
+def _decayed_products(x, y, pair) -> np.ndarray:
+    """Σ_c x_ic · y_jc · pair_ijc [B, H, n, n]; ``pair`` [B, H, n, n, 1] (one decay a head)
+    is the plain product scaled."""
+    if pair.shape[-1] == 1:
+        return np.einsum("bhid,bhjd->bhij", x, y) * pair[..., 0]
+    return np.einsum("bhid,bhjd,bhijd->bhij", x, y, pair)
 
 
 def _infer(inputs, attrs):
@@ -168,6 +181,7 @@ def _infer(inputs, attrs):
     rule, decay = attrs["update_rule"], attrs["decay"]
     expect(rule in UPDATE_RULES, f"{op}: update_rule must be one of {', '.join(UPDATE_RULES)}, got {rule!r}")
     expect(decay in DECAYS, f"{op}: decay must be one of {', '.join(DECAYS)}, got {decay!r}")
+    check_chunk(op, attrs)
     scale = attrs["scale"]
     expect(scale is None or (isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0),
            f"{op}: scale must be None or a positive number")
@@ -195,9 +209,15 @@ def _infer(inputs, attrs):
 
 def _reference(inputs, attrs):
     """The gated delta rule, one token at a time: decay the state by exp(g), write
-    β·k ⊗ (v − Sᵀk) (the gated rule: k ⊗ v), read Sᵀq (q and k L2-normalised, q scaled)."""
+    β·k ⊗ (v − Sᵀk) (the gated rule: k ⊗ v), read Sᵀq (q and k L2-normalised, q scaled).
+    With ``chunk`` set and more than one token, computed in chunks
+    (``chunked_gated_delta_rule``); one token takes the step."""
     ops = by_name(OPERANDS, inputs)
-    out, state = gated_delta_rule(**ops, **attrs)
+    form = {k: v for k, v in attrs.items() if k != "chunk"}
+    if attrs["chunk"] is None or ops["q"].shape[1] <= 1:
+        out, state = gated_delta_rule(**ops, **form)
+    else:
+        out, state = chunked_gated_delta_rule(**ops, **form, chunk=attrs["chunk"])
     return _with_state(out, state, ops["v"], ops["past_state"])
 
 

@@ -14,7 +14,10 @@ is: an op given a past state returns the present one (``present = f(past, new to
   head, key-major ([d_k, d_v], k = B, v = Δ·x, q = C), the layout of ONNX Runtime's
   ``LinearAttention`` (transformers keeps it transposed, [B, H, P, N]).
 
-Sequential semantics, one update per token (the chunked form is a rewrite of it):
+Sequential semantics, one update per token (the chunked form is a rewrite of it; the
+``scan-chunk`` pass sets ``ssd``'s ``chunk`` attribute, and the reference then computes a
+prefill with ``chunked_ssd``, the same numbers; Mamba-1's decay per (channel, state) has
+no such matmul form):
 
     Δ_t = softplus(dt_t [+ dt_bias]) (Mamba-2: clamped to [dt_min, dt_max])
     h_t = exp(Δ_t · A) ⊙ h_{t-1} + Δ_t · B_t ⊗ x_t ;   y_t = C_t · h_t + D ⊙ x_t
@@ -25,8 +28,8 @@ new tokens) is optional. A padded token's input is zeroed and its step frozen (�
 left-padded prefill from a zero state ends in the state of the unpadded prompt.
 
 The math lives in module-level functions (``causal_conv1d``, ``selective_scan``, ``ssd``,
-``gated_rms_norm``) that the backends' tests and later passes reuse; the registrations at
-the bottom wire them to the registry.
+``chunked_ssd``, ``gated_rms_norm``) that the backends' tests and later passes reuse; the
+registrations at the bottom wire them to the registry.
 """
 from __future__ import annotations
 
@@ -104,23 +107,41 @@ def selective_scan(x, dt, A_log, B, C, D=None, z=None, past_state=None, attentio
     return np.where(real, ys, np.float32(0.0)), h.astype(np.float32)
 
 
-def ssd(x, dt, A_log, B, C, D=None, dt_bias=None, past_state=None, attention_mask=None, *, heads: int,
-        head_dim: int, groups: int, state_size: int, dt_min: float = 0.0, dt_max: Optional[float] = None
-        ) -> tuple[np.ndarray, np.ndarray]:
-    """Mamba-2: (y [B, T, H*P], present_state [B, H, N, P]), float32. ``dt`` [B, T, H] is
-    the raw time step; head h reads group h // (H / G) of B and C [B, T, G*N]."""
+def _ssd_inputs(x, dt, A_log, B, C, dt_bias, attention_mask, heads: int, head_dim: int, groups: int,
+                state_size: int, dt_min: float, dt_max: Optional[float]) -> tuple:
+    """(x masked [B, T, H, P], Δ [B, T, H] (clamped, 0 at padded tokens), B and C repeated
+    to the heads [B, T, H, N], A [H], real tokens [B, T]), float32."""
     x32 = f32(x)
     batch, seq = x32.shape[:2]
     xs = x32.reshape(batch, seq, heads, head_dim)
     raw = f32(dt) + (0.0 if dt_bias is None else f32(dt_bias))
     delta = np.clip(softplus(raw), dt_min, np.inf if dt_max is None else dt_max).astype(np.float32)
     real = new_token_mask(attention_mask, batch, seq)
-    delta = np.where(real[..., None], delta, np.float32(0.0))                  # [B, T, H]
+    delta = np.where(real[..., None], delta, np.float32(0.0))
     xs = np.where(real[..., None, None], xs, np.float32(0.0))
     per_group = heads // groups
-    Bm = np.repeat(f32(B).reshape(batch, seq, groups, state_size), per_group, axis=2)  # [B, T, H, N]
+    Bm = np.repeat(f32(B).reshape(batch, seq, groups, state_size), per_group, axis=2)
     Cm = np.repeat(f32(C).reshape(batch, seq, groups, state_size), per_group, axis=2)
-    A = -np.exp(f32(A_log))                                                    # [H]
+    return xs, delta, Bm, Cm, -np.exp(f32(A_log)), real
+
+
+def _ssd_output(ys, xs, D, real) -> np.ndarray:
+    """y [B, T, H, P] plus the D skip, 0 at padded tokens, as [B, T, H·P] float32."""
+    batch, seq, heads, head_dim = xs.shape
+    if D is not None:
+        ys = ys + xs * f32(D)[:, None]
+    ys = np.where(real[..., None, None], ys, 0.0)                              # a padded token's output is 0
+    return ys.reshape(batch, seq, heads * head_dim).astype(np.float32)
+
+
+def ssd(x, dt, A_log, B, C, D=None, dt_bias=None, past_state=None, attention_mask=None, *, heads: int,
+        head_dim: int, groups: int, state_size: int, dt_min: float = 0.0, dt_max: Optional[float] = None
+        ) -> tuple[np.ndarray, np.ndarray]:
+    """Mamba-2: (y [B, T, H*P], present_state [B, H, N, P]), float32. ``dt`` [B, T, H] is
+    the raw time step; head h reads group h // (H / G) of B and C [B, T, G*N]."""
+    xs, delta, Bm, Cm, A, real = _ssd_inputs(x, dt, A_log, B, C, dt_bias, attention_mask, heads, head_dim, groups,
+                                             state_size, dt_min, dt_max)
+    batch, seq = xs.shape[:2]
     h = (np.zeros((batch, heads, state_size, head_dim), np.float32) if past_state is None
          else f32(past_state))
     ys = np.zeros((batch, seq, heads, head_dim), np.float32)
@@ -129,10 +150,43 @@ def ssd(x, dt, A_log, B, C, D=None, dt_bias=None, past_state=None, attention_mas
         update = Bm[:, t, :, :, None] * (delta[:, t, :, None] * xs[:, t])[:, :, None, :]
         h = decay * h + update
         ys[:, t] = np.einsum("bhnp,bhn->bhp", h, Cm[:, t])
-    if D is not None:
-        ys += xs * f32(D)[:, None]
-    ys = np.where(real[..., None, None], ys, np.float32(0.0))                  # a padded token's output is 0
-    return ys.reshape(batch, seq, heads * head_dim), h.astype(np.float32)
+    return _ssd_output(ys, xs, D, real), h.astype(np.float32)
+
+
+def chunked_ssd(x, dt, A_log, B, C, D=None, dt_bias=None, past_state=None, attention_mask=None, *, heads: int,
+                head_dim: int, groups: int, state_size: int, dt_min: float = 0.0, dt_max: Optional[float] = None,
+                chunk: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """``ssd``'s result in chunks of ``chunk`` tokens (float64 inside): Mamba-2's structured
+    masked attention, the paper's ``ssd_minimal`` with the state carried chunk to chunk.
+    With a = Δ·A and its cumulative sum c over the chunk, the decay from token j to token
+    i is L_ij = exp(c_i - c_j) for j <= i (0 above the diagonal, exp(segsum(a))); then
+
+        Y = (C Bᵀ ⊙ L) (Δ·x)  +  exp(c) ⊙ C·h          (within the chunk; h the state entering it)
+        h ← exp(c_last)·h + Σ_j exp(c_last - c_j) B_j ⊗ (Δ_j x_j)     (the state passed on)
+
+    A short last chunk is a chunk of fewer tokens; a padded token (Δ = 0) has decay 1 and
+    writes nothing, as in the recurrence."""
+    xs, delta, Bm, Cm, A, real = _ssd_inputs(x, dt, A_log, B, C, dt_bias, attention_mask, heads, head_dim, groups,
+                                             state_size, dt_min, dt_max)
+    batch, seq = xs.shape[:2]
+    h = np.zeros((batch, heads, state_size, head_dim)) if past_state is None else np.asarray(past_state, np.float64)
+    log_decay = (np.asarray(delta, np.float64) * A).transpose(0, 2, 1)                    # [B, H, T]
+    writes = np.asarray(delta, np.float64)[..., None] * xs                                # Δ·x [B, T, H, P]
+    Bm, Cm = np.asarray(Bm, np.float64), np.asarray(Cm, np.float64)
+    ys = np.zeros((batch, seq, heads, head_dim))
+    for start in range(0, seq, chunk):
+        end = min(start + chunk, seq)
+        cum = np.cumsum(log_decay[:, :, start:end], axis=-1)                              # [B, H, n]
+        causal = np.tril(np.ones((end - start, end - start), bool))
+        L = np.where(causal, np.exp(np.minimum(cum[..., :, None] - cum[..., None, :], 0.0)), 0.0)
+        scores = np.einsum("bihn,bjhn->bhij", Cm[:, start:end], Bm[:, start:end]) * L
+        within = np.einsum("bhij,bjhp->bihp", scores, writes[:, start:end])
+        carried = np.einsum("bihn,bhnp->bihp", Cm[:, start:end], h) * np.exp(cum).transpose(0, 2, 1)[..., None]
+        ys[:, start:end] = within + carried
+        to_end = np.exp(cum[..., -1:] - cum)                                              # [B, H, n]
+        h = (h * np.exp(cum[..., -1])[..., None, None]
+             + np.einsum("bjhn,bhj,bjhp->bhnp", Bm[:, start:end], to_end, writes[:, start:end]))
+    return _ssd_output(ys, xs, D, real), h.astype(np.float32)
 
 
 def gated_rms_norm(x, z, weight, *, eps: float, group_size: Optional[int] = None,
@@ -183,6 +237,14 @@ def _state_out(op: str, past, want: tuple) -> list:
 def _positive(op: str, attrs: dict, *names: str) -> None:
     for name in names:
         expect(isinstance(attrs[name], int) and attrs[name] > 0, f"{op}: {name} must be a positive int")
+
+
+def check_chunk(op: str, attrs: dict) -> None:
+    """``chunk`` (set by the ``scan-chunk`` pass) is None (the step form) or a positive int:
+    the tokens a chunk when a prefill is computed in chunks; the op's result is the same."""
+    chunk = attrs["chunk"]
+    expect(chunk is None or (isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0),
+           f"{op}: chunk must be None or a positive int, got {chunk!r}")
 
 
 def _io(inputs, outputs) -> Cost:
@@ -288,7 +350,7 @@ register(OpDef("selective_scan", SCAN_OPERANDS, {}, _scan_infer, _scan_reference
 
 SSD_OPERANDS = ("x", "dt", "A_log", "B", "C", "D?", "dt_bias?", "past_state?", "attention_mask?")
 SSD_ATTRS = {"heads": REQUIRED, "head_dim": REQUIRED, "groups": 1, "state_size": REQUIRED, "dt_min": 0.0,
-             "dt_max": None}
+             "dt_max": None, "chunk": None}
 
 
 def _ssd_infer(inputs, attrs):
@@ -300,6 +362,7 @@ def _ssd_infer(inputs, attrs):
     expect(isinstance(attrs["dt_min"], (int, float)) and attrs["dt_min"] >= 0, f"{op}: dt_min must be >= 0")
     expect(attrs["dt_max"] is None or (isinstance(attrs["dt_max"], (int, float)) and attrs["dt_max"] >= attrs["dt_min"]),
            f"{op}: dt_max must be None or >= dt_min")
+    check_chunk(op, attrs)
     batch, seq = _activation(op, "x", ops["x"], width=heads * head_dim)
     _activation(op, "dt", ops["dt"], batch, seq, heads)
     expect_shape(op, "A_log", ops["A_log"], (heads,))
@@ -315,9 +378,14 @@ def _ssd_infer(inputs, attrs):
 
 def _ssd_reference(inputs, attrs):
     """Mamba-2's SSD recurrence: Δ = clamp(softplus(dt + dt_bias)), a scalar A = -exp(A_log)
-    per head, B and C shared by the heads of a group, the D skip."""
+    per head, B and C shared by the heads of a group, the D skip. With ``chunk`` set and
+    more than one token, computed in chunks (``chunked_ssd``); one token takes the step."""
     ops = by_name(SSD_OPERANDS, inputs)
-    y, state = ssd(**ops, **attrs)
+    form = {k: v for k, v in attrs.items() if k != "chunk"}
+    if attrs["chunk"] is None or ops["x"].shape[1] <= 1:
+        y, state = ssd(**ops, **form)
+    else:
+        y, state = chunked_ssd(**ops, **form, chunk=attrs["chunk"])
     return _with_state(y, state, ops["x"], ops["past_state"])
 
 
@@ -358,4 +426,5 @@ def _gated_norm_cost(inputs, outputs, attrs):
 register(OpDef("gated_rms_norm", ("x", "z", "weight"), {"eps": 1e-6, "group_size": None, "norm_before_gate": False},
                _gated_norm_infer, _gated_norm_reference, _gated_norm_cost, level="model"))
 
-__all__ = ["causal_conv1d", "selective_scan", "ssd", "gated_rms_norm", "new_token_mask", "softplus", "scan_cost"]
+__all__ = ["causal_conv1d", "selective_scan", "ssd", "chunked_ssd", "gated_rms_norm", "new_token_mask", "softplus",
+           "scan_cost", "check_chunk"]

@@ -3,7 +3,9 @@ held against the reference interpreter: tiny Mamba-1, Mamba-2 (groups > 1, a Δ 
 grouped gated norm) and a hybrid (Mamba-2 layers around an attention layer with RoPE and a
 SwiGLU MLP). A left-padded prefill from zero states, then greedy decode steps fed with each
 engine's own present states and caches; a prefill of several tokens over random (non-zero)
-states with padded new tokens; checker, strict shape inference, determinism and the ops
+states with padded new tokens; the chunked ssd (``scan-chunk``, in the default pipelines) on
+prefills that are and are not a multiple of the chunk, and either form of the portable
+``If`` forced at every length; checker, strict shape inference, determinism and the ops
 each target uses."""
 from collections import Counter
 
@@ -65,11 +67,12 @@ MODELS = {"mamba": mamba, "mamba2": mamba2, "hybrid": hybrid}
 _reference: dict = {}
 
 
-def compiled(model: str, target: str, tmp_path, opset: int = 23, name: str = "model.onnx"):
+def compiled(model: str, target: str, tmp_path, opset: int = 23, name: str = "model.onnx", pipeline=None,
+             context: int = 64):
     graph = MODELS[model]().graph
-    PassManager(parse_pipeline(TARGETS[target].pipeline(opset))).run(graph)
+    PassManager(parse_pipeline(pipeline or TARGETS[target].pipeline(opset))).run(graph)
     path = tmp_path / name
-    emit_model(graph, str(path), target=target, opset=opset, context=64, genai=False)
+    emit_model(graph, str(path), target=target, opset=opset, context=context, genai=False)
     return graph, str(path)
 
 
@@ -164,16 +167,73 @@ def test_checker_strict_shape_inference_and_same_bytes(model, target, opset, tmp
 
 
 def test_ops_each_target_uses(tmp_path):
+    """Default pipelines (scan-chunk{size=64}): the portable ssd is an If between the chunked
+    form (a Scan over chunks among matmuls) and the token Scan; onnx-ort's LinearAttention
+    gets chunk_size. Without the pass the portable ssd is the token Scan alone."""
     portable = op_counts(compiled("hybrid", "onnx", tmp_path, name="p.onnx")[1])
-    assert portable["Scan"] == 2 and portable["Conv"] == 2 and not any(":" in op for op in portable)
-    ort = op_counts(compiled("hybrid", "onnx-ort", tmp_path, name="o.onnx")[1])
+    assert portable["If"] == 2 and portable["Scan"] == 0 and portable["Conv"] == 2
+    assert not any(":" in op for op in portable)
+    (chunked, tokens) = branch_ops(tmp_path / "p.onnx")
+    assert chunked["Scan"] == 1 and chunked["MatMul"] == 4 and chunked["CumSum"] == 1 and tokens["Scan"] == 1
+    ort_path = compiled("hybrid", "onnx-ort", tmp_path, name="o.onnx")[1]
+    ort = op_counts(ort_path)
     assert ort["com.microsoft:LinearAttention"] == 2 and ort["com.microsoft:CausalConvWithState"] == 2
     assert "Scan" not in ort and "Conv" not in ort
+    assert chunk_sizes(ort_path) == [64, 64]
     mamba1 = op_counts(compiled("mamba", "onnx-ort", tmp_path, name="m.onnx")[1])
     assert mamba1["Scan"] == 2 and mamba1["com.microsoft:CausalConvWithState"] == 2  # see backends.onnx.ssm
+    for target in TARGET_NAMES:
+        path = compiled("hybrid", target, tmp_path, name=f"{target}-plain.onnx", pipeline="dce,cse")[1]
+        plain = op_counts(path)
+        assert plain["If"] == 0 and plain["Scan"] == (2 if target == "onnx" else 0) and chunk_sizes(path) == []
 
 
+def branch_ops(path) -> tuple[Counter, Counter]:
+    """Op counts of the first If's then (chunked) and else (token Scan) branches."""
+    node = next(n for n in onnx.load(str(path)).graph.node if n.op_type == "If")
+    graphs = {a.name: a.g for a in node.attribute}
+    return tuple(Counter(n.op_type for n in graphs[key].node) for key in ("then_branch", "else_branch"))
+
+
+def chunk_sizes(path) -> list:
+    return [a.i for n in onnx.load(str(path)).graph.node if n.op_type == "LinearAttention"
+            for a in n.attribute if a.name == "chunk_size"]
+
+
+@pytest.mark.parametrize("tokens, chunk", [(16, 16), (37, 16), (64, 64), (70, 64), (130, 64)])
+@pytest.mark.parametrize("target", TARGET_NAMES)
+@pytest.mark.parametrize("model", ["mamba2", "hybrid"])
+def test_chunked_prefill_over_nonzero_states(model, target, tokens, chunk, tmp_path):
+    """Whole chunks and a rest, over random states (P = 4), row 0 left-padded past its
+    cache; against the interpreter on the graph without the pass (the recurrence)."""
+    graph, path = compiled(model, target, tmp_path, pipeline=f"dce,cse,scan-chunk{{size={chunk}}}", context=256)
+    feeds = random_feeds(graph, batch=2, tokens=tokens, past=4, seed=tokens)
+    feeds["attention_mask"][0, :4 + tokens // 3] = 0
+    want, got = interpreter_engine(MODELS[model]().graph)(feeds), ort_engine(path)(feeds)
+    for name in want:
+        assert_close(got[name], want[name], name)
+
+
+@pytest.mark.parametrize("form, threshold", [("chunked", 1), ("token Scan", 10 ** 6)])
+@pytest.mark.parametrize("tokens", [1, 5, 21])
+def test_either_portable_form_at_every_length(monkeypatch, form, threshold, tokens, tmp_path):
+    """The If's threshold moved so that one form runs every length: the chunked form on one
+    token (a chunk of 63 frozen steps) and on 5, the token Scan on 21 (chunks of 8)."""
+    from backends.onnx import delta
+
+    monkeypatch.setattr(delta, "SSD_CHUNKED_FROM", threshold)
+    graph, path = compiled("mamba2", "onnx", tmp_path, pipeline="dce,cse,scan-chunk{size=8}")
+    feeds = random_feeds(graph, batch=2, tokens=tokens, past=4, seed=tokens)
+    feeds["attention_mask"][1, :5] = 0
+    want, got = interpreter_engine(MODELS["mamba2"]().graph)(feeds), ort_engine(path)(feeds)
+    for name in want:
+        assert_close(got[name], want[name], f"{form}: {name}")
+
+
+@pytest.mark.parametrize("pipeline", ["", "scan-chunk{size=4}"])  # the chunked references copied in too
 @pytest.mark.parametrize("model", ["mamba", "hybrid"])
-def test_numpy_emitter(model, tmp_path):
+def test_numpy_emitter(model, pipeline, tmp_path):
     graph = MODELS[model]().graph
+    if pipeline:
+        PassManager(parse_pipeline(pipeline)).run(graph)
     assert_matches_interpreter(graph, padded_feeds(graph), tmp_path)

@@ -114,13 +114,17 @@ def test_onnx_and_genai_match_transformers(models, hf_greedy, tmp_path, name, ta
 @pytest.mark.parametrize("name", ["qwen3-next-moe", "qwen3.5-dense"])
 def test_a_long_prompt_takes_the_portable_chunked_form(models, tmp_path, name):
     """Prompts of 70 and 40 tokens (past one 64-token chunk, and inside one), left-padded:
-    the portable target's chunked form (``backends.onnx.delta``) against transformers'."""
+    the portable target's chunked form (``backends.onnx.delta``, which ``scan-chunk`` asks
+    for) against transformers'."""
     import onnx
 
+    import passes  # noqa: F401  (registers the passes)
     from backends.onnx import emit, runtime
+    from irc.passmanager import PassManager, parse_pipeline
 
     model, folder = models(name)
     graph = load_spec(folder)
+    PassManager(parse_pipeline("scan-chunk{size=64}")).run(graph)
     path = str(tmp_path / "model.onnx")
     emit.emit_model(graph, path, target="onnx", genai=False)
     assert any(n.op_type == "If" for n in onnx.load(path).graph.node)

@@ -1,7 +1,8 @@
 """gated_delta_rule: the reference (and its chunked form) against transformers' Qwen3-Next
 ``torch_recurrent_gated_delta_rule`` and ``torch_chunk_gated_delta_rule``, in one prefill and
 token by token, from a zero and a non-zero state, key heads shared GQA-style; the padding
-rule; inference refusals; cost."""
+rule; the ``chunk`` attribute (the form the reference computes a prefill in); inference
+refusals; cost; both ONNX targets with and without ``chunk``."""
 import numpy as np
 import pytest
 
@@ -109,6 +110,28 @@ def test_a_padded_token_is_frozen_and_outputs_zero():
     np.testing.assert_allclose(chunked_state, state, rtol=1e-5, atol=1e-5)
 
 
+ORDER = ("q", "k", "v", "a", "b", "A_log", "dt_bias", "past_state", "attention_mask")
+
+
+@pytest.mark.parametrize("seq", [40, 70])  # a multiple of the chunk, and not
+def test_the_chunk_attribute_computes_the_prefill_in_chunks(seq):
+    """With ``chunk`` the op's reference is the chunked form (float64 inside: the last bits
+    differ from the recurrence), the same numbers; one token is the step to the bit."""
+    w = inputs(seq, seed=6)
+    mask = np.ones((B, 2 + seq), np.int64)
+    mask[1, :9] = 0  # row 1: its 2 past columns and 7 new tokens padded
+    w["attention_mask"] = mask
+    sequential = run_op("gated_delta_rule", [w[n] for n in ORDER], ATTRS)
+    chunked = run_op("gated_delta_rule", [w[n] for n in ORDER], {**ATTRS, "chunk": 8})
+    assert any(not np.array_equal(a, b) for a, b in zip(sequential, chunked))
+    for got, want in zip(chunked, sequential):
+        assert relative(got, want) <= TOLERANCE
+    step = {**inputs(1, seed=7), "attention_mask": np.ones((B, 3), np.int64)}
+    for got, want in zip(run_op("gated_delta_rule", [step[n] for n in ORDER], {**ATTRS, "chunk": 8}),
+                         run_op("gated_delta_rule", [step[n] for n in ORDER], ATTRS)):
+        np.testing.assert_array_equal(got, want)
+
+
 def values(key_heads=HK, value_heads=HV, state=True):
     f32 = DType.f32
     v = [Value("q", f32, ("B", "T", key_heads * DK)), Value("k", f32, ("B", "T", key_heads * DK)),
@@ -135,6 +158,10 @@ def test_inference_and_refusals():
         infer(bad)
     with pytest.raises(ShapeError, match="scale"):
         infer(values(), scale=-1.0)
+    assert infer(values(), chunk=64) == infer(values())
+    for chunk in (0, -64, True, 2.5, "64"):
+        with pytest.raises(ShapeError, match="chunk must be None or a positive int"):
+            infer(values(), chunk=chunk)
 
 
 def test_cost_by_hand():
@@ -161,16 +188,22 @@ def delta_model(projections="split"):
     return m.graph
 
 
+@pytest.mark.parametrize("chunk", [None, 64, 16])  # the token Scan alone; an If between the two forms
 @pytest.mark.parametrize("tokens", [1, 5, 20, 64, 130])  # the token Scan twice; chunks: padded, one, three
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-def test_onnx_matches_the_interpreter_over_nonzero_states(tmp_path, target, tokens):
+def test_onnx_matches_the_interpreter_over_nonzero_states(tmp_path, target, tokens, chunk):
     import onnx
 
     from backends.onnx.emit import emit_model
     from backends.onnx.runtime import interpreter_engine, ort_engine
     from irc.interpreter import random_feeds
+    from irc.passmanager import PassManager, parse_pipeline
+
+    import passes  # noqa: F401  (registers the passes)
 
     graph = delta_model("fused" if tokens % 2 else "split")
+    if chunk:
+        PassManager(parse_pipeline(f"scan-chunk{{size={chunk}}}")).run(graph)
     path = str(tmp_path / "model.onnx")
     emit_model(graph, path, target=target, genai=False)
     feeds = random_feeds(graph, batch=2, tokens=tokens, past=3, seed=tokens)
@@ -179,6 +212,49 @@ def test_onnx_matches_the_interpreter_over_nonzero_states(tmp_path, target, toke
     assert list(got) == list(want)
     for name in want:
         assert relative(got[name], want[name]) <= 1e-4, name
+    nodes = onnx.load(path).graph.node
+    assert sum(n.op_type == "If" for n in nodes) == (1 if chunk and target == "onnx" else 0)
+    chunk_sizes = [a.i for n in nodes if n.op_type == "LinearAttention" for a in n.attribute if a.name == "chunk_size"]
+    assert chunk_sizes == ([chunk] if chunk and target == "onnx-ort" else [])
     if target == "onnx" and tokens == 130:
         onnx.checker.check_model(path, full_check=True)
         onnx.shape_inference.infer_shapes(onnx.load(path), strict_mode=True)
+
+
+def test_the_portable_chunked_form_needs_a_power_of_two(tmp_path):
+    from backends.onnx.emit import emit_model
+    from irc.errors import BackendError
+
+    graph = delta_model()
+    for node in graph.nodes:
+        if node.op == "gated_delta_rule":
+            node.attrs["chunk"] = 48
+    with pytest.raises(BackendError, match="chunk must be a power of two"):
+        emit_model(graph, str(tmp_path / "model.onnx"), target="onnx", genai=False)
+    emit_model(graph, str(tmp_path / "model.onnx"), target="onnx-ort", genai=False)  # LinearAttention takes any
+
+
+@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
+def test_a_per_channel_decay_with_chunk_runs_the_token_scan(tmp_path, target):
+    """Kimi's decay per key channel: the interpreter's chunked form, the portable token Scan
+    (no If), onnx-ort's LinearAttention with chunk_size; the same numbers on 40 tokens."""
+    import onnx
+
+    from backends.onnx.emit import emit_model
+    from backends.onnx.runtime import interpreter_engine, ort_engine
+    from tests.ops.test_linear_attention import FORMS, one_op_graph
+
+    graph = one_op_graph(*FORMS["kimi"])
+    for node in graph.nodes:
+        node.attrs["chunk"] = 16
+    path = str(tmp_path / "model.onnx")
+    emit_model(graph, path, target=target, genai=False)
+    assert not any(n.op_type == "If" for n in onnx.load(path).graph.node)
+    rng = np.random.default_rng(8)
+    feeds = {v.name: (rng.standard_normal([2 if d == "B" else 40 if d == "T" else d for d in v.shape]) * 0.5
+                      ).astype(np.float32) for v in graph.inputs if v.name != "attention_mask"}
+    feeds["attention_mask"] = np.ones((2, 42), np.int64)
+    feeds["attention_mask"][1, :9] = 0
+    want, got = interpreter_engine(graph)(feeds), ort_engine(path)(feeds)
+    for name in want:
+        assert relative(got[name], want[name]) <= 1e-5, name
