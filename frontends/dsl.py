@@ -215,6 +215,17 @@ class Model:
         looked_up = self.emit("embedding", [ids, table], {"scale": scale}, "embed_out")[0]
         return self.emit("cast", [looked_up], {"to": str(ACTIVATION)}, "x")[0]
 
+    def embed_positions(self, x: Tensor, positions: int) -> Tensor:
+        """x plus a learned absolute position embedding ``@embed_positions`` [positions, d]
+        looked up at ``position_ids`` (GPT-2's wpe)."""
+        positive("positions", positions, self.origin())
+        _, position_ids = self._context()
+        table = self.param("embed_positions", (positions, self.d_model))
+        looked_up = self.emit("embedding", [Tensor(self, position_ids), table], {"scale": None}, "position_embed")[0]
+        if self.dtype != ACTIVATION:
+            looked_up = self.emit("cast", [looked_up], {"to": str(ACTIVATION)}, "position_embed_f32")[0]
+        return self.emit("add", [x, looked_up], None, "x")[0]
+
     def add(self, a: Tensor, b: Tensor, name: Optional[str] = None) -> Tensor:
         return self.emit("add", [a, b], None, name or f"{self._scope}x")[0]
 
@@ -276,11 +287,14 @@ class Model:
             raise self.error("n", err.message, err.hint) from None
 
     def logits(self, x: Tensor, tied: bool = False, softcap: Optional[float] = None,
-               scale: Optional[float] = None) -> Tensor:
-        """The LM head (``@lm_head`` [V, d], or ``@embed`` when tied), times ``scale`` when
-        set (Granite divides by logits_scaling), optionally soft-capped; sets the graph
-        outputs: logits, then the present caches. The head has no bias, so the scale is
-        applied to its input: the head stays the last matmul (``last-logits`` finds it)."""
+               scale: Optional[float] = None, bias: bool = False) -> Tensor:
+        """The LM head (``@lm_head`` [V, d], or ``@embed`` when tied; bias ``@lm_head.bias``
+        with ``bias``, Phi-2's), times ``scale`` when set (Granite divides by
+        logits_scaling), optionally soft-capped; sets the graph outputs: logits, then the
+        present caches. The scale is applied to the head's input (no bias then): the head
+        stays the last matmul (``last-logits`` finds it)."""
+        if bias and scale is not None:
+            raise self.error("bias", "a head with a bias takes no logits scale")
         softcap = positive_float("softcap", softcap, self.origin())
         scale = positive_float("scale", scale, self.origin())
         if scale is not None:
@@ -294,7 +308,8 @@ class Model:
             weight = self.param("lm_head", (self.vocab, self.d_model))
         self.meta["tied_embeddings"] = bool(tied)
         self.meta["final_softcap"] = softcap
-        logits = self.emit("linear", [x, weight, None], None, "logits_uncapped" if softcap else "logits")[0]
+        head_bias = self.param("lm_head.bias", (self.vocab,)) if bias else None
+        logits = self.emit("linear", [x, weight, head_bias], None, "logits_uncapped" if softcap else "logits")[0]
         if softcap:
             logits = self.emit("softcap", [logits], {"cap": softcap}, "logits")[0]
         self._graph.outputs = [logits.value] + self._presents

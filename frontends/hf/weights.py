@@ -299,3 +299,46 @@ class CheckpointData:
 
     def __repr__(self) -> str:
         return f"safetensors({self.source!r})"
+
+
+class View(Tensor):
+    """Part of one tensor, as a param: some of its rows (``rows``: stored row indices, in
+    order — a fused projection's part, GPT-NeoX's per-head interleaved q|k|v) of the tensor
+    or, with ``transpose``, of its transpose (GPT-2's Conv1D weights are stored [in, out]).
+    A selection reads only the stored rows it spans; a transposed tensor is read whole."""
+
+    def __init__(self, name: str, rows: Optional[tuple] = None, transpose: bool = False):
+        super().__init__(name)
+        self.selection, self.transpose = (None if rows is None else tuple(rows)), transpose
+
+    def _stored(self, checkpoint: Checkpoint) -> list[int]:
+        full = list(checkpoint.info(self.name)[1])
+        if self.transpose and len(full) != 2:
+            raise SpecError(f"tensor {self.name} {full} is not a 2-D weight to transpose",
+                            location=checkpoint.file(self.name))
+        full = full[::-1] if self.transpose else full
+        if self.selection is not None and (not full or max(self.selection) >= full[0]):
+            raise SpecError(f"tensor {self.name} {full} has no row {max(self.selection)}",
+                            location=checkpoint.file(self.name))
+        return full
+
+    def shape(self, checkpoint: Checkpoint) -> list[int]:
+        full = self._stored(checkpoint)
+        return full if self.selection is None else [len(self.selection)] + full[1:]
+
+    def rows(self, checkpoint: Checkpoint, start: int, stop: int) -> np.ndarray:
+        self._stored(checkpoint)
+        if self.transpose:
+            data = checkpoint.read(self.name).T
+            picked = data[start:stop] if self.selection is None else data[list(self.selection[start:stop])]
+            return np.ascontiguousarray(picked)
+        if self.selection is None:
+            return checkpoint.read(self.name, start, stop)
+        wanted = self.selection[start:stop]
+        low, high = min(wanted), max(wanted) + 1
+        return np.ascontiguousarray(checkpoint.read(self.name, low, high)[[i - low for i in wanted]])
+
+    def __repr__(self) -> str:
+        parts = (["transposed"] if self.transpose else []) + (
+            [f"{len(self.selection)} rows"] if self.selection is not None else [])
+        return f"{self.name}[{', '.join(parts)}]"

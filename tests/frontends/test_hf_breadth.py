@@ -14,7 +14,8 @@ from tests.frontends.test_hf_ssm_onnx import genai_greedy, until_eos
 
 torch = pytest.importorskip("torch")
 FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smollm3-nope-list-window",
-            "ministral-windows", "olmo2-post-norms", "olmo3-windows", "olmoe-top2", "starcoder2-biases-window"]
+            "ministral-windows", "olmo2-post-norms", "olmo3-windows", "olmoe-top2", "starcoder2-biases-window",
+            "gpt2-learned-positions", "gpt-neox-parallel", "phi-parallel-head-bias"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -43,7 +44,28 @@ BAD = [  # (config.json, the key named, a fragment of the message)
     ({"model_type": "olmo2", **SMALL, "clip_qkv": 8.0}, "clip_qkv", "no clamp op"),
     ({"model_type": "olmo3", **SMALL, "layer_types": ["sliding_attention", "global"]}, "layer_types", "global"),
     ({"model_type": "starcoder2", **SMALL, "hidden_act": "silu"}, "hidden_act", '"silu" is not supported'),
+    ({"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 5}, "n_head", "not divisible by 5 heads"),
+    ({"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "scale_attn_by_inverse_layer_idx": True},
+     "scale_attn_by_inverse_layer_idx", "irc scales every layer alike"),
+    ({"model_type": "phi", **SMALL, "qk_layernorm": True}, "qk_layernorm", "not supported"),
+    ({"model_type": "gpt_neox", **SMALL, "hidden_act": "relu"}, "hidden_act", '"relu" is not supported'),
 ]
+
+
+def test_gpt2_reads_the_base_models_names(models, tmp_path):  # noqa: F811
+    """openai-community/gpt2's safetensors name the base model's tensors (``h.0.attn.c_attn.weight``,
+    ``wte.weight``) and keep the causal-mask buffers (``h.0.attn.bias``): the same graph."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    model, folder = models("gpt2-learned-positions")
+    tensors = {name.removeprefix("transformer."): value for name, value in load_file(folder / "model.safetensors").items()}
+    tensors.update({f"h.{i}.attn.bias": np.tril(np.ones((1, 1, 64, 64), np.float32)) for i in range(2)})
+    save_file(tensors, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text((folder / "config.json").read_text())
+    want, got = load_spec(folder), load_spec(tmp_path)
+    for name, param in want.params.items():
+        np.testing.assert_array_equal(got.params[name].array(), param.array(), err_msg=name)
 
 
 @pytest.mark.parametrize("config, key, fragment", BAD)

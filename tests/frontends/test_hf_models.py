@@ -97,6 +97,17 @@ CASES = {  # name: (config class, overrides of SMALL)
     "smollm3-nope-list-window": ("SmolLM3Config", dict(num_hidden_layers=3, no_rope_layers=[1, 0, 1], pad_token_id=0,
                                                        bos_token_id=1, eos_token_id=2, use_sliding_window=True,
                                                        sliding_window=4)),
+    # families_classic
+    "gpt2-learned-positions": ("GPT2Config", dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1,
+                                                  eos_token_id=2)),
+    "gpt2-unscaled-exact-gelu": ("GPT2Config", dict(n_embd=48, n_layer=2, n_head=4, n_positions=64, n_inner=80,
+                                                    scale_attn_weights=False, activation_function="gelu",
+                                                    bos_token_id=1, eos_token_id=2)),
+    "gpt-neox-parallel": ("GPTNeoXConfig", dict(bos_token_id=1, eos_token_id=2)),
+    "gpt-neox-sequential-half-rotary": ("GPTNeoXConfig", dict(use_parallel_residual=False, bos_token_id=1,
+                                                              eos_token_id=2, rope_parameters={
+        "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})),
+    "phi-parallel-head-bias": ("PhiConfig", dict(num_key_value_heads=4, bos_token_id=1, eos_token_id=2)),
     # families_olmo
     "olmo2-post-norms": ("Olmo2Config", dict(num_key_value_heads=4, pad_token_id=0, eos_token_id=2)),
     "olmo2-gqa-tied": ("Olmo2Config", dict(head_dim=8, tie_word_embeddings=True, pad_token_id=0, eos_token_id=2)),
