@@ -1,7 +1,9 @@
 """NPU tiling plans against the I/O lower bound and a naive tiling (no assertions).
 
-Prints, for Llama-3-8B and DeepSeek-V2 (weights absent) at prefill (T = 512) and decode
-(P = 4,096) on every shipped target:
+Prints, for Llama-3-8B, DeepSeek-V2 and the hybrids with recurrent layers (Mamba-2-2.7B,
+Qwen3-Next-80B-A3B and the tiny Mamba-2, Granite-4.0-H, LFM2 and Qwen3-Next twins; weights
+absent) at prefill (T = 512) and decode (P = 4,096) on every shipped target (a recurrent
+layer is a scan: its state in and out once per call, irc.npu.scan):
 
 1. one row per distinct op (layers repeat; the first layer that has the op stands for
    all): the plan's DRAM bytes, the lower bound, their ratio, the naive tiling's bytes
@@ -10,7 +12,7 @@ Prints, for Llama-3-8B and DeepSeek-V2 (weights absent) at prefill (T = 512) and
 3. the time to plan the 80-layer Llama-2-70B (median of ``--repeat`` runs): the planner
    alone, and load + pass manager + JSON as ``irc tile`` does it.
 
-    python benchmarks/npu_plans.py [--repeat 5] [--models llama3-8b,deepseek-v2]
+    python benchmarks/npu_plans.py [--repeat 5] [--models llama3-8b,tiny-mamba2-2.7b]
 """
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ from frontends import load_spec  # noqa: E402
 from irc.passmanager import PassManager  # noqa: E402
 from passes.npu_tile import NpuTile  # noqa: E402
 
+MODELS = ("llama3-8b", "deepseek-v2", "mamba2-2.7b", "qwen3-next-80b-a3b", "tiny-mamba2-2.7b",
+          "tiny-granite-4.0-h-small", "tiny-lfm2-1.2b", "tiny-qwen3-next-80b-a3b")
 TARGETS = sorted(glob.glob(os.path.join(ROOT, "examples", "targets", "*.yaml")))
 
 
@@ -101,7 +105,7 @@ def planning_time(repeat: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--models", default="llama3-8b,deepseek-v2")
+    parser.add_argument("--models", default=",".join(MODELS))
     args = parser.parse_args()
     table(args.models.split(","))
     planning_time(args.repeat)

@@ -18,13 +18,15 @@ Numbers (``Numbers``): float dtypes compute in fp32; integer dtypes multiply exa
 integer accumulators, then ``finish`` dequantizes (``acc_scale``), runs the epilogue in
 fp32 and quantizes the output (``out_scale``, round half to even, saturating).
 ``reference`` computes the same op untiled with the same ``finish``, so GEMM outputs
-match exactly for integers and to rounding for floats.
+match exactly for integers and to rounding for floats. Recurrent layers (a record of kind
+``scan``) run in ``backends.npu.recurrent``.
 """
 from __future__ import annotations
 
 import itertools
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -32,6 +34,7 @@ from irc.errors import BackendError
 from irc.ops.moe import ACTIVATIONS, activate
 from irc.ops.primitives import gelu, rsqrt, sigmoid, silu
 from irc.npu.target import Machine, ceil_div, round_up
+from backends.npu.recurrent import random_scan_operands, reference_scan, run_scan
 
 NUMPY = {"int8": np.int8, "int16": np.int16, "fp16": np.float16, "bf16": np.float32, "fp32": np.float32}
 
@@ -389,6 +392,7 @@ class Result:
     outputs: np.ndarray        # [count, ...] one output per instance
     dram: dict                 # stream -> bytes moved, all instances
     sram_bytes: int            # SRAM allocated by one instance
+    states: Optional[np.ndarray] = None   # a scan: [count, ...] the present state per instance
 
     @property
     def dram_bytes(self) -> int:
@@ -398,25 +402,32 @@ class Result:
 def execute(record: dict, machine: Machine, operands: dict, numbers: Numbers = Numbers()) -> Result:
     """Run every instance of a planned op tile by tile. ``operands`` holds, per instance
     (leading axis ``count``): GEMM ``a``, ``b`` ([weights, ...]) and ``epilogue`` (a list);
-    attention ``q``, ``k``, ``v`` and ``visible``."""
-    dma, outputs, used = Dma(machine), [], 0
+    attention ``q``, ``k``, ``v`` and ``visible``; a scan the op's operands by name
+    (``backends.npu.recurrent``)."""
+    dma, outputs, states, used = Dma(machine), [], [], 0
     for i in range(record["count"]):
         sram = Sram(machine)
-        if record["kind"] == "gemm":
+        if record["kind"] == "scan":
+            y, state = run_scan(record, machine, {k: v[i] for k, v in operands.items()}, numbers, sram, dma)
+            outputs.append(y)
+            states.append(state)
+        elif record["kind"] == "gemm":
             outputs.append(run_gemm(record, machine, operands["a"][i], list(operands["b"][i]),
                                     [op[i] for op in operands.get("epilogue", [])], numbers, sram, dma))
         else:
             outputs.append(run_attention(record, machine, operands["q"][i], operands["k"][i], operands["v"][i],
                                          operands["visible"][i], numbers, sram, dma))
         used = sram.used
-    return Result(np.stack(outputs), dma.bytes, used)
+    return Result(np.stack(outputs), dma.bytes, used, np.stack(states) if states else None)
 
 
 def reference(record: dict, machine: Machine, operands: dict, numbers: Numbers = Numbers()) -> np.ndarray:
     """Every instance of the op, untiled."""
     outputs = []
     for i in range(record["count"]):
-        if record["kind"] == "gemm":
+        if record["kind"] == "scan":
+            outputs.append(reference_scan(record, machine, {k: v[i] for k, v in operands.items()}, numbers)[0])
+        elif record["kind"] == "gemm":
             outputs.append(reference_gemm(record, machine, operands["a"][i], list(operands["b"][i]),
                                           [op[i] for op in operands.get("epilogue", [])], numbers))
         else:
@@ -433,6 +444,9 @@ def random_operands(record: dict, machine: Machine, seed: int = 0) -> tuple[dict
     rng = np.random.default_rng(seed)
     dtype = np.dtype(NUMPY[machine.dtype])
     n, shape = record["count"], record["shape"]
+    if record["kind"] == "scan":
+        numbers = Numbers() if machine.is_float else Numbers(operand_scale=1.0 / 100, out_scale=1.0 / 32)
+        return random_scan_operands(record, machine, rng), numbers
 
     def draw(*dims):
         if machine.is_float:

@@ -13,9 +13,12 @@ Signature of both graphs (N = ``--context``, the fixed cache length):
 - inputs: ``input_ids`` int32 [1, T], ``position_ids`` int32 [1, T], ``attention_bias``
   [1, 1, T, N + T] (additive: 0 where query t may see key j, ``MASK_VALUE`` elsewhere; keys
   0..N-1 are the cache slots, N..N+T-1 the new tokens), one ``attention_bias.window{W}``
-  per sliding window, and ``past_key_values.{i}.key/.value`` [1, K, N, D];
-- outputs: ``logits`` [1, T, V] and ``present.{i}.key/.value`` [1, K, T, D], the new
-  entries only: the host writes them into the cache slots it chooses.
+  per sliding window, ``past_key_values.{i}.key/.value`` [1, K, N, D] and a recurrent
+  layer's fixed-size states (``past_key_values.{i}.conv_state`` [1, C, K-1],
+  ``.recurrent_state`` [1, H, N, P]; ``backends.onnx_npu.recurrent``);
+- outputs: ``logits`` [1, T, V], ``present.{i}.key/.value`` [1, K, T, D], the new
+  entries only: the host writes them into the cache slots it chooses, and
+  ``present.{i}.conv_state`` / ``.recurrent_state``, the whole states after the T tokens.
 
 Quantized precisions (``w8a16``, ``w4a16``) put every linear layer in a QDQ unit with
 calibrated uint16 activations (``backends.onnx_npu.qdq``). Companion files (a tokenizer)
@@ -31,6 +34,7 @@ from typing import Mapping, Optional
 import onnx
 from onnx import helper
 
+from irc.analysis import state_inputs
 from irc.errors import BackendError
 from irc.graph import Graph
 from irc.output import OutputFolder
@@ -42,13 +46,14 @@ from backends.onnx.writer import plan as plan_layout
 from backends.onnx_npu.host import load_contract
 from backends.onnx_npu.lower import LOWERINGS, MASK_VALUE, OPSET, NpuBuilder, check_lowerable, to_onnx_type
 from backends.onnx_npu.mla import lower_mla_attention
+from backends.onnx_npu.recurrent import LOWERINGS as RECURRENT
 from backends.onnx_npu.qdq import BITS, WINDOW, calibrate, calibration_tokens, output_step
 from backends.onnx_npu.targets import check_context, resolve
 
 CONTRACT = "irc_npu.json"
 DATA = "model.data"
 GRAPHS = {"chunk": "chunk.onnx", "decode": "decode.onnx"}
-TABLE = {**LOWERINGS, "mla_attention": lower_mla_attention}
+TABLE = {**LOWERINGS, **RECURRENT, "mla_attention": lower_mla_attention}
 
 
 def build(graph: Graph, tokens: int, context: int, quant=None) -> NpuBuilder:
@@ -82,12 +87,17 @@ def signature(graph: Graph, b: NpuBuilder) -> tuple[list, list]:
              for name in b.masks.values()]
     after = next((i + 1 for i, v in enumerate(inputs) if v.name == "position_ids"), 1)  # masks after the ids
     inputs[after:after] = masks
+    states = {present_name(v.name) for v in state_inputs(graph)}
     for value in graph.outputs:
         shape = [b.size(d) for d in value.shape]
-        if value.name.startswith("present."):
+        if value.name.startswith("present.") and value.name not in states:
             shape[2] = tokens
         outputs.append(helper.make_tensor_value_info(value.name, ONNX_TYPES[value.dtype], shape))
     return inputs, outputs
+
+
+def present_name(past: str) -> str:
+    return "present." + past[len("past_key_values."):]
 
 
 def _float_type(graph: Graph):
@@ -107,15 +117,21 @@ def model_proto(graph: Graph, b: NpuBuilder, tensors: list, role: str) -> onnx.M
 
 def contract(graph: Graph, builders: dict, settings: dict) -> dict:
     chunk = builders["chunk"]
-    caches = [{"past": v.name, "present": "present." + v.name[len("past_key_values."):],
-               "shape": [chunk.size(d) for d in v.shape], "dtype": v.dtype.name}
-              for v in graph.inputs if v.name.startswith("past_key_values.")]
+    fixed = {v.name for v in state_inputs(graph)}
+
+    def entry(v):
+        return {"past": v.name, "present": present_name(v.name), "shape": [chunk.size(d) for d in v.shape],
+                "dtype": v.dtype.name}
+
+    past = [v for v in graph.inputs if v.name.startswith("past_key_values.")]
+    caches = [entry(v) for v in past if v.name not in fixed]
+    states = [entry(v) for v in past if v.name in fixed]
     return {"format": 1, "target": "onnx-npu", "model": graph.name, "chunk": settings["chunk"],
             "context": chunk.context, "precision": settings["precision"], "dtype": _float_type(graph).name,
             "vocab_size": int(graph.meta.get("vocab_size", 0)), "graphs": dict(GRAPHS), "data": DATA,
             "inputs": {"ids": "input_ids", "positions": "position_ids", "ids_dtype": "int32"},
             "masks": [{"name": name, "window": window} for window, name in chunk.masks.items()],
-            "mask_value": MASK_VALUE, "caches": caches, "logits": "logits",
+            "mask_value": MASK_VALUE, "caches": caches, "states": states, "logits": "logits",
             **({"calibration": settings["calibration"]} if "calibration" in settings else {})}
 
 

@@ -10,6 +10,12 @@ sees (filled slots, causal among the new tokens, within a sliding window where t
 has one). A padded query row sees only itself; its outputs are never read and its cache
 entries never written.
 
+A recurrent layer's states (``contract["states"]``: a conv state, an SSD or delta-rule
+state) are fixed-size: the host feeds each call the states the previous one returned
+(zeros before the first). Its graphs read no padding mask, so every token they run must be
+real: a prompt runs in whole chunks through ``chunk.onnx`` and its remainder (fewer than T
+tokens) one token a call through ``decode.onnx``; ``step`` refuses a short chunk.
+
 The sequence must fit the cache: prompt + new tokens - 1 <= ``context`` (an ``IRCError``
 names both otherwise, before anything runs).
 """
@@ -75,6 +81,8 @@ class Host:
         self.context = contract["context"]
         self.dtype = DType.parse(contract["dtype"]).numpy
         self.caches = {c["past"]: np.zeros(c["shape"], DType.parse(c["dtype"]).numpy) for c in contract["caches"]}
+        self.states = {s["past"]: np.zeros(s["shape"], DType.parse(s["dtype"]).numpy)
+                       for s in contract.get("states", [])}
         self.filled = 0
 
     def feeds(self, ids: Sequence[int], tokens: int) -> dict:
@@ -84,7 +92,8 @@ class Host:
         padded = np.zeros(tokens, np.int64)
         padded[:real] = ids
         feeds = {self.contract["inputs"]["ids"]: padded[None].astype(np.int32),
-                 self.contract["inputs"]["positions"]: positions[None].astype(np.int32), **self.caches}
+                 self.contract["inputs"]["positions"]: positions[None].astype(np.int32), **self.caches,
+                 **self.states}
         query = start + np.arange(tokens)[:, None]                              # [T, 1] positions
         keys = np.concatenate([np.arange(n), start + np.arange(tokens)])[None]  # [1, N+T]
         filled = np.concatenate([np.arange(n) < start, np.ones(tokens, bool)])[None]
@@ -102,11 +111,16 @@ class Host:
         """Run ``ids`` through graph ``role``, place their cache entries; the logits of the
         real tokens [len(ids), V]."""
         tokens = self.contract["chunk"] if role == "chunk" else 1
-        outputs = self.engines[role](self.feeds(ids, tokens))
         real = len(ids)
+        if self.states and real != tokens:
+            raise IRCError(f"{real} tokens for the {tokens}-token {role} graph: a recurrent state would take the "
+                           "padding in", hint="run whole chunks, and the rest one token at a time (prefill does)")
+        outputs = self.engines[role](self.feeds(ids, tokens))
         for cache in self.contract["caches"]:
             new = outputs[cache["present"]][:, :, :real]
             self.caches[cache["past"]][:, :, self.filled:self.filled + real] = new
+        for state in self.contract.get("states", []):
+            self.states[state["past"]] = outputs[state["present"]]
         self.filled += real
         return outputs[self.contract["logits"]][0, :real]
 
@@ -115,7 +129,10 @@ class Host:
         chunk = self.contract["chunk"]
         if self.filled + len(ids) > self.context:
             raise IRCError(f"{len(ids)} tokens do not fit the {self.context}-slot KV cache")
-        return np.concatenate([self.step("chunk", ids[i:i + chunk]) for i in range(0, len(ids), chunk)])
+        whole = len(ids) // chunk * chunk if self.states else len(ids)
+        parts = [self.step("chunk", ids[i:i + chunk]) for i in range(0, whole, chunk)]
+        parts += [self.step("decode", ids[i:i + 1]) for i in range(whole, len(ids))]
+        return np.concatenate(parts)
 
 
 def prefill_logits(folder: str, ids: Sequence[int], engines: Optional[Mapping[str, Engine]] = None) -> np.ndarray:

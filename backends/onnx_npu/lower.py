@@ -21,9 +21,9 @@ The ops that differ from the portable flavour:
 
 What the HTP compiler accepts was found by compiling (``backends.onnx_npu.qnn``): the
 table holds only ops whose ONNX form compiled with every node on the HTP for soc_model 60
-and 69. An op outside it is refused with the pass that would lower it (``NEEDS``); a
-recurrent op (state-space layers, the gated delta rule) is refused as such: recurrent layers
-on this target are not written yet (``check_lowerable``).
+and 69. An op outside it is refused with the pass that would lower it (``NEEDS``); recurrent
+layers are lowered in ``backends.onnx_npu.recurrent`` (Mamba-1's selective scan is refused
+by ``check_lowerable``).
 """
 from __future__ import annotations
 
@@ -211,7 +211,7 @@ def lower_cast(b: NpuBuilder, node: Node, outs: list[str]) -> None:
 # outside the table is refused with the pass named in NEEDS.
 ACCEPTED = ("add", "sub", "mul", "div", "exp", "tanh", "sqrt", "sigmoid", "neg", "rsqrt", "silu", "gelu",
             "constant", "reduce_mean", "reduce_sum", "reduce_max", "softmax", "matmul", "reshape", "transpose",
-            "slice", "concat", "gather")
+            "slice", "concat", "gather", "expand", "maximum")
 LOWERINGS = {**{op: portable.LOWERINGS[op] for op in ACCEPTED}, "cast": lower_cast, "embedding": lower_embedding,
              "rope": lower_rope, "attention": lower_attention, "linear": lower_linear, "moe": lower_moe}
 NEEDS = {
@@ -237,18 +237,23 @@ def recurrent(op: str) -> bool:
 
 
 def check_lowerable(graph, table) -> None:
-    """Raise for the first recurrent node (onnx-npu has no recurrent lowering yet: a fixed
-    state per layer beside the fixed KV cache, with its own host contract), else for the
-    first node outside ``table``."""
+    """Raise for the first node outside ``table``; a recurrent one (Mamba-1's selective scan,
+    whose decay differs per channel and state index, and the delta rule with a per-channel
+    decay) is named as such, with the targets that carry it."""
     for node in graph.nodes:
+        if node.op == "gated_delta_rule" and node.attrs.get("decay") == "channel":
+            raise BackendError("op 'gated_delta_rule' with a per-key-channel decay (decay=channel, Kimi) is a "
+                               "recurrent layer that onnx-npu has no lowering for (it lowers a per-head decay)",
+                               location=_where(node), hint="compile this model with --target onnx or --target "
+                                                           "onnx-ort")
+        if node.op in table:
+            continue
         if recurrent(node.op):
-            raise BackendError(f"op {node.op!r} is a recurrent layer: onnx-npu has no lowering for recurrent "
-                               "(state-space, linear-attention) layers yet", location=_where(node),
+            raise BackendError(f"op {node.op!r} is a recurrent layer that onnx-npu has no lowering for (it lowers "
+                               "causal_conv1d, ssd and gated_delta_rule)", location=_where(node),
                                hint="compile this model with --target onnx or --target onnx-ort, which carry "
                                     "each layer's state as past_key_values.{i}.* -> present.{i}.*")
-    for node in graph.nodes:
-        if node.op not in table:
-            raise refuse(node, table)
+        raise refuse(node, table)
 
 
 def _where(node: Node) -> str:

@@ -18,7 +18,9 @@ class NpuTile(Pass):
     cached ones), the plan picks Tm x Tn x Tk tiles aligned to the MAC array and a loop
     order that fit the target's SRAM and move the fewest DRAM bytes, then the fewest
     cycles (a roofline per tile step with pipeline fill); attention is tiled flash-style;
-    single-use elementwise consumers are fused into the producer's epilogue. Each op's
+    single-use elementwise consumers are fused into the producer's epilogue; the recurrent
+    layers (short convolution, Mamba-2's SSD, the gated delta rule) are scans over head tiles
+    and token chunks with the state resident (``irc.npu.scan``). Each op's
     traffic is held against the I/O lower bound. The machine model is ``irc.npu``
     (target, cost); the planner is this package (``workloads``, ``plan``).
 

@@ -19,7 +19,7 @@ import math
 
 from irc.errors import BackendError
 from irc.graph import Graph
-from irc.npu import cost
+from irc.npu import cost, scan
 from passes.npu_tile import workloads
 from irc.npu.target import Machine, Target
 
@@ -45,7 +45,8 @@ def plan_graph(graph: Graph, target: Target, *, tokens: int = 512, past: int = 4
         records = []
         for work in works:
             if work.shape not in searched:
-                searched[work.shape] = cost.search(work.shape, machine, what=f"{work.name} ({phase})")
+                search = scan.search_scan if work.kind == "scan" else cost.search
+                searched[work.shape] = search(work.shape, machine, what=f"{work.name} ({phase})")
             records.append(op_record(work, phase, searched[work.shape], machine))
         others = [n for n in graph.nodes if n.name not in covered]
         unplanned = sum(workloads.unplanned_bytes(n, bindings, machine.op_bytes) for n in others)
@@ -97,6 +98,9 @@ def op_record(work: workloads.Work, phase: str, choice: cost.Choice, machine: Ma
     }
     if work.attention is not None:
         record["attention"] = dict(work.attention)
+    if work.scan is not None:
+        record["scan"] = {"op": work.scan["op"], "attrs": dict(work.scan["attrs"]),
+                          "operands": list(work.scan["operands"])}
     return record
 
 
@@ -131,10 +135,16 @@ def machine_of(plan: dict) -> Machine:
 
 
 def naive_record(record: dict, machine: Machine) -> dict:
-    """The fixed-16x16x16 baseline for a planned op: dram_bytes, cycles, ratio."""
+    """The fixed-16x16x16 baseline for a planned op (a scan: one unit and 16 tokens a
+    step): dram_bytes, cycles, ratio."""
+    n = record["count"]
+    if record["kind"] == "scan":   # one unit, 16 tokens a step
+        base = scan.evaluate(scan.ScanShape.from_json(record["shape"]), machine, 1, 16)
+        return {"dram_bytes": base["dram_bytes"] * n, "cycles": base["cycles"] * n,
+                "ratio": round(base["dram_bytes"] * n / record["lower_bound_bytes"], 4),
+                "sram_bytes": base["sram_bytes"]}
     shape = cost.shape_from_json(record["kind"], record["shape"])
     base = cost.naive(shape, machine)
-    n = record["count"]
     dram = int(base.cost["dram_bytes"]) * n
     return {"dram_bytes": dram, "cycles": math.ceil(float(base.cost["cycles"])) * n,
             "ratio": round(dram / record["lower_bound_bytes"], 4), "sram_bytes": int(base.cost["sram_bytes"])}

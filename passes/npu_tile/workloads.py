@@ -17,6 +17,9 @@ attention core, named ``<node>`` for a single-GEMM node (``layers.0.q``) and
   cache (Dk = d_c + rope, Dv = d_c) and ``wo_absorbed``; ``mla_latent_attention``: ``q_a``,
   ``q_b`` (or ``wq``), ``kv_a``, ``w_uk`` (H small GEMMs [T, nope] x [nope, d_c], one per head),
   the same core, ``w_uv`` (H small GEMMs [T, d_c] x [d_c, v]) and ``wo``;
+- ``ssd``, ``gated_delta_rule``, ``causal_conv1d``: one scan per sequence over head (or
+  channel) tiles and token chunks, the state resident (``passes.npu_tile.recurrent``,
+  ``irc.npu.scan``);
 - ``moe``: ``router``, ``shared.gate_up``/``shared.down`` and the routed experts. Routed
   rows are the *expected* load under balanced routing: the T*top_k token slots spread over
   min(E, T*top_k) experts as evenly as possible (so for decode, top_k experts of one row
@@ -50,6 +53,7 @@ from irc.ops import get_op
 from irc.ops.registry import pad_inputs
 from irc.npu.cost import AttentionShape, GemmShape
 from irc.rewrite.epilogue import epilogue_chain
+from passes.npu_tile import recurrent
 
 # what a tile loop's epilogue reads besides the accumulator: residual tiles and row vectors
 EPILOGUE_OPERANDS = ("tile", "vector")
@@ -68,10 +72,13 @@ class Work:
     fused: list = field(default_factory=list)       # names of the fused elementwise nodes
     epilogue: list = field(default_factory=list)    # the epilogue steps, for the executor
     attention: Optional[dict] = None                # group, tokens, past, causal, scale
+    scan: Optional[dict] = None                     # a recurrent layer: op, attrs, operand names
 
     @property
     def kind(self) -> str:
-        return "gemm" if isinstance(self.shape, GemmShape) else "attention"
+        if isinstance(self.shape, GemmShape):
+            return "gemm"
+        return "attention" if isinstance(self.shape, AttentionShape) else "scan"
 
 
 def extract(graph: Graph, bindings: dict) -> tuple[list[Work], set]:
@@ -271,7 +278,7 @@ def _moe(graph, node, sizes):
 
 RULES = {"linear": _linear, "matmul": _matmul, "swiglu": _gated_mlp, "geglu": _gated_mlp, "gelu_mlp": _gelu_mlp,
          "attention": _attention, "mla_attention": _mla, "mla_absorbed_attention": _mla,
-         "mla_latent_attention": _mla, "moe": _moe}
+         "mla_latent_attention": _mla, "moe": _moe, **recurrent.RULES}
 
 
 # ---- what is left ------------------------------------------------------------------------

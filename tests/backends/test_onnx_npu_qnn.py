@@ -1,6 +1,6 @@
 """onnx-npu against a real NPU compiler: onnxruntime-qnn's HTP backend compiles every tiny
-decoder example's graphs (the recurrent ones are refused by the target: test_onnx_npu.py)
-for soc_model 60 and 69 with CPU fallback disabled and
+decoder example's graphs (the hybrids with recurrent layers too, fp16 and w8a16; Mamba-1's
+selective scan is refused by the target: test_onnx_npu.py) for soc_model 60 and 69 with CPU fallback disabled and
 every node on the HTP (the exception decides, not the _ctx.onnx file; the chunk graph for
 one SoC and the decode graph for the other here, all four pairs in benchmarks/npu_onnx.py); a 2-layer slice of
 the real SmolLM2 compiles the same way; the compiled context run in the x86 emulator
@@ -26,6 +26,7 @@ from irc.check import relative_error  # noqa: E402
 from irc.passmanager import PassManager, parse_pipeline  # noqa: E402
 from irc_cli.commands import main  # noqa: E402
 from test_onnx_npu import DECODERS as EXAMPLES  # noqa: E402  (the tiny examples without recurrent layers)
+from test_onnx_npu_recurrent import HYBRIDS  # noqa: E402  (those with recurrent layers onnx-npu lowers)
 PROMPT = [3, 17, 42, 99, 5, 7, 250, 11, 60, 61, 62]
 
 
@@ -52,6 +53,45 @@ def test_every_tiny_example_compiles_entirely_on_the_htp(spec, tmp_path):
     graph, soc = [("chunk", 60), ("decode", 69), ("chunk", 69), ("decode", 60)][EXAMPLES.index(spec) % 4]
     path = str(folder / f"{graph}.onnx")
     assert_all_on_htp(qnn.compile_htp(path, soc, out=str(tmp_path / f"{graph}_ctx.onnx")), path)
+
+
+@pytest.mark.parametrize("spec", HYBRIDS)
+def test_every_hybrid_compiles_entirely_on_the_htp(spec, tmp_path):
+    """fp16: both graphs for both SoCs; w8a16 (QDQ linear layers, the recurrences at fp16
+    between them): the chunk graph for one SoC and the decode graph for the other."""
+    folder = compile_folder(spec, tmp_path / "fp16")
+    text = tmp_path / "calibration.txt"
+    text.write_text(" ".join(str(t) for t in np.random.default_rng(3).integers(0, 256, 64)))
+    quantized = tmp_path / "w8a16"
+    assert main(["compile", spec, "--target", "onnx-npu", "-o", str(quantized), "--context", "32", "--chunk", "4",
+                 "--precision", "w8a16", "--calibration", str(text), "--quiet"]) == 0
+    first = HYBRIDS.index(spec) % 2
+    pairs = [(folder, g, soc) for g in ("chunk", "decode") for soc in (60, 69)] + \
+        [(quantized, "chunk", (60, 69)[first]), (quantized, "decode", (69, 60)[first])]
+    for where, graph, soc in pairs:
+        path = str(where / f"{graph}.onnx")
+        out = str(tmp_path / f"{where.name}_{graph}_{soc}_ctx.onnx")
+        assert_all_on_htp(qnn.compile_htp(path, soc, out=out), path)
+
+
+def test_emulated_hybrid_matches_the_cpu_provider(tmp_path):
+    """tiny-qwen3-next (gated DeltaNet, attention, MoE): the compiled chunk and decode
+    contexts in the HTP emulator carry the states through the host loop: the same greedy
+    tokens, logits within 1e-1 relative of the CPU provider. Looser than the attention
+    models' 1e-2: the HTP runs the layers' f32 math at fp16 (the CPU provider in f32), and
+    the error grows along a chunk's decay products (measured at 9 prompt positions: up to
+    8e-2 on tiny-qwen3-next, 5e-2 on tiny-mamba2, 2e-2 on tiny-lfm2)."""
+    folder = compile_folder("examples/tiny-qwen3-next-80b-a3b.yaml", tmp_path / "m")
+    engines = {}
+    for role in ("chunk", "decode"):
+        compiled = qnn.compile_htp(str(folder / f"{role}.onnx"), 69, out=str(tmp_path / f"{role}_ctx.onnx"))
+        assert compiled.ok, compiled.error
+        engines[role] = host.session_engine(qnn.emulated_session(compiled.context_path, 69))
+    cpu, emulated = [], []
+    tokens = host.generate(str(folder), PROMPT[:9], 2, logits=cpu)
+    assert host.generate(str(folder), PROMPT[:9], 2, engines=engines, logits=emulated) == tokens
+    for a, b in zip(cpu, emulated):
+        assert relative_error(b.astype(np.float32), a.astype(np.float32)) < 1e-1
 
 
 def test_a_refused_node_fails_the_compile_and_is_named(tmp_path):
