@@ -36,8 +36,8 @@ def lower_mla_attention(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     x, dtype = b.value(x_value), x_value.dtype
     tokens = b.size(x_value.shape[1])
     heads, nope, rope_dim, v_dim = a["heads"], a["qk_nope_head_dim"], a["qk_rope_head_dim"], a["v_head_dim"]
-    rope = a["rope"]
-    convention = rope.get("convention", "half")
+    rope = a["rope"]  # None: MLA without RoPE (Kimi-Linear), nothing rotated
+    convention = rope.get("convention", "half") if rope else "half"
     name = outs[0]
     shape = dict(batch=1, seq=tokens)
 
@@ -48,11 +48,15 @@ def lower_mla_attention(b: NpuBuilder, node: Node, outs: list[str]) -> None:
         q_a = rms_norm(b, q_a, ops["q_a_norm"], a["eps"], 0.0, dtype, b.fresh(f"{name}/q_a_norm"))
         q = linear(b, q_a, dtype, ops["q_b"], None, b.fresh(f"{name}/q"))
     q4 = heads_first(b, q, heads=heads, width=nope + rope_dim, out=b.fresh(f"{name}/q_heads"), **shape)
-    cos, sin = gathered_rope(b, ops["position_ids"], rope_dim, rope["base"], rope.get("scaling"), dtype)
-    q_nope = slice_(b, q4, 0, nope, 3, b.fresh(f"{name}/q_nope"))
-    q_pe = slice_(b, q4, nope, nope + rope_dim, 3, b.fresh(f"{name}/q_pe"))
-    q_pe = _rotate_heads(b, q_pe, (1, heads, tokens, rope_dim), cos, sin, convention, b.fresh(f"{name}/q_pe_rot"))
-    query = b.op("Concat", [q_nope, q_pe], f"{name}/query", axis=3)
+    if rope:
+        cos, sin = gathered_rope(b, ops["position_ids"], rope_dim, rope["base"], rope.get("scaling"), dtype)
+        q_nope = slice_(b, q4, 0, nope, 3, b.fresh(f"{name}/q_nope"))
+        q_pe = slice_(b, q4, nope, nope + rope_dim, 3, b.fresh(f"{name}/q_pe"))
+        q_pe = _rotate_heads(b, q_pe, (1, heads, tokens, rope_dim), cos, sin, convention,
+                             b.fresh(f"{name}/q_pe_rot"))
+        query = b.op("Concat", [q_nope, q_pe], f"{name}/query", axis=3)
+    else:
+        query = q4
 
     rank = a["kv_lora_rank"]
     compressed = linear(b, x, dtype, ops["kv_a"], None, b.fresh(f"{name}/kv_a"))
@@ -60,7 +64,8 @@ def lower_mla_attention(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     c_kv = rms_norm(b, c_kv, ops["kv_a_norm"], a["eps"], 0.0, dtype, b.fresh(f"{name}/c_kv"))
     k_pe = slice_(b, compressed, rank, rank + rope_dim, 2, b.fresh(f"{name}/k_pe_raw"))
     k_pe = b.op("Unsqueeze", [k_pe, b.i64([1])], f"{name}/k_pe_head")
-    k_pe = _rotate_heads(b, k_pe, (1, 1, tokens, rope_dim), cos, sin, convention, b.fresh(f"{name}/k_pe"))
+    if rope:
+        k_pe = _rotate_heads(b, k_pe, (1, 1, tokens, rope_dim), cos, sin, convention, b.fresh(f"{name}/k_pe"))
     k_pe = b.op("Tile", [k_pe, b.i64([1, heads, 1, 1])], f"{name}/k_pe_heads")
 
     kv = linear(b, c_kv, dtype, ops["kv_b"], None, b.fresh(f"{name}/kv"))

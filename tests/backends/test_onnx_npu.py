@@ -202,3 +202,24 @@ def test_a_graph_that_is_not_a_decoder(tmp_path, capsys):
                     "  nodes:\n    - {op: add, inputs: [x, x], outputs: [y]}\n  outputs: [y]\n")
     assert main(["compile", str(spec), "--target", "onnx-npu", "-o", str(tmp_path / "o"), "--quiet"]) == 2
     assert "onnx-npu compiles decoder graphs" in capsys.readouterr().err
+
+
+NOPE_MLA = """model:
+  name: tiny-nope-mla
+  vocab_size: 256
+  d_model: 32
+  n_layers: 2
+  attention: {kind: mla, n_heads: 4, kv_lora_rank: 8, qk_nope_head_dim: 8, qk_rope_head_dim: 4, v_head_dim: 8,
+              rope: null}
+  mlp: {kind: swiglu, d_ff: 64}
+"""
+
+
+def test_mla_without_rope(tmp_path):
+    """Kimi-Linear's MLA form (rope: null): nothing rotated, no position_ids read; f32 gives
+    the interpreter's greedy tokens."""
+    spec = tmp_path / "nope-mla.yaml"
+    spec.write_text(NOPE_MLA)
+    expected, _ = reference_generate(load_spec(spec), PROMPT, 5, seed=0)
+    folder = compile_npu(str(spec), tmp_path / "f32", "--precision", "f32")
+    assert generate(str(folder), PROMPT, 5) == expected
