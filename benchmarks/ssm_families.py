@@ -152,18 +152,16 @@ def peer_cell(command: list, out: str, ids, mask, want) -> str:
     return verdict(relative_error(logits[real], want[real]))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default="", help="comma-separated twin names")
-    args = parser.parse_args()
+def table(found: dict, only: str = "") -> None:
+    """Every twin of ``found`` (name -> (module with ``build_case``, its name there)) through
+    irc, mobius-onnx and the builder; prints the table."""
     import torch
     import transformers  # noqa: F401
-    from tests.frontends.test_hf_models import randomize  # noqa: F401
 
     bin_dir = os.path.dirname(sys.executable)
     rows = []
-    for name, (module, key) in sorted(cases().items()):
-        if args.only and name not in args.only.split(","):
+    for name, (module, key) in sorted(found.items()):
+        if only and name not in only.split(","):
             continue
         with tempfile.TemporaryDirectory() as tmp:
             model, folder = module.build_case(key, Path(tmp) / "hf")
@@ -183,6 +181,12 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default="", help="comma-separated twin names")
+    table(cases(), parser.parse_args().only)
 
 
 if __name__ == "__main__":
