@@ -31,6 +31,8 @@ olmo2, olmo3,      layer forms of their own: ``families_olmo`` (OLMo-2/3's norms
 olmoe, starcoder2  branches, OLMoE, StarCoder2's biased LayerNorms)
 gpt2, gpt_neox,    the classic LayerNorm decoders with biases, parallel blocks, learned
 phi                positions, fused and transposed projections: ``families_classic``
+cohere, cohere2,   Cohere's parallel blocks (Cohere-2's NoPE global layers) and GLM-4's
+glm4               sandwich norms: ``families_cohere``
 kimi_linear        Kimi Delta Attention beside MLA attention, DeepSeek-V3 MoE: ``families_kimi``
 minimax            lightning attention beside softmax attention, Mixtral MoE: ``families_minimax``
 =================  ==========================================================================
@@ -56,8 +58,8 @@ from typing import Callable
 from frontends.hf.config import Arch, Attention, Config, LayerSpec, RopeSpec, int_list, read_rope
 from irc.yamlloc import Bad, boolean, non_negative_int, positive_int, positive_number, string
 from frontends.hf.weights import Rows, Source, Stack, Tensor
-from frontends.hf import (families_classic, families_composite, families_delta, families_kimi, families_lfm2,
-                          families_llama_like, families_minimax, families_olmo, families_ssm)
+from frontends.hf import (families_classic, families_cohere, families_composite, families_delta, families_kimi,
+                          families_lfm2, families_llama_like, families_minimax, families_olmo, families_ssm)
 from irc.errors import SpecError
 from frontends.hf.families_common import (FULL, SLIDING, _arch, _dims, _every_layer_window, _experts, _layer_types,
                                           _no, _qwen_windows, _rope, _silu, _swiglu, _windows)
@@ -99,7 +101,7 @@ DEFAULTS = {
     **families_ssm.DEFAULTS,
     **families_composite.DEFAULTS,
     **families_lfm2.DEFAULTS, **families_delta.DEFAULTS, **families_kimi.DEFAULTS, **families_minimax.DEFAULTS,
-    **families_llama_like.DEFAULTS, **families_olmo.DEFAULTS, **families_classic.DEFAULTS,
+    **families_llama_like.DEFAULTS, **families_olmo.DEFAULTS, **families_classic.DEFAULTS, **families_cohere.DEFAULTS,
 }
 
 # DSL argument -> the config.json key a refusal should name
@@ -291,7 +293,7 @@ FAMILIES = {
     **families_ssm.FAMILIES,
     **families_composite.FAMILIES,
     **families_lfm2.FAMILIES, **families_delta.FAMILIES, **families_kimi.FAMILIES, **families_minimax.FAMILIES,
-    **families_llama_like.FAMILIES, **families_olmo.FAMILIES, **families_classic.FAMILIES,
+    **families_llama_like.FAMILIES, **families_olmo.FAMILIES, **families_classic.FAMILIES, **families_cohere.FAMILIES,
 }
 
 
@@ -374,7 +376,7 @@ LAYOUTS = {  # the families' departures from LAYER_NAMES
     **families_ssm.LAYOUTS,
     **families_composite.LAYOUTS,
     **families_lfm2.layouts(Experts), **families_delta.LAYOUTS, **families_kimi.LAYOUTS, **families_minimax.layouts(Experts),
-    **families_llama_like.LAYOUTS, **families_olmo.LAYOUTS, **families_classic.LAYOUTS,
+    **families_llama_like.LAYOUTS, **families_olmo.LAYOUTS, **families_classic.LAYOUTS, **families_cohere.LAYOUTS,
 }
 # a layout's "_prefix" (the layers' names, default model.layers.) and "_top" (embed, norm
 # and lm_head, default TOP_NAMES) say where a family departs from Llama's names

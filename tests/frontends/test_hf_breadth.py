@@ -1,5 +1,5 @@
 """onnxruntime-genai 0.18 runs the folders irc writes for the families of
-``frontends.hf.families_llama_like`` and ``families_olmo`` (their tiny twins are cases of ``test_hf_models``, which
+``frontends.hf.families_llama_like``, ``families_olmo``, ``families_classic`` and ``families_cohere`` (their tiny twins are cases of ``test_hf_models``, which
 holds them against transformers through the interpreter and both ONNX targets) and
 generates transformers' greedy tokens; and their config.json mistakes are one SpecError
 naming the key."""
@@ -15,7 +15,8 @@ from tests.frontends.test_hf_ssm_onnx import genai_greedy, until_eos
 torch = pytest.importorskip("torch")
 FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smollm3-nope-list-window",
             "ministral-windows", "olmo2-post-norms", "olmo3-windows", "olmoe-top2", "starcoder2-biases-window",
-            "gpt2-learned-positions", "gpt-neox-parallel", "phi-parallel-head-bias"]
+            "gpt2-learned-positions", "gpt-neox-parallel", "phi-parallel-head-bias", "cohere-parallel-logit-scale",
+            "cohere2-nope-global", "glm4-sandwich-partial-rotary"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -49,6 +50,8 @@ BAD = [  # (config.json, the key named, a fragment of the message)
      "scale_attn_by_inverse_layer_idx", "irc scales every layer alike"),
     ({"model_type": "phi", **SMALL, "qk_layernorm": True}, "qk_layernorm", "not supported"),
     ({"model_type": "gpt_neox", **SMALL, "hidden_act": "relu"}, "hidden_act", '"relu" is not supported'),
+    ({"model_type": "cohere", **SMALL, "use_qk_norm": True}, "use_qk_norm", "per-head q/k LayerNorms"),
+    ({"model_type": "cohere2", **SMALL, "layer_types": ["sliding_attention"] * 3}, "layer_types", "3 entries for 2"),
 ]
 
 

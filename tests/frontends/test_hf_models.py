@@ -108,6 +108,11 @@ CASES = {  # name: (config class, overrides of SMALL)
                                                               eos_token_id=2, rope_parameters={
         "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})),
     "phi-parallel-head-bias": ("PhiConfig", dict(num_key_value_heads=4, bos_token_id=1, eos_token_id=2)),
+    # families_cohere
+    "cohere-parallel-logit-scale": ("CohereConfig", dict(logit_scale=0.5, bos_token_id=1, eos_token_id=2)),
+    "cohere2-nope-global": ("Cohere2Config", dict(num_hidden_layers=4, sliding_window=4, logit_scale=0.25,
+                                                  bos_token_id=1, eos_token_id=2)),
+    "glm4-sandwich-partial-rotary": ("Glm4Config", dict(head_dim=16, pad_token_id=0, eos_token_id=2)),
     # families_olmo
     "olmo2-post-norms": ("Olmo2Config", dict(num_key_value_heads=4, pad_token_id=0, eos_token_id=2)),
     "olmo2-gqa-tied": ("Olmo2Config", dict(head_dim=8, tie_word_embeddings=True, pad_token_id=0, eos_token_id=2)),
