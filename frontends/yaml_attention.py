@@ -8,13 +8,21 @@ from typing import Optional
 
 from frontends.dsl import ArgError, Rope
 from frontends.dsl_rope import SCALING_FIELDS, SCALING_KINDS
-from irc.yamlloc import Fields, boolean, choice, non_negative_int, optional, positive_int, positive_number
+from irc.yamlloc import Bad, Fields, boolean, choice, non_negative_int, optional, positive_int, positive_number
 
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "norm_eps")
 NOT_MLA_KEYS = ("n_kv_heads", "head_dim", "qkv_bias", "qk_norm", "output_gate", "window", "window_pattern",
-                "softcap")
+                "softcap", "out_bias")
 ATTENTION_KEYS = ("kind", "n_heads", "rope", "scale", "query_pre_attn_scalar", "nope_layers") + NOT_MLA_KEYS + MLA_KEYS
 ROPE_KEYS = ("base", "convention", "rotary_dim", "scaling", "decomposed")
+
+
+def _qk_norm(value):
+    """false, true (per head), head or full (over all of q's and k's features: OLMo-2's)."""
+    if value in (False, True, "head", "full") and not (value == 0 and value is not False) and \
+            not (value == 1 and value is not True):
+        return value
+    raise Bad(f"expected false, true, head or full, got {value!r}")
 
 
 @contextmanager
@@ -79,7 +87,8 @@ class AttentionReader:
         self.kv_heads = {"mha": self.heads, "mqa": 1}.get(self.kind, kv)
         self.head_dim = a.get("head_dim", positive_int, None)
         self.qkv_bias = a.get("qkv_bias", boolean, False)
-        self.qk_norm = a.get("qk_norm", boolean, False)
+        self.qk_norm = a.get("qk_norm", _qk_norm, False)
+        self.out_bias = a.get("out_bias", boolean, False)
         self.output_gate = a.get("output_gate", boolean, False)
         self.softcap = a.get("softcap", optional(positive_number), None)
         self.window = a.get("window", optional(positive_int), None)
@@ -132,5 +141,5 @@ class AttentionReader:
                                rope=None if layer.index in self.nope_layers else self.rope, window=self.window if local else None, softcap=self.softcap,
                                scale=self.scale, qkv_bias=self.qkv_bias, qk_norm=self.qk_norm,
                                qk_norm_eps=self.norm_eps, qk_norm_offset=self.norm_offset,
-                               output_gate=self.output_gate)
+                               output_gate=self.output_gate, out_bias=self.out_bias)
 

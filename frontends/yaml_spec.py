@@ -18,19 +18,25 @@ brackets; ``null`` is allowed where a default is null.
                                       # E moe)
         feed_forward: true            # each mixer layer is followed by the mlp/moe block
                                       # [true; false when the pattern has mlp or moe layers]
-      norm: {kind: rms, eps: 1.0e-5, offset: 0.0, sandwich: false}
+        parallel: none                # attention and MLP side by side, x + attn(h) + mlp(h):
+                                      # shared_norm (one norm: Phi, Cohere) | two_norms
+                                      # (attn_norm and mlp_norm: GPT-NeoX) [none]
+      norm: {kind: rms, eps: 1.0e-5, offset: 0.0, sandwich: false, placement: pre}
                                       # kind rms | layer [rms]; eps [1e-6 rms, 1e-5 layer];
                                       # offset: Gemma's (1 + w) is 1.0 [0.0, rms only];
                                       # sandwich: post_attn_norm/post_mlp_norm (Gemma 2/3);
-                                      # bias [true, layer only]
+                                      # bias [true, layer only]; placement post: no
+                                      # norm before a branch, one after it (OLMo-2) [pre]
       attention:
         kind: gqa                     # required: mha | gqa | mqa | mla
         n_heads: 32                   # required
         n_kv_heads: 8                 # gqa: required; mha: = n_heads; mqa: 1
         head_dim: 128                 # [d_model / n_heads]
         qkv_bias: false               # Qwen2 [false]
-        qk_norm: false                # per-head RMS norm of q and k (Qwen3, Gemma3), with
-                                      # model.norm's eps and offset [false]
+        qk_norm: false                # RMS norms of q and k with model.norm's eps and
+                                      # offset: true or head (per head: Qwen3, Gemma3), full
+                                      # (over all of q's and k's features: OLMo-2) [false]
+        out_bias: false               # a bias on the output projection (StarCoder2) [false]
         output_gate: false            # Qwen3-Next: wq also holds a gate per head, the output
                                       # times sigmoid(gate) goes into wo [false]
         rope: {base: 500000, convention: half, rotary_dim: null,
@@ -134,6 +140,9 @@ brackets; ``null`` is allowed where a default is null.
       residual_scale: null            # each branch times this as it joins the residual
                                       # stream (Granite's residual_multiplier)
       logits_scale: null              # logits times this (Granite: 1 / logits_scaling)
+      learned_positions: null         # a learned position table of this many rows, added
+                                      # to the embedding (GPT-2's n_positions) [null]
+      head_bias: false                # the LM head has a bias (Phi-2) [false]
 
 Layer kinds: ``attention``, ``mamba``, ``mamba2``, ``conv`` (LFM2's short convolution,
 ``short_conv``), ``gated_delta`` (Qwen3-Next's gated DeltaNet, ``gated_delta``), ``kimi_delta``
@@ -170,20 +179,19 @@ from frontends.dsl import Model
 from frontends.dsl_hybrid import scaled
 from frontends.dsl_lightning import lightning_slopes
 from frontends.yaml_attention import ATTENTION_KEYS, AttentionReader, blame
-from irc.yamlloc import (Bad, Fields, boolean, choice, layer_count, non_negative_int, number, optional, positive_int,
+from frontends.yaml_ffn import MLP_KEYS, MOE_KEYS, FeedForwardReader
+from irc.yamlloc import (Bad, Fields, boolean, choice, layer_count, number, optional, positive_int,
                                positive_number, string)
 from irc.errors import SpecError
 from irc.graph import Graph
 
 MODEL_KEYS = ("name", "dtype", "vocab_size", "d_model", "n_layers", "layers", "norm", "attention", "mamba", "mamba2",
               "short_conv", "gated_delta", "mlp", "moe", "tied_embeddings", "final_softcap", "embedding_scale",
-              "residual_scale", "logits_scale", "kimi_delta", "lightning", "normed_residual")
+              "residual_scale", "logits_scale", "kimi_delta", "lightning", "normed_residual", "learned_positions",
+              "head_bias")
 NORMED_RESIDUAL_KEYS = ("attention", "mixer", "feed_forward")
-NORM_KEYS = ("kind", "eps", "offset", "sandwich", "bias")
-MLP_KEYS = ("kind", "d_ff", "approximate", "bias")
-MOE_KEYS = ("experts", "top_k", "d_ff", "shared_experts", "shared_d_ff", "router", "router_bias",
-            "norm_topk_prob", "routed_scale", "group_limited", "dense_layers", "layers", "shared_expert_gate")
-GROUP_KEYS = ("groups", "top_groups", "score")
+NORM_KEYS = ("kind", "eps", "offset", "sandwich", "bias", "placement")
+PARALLEL = ("none", "shared_norm", "two_norms")
 
 def loads(text: str, filename: str = "<string>") -> Graph:
     return build(yamlloc.loads(text, filename), filename)
@@ -216,7 +224,7 @@ def _embedding_scale(value):
         raise Bad(f"expected a positive number or sqrt_d_model, got {value!r}") from None
 
 
-class _Expander(AttentionReader):
+class _Expander(AttentionReader, FeedForwardReader):
     """Reads (validating as it goes) and drives the DSL in the order a DSL author would."""
 
     def __init__(self, model: Fields):
@@ -232,9 +240,14 @@ class _Expander(AttentionReader):
         self.embedding_scale = math.sqrt(self.d_model) if scale == "sqrt_d_model" else scale
         self.residual_scale = model.get("residual_scale", optional(positive_number), None)
         self.logits_scale = model.get("logits_scale", optional(positive_number), None)
+        self.learned_positions = model.get("learned_positions", optional(positive_int), None)
+        self.head_bias = model.get("head_bias", boolean, False)
         self._read_norm(model.sub("norm", NORM_KEYS))
         self.layers_f = model.sub("layers", yaml_ssm.LAYERS_KEYS)
         self.kinds, self.feed_forward = yaml_ssm.read_pattern(self.layers_f, self.n_layers)
+        self.parallel = self.layers_f.get("parallel", choice(*PARALLEL), "none") if self.layers_f else "none"
+        if self.parallel != "none" and self.residual_scale is not None:
+            raise self.f.error("residual_scale", "a parallel block takes no residual_scale")
         self.attn_f = self._section("attention", ATTENTION_KEYS)
         if self.attn_f is not None:
             self._read_attention(self.attn_f)
@@ -263,6 +276,9 @@ class _Expander(AttentionReader):
         self.norm_offset = n.get("offset", number, 0.0)
         self.sandwich = n.get("sandwich", boolean, False)
         self.norm_bias = n.get("bias", boolean, True)
+        self.post_norm = n.get("placement", choice("pre", "post"), "pre") == "post"
+        if self.post_norm and self.sandwich:
+            raise n.error("placement", "placement post already norms each branch's output: leave sandwich out")
         if self.norm_kind == "layer" and n.has("offset"):
             raise n.error("offset", "offset applies to rms norms only")
         if self.norm_kind == "rms" and n.has("bias"):
@@ -301,61 +317,6 @@ class _Expander(AttentionReader):
         return SpecError(f"{self.f.key_path(key)}: missing required key", location=str(self.f.key_loc),
                          hint=None if self.layers_f is None else f"layer {layer} {what}")
 
-    def _read_mlp(self, mlp: Optional[Fields]) -> None:
-        self.mlp_f = mlp
-        needs = next((i for i, ffn in enumerate(self.ffn) if ffn == "mlp"), None)
-        if mlp is None:
-            if needs is None:
-                return
-            if self.moe_f is not None and self.moe_f.has("dense_layers"):
-                raise self.moe_f.error("dense_layers", "dense layers need model.mlp")
-            if self.moe_f is not None and self.moe_f.has("layers"):
-                raise self.moe_f.error("layers", f"layer {needs} is not MoE: the other layers need model.mlp")
-            raise self._missing("mlp", needs, "has an MLP block")
-        if not any(self.ffn):
-            raise self.f.error("mlp", "no layer has a feed-forward block",
-                               hint="model.layers.feed_forward is false and the pattern has no mlp layer")
-        self.mlp_kind = mlp.get("kind", choice("swiglu", "geglu", "gelu", "relu2"))
-        self.d_ff = mlp.get("d_ff", positive_int)
-        default = {"geglu": "tanh"}.get(self.mlp_kind, "none")
-        if self.mlp_kind in ("swiglu", "relu2") and mlp.has("approximate"):
-            raise mlp.error("approximate", "applies to geglu and gelu only")
-        self.approximate = mlp.get("approximate", choice("tanh", "none"), default)
-        if self.mlp_kind not in ("gelu", "relu2") and mlp.has("bias"):
-            raise mlp.error("bias", "applies to kinds gelu and relu2 only")
-        self.mlp_bias = mlp.get("bias", boolean, False)
-
-    def _read_moe(self, moe: Optional[Fields]) -> None:
-        """The MoE settings, and ``self.ffn``: each layer's feed-forward block (mlp, moe, None)."""
-        self.moe_f = moe
-        moe_layers = yaml_ssm.moe_layers(moe, self.n_layers, self.feed_forward) if moe is not None else set()
-        self.ffn = [k if k in yaml_ssm.FEED_FORWARD else ("moe" if i in moe_layers else "mlp") if self.feed_forward else None
-                    for i, k in enumerate(self.kinds)]
-        layer = next((i for i, ffn in enumerate(self.ffn) if ffn == "moe"), None)
-        if moe is None:
-            if layer is not None:
-                raise self._missing("moe", layer, "is moe")
-            return
-        if not any(self.ffn):
-            raise self.f.error("moe", "no layer has a feed-forward block",
-                               hint="model.layers.feed_forward is false and the pattern has no moe layer")
-        self.moe = {
-            "experts": moe.get("experts", positive_int), "top_k": moe.get("top_k", positive_int),
-            "d_ff": moe.get("d_ff", positive_int),
-            "shared_experts": moe.get("shared_experts", non_negative_int, 0),
-            "shared_d_ff": moe.get("shared_d_ff", optional(positive_int), None),
-            "scoring": moe.get("router", choice("softmax", "sigmoid"), "softmax"),
-            "router_bias": moe.get("router_bias", boolean, False),
-            "norm_topk_prob": moe.get("norm_topk_prob", boolean, True),
-            "routed_scale": moe.get("routed_scale", positive_number, 1.0),
-            "shared_expert_gate": moe.get("shared_expert_gate", boolean, False),
-        }
-        self.group_f = moe.sub("group_limited", GROUP_KEYS)
-        if self.group_f is not None:
-            g = self.group_f
-            self.moe.update(groups=g.get("groups", positive_int), top_groups=g.get("top_groups", positive_int),
-                            group_score=g.get("score", choice("max", "top2_sum"), "max"))
-
     # ---- expanding ---------------------------------------------------------------------
     def run(self) -> Graph:
         f = self.f
@@ -363,20 +324,26 @@ class _Expander(AttentionReader):
             m = Model(self.name, vocab=self.vocab, d_model=self.d_model, dtype=self.dtype)
         with m.at(f.origin("vocab_size")), blame(f, {"scale": (f, "embedding_scale")}):
             x = m.embed(m.input_ids(), scale=self.embedding_scale)
+            if self.learned_positions:
+                x = m.embed_positions(x, self.learned_positions)
         with blame(f, {"n": (f, "n_layers")}):  # a size limit (irc.limits)
             x = self._layers(m, x)
         x = self._norm(m, x, "norm")
         with m.at(f.origin("final_softcap" if self.final_softcap else "vocab_size")):
-            m.logits(x, tied=self.tied, softcap=self.final_softcap, scale=self.logits_scale)
+            m.logits(x, tied=self.tied, softcap=self.final_softcap, scale=self.logits_scale, bias=self.head_bias)
         return m.graph
 
     def _layers(self, m: Model, x):
         f = self.f
         for layer in m.layers(self.n_layers):
             kind, ffn = self.kinds[layer.index], self.ffn[layer.index]
+            if self.parallel != "none" and kind == "attention" and ffn is not None:
+                x = self._parallel(m, layer, x, ffn)
+                continue
             if kind in yaml_ssm.MIXERS:
                 mixers = kind.split("+")
-                h = self._norm(m, x, layer.prefix + ("attn_norm" if "attention" in mixers else "ssm_norm"))
+                norm = layer.prefix + ("attn_norm" if "attention" in mixers else "ssm_norm")
+                h = x if self.post_norm else self._norm(m, x, norm)
                 out = self._mixer(m, layer, mixers[0], h)
                 if len(mixers) == 2:  # the state-space mixer first, as Falcon-H1's code runs them
                     a = self._mixer(m, layer, mixers[1], h)
@@ -387,13 +354,23 @@ class _Expander(AttentionReader):
                                    f"{layer.prefix}mixer")
             if ffn is None:
                 continue
-            h = self._norm(m, x, layer.prefix + "mlp_norm")
+            h = x if self.post_norm else self._norm(m, x, layer.prefix + "mlp_norm")
             out = self._feed_forward(m, layer, h, ffn)
-            if self.sandwich:
+            if self.sandwich or self.post_norm:
                 out = self._norm(m, out, layer.prefix + "post_mlp_norm")
             with m.at(f.origin("n_layers")):
                 x = self._join(m, x, h, out, "feed_forward", f"{layer.prefix}{ffn}")
         return x
+
+    def _parallel(self, m: Model, layer, x, ffn: str):
+        """x + attn(h) + ffn(h'), h the attention's norm, h' the same (shared_norm: Phi,
+        Cohere) or its own mlp_norm (two_norms: GPT-NeoX)."""
+        h = self._norm(m, x, layer.prefix + "attn_norm")
+        out = self._mixer(m, layer, "attention", h)
+        h2 = h if self.parallel == "shared_norm" else self._norm(m, x, layer.prefix + "mlp_norm")
+        branch = self._feed_forward(m, layer, h2, ffn)
+        with m.at(self.f.origin("n_layers")):
+            return x + m.add(out, branch, f"{layer.prefix}branches")
 
     def _join(self, m: Model, x, h, branch, role: str, name: str):
         """The residual stream after a branch: x + branch (times ``residual_scale``), or
@@ -407,7 +384,7 @@ class _Expander(AttentionReader):
         if mixer == "attention":
             with m.at(self.attn_f.origin()), blame(self.attn_f, self._attention_table()):
                 a = self._attention(layer, h)
-            return self._norm(m, a, layer.prefix + "post_attn_norm") if self.sandwich else a
+            return self._norm(m, a, layer.prefix + "post_attn_norm") if self.sandwich or self.post_norm else a
         if mixer == "conv":
             with m.at(self.conv_f.origin()), blame(self.conv_f):
                 return layer.short_conv(h, **self.ssm["conv"])
@@ -431,18 +408,3 @@ class _Expander(AttentionReader):
         with m.at(self.norm_f.origin()), blame(self.norm_f):
             return m.norm(x, pname, self.norm_kind, self.norm_eps, self.norm_offset, self.norm_bias)
 
-    def _feed_forward(self, m: Model, layer, h, ffn: str):
-        if ffn == "moe":
-            table = {"scoring": (self.moe_f, "router")}
-            if self.group_f is not None:
-                table.update({"groups": (self.group_f, "groups"), "top_groups": (self.group_f, "top_groups")})
-            with m.at(self.moe_f.origin()), blame(self.moe_f, table):
-                return layer.moe(h, **self.moe)
-        with m.at(self.mlp_f.origin()), blame(self.mlp_f):
-            if self.mlp_kind == "swiglu":
-                return layer.swiglu(h, d_ff=self.d_ff)
-            if self.mlp_kind == "geglu":
-                return layer.geglu(h, d_ff=self.d_ff, approximate=self.approximate)
-            if self.mlp_kind == "relu2":
-                return layer.relu2_mlp(h, d_ff=self.d_ff, bias=self.mlp_bias)
-            return layer.gelu_mlp(h, d_ff=self.d_ff, bias=self.mlp_bias, approximate=self.approximate)

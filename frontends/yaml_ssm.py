@@ -16,7 +16,7 @@ from irc.errors import SpecError
 from irc.graph import plain_copy
 from irc.yamlloc import Bad, Fields, boolean, choice, non_negative_int, optional, positive_int, positive_number, size
 
-LAYERS_KEYS = ("pattern", "feed_forward")
+LAYERS_KEYS = ("pattern", "feed_forward", "parallel")
 MAMBA_KEYS = ("d_inner", "expand", "state_size", "conv_kernel", "dt_rank", "conv_bias", "proj_bias", "bcdt_norm",
               "norm_eps")
 MAMBA2_KEYS = ("n_heads", "head_dim", "expand", "state_size", "n_groups", "conv_kernel", "conv_bias", "proj_bias",
@@ -39,8 +39,8 @@ MAMBA2_ARGS = {"heads": "n_heads", "groups": "n_groups", "norm_group_size": "n_g
 
 def read_pattern(layers: Optional[Fields], n_layers: int) -> tuple[list, bool]:
     """(each layer's kind, whether a mixer layer is followed by the mlp/moe block)."""
-    if layers is None:
-        return ["attention"] * n_layers, True
+    if layers is None or "pattern" not in layers.data:  # every layer attention (layers: {parallel: ...})
+        return ["attention"] * n_layers, True if layers is None else layers.get("feed_forward", boolean, True)
     if isinstance(layers.data.get("pattern"), str):
         pattern = layers.get("pattern", _letters)
     else:

@@ -1,6 +1,9 @@
-"""The YAML forms of the Llama-shaped families (``frontends.hf.families_llama_like``):
-Granite's multipliers (``embedding_scale``, ``attention.scale``, ``residual_scale``,
-``logits_scale``) and SmolLM3's NoPE layers (``attention.nope_layers``). Each tiny example
+"""The YAML forms of the attention families beyond Llama's: Granite's multipliers
+(``embedding_scale``, ``attention.scale``, ``residual_scale``, ``logits_scale``), SmolLM3's
+NoPE layers (``attention.nope_layers``), OLMo-2's norms after the branches
+(``norm.placement: post``, ``attention.qk_norm: full``), GPT-2's learned positions and biases
+(``learned_positions``, ``attention.out_bias``), Phi-2's parallel block and head bias
+(``layers.parallel``, ``head_bias``). Each tiny example
 builds the graph the HF frontend builds from the matching config.json, runs and generates;
 the full-size examples' parameter counts are the checkpoints'; mistakes are SpecErrors at
 the key."""
@@ -28,9 +31,19 @@ CONFIGS = {  # tiny example -> the config.json of the same model
                              "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 160,
                              "rms_norm_eps": 1e-6, "rope_theta": 5e6, "tie_word_embeddings": True,
                              "no_rope_layer_interval": 4},
+    "tiny-olmo-2-7b.yaml": {"model_type": "olmo2", "vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2,
+                            "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 160,
+                            "rms_norm_eps": 1e-6, "rope_theta": 5e5},
+    "tiny-gpt2.yaml": {"model_type": "gpt2", "vocab_size": 256, "n_embd": 64, "n_layer": 2, "n_head": 4,
+                       "n_positions": 128, "n_inner": 256, "layer_norm_epsilon": 1e-5,
+                       "activation_function": "gelu_new"},
+    "tiny-phi-2.yaml": {"model_type": "phi", "vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2,
+                        "num_attention_heads": 4, "intermediate_size": 256, "layer_norm_eps": 1e-5,
+                        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                            "partial_rotary_factor": 0.5}},
 }
 # parameters of the released checkpoints as their model pages give them (billions, rounded)
-PARAMS = {"granite-3.3-8b.yaml": 8.17, "smollm3-3b.yaml": 3.08}
+PARAMS = {"granite-3.3-8b.yaml": 8.17, "smollm3-3b.yaml": 3.08, "olmo-2-7b.yaml": 7.3}
 
 
 def without_meta(graph) -> str:
