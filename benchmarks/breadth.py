@@ -25,7 +25,6 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "frontends"))
 SMALL = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 REFUSED = {  # families irc does not build yet: name -> (config class, overrides of SMALL)
-    "falcon": ("FalconConfig", dict(new_decoder_architecture=True, num_kv_heads=2)),
     "phimoe": ("PhimoeConfig", dict(num_local_experts=4, num_experts_per_tok=2)),
     "olmo": ("OlmoConfig", {}),
     "ministral3": ("Ministral3Config", {}),

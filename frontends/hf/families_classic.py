@@ -14,10 +14,16 @@ gpt_neox           GPT-NeoX / Pythia: LayerNorms with bias, the fused ``query_ke
 phi                Phi-1/2: one LayerNorm feeding attention and MLP in parallel, x + attn(h) +
                    mlp(h); biases on q, k, v, ``dense`` and the MLP; partial rotary; GELU; a
                    final LayerNorm and an LM head with bias
+falcon             Falcon: ``new_decoder_architecture`` (40B/180B: grouped KV by
+                   ``num_kv_heads``, ``ln_attn`` and ``ln_mlp`` in parallel, or one
+                   ``input_layernorm`` with ``num_ln_in_parallel_attn`` 1) or the first
+                   (7B: ``multi_query``, one norm in parallel with ``parallel_attn``, else
+                   sequential); the fused ``query_key_value`` in each layout; biases with
+                   ``bias``; GELU; tied by default
 =================  ==========================================================================
 
 Refused, naming config.json and the key: GPT-2's ``scale_attn_by_inverse_layer_idx``, Phi's
-``qk_layernorm``, an activation other than GELU's forms, a partial rotary factor giving an odd
+``qk_layernorm``, Falcon's ``alibi``, an activation other than GELU's forms, a partial rotary factor giving an odd
 rotary width (the DSL's refusal, named at the key).
 """
 from __future__ import annotations
@@ -36,6 +42,11 @@ DEFAULTS = {  # transformers 5.24's config classes
     "gpt_neox": {"hidden_act": "gelu", "layer_norm_eps": 1e-5, "use_parallel_residual": True, "attention_bias": True,
                  "tie_word_embeddings": False, "max_position_embeddings": 2048, "rope_theta": 10000.0,
                  "partial_rotary_factor": 0.25},
+    "falcon": {"vocab_size": 65024, "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71,
+               "num_ln_in_parallel_attn": None, "layer_norm_epsilon": 1e-5, "num_kv_heads": None, "alibi": False,
+               "new_decoder_architecture": False, "multi_query": True, "parallel_attn": True, "bias": False,
+               "max_position_embeddings": 2048, "rope_theta": 10000.0, "ffn_hidden_size": None, "activation": "gelu",
+               "tie_word_embeddings": True},
     "phi": {"hidden_act": "gelu_new", "layer_norm_eps": 1e-5, "qk_layernorm": False, "tie_word_embeddings": False,
             "max_position_embeddings": 2048, "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
 }
@@ -50,10 +61,11 @@ def _gelu(cfg: Config, key: str) -> str:
 
 
 def _arch(cfg: Config, name: str, model_type: str, d: int, n: int, heads: int, rope, mlp: dict, form: str,
-          eps_key: str, **attention) -> Arch:
+          eps_key: str, kv_heads=None, **attention) -> Arch:
     arch = Arch(name=name, model_type=model_type, dtype=cfg.dtype(), vocab_size=cfg.get("vocab_size", positive_int),
                 d_model=d, n_layers=n, norm_eps=cfg.get(eps_key, positive_number),
-                attention=Attention("gqa", heads, heads, d // heads, **attention), layers=[LayerSpec(None, rope)] * n,
+                attention=Attention("gqa", heads, kv_heads or heads, d // heads, **attention),
+                layers=[LayerSpec(None, rope)] * n,
                 mlp=mlp, tied=cfg.get("tie_word_embeddings", boolean), checkpoint=model_type)
     arch.expand = partial(_expand, form)
     return arch
@@ -100,6 +112,32 @@ def _phi(cfg: Config, name: str, model_type: str) -> Arch:
                  "layer_norm_eps", qkv_bias=True)
 
 
+def _falcon(cfg: Config, name: str, model_type: str) -> Arch:
+    d, n = cfg.get("hidden_size", positive_int), cfg.get("num_hidden_layers", layer_count)
+    heads = _heads(cfg, d, "num_attention_heads")
+    cfg.check("alibi", lambda v: not v, hint="Falcon's ALiBi positions are not supported (RoPE only)")
+    new = cfg.get("new_decoder_architecture", boolean)
+    if new:
+        kv_heads = cfg.get("num_kv_heads", positive_int, None) or heads
+        if heads % kv_heads:
+            raise cfg.error("num_kv_heads", f"{heads} heads are not divisible by {kv_heads} kv heads")
+        norms = cfg.get("num_ln_in_parallel_attn", positive_int, None) or 2
+        if norms not in (1, 2):
+            raise cfg.unsupported("num_ln_in_parallel_attn", norms, hint="Falcon has 1 or 2 norms in parallel")
+        form = "parallel_two_norms" if norms == 2 else "parallel_one_norm"
+    else:
+        kv_heads = 1 if cfg.get("multi_query", boolean) else heads
+        form = "parallel_one_norm" if cfg.get("parallel_attn", boolean) else "sequential"
+    bias = cfg.get("bias", boolean)
+    mlp = {"kind": "gelu", "d_ff": cfg.get("ffn_hidden_size", positive_int, None) or 4 * d,
+           "approximate": _gelu(cfg, "activation"), "bias": bias, "head_bias": False}
+    arch = _arch(cfg, name, model_type, d, n, heads, _rope(cfg, d // heads), mlp, form, "layer_norm_epsilon",
+                 kv_heads=kv_heads, qkv_bias=bias)
+    arch.checkpoint = ({2: "falcon_new", 1: "falcon_new_one_norm"}[norms] if new else
+                       "falcon_multi_query" if kv_heads == 1 else "falcon")
+    return arch
+
+
 def _expand(form: str, arch: Arch, origin: str):
     """The decoder through the DSL: ``sequential`` (x + attn(ln1(x)); x + mlp(ln2(x)); GPT-2
     with learned positions under ``gpt2``), ``parallel_two_norms`` (GPT-NeoX) or
@@ -117,17 +155,17 @@ def _expand(form: str, arch: Arch, origin: str):
             rope = None if r is None else Rope(base=r.base, convention=r.convention, scaling=r.scaling,
                                                rotary_dim=r.rotary_dim)
             h = layer.layer_norm(x, "attn_norm", eps)
-            y = layer.attention(h, a.heads, head_dim=a.head_dim, rope=rope, scale=a.scale, qkv_bias=a.qkv_bias,
-                                out_bias=a.qkv_bias)
+            y = layer.attention(h, a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, rope=rope, scale=a.scale,
+                                qkv_bias=a.qkv_bias, out_bias=a.qkv_bias)
             if form.startswith("parallel"):
                 h2 = h if form == "parallel_one_norm" else layer.layer_norm(x, "mlp_norm", eps)
-                f = layer.gelu_mlp(h2, d_ff=mlp["d_ff"], bias=True, approximate=mlp["approximate"])
+                f = layer.gelu_mlp(h2, d_ff=mlp["d_ff"], bias=mlp["bias"], approximate=mlp["approximate"])
                 x = x + m.add(y, f, f"{layer.prefix}branches")
                 continue
             x = x + y
-            x = x + layer.gelu_mlp(layer.layer_norm(x, "mlp_norm", eps), d_ff=mlp["d_ff"], bias=True,
+            x = x + layer.gelu_mlp(layer.layer_norm(x, "mlp_norm", eps), d_ff=mlp["d_ff"], bias=mlp["bias"],
                                    approximate=mlp["approximate"])
-        m.logits(m.layer_norm(x, "norm", eps), tied=arch.tied, bias=form == "parallel_one_norm")
+        m.logits(m.layer_norm(x, "norm", eps), tied=arch.tied, bias=mlp.get("head_bias", form == "parallel_one_norm"))
     return m.graph
 
 
@@ -138,6 +176,42 @@ def _neox_rows(part: int):
         rows = [h * 3 * dim + part * dim + i for h in range(heads) for i in range(dim)]
         return View(f"{prefix}attention.query_key_value.{suffix}", rows=rows)
     return lambda suffix: lambda arch, prefix: source(arch, prefix, suffix)
+
+
+def _falcon_rows(part: int, layout: str):
+    """The rows of q (0), k (1) or v (2) in Falcon's ``query_key_value``: grouped per kv head
+    [q_0 .. q_{r-1}, k, v] (the new architecture), [q heads, k, v] (multi-query) or per head
+    q | k | v (multi-head)."""
+    def source(suffix: str):
+        def make(arch: Arch, prefix: str) -> View:
+            a = arch.attention
+            dim, group = a.head_dim, a.heads // a.kv_heads
+            if layout == "new":
+                slots = [g * (group + 2) + (j if part == 0 else group + part - 1)
+                         for g in range(a.kv_heads) for j in range(group if part == 0 else 1)]
+            elif layout == "multi_query":
+                slots = list(range(a.heads)) if part == 0 else [a.heads + part - 1]
+            else:
+                slots = [h * 3 + part for h in range(a.heads)]
+            return View(f"{prefix}self_attention.query_key_value.{suffix}",
+                        rows=[slot * dim + i for slot in slots for i in range(dim)])
+        return make
+    return source
+
+
+def _falcon_layout(layout: str, norms: dict) -> dict:
+    return {**{f"{k}{s}": f"{v}.{w}" for k, v in norms.items() for s, w in (("", "weight"), (".bias", "bias"))},
+            **{f"attn.w{x}": _falcon_rows(i, layout)("weight") for i, x in enumerate("qkv")},
+            **{f"attn.b{x}": _falcon_rows(i, layout)("bias") for i, x in enumerate("qkv")},
+            "attn.wo": "self_attention.dense.weight", "attn.bo": "self_attention.dense.bias",
+            "mlp.w_up": "mlp.dense_h_to_4h.weight", "mlp.b_up": "mlp.dense_h_to_4h.bias",
+            "mlp.w_down": "mlp.dense_4h_to_h.weight", "mlp.b_down": "mlp.dense_4h_to_h.bias",
+            "_prefix": "transformer.h.",
+            "_top": {"embed": "transformer.word_embeddings.weight", "norm": "transformer.ln_f.weight",
+                     "norm.bias": "transformer.ln_f.bias", "lm_head": "lm_head.weight"}}
+
+
+_FALCON_OLD = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm"}
 
 
 def _gpt2_columns(part: int, suffix: str):
@@ -203,6 +277,10 @@ LAYOUTS = {
                      "norm.bias": "model.final_layernorm.bias", "lm_head": "lm_head.weight",
                      "lm_head.bias": "lm_head.bias"}},
 }
-FAMILIES = {"gpt2": _gpt2, "gpt_neox": _gpt_neox, "phi": _phi}
+LAYOUTS.update({"falcon": _falcon_layout("multi_head", _FALCON_OLD),
+                "falcon_multi_query": _falcon_layout("multi_query", _FALCON_OLD),
+                "falcon_new": _falcon_layout("new", {"attn_norm": "ln_attn", "mlp_norm": "ln_mlp"}),
+                "falcon_new_one_norm": _falcon_layout("new", {"attn_norm": "input_layernorm"})})
+FAMILIES = {"gpt2": _gpt2, "gpt_neox": _gpt_neox, "phi": _phi, "falcon": _falcon}
 
 __all__ = ["DEFAULTS", "FAMILIES", "LAYOUTS"]

@@ -16,7 +16,8 @@ torch = pytest.importorskip("torch")
 FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smollm3-nope-list-window",
             "ministral-windows", "olmo2-post-norms", "olmo3-windows", "olmoe-top2", "starcoder2-biases-window",
             "gpt2-learned-positions", "gpt-neox-parallel", "phi-parallel-head-bias", "cohere-parallel-logit-scale",
-            "cohere2-nope-global", "glm4-sandwich-partial-rotary"]
+            "cohere2-nope-global", "glm4-sandwich-partial-rotary", "falcon-7b-multi-query",
+            "falcon-40b-new-arch-biases"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -50,6 +51,9 @@ BAD = [  # (config.json, the key named, a fragment of the message)
      "scale_attn_by_inverse_layer_idx", "irc scales every layer alike"),
     ({"model_type": "phi", **SMALL, "qk_layernorm": True}, "qk_layernorm", "not supported"),
     ({"model_type": "gpt_neox", **SMALL, "hidden_act": "relu"}, "hidden_act", '"relu" is not supported'),
+    ({"model_type": "falcon", **SMALL, "alibi": True}, "alibi", "ALiBi"),
+    ({"model_type": "falcon", **SMALL, "new_decoder_architecture": True, "num_kv_heads": 3}, "num_kv_heads",
+     "not divisible by 3 kv heads"),
     ({"model_type": "cohere", **SMALL, "use_qk_norm": True}, "use_qk_norm", "per-head q/k LayerNorms"),
     ({"model_type": "cohere2", **SMALL, "layer_types": ["sliding_attention"] * 3}, "layer_types", "3 entries for 2"),
 ]

@@ -107,6 +107,14 @@ CASES = {  # name: (config class, overrides of SMALL)
     "gpt-neox-sequential-half-rotary": ("GPTNeoXConfig", dict(use_parallel_residual=False, bos_token_id=1,
                                                               eos_token_id=2, rope_parameters={
         "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})),
+    "falcon-7b-multi-query": ("FalconConfig", dict(bos_token_id=1, eos_token_id=2)),
+    "falcon-40b-new-arch-biases": ("FalconConfig", dict(new_decoder_architecture=True, num_kv_heads=2, bias=True,
+                                                        bos_token_id=1, eos_token_id=2)),
+    "falcon-new-arch-one-norm-untied": ("FalconConfig", dict(new_decoder_architecture=True, num_kv_heads=1,
+                                                             num_ln_in_parallel_attn=1, tie_word_embeddings=False,
+                                                             bos_token_id=1, eos_token_id=2)),
+    "falcon-sequential-mha": ("FalconConfig", dict(multi_query=False, parallel_attn=False, bos_token_id=1,
+                                                   eos_token_id=2)),
     "phi-parallel-head-bias": ("PhiConfig", dict(num_key_value_heads=4, bos_token_id=1, eos_token_id=2)),
     # families_cohere
     "cohere-parallel-logit-scale": ("CohereConfig", dict(logit_scale=0.5, bos_token_id=1, eos_token_id=2)),
