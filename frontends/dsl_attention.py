@@ -49,14 +49,16 @@ class AttentionLayer:
                   rope: Optional[Rope] = None, window: Optional[int] = None, softcap: Optional[float] = None,
                   scale: Optional[float] = None, qkv_bias: bool = False, qk_norm: Union[bool, str] = False,
                   qk_norm_eps: float = 1e-6, qk_norm_offset: float = 0.0, causal: bool = True,
-                  output_gate: bool = False, out_bias: bool = False) -> Tensor:
+                  output_gate: bool = False, out_bias: bool = False, sinks: bool = False) -> Tensor:
         """Multi-head attention (MHA; GQA when kv_heads < heads; MQA when kv_heads == 1):
         q/k/v projections (``attn.wq/wk/wv``, biases ``bq/bk/bv`` with qkv_bias), RMS norms
         ``q_norm``/``k_norm`` with qk_norm (True or "head": per head, weights [D]; "full":
         over all of q's and k's features, weights [H·D] and [K·D], OLMo-2's), RoPE on q and k,
         the attention op over the layer's past cache, and the output projection ``attn.wo``
         (bias ``attn.bo`` with out_bias; with ``output_gate``, of the output times
-        sigmoid(gate), the gate read from ``attn.wq``: ``frontends.dsl_delta``)."""
+        sigmoid(gate), the gate read from ``attn.wq``: ``frontends.dsl_delta``); with
+        ``sinks``, a learned logit per query head (``attn.sinks`` [H], GPT-OSS's) joins each
+        softmax denominator (``irc.ops.attention``)."""
         m, p, i = self.model, self.prefix, self.index
         where = m.origin()
         d = m._features(x)
@@ -102,8 +104,9 @@ class AttentionLayer:
         past_key, past_value = m._past(i, kv_heads, head_dim, head_dim)
         attrs = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "v_head_dim": None,
                  "causal": bool(causal), "window": window, "softcap": softcap, "scale": scale}
+        sink = m.param(f"{p}attn.sinks", (heads,)) if sinks else None
         out, present_key, present_value = m.emit(
-            "attention", [q, k, v, mask, past_key, past_value], attrs,
+            "attention", [q, k, v, mask, past_key, past_value, sink], attrs,
             [f"{p}attn", f"present.{i}.key", f"present.{i}.value"])
         m._presents += [present_key.value, present_value.value]
         out = gated_output(self, out, gate) if output_gate else out
@@ -111,7 +114,8 @@ class AttentionLayer:
         bo = m.param(f"{p}attn.bo", (d,)) if out_bias else None
         kind = "mha" if kv_heads == heads else "mqa" if kv_heads == 1 else "gqa"
         self._note_attention(kind, heads, kv_heads, head_dim, head_dim, window, softcap, scale, rope,
-                             qkv_bias=bool(qkv_bias), qk_norm="full" if qk_norm == "full" else bool(qk_norm))
+                             qkv_bias=bool(qkv_bias), qk_norm="full" if qk_norm == "full" else bool(qk_norm),
+                             **({"attn_sinks": True} if sinks else {}))
         return m.emit("linear", [out, wo, bo], None, f"{p}attn_out")[0]
 
     def _head_norm(self, t: Tensor, which: str, heads: int, head_dim: int, eps, offset) -> Tensor:

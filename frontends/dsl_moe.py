@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from frontends.dsl_args import GROUP_SCORES, MOE_SCORING, one_of, positive, positive_float
+from irc.ops.moe import MOE_ACTIVATIONS
 
 if TYPE_CHECKING:
     from frontends.dsl import Model, Tensor
@@ -21,13 +22,18 @@ class MoeLayer:
             shared_d_ff: Optional[int] = None, scoring: str = "softmax", router_bias: bool = False,
             norm_topk_prob: bool = True, routed_scale: float = 1.0, groups: Optional[int] = None,
             top_groups: Optional[int] = None, group_score: str = "max", shared_expert_gate: bool = False,
-            activation: str = "silu") -> Tensor:
+            activation: str = "silu", router_logit_bias: bool = False, expert_bias: bool = False,
+            swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0) -> Tensor:
         """Mixture of SwiGLU experts (fused ``moe.w_gate/w_up`` [E, d_ff, d], ``moe.w_down``
         [E, d, d_ff]) routed by ``moe.router`` [E, d]: softmax or sigmoid scores, top_k
         (group-limited when ``groups``/``top_groups`` are set), optional selection bias
         ``moe.router_bias`` (DeepSeek-V3), ``routed_scale`` on the routed sum, and shared
         experts of width ``shared_d_ff`` (default shared_experts * d_ff), optionally gated
-        by ``moe.shared_expert_gate`` [1, d] (Qwen-MoE)."""
+        by ``moe.shared_expert_gate`` [1, d] (Qwen-MoE). GPT-OSS's additions:
+        ``router_logit_bias`` (the router Linear's bias ``moe.router_logit_bias`` [E], added
+        to the logits), ``expert_bias`` (``moe.b_gate``/``moe.b_up`` [E, d_ff] and
+        ``moe.b_down`` [E, d]) and ``activation="swiglu_oai"`` (the clamped SwiGLU with
+        ``swiglu_alpha`` and ``swiglu_limit``; ``irc.ops.moe``)."""
         m, p = self.model, self.prefix
         where = m.origin()
         d = m._features(x)
@@ -39,19 +45,11 @@ class MoeLayer:
             raise m.error("top_k", f"top_k {top_k} exceeds {experts} experts")
         one_of("scoring", scoring, MOE_SCORING, where)
         one_of("group_score", group_score, GROUP_SCORES, where)
+        one_of("activation", activation, MOE_ACTIVATIONS, where)
+        swiglu_alpha = positive_float("swiglu_alpha", swiglu_alpha, where)
+        swiglu_limit = positive_float("swiglu_limit", swiglu_limit, where)
         routed_scale = positive_float("routed_scale", routed_scale, where)
-        if (groups is None) != (top_groups is None):
-            raise m.error("groups" if groups is None else "top_groups", "groups and top_groups go together")
-        if groups is not None:
-            positive("groups", groups, where)
-            positive("top_groups", top_groups, where)
-            if experts % groups:
-                raise m.error("groups", f"{experts} experts do not split into {groups} groups")
-            if top_groups > groups:
-                raise m.error("top_groups", f"top_groups {top_groups} exceeds {groups} groups")
-            if top_k > top_groups * (experts // groups):
-                raise m.error("top_k", f"top_k {top_k} exceeds the {top_groups * (experts // groups)} experts "
-                                       f"in {top_groups} groups")
+        self._check_groups(experts, top_k, groups, top_groups, where)
         if shared_d_ff is not None:
             positive("shared_d_ff", shared_d_ff, where)
             if not shared_experts:
@@ -71,11 +69,18 @@ class MoeLayer:
             s_down = m.param(f"{p}moe.shared_down", (d, shared))
         if shared_expert_gate:
             s_sigmoid = m.param(f"{p}moe.shared_expert_gate", (1, d))
+        logit_bias = m.param(f"{p}moe.router_logit_bias", (experts,)) if router_logit_bias else None
+        b_gate = b_up = b_down = None
+        if expert_bias:
+            b_gate, b_up = (m.param(f"{p}moe.b_{x_}", (experts, d_ff)) for x_ in ("gate", "up"))
+            b_down = m.param(f"{p}moe.b_down", (experts, d))
         attrs = {"experts": experts, "top_k": top_k, "scoring": scoring, "norm_topk_prob": bool(norm_topk_prob),
                  "routed_scale": routed_scale, "n_group": groups, "topk_group": top_groups,
                  "group_score": group_score, "activation": activation}
-        out = m.emit("moe", [x, router, w_gate, w_up, w_down, bias, s_gate, s_up, s_down, s_sigmoid], attrs,
-                     f"{p}moe_out")[0]
+        if activation == "swiglu_oai":
+            attrs.update(swiglu_alpha=swiglu_alpha, swiglu_limit=swiglu_limit)
+        out = m.emit("moe", [x, router, w_gate, w_up, w_down, bias, s_gate, s_up, s_down, s_sigmoid, logit_bias,
+                             b_gate, b_up, b_down], attrs, f"{p}moe_out")[0]
         meta = m.meta
         if meta["moe"] is None:
             meta["moe"] = {"experts": experts, "top_k": top_k, "d_ff": d_ff, "shared_experts": shared_experts,
@@ -83,5 +88,25 @@ class MoeLayer:
                            "norm_topk_prob": bool(norm_topk_prob), "routed_scale": routed_scale,
                            "groups": groups, "top_groups": top_groups, "group_score": group_score,
                            "shared_expert_gate": bool(shared_expert_gate), "layers": []}
+            if router_logit_bias or expert_bias or activation == "swiglu_oai":
+                meta["moe"].update(router_logit_bias=bool(router_logit_bias), expert_bias=bool(expert_bias),
+                                   activation=activation)
         meta["moe"]["layers"].append(self.index)
         return out
+
+    def _check_groups(self, experts: int, top_k: int, groups, top_groups, where) -> None:
+        """Group-limited routing's arguments: both or neither, and they fit the experts."""
+        m = self.model
+        if (groups is None) != (top_groups is None):
+            raise m.error("groups" if groups is None else "top_groups", "groups and top_groups go together")
+        if groups is None:
+            return
+        positive("groups", groups, where)
+        positive("top_groups", top_groups, where)
+        if experts % groups:
+            raise m.error("groups", f"{experts} experts do not split into {groups} groups")
+        if top_groups > groups:
+            raise m.error("top_groups", f"top_groups {top_groups} exceeds {groups} groups")
+        if top_k > top_groups * (experts // groups):
+            raise m.error("top_k", f"top_k {top_k} exceeds the {top_groups * (experts // groups)} experts "
+                                   f"in {top_groups} groups")

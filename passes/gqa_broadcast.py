@@ -15,10 +15,13 @@ F32 = DType.f32
 MASKED = float(np.finfo(np.float32).min)
 
 
-def lower_attention(e: Emitter, node: Node) -> Optional[list[Value]]:
-    """Grouped attention's primitives; None for MHA (kv_heads == heads), which is left alone."""
+def lower_attention(e: Emitter, node: Node):
+    """Grouped attention's primitives; None for MHA (kv_heads == heads), which is left alone;
+    a note for attention with sinks (GPT-OSS), which the ONNX emitter lowers itself."""
     if node.attrs["kv_heads"] >= node.attrs["heads"]:
         return None
+    if len(node.inputs) > 6 and node.inputs[6] is not None:
+        return "attention sinks: left to the emitter (backends.onnx.attention lowers them)"
     return GroupedAttention(e, bool(e.options["materialize"])).outputs()
 
 
@@ -62,7 +65,7 @@ class GroupedAttention:
 
     def outputs(self) -> list[Value]:
         e = self.e
-        q, k, v, mask, past_key, past_value = e.operands.values()
+        q, k, v, mask, past_key, past_value = list(e.operands.values())[:6]
         query = self.queries(e.cast(q, F32, "q_f32"))
         key = self.split(e.cast(k, F32, "k_f32"), self.kv_heads, self.head_dim, "key")
         value = self.split(e.cast(v, F32, "v_f32"), self.kv_heads, self.v_head_dim, "value")

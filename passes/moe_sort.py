@@ -23,9 +23,23 @@ ACTIVATION_OPS = {"silu": ("silu", {}), "gelu": ("gelu", {"approximate": "none"}
 REPORT_MAX_PARAM_ELEMENTS = 1 << 26
 
 
-def lower_moe(e: Emitter, node: Node) -> Value:
-    """The sorted form replacing ``node``'s output (every ``moe`` lowers; nothing is refused)."""
-    return SortedMoe(e, e.options["capacity_factor"]).output()
+def refusal(node: Node) -> Optional[str]:
+    """Why the sorted form cannot express ``node`` (None when it can): GPT-OSS's router logit
+    bias (``moe_route`` reads none, and backends lowering ``moe_route`` would drop it), its
+    expert biases (``grouped_gemm`` has none) and its clamped ``swiglu_oai`` GLU (no clamp
+    primitive). Such a node stays a ``moe`` op, which the ONNX targets lower whole."""
+    operands = dict(zip(("router_logit_bias", "b_gate", "b_up", "b_down"), node.inputs[10:14]))
+    present = [name for name, value in operands.items() if value is not None]
+    if present:
+        return f"{', '.join(present)}: the sorted form has no biases (moe_route, grouped_gemm)"
+    if node.attrs["activation"] == "swiglu_oai":
+        return "swiglu_oai experts: the sorted form has no clamped GLU"
+    return None
+
+
+def lower_moe(e: Emitter, node: Node):
+    """The sorted form replacing ``node``'s output, or the reason it is left (``refusal``)."""
+    return refusal(node) or SortedMoe(e, e.options["capacity_factor"]).output()
 
 
 @register_pass
@@ -41,6 +55,8 @@ class MoeSort(LoweringPass):
     down; each row is scaled by its gating weight and ``scatter_add`` sums the rows into
     token order on top of the shared expert (Qwen's sigmoid ``shared_expert_gate`` included)
     or zeros. Everything runs in float32 and is cast back to x's dtype, as the op does.
+    GPT-OSS's MoE (router logit bias, expert biases, ``swiglu_oai``) is left as it is, with a
+    note saying which (``refusal``).
 
     Options: ``capacity_factor`` (default none) caps each expert at
     ceil(capacity_factor * N * k / E) rows, dropping pairs in GShard priority order (every
@@ -129,7 +145,7 @@ class SortedMoe:
 
     def output(self) -> Value:
         e = self.e
-        x, router, w_gate, w_up, w_down, bias, s_gate, s_up, s_down, s_expert_gate = e.operands.values()
+        x, router, w_gate, w_up, w_down, bias, s_gate, s_up, s_down, s_expert_gate = list(e.operands.values())[:10]
         attrs = self.node.attrs
         experts, top_k = attrs["experts"], attrs["top_k"]
         d = x.shape[-1]

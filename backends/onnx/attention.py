@@ -17,6 +17,14 @@ gives zeros, as in the reference. Before opset 23 (and the ``gqa-broadcast`` pas
 landed, so the emitter does this itself): queries reshaped to [B, K, H/K, T, D] against
 keys [B, K, 1, S, D] by broadcasting MatMul, a masked Softmax, and a final Where that
 zeroes rows with no visible key.
+
+Sinks (GPT-OSS): the standard ``Attention`` (opsets 23 to 25) has no per-head sink input,
+so an attention with ``sinks`` takes the grouped MatMul path at every opset: the sink
+logits [H], viewed [1, K, H/K, 1, 1] and expanded to one column per query row, are
+concatenated after the masked scores, the Softmax runs over S+1 columns, and the sink
+column is sliced off before the weighted sum. ``com.microsoft.GroupQueryAttention`` takes
+them as its ``head_sink`` input (measured equal on ORT 1.32's CPU provider); ``head_sink``
+gives that input for the onnx-ort lowering.
 """
 from __future__ import annotations
 
@@ -28,7 +36,7 @@ from onnx import TensorProto
 from irc import dims
 from irc.dtypes import DType
 from irc.errors import BackendError
-from irc.graph import Node, Value
+from irc.graph import Node, Param, Value
 from irc.ops.registry import pad_inputs
 from irc.ops.rope import rope_inv_freq
 
@@ -187,9 +195,11 @@ def merge_heads(b: Builder, x4: str, batch, seq, heads: int, width: int, out: st
 
 
 def grouped_attention(b: Builder, q4: str, key4: str, value4: str, visible: str, *, batch, seq, heads: int,
-                      kv_heads: int, head_dim: int, v_head_dim: int, scale: float, cap, out: str) -> str:
+                      kv_heads: int, head_dim: int, v_head_dim: int, scale: float, cap, out: str,
+                      sinks: str = "") -> str:
     """Softmax(q k^T * scale) v for q [B, H, T, D] over key/value [B, K, S, D]: query head h
-    reads kv head h // (H/K) through a [B, K, H/K, T, D] view; masked rows give zeros."""
+    reads kv head h // (H/K) through a [B, K, H/K, T, D] view; masked rows give zeros;
+    ``sinks`` (an f32 [H] name, or "") join each head's softmax denominator."""
     group = heads // kv_heads
     q5 = b.op("Reshape", [q4, b.shape((batch, kv_heads, group, seq, head_dim))], f"{out}/q_groups", allowzero=1)
     keys_t = b.op("Transpose", [key4], f"{out}/keys_t", perm=[0, 1, 3, 2])
@@ -198,24 +208,53 @@ def grouped_attention(b: Builder, q4: str, key4: str, value4: str, visible: str,
     scores = b.op("Mul", [scores, b.const(scale, np.float32, f"{out}/scale")], f"{out}/scores")
     if cap is not None:
         scores = softcap(b, scores, cap, DType.f32, b.fresh(f"{out}/softcapped"))
+    visible5 = ""
     if visible:
         visible5 = b.cached(("unsqueeze", visible, 1), lambda: b.op("Unsqueeze", [visible, b.i64([1])],
                                                                      f"{visible}/groups"))
         scores = b.op("Where", [visible5, scores, b.const(NEG, np.float32, "mask/neg")], f"{out}/masked")
-        probs = b.op("Softmax", [scores], f"{out}/probs_all", axis=-1)
-        probs = b.op("Where", [visible5, probs, b.const(0.0, np.float32, "zero")], f"{out}/probs")
+    if sinks:
+        probs = _softmax_with_sinks(b, scores, sinks, (batch, kv_heads, group, seq), out)
     else:
-        probs = b.op("Softmax", [scores], f"{out}/probs", axis=-1)
+        probs = b.op("Softmax", [scores], f"{out}/probs_all" if visible else f"{out}/probs", axis=-1)
+    if visible:
+        probs = b.op("Where", [visible5, probs, b.const(0.0, np.float32, "zero")], f"{out}/probs")
     values5 = b.op("Unsqueeze", [value4, b.i64([2])], f"{out}/values5")
     out5 = b.op("MatMul", [probs, values5], f"{out}/weighted")
     return b.node("Reshape", [out5, b.shape((batch, heads, seq, v_head_dim))], [out], allowzero=1)[0]
 
 
+def _softmax_with_sinks(b: Builder, scores: str, sinks: str, lead: tuple, out: str) -> str:
+    """Softmax of scores [B, K, G, T, S] with one more column per row holding the head's
+    sink logit; the sink's own weight is sliced off, so each row sums to less than one."""
+    batch, kv_heads, group, seq = lead
+    sink5 = b.op("Reshape", [sinks, b.i64([1, kv_heads, group, 1, 1])], f"{out}/sinks5")
+    column = b.op("Expand", [sink5, b.shape((batch, kv_heads, group, seq, 1))], f"{out}/sink_column")
+    combined = b.op("Concat", [scores, column], f"{out}/scores_and_sink", axis=-1)
+    probs = b.op("Softmax", [combined], f"{out}/probs_and_sink", axis=-1)
+    total = b.op("Shape", [scores], f"{out}/scores_shape", start=-1)
+    return b.op("Slice", [probs, b.i64([0]), total, b.i64([-1])], f"{out}/probs_all")
+
+
+def head_sink(b: Builder, node: Node) -> str:
+    """An attention node's ``sinks`` in its query's float type, for GroupQueryAttention's
+    ``head_sink`` input (input 11); "" when it has none."""
+    sinks, dtype = attention_operands(node)["sinks"], node.inputs[0].dtype
+    if sinks is None:
+        return ""
+    if isinstance(sinks, Param):
+        return b.weight(sinks, dtype=dtype)
+    name = b.value(sinks)
+    return name if sinks.dtype == dtype else b.op("Cast", [name], f"{name}/{dtype}", to=ONNX_TYPES[dtype])
+
+
 def attend_heads(b: Builder, q4: str, k4: str, v4: str, past: tuple, presents: list, visible: str, *, batch, seq,
-                 heads: int, kv_heads: int, head_dim: int, v_head_dim: int, scale: float, cap, out: str) -> str:
+                 heads: int, kv_heads: int, head_dim: int, v_head_dim: int, scale: float, cap, out: str,
+                 sinks: str = "") -> str:
     """Attention on head-major [B, N, T, W] operands with an optional past; writes the
-    present caches to ``presents`` (names) when ``past`` is given. Returns [B, H, T, Dv]."""
-    if b.opset >= 23:
+    present caches to ``presents`` (names) when ``past`` is given; ``sinks`` (f32 [H], or
+    "") take the grouped MatMul path at every opset. Returns [B, H, T, Dv]."""
+    if b.opset >= 23 and not sinks:
         b.node("Attention", [q4, k4, v4, visible, *past], [out, *presents], scale=float(scale),
                softcap=None if cap is None else float(cap), is_causal=0)
         return out
@@ -224,15 +263,15 @@ def attend_heads(b: Builder, q4: str, k4: str, v4: str, past: tuple, presents: l
         key4 = b.node("Concat", [past[0], k4], [presents[0]], axis=2)[0]
         value4 = b.node("Concat", [past[1], v4], [presents[1]], axis=2)[0]
     return grouped_attention(b, q4, key4, value4, visible, batch=batch, seq=seq, heads=heads, kv_heads=kv_heads,
-                             head_dim=head_dim, v_head_dim=v_head_dim, scale=scale, cap=cap, out=out)
+                             head_dim=head_dim, v_head_dim=v_head_dim, scale=scale, cap=cap, out=out, sinks=sinks)
 
 
 def attention_operands(node: Node) -> dict:
-    q, k, v, mask, past_key, past_value = pad_inputs(node.inputs, 6)
+    q, k, v, mask, past_key, past_value, sinks = pad_inputs(node.inputs, 7)
     a = node.attrs
     batch, seq = q.shape[:2]
     total = seq if past_key is None else dims.add(past_key.shape[2], seq)
-    return dict(q=q, k=k, v=v, mask=mask, past_key=past_key, past_value=past_value, batch=batch, seq=seq,
+    return dict(q=q, k=k, v=v, mask=mask, past_key=past_key, past_value=past_value, sinks=sinks, batch=batch, seq=seq,
                 total=total, heads=a["heads"], kv_heads=a["kv_heads"], head_dim=a["head_dim"],
                 v_head_dim=a["head_dim"] if a["v_head_dim"] is None else a["v_head_dim"],
                 scale=a["head_dim"] ** -0.5 if a["scale"] is None else a["scale"])
@@ -244,7 +283,8 @@ def lower_attention(b: Builder, node: Node, outs: list[str]) -> None:
     visible = visibility(b, o["mask"], o["seq"], o["total"], a["causal"], a["window"])
     past = () if o["past_key"] is None else (b.value(o["past_key"]), b.value(o["past_value"]))
     q, k, v = (b.value(o[name]) for name in ("q", "k", "v"))
-    if b.opset >= 23:
+    sinks = _sinks_f32(b, o["sinks"])
+    if b.opset >= 23 and not sinks:
         b.node("Attention", [q, k, v, visible, *past], outs, q_num_heads=o["heads"], kv_num_heads=o["kv_heads"],
                scale=float(o["scale"]), softcap=None if a["softcap"] is None else float(a["softcap"]), is_causal=0)
         return
@@ -254,5 +294,15 @@ def lower_attention(b: Builder, node: Node, outs: list[str]) -> None:
     v4 = heads_first(b, v, heads=o["kv_heads"], width=o["v_head_dim"], out=b.fresh(f"{outs[0]}/v"), **shape)
     out4 = attend_heads(b, q4, k4, v4, past, outs[1:], visible, heads=o["heads"], kv_heads=o["kv_heads"],
                         head_dim=o["head_dim"], v_head_dim=o["v_head_dim"], scale=o["scale"], cap=a["softcap"],
-                        out=b.fresh(f"{outs[0]}/heads"), **shape)
+                        out=b.fresh(f"{outs[0]}/heads"), sinks=sinks, **shape)
     merge_heads(b, out4, heads=o["heads"], width=o["v_head_dim"], out=outs[0], **shape)
+
+
+def _sinks_f32(b: Builder, sinks) -> str:
+    """The sinks operand as an f32 name ("" when absent): the grouped path computes in f32."""
+    if sinks is None:
+        return ""
+    if isinstance(sinks, Param):
+        return b.weight(sinks, dtype=DType.f32)
+    name = b.value(sinks)
+    return name if sinks.dtype == DType.f32 else b.op("Cast", [name], f"{name}/f32", to=TensorProto.FLOAT)

@@ -10,8 +10,17 @@ expert not chosen), one MatMul with all down projections ([E*f, d]). That is E/t
 the FLOPs of sparse dispatch but only standard ops and no data-dependent shapes; the ORT
 op below is the sparse path.
 
+Biases (GPT-OSS): the router's logit bias is added to the router logits; the gate and up
+biases [E, f] are added flat ([E*f], the column order of the packed weights) after their
+MatMuls; the down biases [E, d] arrive as gating [N, E] @ b_down, each expert's bias times
+its gating weight. ``swiglu_oai`` is written out: Min(gate, limit), Clip(up, -limit,
+limit), gate * Sigmoid(alpha * gate) * (up + 1).
+
 ORT (``lower_moe_ort``): ``com.microsoft.MoE`` where it matches the op: softmax routing
-without bias or groups, routed scale 1, SwiGLU experts. On CPU SwiGLU needs
+without selection bias or groups, routed scale 1, SwiGLU or GPT-OSS's clamped SwiGLU
+experts (``activation_alpha``, ``activation_beta`` 1 and ``swiglu_limit``: ORT 1.32 computes
+exactly that form), with their biases (fc1's interleaved like its weight, fc2's as they are);
+a router logit bias is added to the logits it is given. On CPU SwiGLU needs
 ``swiglu_fusion=1`` (gate and up rows interleaved in one [E, 2f, d] weight, built at write
 time) and no separate fc3. The shared expert (and its sigmoid gate) stays in standard
 ops. Anything else falls back to ``lower_moe`` (``moe_fits_ort`` says why).
@@ -29,8 +38,9 @@ from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
 from backends.onnx.portable import activation, gated_mlp, linear
 
 MOE_OPERANDS = ("x", "router", "w_gate", "w_up", "w_down", "router_bias", "shared_gate", "shared_up", "shared_down",
-                "shared_expert_gate")
+                "shared_expert_gate", "router_logit_bias", "b_gate", "b_up", "b_down")
 ACTIVATION_OF = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_tanh"}
+BIASES = ("router_logit_bias", "b_gate", "b_up", "b_down")
 
 
 def experts_in_major(w):
@@ -51,6 +61,38 @@ def interleave_gate_up(gate, up):
     fused = np.empty((gate.shape[0], 2 * gate.shape[1], gate.shape[2]), dtype=gate.dtype)
     fused[:, 0::2], fused[:, 1::2] = gate, up
     return fused
+
+
+def interleave_biases(gate, up):
+    """[E, f] gate and up biases -> [E, 2f]: gate_0, up_0, gate_1, up_1, ... (fc1's rows)."""
+    gate, up = np.asarray(gate), np.asarray(up)
+    fused = np.empty((gate.shape[0], 2 * gate.shape[1]), dtype=gate.dtype)
+    fused[:, 0::2], fused[:, 1::2] = gate, up
+    return fused
+
+
+def flat_bias(b: Builder, bias, dtype: DType, shape: tuple) -> str:
+    """A bias param (or value) reshaped to ``shape`` in type ``dtype``."""
+    name = b.weight(bias, dtype=dtype) if isinstance(bias, Param) else b.value(bias)
+    if not isinstance(bias, Param) and bias.dtype != dtype:
+        name = b.op("Cast", [name], f"{name}/{dtype}", to=ONNX_TYPES[dtype])
+    return b.op("Reshape", [name, b.i64(list(shape))], f"{name}/{'x'.join(map(str, shape))}")
+
+
+def glu(b: Builder, gate: str, up: str, attrs: dict, dtype: DType, out: str) -> str:
+    """The gated hidden units: act(gate) * up, or GPT-OSS's clamped form (``swiglu_oai``)."""
+    if attrs["activation"] != "swiglu_oai":
+        return b.op("Mul", [activation(b, ACTIVATION_OF[attrs["activation"]], gate, b.fresh(f"{out}/act")), up],
+                    f"{out}/hidden")
+    np_type = dtype.numpy
+    limit, alpha = float(attrs["swiglu_limit"]), float(attrs["swiglu_alpha"])
+    gate = b.op("Min", [gate, b.const(limit, np_type, f"{out}/limit")], f"{out}/gate_clamped")
+    up = b.op("Clip", [up, b.const(-limit, np_type, f"{out}/minus_limit"), b.const(limit, np_type, f"{out}/limit_")],
+              f"{out}/up_clamped")
+    sig = b.op("Sigmoid", [b.op("Mul", [gate, b.const(alpha, np_type, f"{out}/alpha")], f"{out}/gate_scaled")],
+               f"{out}/gate_sigmoid")
+    up1 = b.op("Add", [up, b.const(1.0, np_type, f"{out}/one")], f"{out}/up_plus_one")
+    return b.op("Mul", [b.op("Mul", [gate, sig], f"{out}/glu"), up1], f"{out}/hidden")
 
 
 def _operands(node: Node) -> dict:
@@ -108,13 +150,19 @@ def _limit_groups(b: Builder, choice: str, attrs: dict, out: str) -> str:
     return b.op("Where", [keep, choice, b.const(-np.inf, np.float32, "moe/minus_inf")], f"{out}/choice_in_groups")
 
 
-def _shared(b: Builder, ops: dict, x2: str, routed: str, act: str, out: str) -> str:
+def _shared(b: Builder, ops: dict, x2: str, routed: str, attrs: dict, out: str) -> str:
     """routed + the shared expert (times sigmoid(x @ shared_expert_gate.T) when gated)."""
     if ops["shared_gate"] is None:
         return routed
     x_value = ops["x"]
-    shared = gated_mlp(b, x2, x_value.dtype, ops["shared_gate"], ops["shared_up"], ops["shared_down"], act,
-                       b.fresh(f"{out}/shared"))
+    dtype, name = x_value.dtype, b.fresh(f"{out}/shared")
+    if attrs["activation"] == "swiglu_oai":
+        gate = linear(b, x2, dtype, ops["shared_gate"], None, b.fresh(f"{name}/gate"))
+        up = linear(b, x2, dtype, ops["shared_up"], None, b.fresh(f"{name}/up"))
+        shared = linear(b, glu(b, gate, up, attrs, dtype, name), dtype, ops["shared_down"], None, name)
+    else:
+        shared = gated_mlp(b, x2, dtype, ops["shared_gate"], ops["shared_up"], ops["shared_down"],
+                           ACTIVATION_OF[attrs["activation"]], name)
     if ops["shared_expert_gate"] is not None:
         gate = linear(b, x2, x_value.dtype, ops["shared_expert_gate"], None, b.fresh(f"{out}/shared_gate_logit"))
         shared = b.op("Mul", [shared, b.op("Sigmoid", [gate], f"{out}/shared_gate")], f"{out}/shared_gated")
@@ -126,7 +174,7 @@ def lower_moe(b: Builder, node: Node, outs: list[str]) -> None:
     x_value, out = ops["x"], outs[0]
     d, experts, f = x_value.shape[-1], a["experts"], ops["w_gate"].shape[1]
     x2 = b.op("Reshape", [b.value(x_value), b.i64([-1, d])], f"{out}/tokens")
-    logits = linear(b, x2, x_value.dtype, ops["router"], None, b.fresh(f"{out}/router_logits"))
+    logits = linear(b, x2, x_value.dtype, ops["router"], ops["router_logit_bias"], b.fresh(f"{out}/router_logits"))
     ids, weights = route(b, logits, ops["router_bias"], a, out, x_value.dtype)
     onehot = b.op("OneHot", [ids, b.i64(experts), b.const([0.0, 1.0], np.float32, "onehot/values")],
                   f"{out}/chosen", axis=-1)
@@ -146,14 +194,21 @@ def lower_moe(b: Builder, node: Node, outs: list[str]) -> None:
     gate_all = packed(ops["w_gate"], experts_in_major, (d, experts * f), "experts_in")
     up_all = packed(ops["w_up"], experts_in_major, (d, experts * f), "experts_in")
     down_all = packed(ops["w_down"], experts_out_major, (experts * f, d), "experts_out")
-    act = ACTIVATION_OF[a["activation"]]
-    gate = activation(b, act, b.op("MatMul", [x2, gate_all], f"{out}/gate"), b.fresh(f"{out}/act"))
-    hidden = b.op("Mul", [gate, b.op("MatMul", [x2, up_all], f"{out}/up")], f"{out}/hidden")
+    gate = b.op("MatMul", [x2, gate_all], f"{out}/gate")
+    up = b.op("MatMul", [x2, up_all], f"{out}/up")
+    if ops["b_gate"] is not None:
+        gate = b.op("Add", [gate, flat_bias(b, ops["b_gate"], x_value.dtype, (experts * f,))], f"{out}/gate_biased")
+        up = b.op("Add", [up, flat_bias(b, ops["b_up"], x_value.dtype, (experts * f,))], f"{out}/up_biased")
+    hidden = glu(b, gate, up, a, x_value.dtype, out)
     hidden = b.op("Reshape", [hidden, b.i64([-1, experts, f])], f"{out}/hidden3")
     hidden = b.op("Mul", [hidden, b.op("Unsqueeze", [gating, b.i64([-1])], f"{out}/gating3d")], f"{out}/weighted3")
     hidden = b.op("Reshape", [hidden, b.i64([-1, experts * f])], f"{out}/weighted")
     routed = b.op("MatMul", [hidden, down_all], f"{out}/routed")
-    total = _shared(b, ops, x2, routed, act, out)
+    if ops["b_down"] is not None:
+        down_bias = b.op("MatMul", [gating, flat_bias(b, ops["b_down"], x_value.dtype, (experts, d))],
+                         f"{out}/down_bias")
+        routed = b.op("Add", [routed, down_bias], f"{out}/routed_biased")
+    total = _shared(b, ops, x2, routed, a, out)
     b.node("Reshape", [total, b.shape(x_value.shape)], outs, allowzero=1)
 
 
@@ -168,9 +223,9 @@ def moe_fits_ort(node: Node):
         return "group-limited routing"
     if a["routed_scale"] != 1.0:
         return "a routed scale"
-    if a["activation"] != "silu":
+    if a["activation"] not in ("silu", "swiglu_oai"):
         return f"{a['activation']} experts (CPU MoE runs SwiGLU)"
-    if not all(isinstance(ops[name], Param) for name in ("w_gate", "w_up", "w_down")):
+    if not all(isinstance(ops[name], Param) for name in ("w_gate", "w_up", "w_down", *BIASES) if ops[name] is not None):
         return "quantized experts (dequantized in the graph)"
     if ops["x"].dtype.text not in ("f32", "f16"):
         return f"{ops['x'].dtype} activations"
@@ -185,14 +240,23 @@ def lower_moe_ort(b: Builder, node: Node, outs: list[str]) -> None:
     x_value, out = ops["x"], outs[0]
     d, experts, f = x_value.shape[-1], a["experts"], ops["w_gate"].shape[1]
     x2 = b.op("Reshape", [b.value(x_value), b.i64([-1, d])], f"{out}/tokens")
-    logits = linear(b, x2, x_value.dtype, ops["router"], None, b.fresh(f"{out}/router_logits"))
+    logits = linear(b, x2, x_value.dtype, ops["router"], ops["router_logit_bias"], b.fresh(f"{out}/router_logits"))
     gate, up = ops["w_gate"], ops["w_up"]
     fc1 = b.derived(f"{gate.name}.interleaved_up", gate.dtype, (experts, 2 * f, d), (gate, up), interleave_gate_up,
                     "rows")
     fc1 = b.converted(fc1, gate.dtype, x_value.dtype)
+    fc1_bias = fc2_bias = ""
+    if ops["b_gate"] is not None:
+        bg, bu = ops["b_gate"], ops["b_up"]
+        fc1_bias = b.converted(b.derived(f"{bg.name}.interleaved_up", bg.dtype, (experts, 2 * f), (bg, bu),
+                                         interleave_biases, "rows"), bg.dtype, x_value.dtype)
+    if ops["b_down"] is not None:
+        fc2_bias = b.weight(ops["b_down"], dtype=x_value.dtype)
     fc2 = b.weight(ops["w_down"], dtype=x_value.dtype)
-    routed = b.op("MoE", [x2, logits, fc1, "", fc2], f"{out}/routed", domain=MS_DOMAIN,
+    oai = a["activation"] == "swiglu_oai"
+    routed = b.op("MoE", [x2, logits, fc1, fc1_bias, fc2, fc2_bias], f"{out}/routed", domain=MS_DOMAIN,
                   k=a["top_k"], normalize_routing_weights=int(a["norm_topk_prob"]), activation_type="swiglu",
-                  swiglu_fusion=1, activation_alpha=1.0, activation_beta=0.0)
-    total = _shared(b, ops, x2, routed, "silu", out)
+                  swiglu_fusion=1, activation_alpha=float(a["swiglu_alpha"]) if oai else 1.0,
+                  activation_beta=1.0 if oai else 0.0, swiglu_limit=float(a["swiglu_limit"]) if oai else None)
+    total = _shared(b, ops, x2, routed, a, out)
     b.node("Reshape", [total, b.shape(x_value.shape)], outs, allowzero=1)

@@ -38,7 +38,7 @@ from irc.ops.rope import rope_cos_sin, rope_inv_freq
 from irc.rewrite.epilogue import residual_norm
 
 from backends.onnx import gqa_fuse, portable
-from backends.onnx.attention import (NEG, attention_operands, check_scaling, lower_attention, lower_rope,
+from backends.onnx.attention import (NEG, attention_operands, check_scaling, head_sink, lower_attention, lower_rope,
                                      visibility)
 from backends.onnx.builder import MS_DOMAIN, Builder
 from backends.onnx.moe import lower_moe_ort
@@ -90,7 +90,7 @@ def lower_attention_ort(b: Builder, node: Node, outs: list[str]) -> None:
     fused = gqa_fuse.plan(b).get(id(node), gqa_fuse.Absorbed())
     qkv, rotary = _gqa_operands(b, node, fused, outs[0])
     inputs = [*qkv, *(b.value(o[name]) for name in ("past_key", "past_value"))]
-    inputs += [seqlens_k, total_len, *rotary, bias, "", "", "", "", "", query_seqlens]
+    inputs += [seqlens_k, total_len, *rotary, bias, head_sink(b, node), "", "", "", "", query_seqlens]
     b.node("GroupQueryAttention", inputs, outs, domain=MS_DOMAIN, num_heads=o["heads"], kv_num_heads=o["kv_heads"],
            scale=float(o["scale"]), softcap=None if a["softcap"] is None else float(a["softcap"]),
            local_window_size=a["window"], do_rotary=1 if fused.rope_q else None,

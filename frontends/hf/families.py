@@ -60,6 +60,7 @@ from irc.yamlloc import Bad, boolean, non_negative_int, positive_int, positive_n
 from frontends.hf.weights import Rows, Source, Stack, Tensor
 from frontends.hf import (families_classic, families_cohere, families_composite, families_delta, families_kimi,
                           families_lfm2, families_llama_like, families_minimax, families_olmo, families_ssm)
+from frontends.hf import families_gpt_oss
 from irc.errors import SpecError
 from frontends.hf.families_common import (FULL, SLIDING, _arch, _dims, _every_layer_window, _experts, _layer_types,
                                           _no, _qwen_windows, _rope, _silu, _swiglu, _windows)
@@ -102,6 +103,7 @@ DEFAULTS = {
     **families_composite.DEFAULTS,
     **families_lfm2.DEFAULTS, **families_delta.DEFAULTS, **families_kimi.DEFAULTS, **families_minimax.DEFAULTS,
     **families_llama_like.DEFAULTS, **families_olmo.DEFAULTS, **families_classic.DEFAULTS, **families_cohere.DEFAULTS,
+    **families_gpt_oss.DEFAULTS,
 }
 
 # DSL argument -> the config.json key a refusal should name
@@ -294,6 +296,7 @@ FAMILIES = {
     **families_composite.FAMILIES,
     **families_lfm2.FAMILIES, **families_delta.FAMILIES, **families_kimi.FAMILIES, **families_minimax.FAMILIES,
     **families_llama_like.FAMILIES, **families_olmo.FAMILIES, **families_classic.FAMILIES, **families_cohere.FAMILIES,
+    **families_gpt_oss.FAMILIES,
 }
 
 
@@ -377,6 +380,7 @@ LAYOUTS = {  # the families' departures from LAYER_NAMES
     **families_composite.LAYOUTS,
     **families_lfm2.layouts(Experts), **families_delta.LAYOUTS, **families_kimi.LAYOUTS, **families_minimax.layouts(Experts),
     **families_llama_like.LAYOUTS, **families_olmo.LAYOUTS, **families_classic.LAYOUTS, **families_cohere.LAYOUTS,
+    **families_gpt_oss.LAYOUTS,
 }
 # a layout's "_prefix" (the layers' names, default model.layers.) and "_top" (embed, norm
 # and lm_head, default TOP_NAMES) say where a family departs from Llama's names

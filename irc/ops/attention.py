@@ -9,6 +9,12 @@ Visibility: the query at row t sits at cache index P+t; key j is visible iff j <
 (when causal), j > P+t-W (with window W, HF ``sliding_window`` semantics) and
 attention_mask[b, j] == 1. A query row that sees no key outputs zeros, never NaN.
 
+Sinks (``attention``'s optional ``sinks`` operand [H], GPT-OSS's ``self_attn.sinks``): one
+learned logit per query head joins every softmax denominator, always visible, with no value:
+weights_j = exp(s_j) / (sum_visible exp(s_i) + exp(sink_h)), so a row's weights sum to less
+than one. It is not soft-capped (GPT-OSS has no cap; transformers concatenates it after the
+mask).
+
 The math lives in module-level functions (``visible_keys``, ``attend``, ``mla_query``,
 ``mla_latent``, ``mla_expand_kv``, ...) so passes such as mla-absorb reuse them; the
 registrations at the bottom wire them to the registry.
@@ -46,21 +52,28 @@ def visible_keys(batch: int, seq: int, past: int, attention_mask=None, causal: b
     return visible
 
 
-def masked_softmax(scores, visible) -> np.ndarray:
-    """Softmax over the last axis restricted to ``visible``; rows with nothing visible are 0."""
+def masked_softmax(scores, visible, sinks=None) -> np.ndarray:
+    """Softmax over the last axis restricted to ``visible``; rows with nothing visible are 0.
+    ``sinks`` (broadcastable to scores[..., :1]) are logits that join every denominator and
+    take no weight of their own (attention sinks)."""
     masked = np.where(visible, scores, -np.inf)
     peak = masked.max(axis=-1, keepdims=True)
+    if sinks is not None:
+        peak = np.maximum(peak, sinks)
     peak = np.where(np.isfinite(peak), peak, 0.0)
     weights = np.where(visible, np.exp(masked - peak), 0.0)
     total = weights.sum(axis=-1, keepdims=True)
+    if sinks is not None:
+        total = total + np.exp(sinks - peak)
     return (weights / np.where(total > 0, total, 1.0)).astype(np.float32)
 
 
-def attend(query, key, value, visible, scale: float, softcap: Optional[float] = None) -> np.ndarray:
+def attend(query, key, value, visible, scale: float, softcap: Optional[float] = None, sinks=None) -> np.ndarray:
     """Grouped scaled-dot-product attention in float32.
 
     query [B, H, T, D], key [B, K, S, D], value [B, K, S, Dv], visible bool [B, T, S];
-    query head h reads kv head h // (H / K). Returns [B, H, T, Dv]."""
+    query head h reads kv head h // (H / K); ``sinks`` [H] join each head's softmax
+    denominator (the module docstring). Returns [B, H, T, Dv]."""
     q, k, v = f32(query), f32(key), f32(value)
     batch, heads, seq, _ = q.shape
     kv_heads = k.shape[1]
@@ -69,7 +82,8 @@ def attend(query, key, value, visible, scale: float, softcap: Optional[float] = 
     scores = np.einsum("bkgtd,bksd->bkgts", q5, k) * np.float32(scale)
     if softcap is not None:
         scores = np.float32(softcap) * np.tanh(scores / np.float32(softcap))
-    weights = masked_softmax(scores, np.asarray(visible)[:, None, None, :, :])
+    sink = None if sinks is None else f32(sinks).reshape(1, kv_heads, group, 1, 1)
+    weights = masked_softmax(scores, np.asarray(visible)[:, None, None, :, :], sink)
     out = np.einsum("bkgts,bksd->bkgtd", weights, v)
     return out.reshape(batch, heads, seq, v.shape[-1]).astype(np.float32)
 
@@ -91,7 +105,7 @@ def with_past(past, new) -> np.ndarray:
     return new if past is None else np.concatenate([f32(past), new], axis=2)
 
 
-def attention(q, k, v, attention_mask=None, past_key=None, past_value=None, *, heads: int, kv_heads: int,
+def attention(q, k, v, attention_mask=None, past_key=None, past_value=None, sinks=None, *, heads: int, kv_heads: int,
               head_dim: int, v_head_dim: Optional[int] = None, causal: bool = True,
               window: Optional[int] = None, softcap: Optional[float] = None,
               scale: Optional[float] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -101,7 +115,7 @@ def attention(q, k, v, attention_mask=None, past_key=None, past_value=None, *, h
     batch, seq = q.shape[:2]
     visible = visible_keys(batch, seq, key.shape[2] - seq, attention_mask, causal, window)
     scale = head_dim ** -0.5 if scale is None else scale
-    out = attend(split_heads(f32(q), heads), key, value, visible, scale, softcap)
+    out = attend(split_heads(f32(q), heads), key, value, visible, scale, softcap, sinks)
     return merge_heads(out), key, value
 
 
@@ -135,7 +149,7 @@ def _check_activation(op, name, value, batch, seq, width):
 
 
 def _attention_infer(inputs, attrs):
-    q, k, v, mask, past_key, past_value = pad_inputs(inputs, 6)
+    q, k, v, mask, past_key, past_value, sinks = pad_inputs(inputs, 7)
     heads, kv_heads, head_dim = attrs["heads"], attrs["kv_heads"], attrs["head_dim"]
     v_head_dim = head_dim if attrs["v_head_dim"] is None else attrs["v_head_dim"]
     for name in ("heads", "kv_heads", "head_dim"):
@@ -150,6 +164,9 @@ def _attention_infer(inputs, attrs):
     _check_activation("attention", "v", v, batch, seq, kv_heads * v_head_dim)
     expect(q.dtype == k.dtype == v.dtype, "attention: q, k and v dtypes differ")
     total = _check_mask_and_past("attention", batch, seq, mask, past_key, past_value, kv_heads, head_dim, v_head_dim)
+    if sinks is not None:
+        expect(sinks.dtype.is_float, f"attention: sinks must be float, got {sinks.dtype}")
+        expect_shape("attention", "sinks", sinks, (heads,))
     out = [TensorType(q.dtype, (batch, seq, heads * v_head_dim))]
     if past_key is not None:
         out += [TensorType(past_key.dtype, (batch, kv_heads, total, head_dim)),
@@ -159,9 +176,10 @@ def _attention_infer(inputs, attrs):
 
 def _attention_reference(inputs, attrs):
     """Scaled-dot-product attention with grouped KV heads, causal/window/padding masks,
-    optional Gemma-2 softcap on the scores, and past/present KV cache."""
-    q, k, v, mask, past_key, past_value = pad_inputs(inputs, 6)
-    out, key, value = attention(q, k, v, mask, past_key, past_value, **attrs)
+    optional Gemma-2 softcap on the scores, optional per-head sinks in the softmax
+    denominator (GPT-OSS), and past/present KV cache."""
+    q, k, v, mask, past_key, past_value, sinks = pad_inputs(inputs, 7)
+    out, key, value = attention(q, k, v, mask, past_key, past_value, sinks, **attrs)
     if past_key is None:
         return [out.astype(q.dtype)]
     return [out.astype(q.dtype), key.astype(past_key.dtype), value.astype(past_value.dtype)]
@@ -183,10 +201,12 @@ def _attention_cost(inputs, outputs, attrs):
     batch, seq = q.shape[:2]
     total = outputs[1].shape[2] if len(outputs) > 1 else seq
     v_head_dim = attrs["head_dim"] if attrs["v_head_dim"] is None else attrs["v_head_dim"]
-    return attention_core_cost(batch, seq, total, attrs["heads"], attrs["head_dim"], v_head_dim) + _io(inputs, outputs)
+    sinks = Cost(other_flops=2 * batch * seq * attrs["heads"]) if len(inputs) > 6 and inputs[6] is not None else Cost()
+    return (attention_core_cost(batch, seq, total, attrs["heads"], attrs["head_dim"], v_head_dim) + sinks
+            + _io(inputs, outputs))
 
 
-register(OpDef("attention", ("q", "k", "v", "attention_mask?", "past_key?", "past_value?"),
+register(OpDef("attention", ("q", "k", "v", "attention_mask?", "past_key?", "past_value?", "sinks?"),
                {"heads": REQUIRED, "kv_heads": REQUIRED, "head_dim": REQUIRED, "v_head_dim": None, "causal": True,
                 "window": None, "softcap": None, "scale": None},
                _attention_infer, _attention_reference, _attention_cost, level="model"))

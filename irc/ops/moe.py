@@ -2,7 +2,8 @@
 
 Routing (``route``), all in float32:
 
-1. scores = softmax or sigmoid of the router logits x @ router.T;
+1. scores = softmax or sigmoid of the router logits x @ router.T (+ router_logit_bias, the
+   router Linear's own bias: GPT-OSS);
 2. selection scores = scores + router_bias (DeepSeek-V3's correction bias: selection only);
 3. with groups (n_group, topk_group) the experts split into n_group equal groups; a group's
    score is its max selection score ("max", DeepSeek-V2 group_limited_greedy) or the sum of
@@ -12,10 +13,17 @@ Routing (``route``), all in float32:
    (+1e-20, as HF) when norm_topk_prob, times routed_scale.
 
 Experts are gated MLPs: down(act(gate(x)) * up(x)) with weights [E, f, d], [E, f, d],
-[E, d, f] (HF layout per expert). An optional shared expert (same activation) is added to
-the routed sum; Qwen2-MoE scales it by sigmoid(x @ shared_expert_gate.T).
+[E, d, f] (HF layout per expert), optional biases b_gate, b_up [E, f] and b_down [E, d]
+(each expert's own row added after its projection). ``activation`` is the gate function
+(silu: SwiGLU, gelu, gelu_tanh) or ``swiglu_oai``, GPT-OSS's clamped GLU: gate clamped
+above at ``swiglu_limit``, up clamped to [-limit, limit], glu = gate * sigmoid(
+``swiglu_alpha`` * gate), hidden = (up + 1) * glu. An optional shared expert (same
+activation, no biases) is added to the routed sum; Qwen2-MoE scales it by
+sigmoid(x @ shared_expert_gate.T).
 Mixtral: softmax, top_k, norm_topk_prob=True. DeepSeek-V3: sigmoid, router_bias, groups
-with "top2_sum", routed_scale. Qwen2-MoE: softmax, shared expert with its gate.
+with "top2_sum", routed_scale. Qwen2-MoE: softmax, shared expert with its gate. GPT-OSS:
+softmax with router_logit_bias and norm_topk_prob=True (a softmax over the top-k logits),
+expert biases, swiglu_oai (alpha 1.702, limit 7).
 """
 from __future__ import annotations
 
@@ -26,12 +34,15 @@ import numpy as np
 from irc import dims
 from irc.ops.nn import f32
 from irc.ops.primitives import gelu, silu
-from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, pad_inputs, register, same_dims
+from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, by_name, expect, pad_inputs, register, same_dims
 
 SCORINGS = ("softmax", "sigmoid")
 GROUP_SCORES = ("max", "top2_sum")
-ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
-EXPERT_OPERANDS = ("w_gate", "w_up", "w_down")
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # gate functions (the NPU executor's epilogues too)
+MOE_ACTIVATIONS = ACTIVATIONS + ("swiglu_oai",)  # what the moe op's ``activation`` takes
+EXPERT_OPERANDS = ("w_gate", "w_up", "w_down", "b_gate", "b_up", "b_down")
+OPERANDS = ("x", "router", "w_gate", "w_up", "w_down", "router_bias?", "shared_gate?", "shared_up?", "shared_down?",
+            "shared_expert_gate?", "router_logit_bias?", "b_gate?", "b_up?", "b_down?")
 
 
 def activate(x, activation: str) -> np.ndarray:
@@ -44,6 +55,17 @@ def activate(x, activation: str) -> np.ndarray:
     raise ValueError(f"unknown moe activation {activation!r}")
 
 
+def glu(gate, up, activation: str = "silu", alpha: float = 1.702, limit: float = 7.0) -> np.ndarray:
+    """The gated hidden units from gate and up projections [..., f], float32: act(gate) * up,
+    or GPT-OSS's clamped form for ``swiglu_oai`` (the module docstring)."""
+    gate, up = f32(gate), f32(up)
+    if activation != "swiglu_oai":
+        return activate(gate, activation) * up
+    gate = np.minimum(gate, np.float32(limit))
+    up = np.clip(up, np.float32(-limit), np.float32(limit))
+    return ((up + np.float32(1.0)) * gate / (np.float32(1.0) + np.exp(-np.float32(alpha) * gate))).astype(np.float32)
+
+
 def _top_indices(values, k: int) -> np.ndarray:
     """Indices of the k largest along the last axis, best first, ties to the lower index."""
     return np.argsort(-values, axis=-1, kind="stable")[..., :k]
@@ -51,12 +73,15 @@ def _top_indices(values, k: int) -> np.ndarray:
 
 def route(x, router, router_bias=None, *, top_k: int, scoring: str = "softmax", norm_topk_prob: bool = True,
           routed_scale: float = 1.0, n_group: Optional[int] = None, topk_group: Optional[int] = None,
-          group_score: str = "max") -> tuple[np.ndarray, np.ndarray]:
+          group_score: str = "max", logit_bias=None) -> tuple[np.ndarray, np.ndarray]:
     """Choose experts for each token of x [..., d]: (expert_ids [N, k] i64, weights [N, k] f32),
-    N the number of tokens, experts best first (see the module docstring)."""
+    N the number of tokens, experts best first (see the module docstring; ``logit_bias`` is
+    the router's own bias, added to the logits)."""
     router = f32(router)
     tokens = f32(x).reshape(-1, router.shape[1])
     logits = tokens @ router.T
+    if logit_bias is not None:
+        logits = logits + f32(logit_bias)
     if scoring == "softmax":
         exp = np.exp(logits - logits.max(axis=-1, keepdims=True))
         scores = exp / exp.sum(axis=-1, keepdims=True)
@@ -92,48 +117,67 @@ def routing_attrs(attrs: dict) -> dict:
                                         "topk_group", "group_score")}
 
 
-def expert_mlp(x, w_gate, w_up, w_down, activation: str = "silu") -> np.ndarray:
-    """down(act(x @ gate.T) * (x @ up.T)) for one expert (or the shared one), float32."""
+def _plus(y, bias) -> np.ndarray:
+    return y if bias is None else y + f32(bias)
+
+
+def expert_mlp(x, w_gate, w_up, w_down, activation: str = "silu", b_gate=None, b_up=None, b_down=None,
+               alpha: float = 1.702, limit: float = 7.0) -> np.ndarray:
+    """down(glu(x @ gate.T + b_gate, x @ up.T + b_up)) + b_down for one expert (or the
+    shared one), float32; ``glu`` per ``activation`` (biases optional)."""
     x = f32(x)
-    return (activate(x @ f32(w_gate).T, activation) * (x @ f32(w_up).T)) @ f32(w_down).T
+    hidden = glu(_plus(x @ f32(w_gate).T, b_gate), _plus(x @ f32(w_up).T, b_up), activation, alpha, limit)
+    return _plus(hidden @ f32(w_down).T, b_down)
 
 
 def shared_expert(x, shared_gate=None, shared_up=None, shared_down=None, shared_expert_gate=None,
-                  activation: str = "silu") -> np.ndarray:
+                  activation: str = "silu", alpha: float = 1.702, limit: float = 7.0) -> np.ndarray:
     """The shared expert's contribution for tokens x [N, d] (zeros when absent)."""
     x = f32(x)
     if shared_gate is None:
         return np.zeros_like(x)
-    out = expert_mlp(x, shared_gate, shared_up, shared_down, activation)
+    out = expert_mlp(x, shared_gate, shared_up, shared_down, activation, alpha=alpha, limit=limit)
     if shared_expert_gate is not None:
         out = out / (1.0 + np.exp(-(x @ f32(shared_expert_gate).T)))
     return out
 
 
+def _row(bias, expert: int):
+    return None if bias is None else bias[expert]
+
+
 def moe_dense(x, router, w_gate, w_up, w_down, router_bias=None, shared_gate=None, shared_up=None,
-              shared_down=None, shared_expert_gate=None, *, activation: str = "silu", **routing) -> np.ndarray:
+              shared_down=None, shared_expert_gate=None, router_logit_bias=None, b_gate=None, b_up=None, b_down=None,
+              *, activation: str = "silu", swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0,
+              **routing) -> np.ndarray:
     """Every expert over every token, each output scaled by that token's gating weight for
     the expert (0 if not chosen). Float32, shape of x."""
     tokens = f32(x).reshape(-1, x.shape[-1])
-    expert_ids, weights = route(tokens, router, router_bias, **routing)
+    expert_ids, weights = route(tokens, router, router_bias, logit_bias=router_logit_bias, **routing)
     dense = np.zeros((len(tokens), len(w_gate)), dtype=np.float32)
     np.put_along_axis(dense, expert_ids, weights, axis=-1)
-    out = shared_expert(tokens, shared_gate, shared_up, shared_down, shared_expert_gate, activation)
-    for expert in range(len(w_gate)):
-        out = out + dense[:, expert:expert + 1] * expert_mlp(tokens, w_gate[expert], w_up[expert], w_down[expert],
-                                                            activation)
+    glu_args = dict(alpha=swiglu_alpha, limit=swiglu_limit)
+    out = shared_expert(tokens, shared_gate, shared_up, shared_down, shared_expert_gate, activation, **glu_args)
+    for e in range(len(w_gate)):
+        y = expert_mlp(tokens, w_gate[e], w_up[e], w_down[e], activation, _row(b_gate, e), _row(b_up, e),
+                       _row(b_down, e), **glu_args)
+        out = out + dense[:, e:e + 1] * y
     return out.reshape(x.shape).astype(np.float32)
 
 
 def moe_per_token(x, router, w_gate, w_up, w_down, router_bias=None, shared_gate=None, shared_up=None,
-                  shared_down=None, shared_expert_gate=None, *, activation: str = "silu", **routing) -> np.ndarray:
+                  shared_down=None, shared_expert_gate=None, router_logit_bias=None, b_gate=None, b_up=None,
+                  b_down=None, *, activation: str = "silu", swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0,
+                  **routing) -> np.ndarray:
     """Token by token, only the chosen experts: the definition ``moe_dense`` must equal."""
     tokens = f32(x).reshape(-1, x.shape[-1])
-    expert_ids, weights = route(tokens, router, router_bias, **routing)
-    out = shared_expert(tokens, shared_gate, shared_up, shared_down, shared_expert_gate, activation)
+    expert_ids, weights = route(tokens, router, router_bias, logit_bias=router_logit_bias, **routing)
+    glu_args = dict(alpha=swiglu_alpha, limit=swiglu_limit)
+    out = shared_expert(tokens, shared_gate, shared_up, shared_down, shared_expert_gate, activation, **glu_args)
     for n, token in enumerate(tokens):
-        for expert, weight in zip(expert_ids[n], weights[n]):
-            out[n] += weight * expert_mlp(token[None], w_gate[expert], w_up[expert], w_down[expert], activation)[0]
+        for e, weight in zip(expert_ids[n], weights[n]):
+            out[n] += weight * expert_mlp(token[None], w_gate[e], w_up[e], w_down[e], activation, _row(b_gate, e),
+                                          _row(b_up, e), _row(b_down, e), **glu_args)[0]
     return out.reshape(x.shape).astype(np.float32)
 
 
@@ -154,7 +198,7 @@ def check_routing_attrs(attrs) -> None:
     expect(isinstance(top_k, int) and 0 < top_k <= experts, f"moe: top_k must be in 1..{experts}, got {top_k!r}")
     expect(attrs["scoring"] in SCORINGS, f"moe: scoring must be one of {', '.join(SCORINGS)}")
     expect(attrs["group_score"] in GROUP_SCORES, f"moe: group_score must be one of {', '.join(GROUP_SCORES)}")
-    expect(attrs["activation"] in ACTIVATIONS, f"moe: activation must be one of {', '.join(ACTIVATIONS)}")
+    expect(attrs["activation"] in MOE_ACTIVATIONS, f"moe: activation must be one of {', '.join(MOE_ACTIVATIONS)}")
     n_group, topk_group = attrs["n_group"], attrs["topk_group"]
     expect((n_group is None) == (topk_group is None), "moe: n_group and topk_group must be set together")
     if n_group is not None:
@@ -166,9 +210,28 @@ def check_routing_attrs(attrs) -> None:
                f"moe: top_k ({top_k}) exceeds the experts in {topk_group} kept groups")
 
 
+def _check_oai(attrs) -> None:
+    for name in ("swiglu_alpha", "swiglu_limit"):
+        value = attrs[name]
+        expect(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
+               f"moe: {name} must be a positive number, got {value!r}")
+
+
+def _check_expert_biases(ops: dict, experts: int, f, d) -> None:
+    """router_logit_bias [E], b_gate/b_up [E, f] (together) and b_down [E, d], each optional."""
+    if ops["router_logit_bias"] is not None:
+        _check("router_logit_bias", ops["router_logit_bias"], (experts,))
+    expect((ops["b_gate"] is None) == (ops["b_up"] is None), "moe: b_gate and b_up must be given together")
+    for name, want in (("b_gate", (experts, f)), ("b_up", (experts, f)), ("b_down", (experts, d))):
+        if ops[name] is not None:
+            _check(name, ops[name], want)
+
+
 def _moe_infer(inputs, attrs):
+    ops = by_name(OPERANDS, inputs)
     x, router, w_gate, w_up, w_down, bias, s_gate, s_up, s_down, s_expert_gate = pad_inputs(inputs, 10)
     check_routing_attrs(attrs)
+    _check_oai(attrs)
     experts = attrs["experts"]
     expect(x.dtype.is_float and len(x.shape) == 3, f"moe: x must be float [B,T,d], got {dims.format_shape(x.shape)}")
     d = x.shape[-1]
@@ -192,15 +255,18 @@ def _moe_infer(inputs, attrs):
     if s_expert_gate is not None:
         expect(s_gate is not None, "moe: shared_expert_gate needs a shared expert")
         _check("shared_expert_gate", s_expert_gate, (1, d))
+    _check_expert_biases(ops, experts, f, d)
     return [TensorType(x.dtype, x.shape)]
 
 
 def _moe_reference(inputs, attrs):
-    """Routed gated-MLP experts (top-k of softmax or sigmoid scores, optional bias, groups,
-    renormalisation and scale) plus an optional, optionally gated, shared expert."""
+    """Routed gated-MLP experts (top-k of softmax or sigmoid scores, optional selection and
+    logit biases, groups, renormalisation and scale; optional expert biases; SwiGLU, GELU or
+    GPT-OSS's clamped SwiGLU) plus an optional, optionally gated, shared expert."""
     x = inputs[0]
-    operands = pad_inputs(inputs, 10)
-    return [moe_dense(*operands, activation=attrs["activation"], **routing_attrs(attrs)).astype(x.dtype)]
+    operands = pad_inputs(inputs, 14)
+    return [moe_dense(*operands, activation=attrs["activation"], swiglu_alpha=attrs["swiglu_alpha"],
+                      swiglu_limit=attrs["swiglu_limit"], **routing_attrs(attrs)).astype(x.dtype)]
 
 
 def _moe_active_fraction(attrs: dict, operand: str) -> float:
@@ -216,14 +282,15 @@ def _moe_cost(inputs, outputs, attrs):
     shared = sum(t.numel for t in inputs[6:10] if t is not None)
     flops = 2 * tokens * (router.numel + attrs["top_k"] * per_expert + shared)
     hidden = attrs["top_k"] * w_gate.shape[1] + (inputs[6].shape[0] if len(inputs) > 6 and inputs[6] is not None else 0)
-    other = tokens * (5 * attrs["experts"] + 4 * hidden)
+    per_unit = 8 if attrs["activation"] == "swiglu_oai" else 4  # clamps, the +1 and the sigmoid's gain
+    biases = sum(t.numel // attrs["experts"] for t in inputs[11:14] if t is not None)  # one row per chosen expert
+    other = tokens * (5 * attrs["experts"] + per_unit * hidden + attrs["top_k"] * biases)
     return Cost(flops=flops, other_flops=other, bytes_read=sum(t.nbytes for t in inputs if t is not None),
                 bytes_written=outputs[0].nbytes)
 
 
-register(OpDef("moe", ("x", "router", "w_gate", "w_up", "w_down", "router_bias?", "shared_gate?", "shared_up?",
-                       "shared_down?", "shared_expert_gate?"),
+register(OpDef("moe", OPERANDS,
                {"experts": REQUIRED, "top_k": REQUIRED, "scoring": "softmax", "norm_topk_prob": True,
                 "routed_scale": 1.0, "n_group": None, "topk_group": None, "group_score": "max",
-                "activation": "silu"},
+                "activation": "silu", "swiglu_alpha": 1.702, "swiglu_limit": 7.0},
                _moe_infer, _moe_reference, _moe_cost, level="model", active_fraction=_moe_active_fraction))

@@ -1,0 +1,213 @@
+"""GPT-OSS from Hugging Face against transformers 5.24: tiny random twins (sinks, q/k/v/o
+biases, alternating sliding/full layers, YaRN, the biased clamped-SwiGLU MoE) saved with
+save_pretrained, on a left-padded batch of two (each row against transformers' padded batch
+and against the row run alone), 16 greedy tokens through the reference interpreter, both
+ONNX targets and onnxruntime-genai; the full-size structure; config.json mistakes."""
+import json
+
+import numpy as np
+import pytest
+
+from frontends import load_spec
+from irc.errors import SpecError
+from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, built_once, hf_logits, irc_logits, prompts,
+                                            randomize, relative_error)
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+SMALL = dict(vocab_size=128, hidden_size=32, intermediate_size=16, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=8, num_local_experts=4, num_experts_per_tok=2, sliding_window=4,
+             max_position_embeddings=64, pad_token_id=0)
+CASES = {  # name: (overrides of SMALL, scale of the expert gate/up weights: large enough that the clamps bite)
+    "gpt-oss-alternating-yarn": (dict(rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16,
+        "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}), 3.0),
+    "gpt-oss-mqa-no-bias-types-top1": (dict(attention_bias=False, num_key_value_heads=1, num_experts_per_tok=1,
+                                            layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+                                            swiglu_limit=2.0, swiglu_alpha=1.2, sliding_window=3), 1.0),
+}
+
+
+def build(name: str, folder):
+    overrides, scale = CASES[name]
+    config = transformers.GptOssConfig(**{**SMALL, **overrides})
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    randomize(model, seed=sorted(CASES).index(name), norm_centre=1.0)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.sinks.mul_(10.0)  # sinks of order 1-2: they move the softmax
+            layer.mlp.experts.gate_up_proj.mul_(scale)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    model.save_pretrained(folder)
+    return model, folder
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory):
+    return built_once(build, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def hf_greedy(twins):
+    """name -> transformers' greedy tokens [2, 16] for the left-padded batch."""
+    done = {}
+
+    def get(name):
+        if name not in done:
+            model, _ = twins(name)
+            ids, mask, _ = prompts()
+            with torch.no_grad():
+                out = model.generate(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                                     max_new_tokens=NEW_TOKENS, do_sample=False)
+            done[name] = out[:, ids.shape[1]:].numpy()
+        return done[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_logits_match_the_padded_batch_and_each_row_alone(twins, name):
+    model, folder = twins(name)
+    graph = load_spec(folder)
+    ids, mask, positions = prompts()
+    got, want = irc_logits(graph, ids, mask, positions), hf_logits(model, ids, mask, positions)
+    real = mask.astype(bool)
+    assert relative_error(got[real], want[real]) <= TOLERANCE
+    for row in range(len(ids)):
+        alone = ids[row:row + 1, real[row]]
+        by_itself = hf_logits(model, alone, np.ones_like(alone), np.arange(alone.shape[1])[None])
+        assert relative_error(got[row, real[row]], by_itself[0]) <= TOLERANCE
+
+
+def test_the_twins_exercise_sinks_windows_and_clamps(twins):
+    """The features are live: the longer prompt outruns the windows, the sinks take weight,
+    and some gate and up activations pass the clamp limit."""
+    model, _ = twins("gpt-oss-alternating-yarn")
+    ids, mask, _ = prompts()
+    assert mask.sum(axis=1).max() > SMALL["sliding_window"]
+    sinks = model.model.layers[0].self_attn.sinks.detach().numpy()
+    assert np.abs(sinks).max() > 1.0
+    seen = {}
+    hook = model.model.layers[0].mlp.experts.register_forward_pre_hook(lambda m, args: seen.update(x=args[0]))
+    with torch.no_grad():
+        model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
+    hook.remove()
+    with torch.no_grad():
+        gate_up = torch.einsum("nd,edf->nef", seen["x"], model.model.layers[0].mlp.experts.gate_up_proj)
+    assert (gate_up[..., ::2] > 7).any() and (gate_up[..., 1::2].abs() > 7).any()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_greedy_generation_matches(twins, name):
+    from irc.interpreter import generate
+
+    model, folder = twins(name)
+    prompt = prompts()[0][0].tolist()
+    tokens, _ = generate(load_spec(folder), prompt, NEW_TOKENS)
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             max_new_tokens=NEW_TOKENS, do_sample=False)
+    assert tokens == out[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])  # onnx-ort: GroupQueryAttention's head_sink
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_onnx_runtime_matches_transformers(twins, hf_greedy, tmp_path, name, target):
+    pytest.importorskip("onnxruntime")
+    from backends.onnx import emit, runtime
+
+    model, folder = twins(name)
+    graph = load_spec(folder)
+    path = str(tmp_path / "model.onnx")
+    emit.emit_model(graph, path, target=target, genai=False, context=64)
+    ids, mask, positions = prompts()
+    long, short = ids[0].tolist(), ids[1][mask[1] == 1].tolist()
+    result = runtime.greedy(runtime.ort_engine(path), graph, [long, short], NEW_TOKENS)
+    real = mask.astype(bool)
+    want = hf_logits(model, ids, mask, positions)
+    assert relative_error(result["prefill"]["logits"][real], want[real]) <= TOLERANCE
+    np.testing.assert_array_equal(result["tokens"], hf_greedy(name))
+
+
+def test_onnx_ort_runs_the_moe_as_com_microsoft_moe(twins, tmp_path):
+    import onnx
+
+    from backends.onnx import emit
+
+    _, folder = twins("gpt-oss-alternating-yarn")
+    path = tmp_path / "model.onnx"
+    emit.emit_model(load_spec(folder), str(path), target="onnx-ort", genai=False, context=64)
+    kinds = [node.op_type for node in onnx.load(str(path)).graph.node]
+    assert kinds.count("MoE") == SMALL["num_hidden_layers"]
+
+
+@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
+def test_genai_generates_transformers_tokens(twins, hf_greedy, tmp_path, target):
+    """onnxruntime-genai 0.18 on both targets' folders."""
+    og = pytest.importorskip("onnxruntime_genai")
+    from backends.onnx import emit
+    from tests.frontends.test_hf_ssm_onnx import genai_greedy, until_eos
+
+    name = "gpt-oss-alternating-yarn"
+    _, folder = twins(name)
+    emitted = emit.emit_model(load_spec(folder), str(tmp_path / "model.onnx"), target=target, context=64)
+    assert emitted.genai_config, emitted.genai_note
+    prompt = prompts()[0][0]
+    assert genai_greedy(og, tmp_path, prompt, NEW_TOKENS) == until_eos(hf_greedy(name)[0].tolist(), tmp_path)
+
+
+def test_gpt_oss_20b_structure_compiles_without_weights(tmp_path):
+    """transformers' defaults with gpt-oss-20b's 24 layers and 32 experts: 20.9B params and
+    3.6B active per token besides the embedding table (OpenAI's model card: 21B and 3.6B;
+    irc's active count includes the 0.58B table)."""
+    from frontends.hf import load_hf
+    from irc.analysis import analyze
+
+    config = transformers.GptOssConfig(num_hidden_layers=24, num_local_experts=32).to_dict()
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    graph = load_hf(tmp_path, weights=False)
+    stats = analyze(graph)
+    assert round(stats["params_total"] / 1e9, 1) == 20.9
+    embedding = graph.params["embed"].numel
+    assert round((stats["params_active"] - embedding) / 1e9, 1) == 3.6
+    windows = [n.attrs["window"] for n in graph.nodes if n.op == "attention"]
+    assert windows == [128, None] * 12
+
+
+BASE = {"model_type": "gpt_oss", **{k: v for k, v in SMALL.items() if k != "pad_token_id"}}
+BAD = [  # (config.json, the key named, a fragment of the message)
+    ({**BASE, "layer_types": ["sliding_attention", "full_attention"]}, "layer_types", "2 entries for 3"),
+    ({**BASE, "layer_types": ["sliding_attention", "full_attention", "chunked_attention"]}, "layer_types",
+     '"chunked_attention" is not supported'),
+    ({**BASE, "num_experts_per_tok": 5}, "num_experts_per_tok", "exceeds 4 experts"),
+    ({**BASE, "swiglu_limit": 0}, "swiglu_limit", "positive"),
+    ({**BASE, "rope_parameters": {"sliding_attention": {"rope_type": "default"}}}, "rope_parameters",
+     "per-layer-type"),
+]
+
+
+@pytest.mark.parametrize("config, key, fragment", BAD)
+def test_bad_configs_name_the_key(tmp_path, config, key, fragment):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config, indent=2))
+    with pytest.raises(SpecError) as err:
+        load_spec(tmp_path)
+    message = str(err.value)
+    assert f"{path}:" in message and f"{key}: " in message and fragment in message, message
+    line = int(message.split("config.json:")[1].split(":")[0])
+    assert f'"{key}"' in path.read_text().splitlines()[line - 1]
+
+
+def test_mxfp4_checkpoints_are_refused_naming_quantization_config(twins, tmp_path):
+    """The released checkpoints carry ``quantization_config`` (MXFP4 experts): refused when
+    their weights are read, naming the key."""
+    _, folder = twins("gpt-oss-alternating-yarn")
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}
+    (tmp_path / "config.json").write_text(json.dumps(config, indent=2))
+    (tmp_path / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    with pytest.raises(SpecError, match="quantization_config: quantized checkpoints are not supported") as err:
+        load_spec(tmp_path)
+    assert f"{tmp_path / 'config.json'}:" in str(err.value)
