@@ -13,6 +13,13 @@ one decode step (B = --batch, T = 1):
 2. the whole decode step: the emitted Session (Python launcher), the same step captured
    in a CUDA graph, torch eager and torch.compile over the same graph, and the roofline.
 
+With --hybrid it builds a hybrid model instead (examples/nemotron-h-8b.yaml: Mamba-2 layers
+beside attention, bf16; the layer pattern --pattern over --layers layers, the SSD chunked
+by --chunk tokens as the scan-chunk pass sets it) and measures both a decode step at
+--context past tokens (random recurrent states; the step kernels) and a prefill of
+--prefill tokens (default 4,096: the conv kernel and the chunked SSD kernels), each with
+the per-step table and the whole step's roofline.
+
 The module runs with MIXED_DOT on (the bf16 weights' dots on tensor cores with the fp32
 activations cast to bf16; --exact keeps fp32 dots) and prints its decode logits' error
 against the torch eager run. Medians of CUDA-event timings; nothing is asserted. Peaks
@@ -20,6 +27,7 @@ default to the detected GPU's datasheet (H100/H200 SXM, A100), or --bandwidth-gb
 --peak-tflops.
 
     python benchmarks/triton_gpu.py [--layers 2] [--batch 1] [--context 2048] [--spec ...]
+    python benchmarks/triton_gpu.py --hybrid [--prefill 4096] [--chunk 64] [--pattern "M-*-"]
     python benchmarks/triton_gpu.py --interpret   # plumbing check on CPU: tiny model, times meaningless
 
 Without a CUDA GPU (and without --interpret) it says so and exits with status 2.
@@ -54,15 +62,26 @@ def parse_args():
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile columns")
     parser.add_argument("--exact", action="store_true",
                         help="keep MIXED_DOT off: fp32 dots (exact, slow) instead of 16-bit tensor-core dots")
+    parser.add_argument("--hybrid", action="store_true",
+                        help="a hybrid Mamba-2 + attention model (Nemotron-H): a decode step and a --prefill")
+    parser.add_argument("--prefill", type=int, default=4096, help="--hybrid: the prefill's new tokens")
+    parser.add_argument("--chunk", type=int, default=64, help="--hybrid: the chunk of the ssd/delta-rule prefill")
+    parser.add_argument("--pattern", default="M-*-",
+                        help="--hybrid: the layer letters (M Mamba-2, * attention, - MLP), repeated over --layers")
     parser.add_argument("--interpret", action="store_true",
                         help="run tiny-llama3 through Triton's interpreter on CPU (checks the plumbing only)")
     return parser.parse_args()
 
 
 ARGS = parse_args()
+if ARGS.hybrid:
+    ARGS.spec = os.path.join(ROOT, "examples", "nemotron-h-8b.yaml")
+    ARGS.layers = ARGS.layers if ARGS.layers % len(ARGS.pattern) == 0 else len(ARGS.pattern)
 if ARGS.interpret:
     os.environ["TRITON_INTERPRET"] = "1"  # Triton's switch, set before triton is imported
-    ARGS.spec, ARGS.layers, ARGS.context, ARGS.repeat = os.path.join(ROOT, "examples", "tiny-llama3.yaml"), 2, 12, 2
+    tiny = "tiny-nemotron-h-8b.yaml" if ARGS.hybrid else "tiny-llama3.yaml"
+    ARGS.spec, ARGS.context, ARGS.repeat, ARGS.prefill = os.path.join(ROOT, "examples", tiny), 12, 2, 16
+    ARGS.layers, ARGS.chunk = (ARGS.layers, 8) if ARGS.hybrid else (2, ARGS.chunk)
 
 try:
     import torch
@@ -96,12 +115,17 @@ def build():
     """(graph, planner, emitted module, weights on the device)."""
     text = open(ARGS.spec).read()
     text = re.sub(r"n_layers:\s*\d+", f"n_layers: {ARGS.layers}", text, count=1)
+    if ARGS.hybrid:
+        text = re.sub(r'pattern:\s*"[^"]*"', f'pattern: "{ARGS.pattern}"', text, count=1)
     directory = tempfile.mkdtemp(prefix="irc_triton_bench_")
     spec = os.path.join(directory, os.path.basename(ARGS.spec))
     with open(spec, "w") as f:
         f.write(text)
     graph = load_spec(spec)
     PassManager(parse_pipeline(DEFAULT_PIPELINE)).run(graph)
+    for node in graph.nodes:  # the chunked prefill, as the scan-chunk pass asks for it
+        if ARGS.hybrid and node.op in ("ssd", "gated_delta_rule"):
+            node.attrs["chunk"] = ARGS.chunk
     planner = Planner(graph).run()
     path = os.path.join(directory, "model_tt.py")
     with open(path, "w") as f:
@@ -153,7 +177,7 @@ def launch_sequence(planner) -> list[int]:
     return order
 
 
-def per_step_times(module, session, token, order, repeat) -> dict[int, float]:
+def per_step_times(module, session, token, order, repeat, past) -> dict[int, float]:
     """Median seconds per planner step, timing each launch_* helper the forward calls."""
     names = [n for n in dir(module) if n.startswith("launch_")]
     originals = {n: getattr(module, n) for n in names}
@@ -181,7 +205,7 @@ def per_step_times(module, session, token, order, repeat) -> dict[int, float]:
     try:
         for _ in range(repeat):
             calls.clear()
-            session.length = ARGS.context
+            session.length = past
             session(token)
             per_step: dict[int, float] = {}
             for index, seconds in zip(order, calls):
@@ -320,72 +344,96 @@ def main() -> None:
     module.MIXED_DOT = not (ARGS.exact or ARGS.interpret)  # bf16 weights, fp32 activations: dots in bf16
     name = torch.cuda.get_device_name() if DEVICE.type == "cuda" else "CPU (Triton interpreter)"
     peak, bandwidth = next((p for key, p in PEAKS.items() if key in name), (None, None))
-    peak, bandwidth = ARGS.peak_tflops or peak or 1.0, ARGS.bandwidth_gbs or bandwidth or 1.0
-    print(f"{name}: {ARGS.spec} with {ARGS.layers} layer(s), B={ARGS.batch}, decode at {ARGS.context} past tokens; "
-          f"roofline {peak:g} TFLOP/s, {bandwidth:g} GB/s; MIXED_DOT={module.MIXED_DOT}")
-    session = module.Session(weights, batch=ARGS.batch, capacity=ARGS.context + 1)
+    roofline = (ARGS.peak_tflops or peak or 1.0, ARGS.bandwidth_gbs or bandwidth or 1.0)
+    print(f"{name}: {ARGS.spec} with {ARGS.layers} layer(s), B={ARGS.batch}; roofline {roofline[0]:g} TFLOP/s, "
+          f"{roofline[1]:g} GB/s; MIXED_DOT={module.MIXED_DOT}")
+    phases = [("decode step", 1, ARGS.context)]
+    if ARGS.hybrid:
+        phases.append((f"prefill (chunk {ARGS.chunk})", ARGS.prefill, 0))
+    for label, new, past in phases:
+        print(f"\n== {label}: T={new} new token(s) after P={past} past ==")
+        measure(graph, planner, module, weights, label, new, past, roofline)
+    if ARGS.interpret:
+        print("(--interpret: CPU interpreter timings, meaningless as performance)")
+
+
+def phase_session(graph, module, weights, new: int, past: int):
+    """(a Session holding ``past`` random cache positions and random recurrent states, the new ids)."""
+    session = module.Session(weights, batch=ARGS.batch, capacity=past + new)
     for buffer in session.storage.values():
         buffer.normal_()
-    token = torch.randint(0, graph.meta["vocab_size"], (ARGS.batch, 1), device=DEVICE)
+    for buffer in session.states.values():  # a decode step's states: as after a long prompt
+        buffer.normal_().mul_(0.1 if past else 0.0)
+    token = torch.randint(0, graph.meta["vocab_size"], (ARGS.batch, new), device=DEVICE)
+    return session, token
+
+
+def measure(graph, planner, module, weights, label: str, new: int, past: int, roofline) -> None:
+    """The per-step table and the whole step (Triton, CUDA graph, torch eager/compile where
+    every op has an eager form) for T = ``new`` tokens after ``past``, against the roofline."""
+    peak, bandwidth = roofline
+    session, token = phase_session(graph, module, weights, new, past)
 
     def triton_step():
-        session.length = ARGS.context
+        session.length = past
         return session(token)
 
-    order = launch_sequence(planner)
-    per_step = per_step_times(module, session, token, order, ARGS.repeat)
-    bindings = {"B": ARGS.batch, "T": 1, "P": ARGS.context}
-    env = {"input_ids": token, "position_ids": torch.full((ARGS.batch, 1), ARGS.context, device=DEVICE),
-           "attention_mask": torch.ones((ARGS.batch, ARGS.context + 1), dtype=torch.int64, device=DEVICE)}
-    env.update({n: buf[:, :, :ARGS.context] for n, buf in session.storage.items()})
-    eager_ok = all(node.op in EAGER for node in graph.nodes)
+    per_step = per_step_times(module, session, token, launch_sequence(planner), ARGS.repeat, past)
+    bindings = {"B": ARGS.batch, "T": new, "P": past}
+    env = {"input_ids": token, "position_ids": torch.arange(past, past + new, device=DEVICE).expand(ARGS.batch, new),
+           "attention_mask": torch.ones((ARGS.batch, past + new), dtype=torch.int64, device=DEVICE)}
+    env.update({n: buf[:, :, :past] for n, buf in session.storage.items()})
+    eager_ok = all(node.op in EAGER for node in graph.nodes)  # a hybrid's recurrent ops have none: n/a
     values = dict(env)
     if eager_ok:  # every value of the step, so each step's eager nodes run on real inputs
         eager_nodes(graph.nodes, values, weights)
-    print(f"\n{'step':<40} {'kernels':<34} {'triton us':>9} {'eager us':>9} {'compile us':>10} {'MB':>8} "
+    print(f"{'step':<40} {'kernels':<34} {'triton us':>9} {'eager us':>9} {'compile us':>10} {'MB':>8} "
           f"{'GFLOP':>7} {'roof us':>8} {'% roof':>6}")
     for index, step in enumerate(planner.steps):
-        if index not in per_step:
-            continue
-        nodes = step.nodes
-        eager = compiled = None
-        if eager_ok:
-            eager = timed(partial(eager_nodes, nodes, dict(values), weights), ARGS.repeat)
-            if not ARGS.no_compile and not ARGS.interpret:
-                try:
-                    torch._dynamo.reset()  # a fresh dynamo cache per compile: past recompile_limit (8) dynamo silently runs eager
-                    compiled = timed(torch.compile(partial(eager_nodes, nodes, dict(values), weights)), ARGS.repeat)
-                except Exception as err:  # noqa: BLE001 -- report n/a: torch.compile does not take every step
-                    print(f"  torch.compile failed: {type(err).__name__}: {str(err)[:300]}", file=sys.stderr)
-                    compiled = None
-        nbytes, flops = step_cost(nodes, graph, bindings)
-        roof = max(nbytes / (bandwidth * 1e9), flops / (peak * 1e12))
-        label = (nodes[0].name + (f" (+{len(nodes) - 1})" if len(nodes) > 1 else ""))[:40]
-        print(f"{label:<40} {','.join(step.kernels)[:34]:<34} {per_step[index] * 1e6:>9.1f} "
-              f"{_us(eager):>9} {_us(compiled):>10} {nbytes / 1e6:>8.2f} {flops / 1e9:>7.3f} {roof * 1e6:>8.1f} "
-              f"{100 * roof / per_step[index]:>5.1f}%")
+        if index in per_step:
+            print_step(step, per_step[index], graph, bindings, values if eager_ok else None, weights, roofline)
     whole = timed(triton_step, ARGS.repeat)
     graphed = cuda_graph_time(triton_step) if DEVICE.type == "cuda" else None
     total_bytes, total_flops = step_cost(graph.nodes, graph, bindings)
     roof = max(total_bytes / (bandwidth * 1e9), total_flops / (peak * 1e12))
-    print(f"\nwhole decode step: triton {whole * 1e3:.3f} ms (Python launcher), {_ms(graphed)} (CUDA graph); "
-          f"roofline {roof * 1e3:.3f} ms ({total_bytes / 1e9:.3f} GB, {total_flops / 1e9:.2f} GFLOP)")
+    print(f"\nwhole {label}: triton {whole * 1e3:.3f} ms (Python launcher), {_ms(graphed)} (CUDA graph); "
+          f"roofline {roof * 1e3:.3f} ms ({total_bytes / 1e9:.3f} GB, {total_flops / 1e9:.2f} GFLOP), "
+          f"{100 * roof / whole:.1f}% of it")
     if eager_ok:
         logits = triton_step()["logits"].float()
         error = float((logits - values["logits"].float()).abs().max() / values["logits"].float().abs().max())
-        print(f"decode logits, Triton against torch eager: {error:.2e} relative")
+        print(f"logits, Triton against torch eager: {error:.2e} relative")
         eager = timed(partial(eager_nodes, graph.nodes, dict(env), weights), ARGS.repeat)
-        compiled = None
-        if not ARGS.no_compile and not ARGS.interpret:
-            try:
-                torch._dynamo.reset()  # as above
-                compiled = timed(torch.compile(partial(eager_nodes, graph.nodes, dict(env), weights)), ARGS.repeat)
-            except Exception as err:  # noqa: BLE001 -- report n/a
-                print(f"  torch.compile failed: {type(err).__name__}: {str(err)[:300]}", file=sys.stderr)
-                compiled = None
+        compiled = compiled_time(partial(eager_nodes, graph.nodes, dict(env), weights))
         print(f"torch eager {eager * 1e3:.3f} ms, torch.compile {_ms(compiled)} over the same graph")
-    if ARGS.interpret:
-        print("(--interpret: CPU interpreter timings, meaningless as performance)")
+
+
+def print_step(step, seconds: float, graph, bindings, values, weights, roofline) -> None:
+    """One row of the per-step table (eager columns n/a when ``values`` is None)."""
+    peak, bandwidth = roofline
+    nodes = step.nodes
+    eager = compiled = None
+    if values is not None:
+        eager = timed(partial(eager_nodes, nodes, dict(values), weights), ARGS.repeat)
+        compiled = compiled_time(partial(eager_nodes, nodes, dict(values), weights))
+    nbytes, flops = step_cost(nodes, graph, bindings)
+    roof = max(nbytes / (bandwidth * 1e9), flops / (peak * 1e12))
+    label = (nodes[0].name + (f" (+{len(nodes) - 1})" if len(nodes) > 1 else ""))[:40] if nodes else "(torch)"
+    print(f"{label:<40} {','.join(step.kernels)[:34]:<34} {seconds * 1e6:>9.1f} "
+          f"{_us(eager):>9} {_us(compiled):>10} {nbytes / 1e6:>8.2f} {flops / 1e9:>7.3f} {roof * 1e6:>8.1f} "
+          f"{100 * roof / seconds:>5.1f}%")
+
+
+def compiled_time(fn):
+    """Seconds of ``fn`` through torch.compile, or None (skipped, or it does not compile)."""
+    if ARGS.no_compile or ARGS.interpret:
+        return None
+    try:
+        torch._dynamo.reset()  # a fresh dynamo cache per compile: past recompile_limit (8) dynamo silently runs eager
+        return timed(torch.compile(fn), ARGS.repeat)
+    except Exception as err:  # noqa: BLE001 -- report n/a: torch.compile does not take every step
+        print(f"  torch.compile failed: {type(err).__name__}: {str(err)[:300]}", file=sys.stderr)
+        return None
 
 
 def cuda_graph_time(step):

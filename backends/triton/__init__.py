@@ -28,11 +28,18 @@ scatter_add)
 dequantize read as a GEMM weight            folded into that GEMM
 reshape, gather, scatter_add, moe_route,    torch ops (listed in the module docstring)
 moe_dispatch, topk, dequantize, ...
-causal_conv1d, selective_scan, ssd,         torch code, not generated kernels: fp32, one
-gated_rms_norm, gated_delta_rule            token at a time, the references' semantics;
-                                            states in and out as graph inputs/outputs
-                                            (``backends.triton.fallback_ssm``). Kernels
-                                            for them are issue 27's work
+causal_conv1d, gated_rms_norm               conv kernel (prefill and decode, state in and
+                                            out); gated group-norm kernel
+selective_scan (Mamba-1)                    sequential scan kernel (decay per channel and
+                                            state index: no chunked matmul form)
+ssd (Mamba-2), gated_delta_rule             step kernel for decode (T = 1) and unchunked
+                                            prefills; with the ``chunk`` attribute
+                                            (scan-chunk pass) chunked prefill kernels:
+                                            SSD chunk-state, state-passing, chunk-scan;
+                                            delta rule triangular solve + chunk scan
+                                            (per-head decay; per-channel: step kernel).
+                                            States are graph inputs/outputs
+                                            (``backends.triton.plan_ssm``)
 mla_attention, moe                          refused: run mla-absorb / moe-sort first
 ==========================================  ==============================================
 

@@ -38,6 +38,7 @@ from irc.text import interface_lines
 from irc.weights import seed_absent
 
 from backends.triton import fallback
+from backends.triton.plan_ssm import NEW_TOKENS_HELPER
 from backends.triton.kernels import NODES_MARKER, torch_type, wrap_code
 from backends.triton.kernels.elementwise import TANH_HELPER
 from backends.triton.kernels.matmul import CONFIGS_TEXT
@@ -94,6 +95,7 @@ TORCH_HELPERS = {
     exponents = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
     inv_freq = (1.0 / (float(base) ** exponents.astype(np.float64))).astype(np.float32)
     return torch.from_numpy(inv_freq).to(DEVICE)''',
+    "ssm_new_tokens": NEW_TOKENS_HELPER,
 }
 
 

@@ -2,11 +2,8 @@
 the op's NumPy reference computes (float math in fp32, results in the value's dtype).
 
 These are data movement (reshape, gather, scatter_add, ...), integer bookkeeping (MoE
-routing and dispatch, top-k, sorts), the rare primitive with a broadcast the row
-kernel does not take, and the recurrent ops: state-space layers and the gated delta rule
-(``backends.triton.fallback_ssm``: exact, sequential over tokens; their kernels are issue
-27's work). The emitted module's docstring
-lists every node that runs here.
+routing and dispatch, top-k, sorts) and the rare primitive with a broadcast the row
+kernel does not take. The emitted module's docstring lists every node that runs here.
 An op in neither this table nor the kernel generators is refused (``BackendError``).
 """
 from __future__ import annotations
@@ -14,7 +11,6 @@ from __future__ import annotations
 from irc.dtypes import DType
 from irc.text import literal, shape_text
 
-from backends.triton import fallback_ssm
 from backends.triton.kernels import torch_type
 
 # helper functions the emitted module defines when a fallback line calls them
@@ -98,7 +94,6 @@ HELPERS = {
         counts = torch.clamp(counts, max=capacity)
     indptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
     return slot_index // top_k, slot_index, indptr''',
-    **fallback_ssm.HELPERS,
 }
 
 BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -170,8 +165,6 @@ def fallback_line(op: str, attrs: dict, args: list[str], outputs: list) -> tuple
                 f"{attrs['block_size']}, {attrs['K']})")
         scale = attrs["scale"]
         return (rows if scale is None else f"({rows}.float() * {float(scale)!r}).to({dtype})"), {"dequantize_blocks"}
-    if op in fallback_ssm.OPS:
-        return fallback_ssm.ssm_line(op, attrs, args, outputs)
     if op == "moe_dispatch":
         return (f"moe_dispatch({args[0]}, experts={attrs['experts']}, "
                 f"capacity_factor={attrs['capacity_factor']!r})", {"moe_dispatch"})

@@ -14,8 +14,9 @@ Fusion decisions, each a pattern over the graph that keeps every value read else
 - RoPE on q rotates the projection buffer in place; RoPE on k writes the rotated rows
   straight into the present KV cache; V rows are copied in by ``store_heads``.
 
-Model-level ops are planned here (attention) or by their kernel module (``mla``, ``moe``,
-``dequant``); the rest fall back to torch (``backends.triton.fallback``) or are refused.
+Model-level ops are planned here (attention), by their kernel module (``mla``, ``moe``,
+``dequant``) or by ``backends.triton.plan_ssm`` (the recurrent ops); the rest fall back to
+torch (``backends.triton.fallback``) or are refused.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from irc.graph import Graph, Node, Param, Value
 from irc.printer import format_node
 from irc.text import identifier, shape_text
 
-from backends.triton import fallback
+from backends.triton import fallback, plan_ssm
 from backends.triton.kernels import Kernel, dequant, elementwise, mla, moe, norm, torch_type
 from backends.triton.plan_attention import AttentionPlanning
 from backends.triton.plan_gemm import LINEAR_OPS, GemmPlanning
@@ -62,7 +63,7 @@ class Planner(GemmPlanning, AttentionPlanning):
         self.weights: dict[str, np.ndarray] = {}  # derived tensors stored beside the params
         self.names: dict[str, str] = {}
         self.taken: set[str] = {"W", "inputs", "kv_storage", "torch", "triton", "tl", "np", "math", "os",
-                                *fallback.HELPERS}  # no variable shadows a helper the launcher calls
+                                *fallback.HELPERS, *plan_ssm.LAUNCH_HELPERS}  # no variable shadows a helper
         self.claimed: dict[int, str] = {}       # node.name -> why it is planned elsewhere
         self.cache_of: dict[str, str] = {}      # value name -> present cache var it was written into
         self.rope_tables: dict[tuple, tuple] = {}
@@ -121,7 +122,8 @@ class Planner(GemmPlanning, AttentionPlanning):
 
     # ---- the walk ------------------------------------------------------------------------
     def run(self) -> "Planner":
-        self.special = {"mla_absorbed_attention": mla.plan_mla, "mla_latent_attention": mla.plan_mla}
+        self.special = {"mla_absorbed_attention": mla.plan_mla, "mla_latent_attention": mla.plan_mla,
+                        **{op: plan_ssm.plan_recurrent for op in plan_ssm.OPS}}
         for node in self.graph.nodes:
             if node.op in REFUSED_HINTS:
                 raise BackendError(f"the triton target does not take {node.op!r}", location=f"node %{node.name}",

@@ -106,15 +106,13 @@ def test_forward_comments_carry_the_ir_and_fused_nodes(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(p.name[len("tiny-"):-len(".yaml")] for p in EXAMPLES.glob("tiny-*.yaml")))
 def test_tiny_examples_run_as_kernels(name):
-    """Only data movement, constants, MoE routing and the recurrent ops (state-space layers,
-    the gated delta rule: torch code until their kernels, issue 27) stay torch ops; every
-    norm, elementwise op, matmul, rope and attention of the tiny examples is a generated
-    kernel."""
-    from backends.triton.fallback_ssm import OPS as RECURRENT_OPS
+    """Only data movement, constants and MoE routing stay torch ops; every norm, elementwise
+    op, matmul, rope, attention and recurrent op (state-space layers, the gated delta rule)
+    of the tiny examples is a generated kernel."""
     from backends.triton.plan import Planner
 
     planner = Planner(example(name)).run()
     torch_ops = {op for step in planner.steps for op in step.torch_ops}
     data_movement = {"reshape", "slice", "gather", "concat", "expand", "constant"}  # concat/expand: q|k|v, norm weights
-    assert torch_ops <= {"rope tables", "moe_route", "moe_dispatch", *data_movement, *RECURRENT_OPS}, torch_ops
+    assert torch_ops <= {"rope tables", "moe_route", "moe_dispatch", *data_movement}, torch_ops
     assert all(step.kernels for step in planner.steps if not step.torch_ops)

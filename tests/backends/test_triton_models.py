@@ -33,11 +33,16 @@ BATCH, PROMPT, DECODE_STEPS = 2, 5, 8
 TOLERANCE = 1e-4
 
 
-def compile_example(name: str, directory: Path, pipeline: str = DEFAULT_PIPELINE):
-    """(graph after the pipeline, the emitted module) for examples/tiny-<name>.yaml."""
+def compile_example(name: str, directory: Path, pipeline: str = DEFAULT_PIPELINE, chunk=None):
+    """(graph after the pipeline, the emitted module) for examples/tiny-<name>.yaml; ``chunk``
+    sets the attribute of that name on every ssd and gated_delta_rule node (a chunked
+    prefill, as the scan-chunk pass would)."""
     graph = load_spec(str(EXAMPLES / f"tiny-{name}.yaml"))
     seed_absent(graph)  # weights first: mla-absorb folds them
     PassManager(parse_pipeline(pipeline)).run(graph)
+    for node in graph.nodes:
+        if chunk is not None and node.op in ("ssd", "gated_delta_rule"):
+            node.attrs["chunk"] = chunk
     path = directory / f"{name.replace('-', '_')}_tt.py"
     emit_module(graph, str(path), source=f"examples/tiny-{name}.yaml")
     return graph, load_module(str(path))
@@ -66,11 +71,13 @@ def as_numpy(value):
     return value.float().numpy() if value.is_floating_point() else value.numpy()
 
 
-def test_prefill_and_decode_match_reference(compiled):
-    graph, module = compiled
+def check_prefill_and_decode(graph, module, prompt: int = PROMPT) -> None:
+    """A prefill of ``prompt`` random tokens and DECODE_STEPS decode steps, each side (the
+    reference interpreter, the emitted module) feeding its own present caches and states
+    back: the logits agree within TOLERANCE at every step."""
     weights = module.load_weights()
     reference = Interpreter(graph)
-    feeds = random_feeds(graph, batch=BATCH, tokens=PROMPT, seed=1)
+    feeds = random_feeds(graph, batch=BATCH, tokens=prompt, seed=1)
     ref_feeds, tt_feeds = feeds, dict(feeds)
     rng_ref, rng_tt = np.random.default_rng(2), np.random.default_rng(2)
     past = 0
@@ -82,6 +89,10 @@ def test_prefill_and_decode_match_reference(compiled):
         past += ref_feeds["input_ids"].shape[1]
         ref_feeds = decode_feeds(graph, expected, past, rng_ref)
         tt_feeds = decode_feeds(graph, actual, past, rng_tt)
+
+
+def test_prefill_and_decode_match_reference(compiled):
+    check_prefill_and_decode(*compiled)
 
 
 def test_session_holds_the_cache(tmp_path):

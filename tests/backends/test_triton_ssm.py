@@ -1,14 +1,16 @@
-"""The recurrent ops on the triton target (state-space ops, the gated delta rule): torch code
-in the launcher (their kernels are issue 27's work) that computes what the NumPy references
-compute.
+"""The recurrent ops on the triton target (state-space ops, the gated delta rule): generated
+kernels, run by Triton's interpreter against the reference interpreter.
 
 Each op alone in a graph (left padding in the last row, past state in, present state out,
-optional operands left off, Mamba-2's Δ clamp and groups, grouped delta-rule heads) is
-emitted and run against the
-reference interpreter; a recurrent model's Session starts from zero states and feeds each
-present state back as forward() does; a left-padded prefill of a Mamba-2 model matches the
-reference, logits and states. (Every state-space tiny example runs prefill + 8 decode steps
-in test_triton_models.)
+optional operands left off, Mamba-2's Δ clamp and groups, grouped delta-rule heads, the
+gated rule with a constant decay, a decay per key channel) is emitted and run: the step
+kernels (no ``chunk``), and for ssd and gated_delta_rule the chunked kernels (``chunk``
+set) on prefills that are and are not a multiple of the chunk, from a non-zero state, and
+a decode step (T = 1: the step kernel even with ``chunk``). A recurrent model's Session
+starts from zero states and feeds each present state back as forward() does; a left-padded
+prefill of a Mamba-2 model matches the reference, logits and states. (Every recurrent tiny
+example runs prefill + 8 decode steps unchunked in test_triton_models, the chunked models
+in test_triton_ssm_chunked.)
 """
 from __future__ import annotations
 
@@ -74,6 +76,15 @@ CASES = {
                                                  "l2_norm": False, "scale": 0.25}, [
         ("input", "q", ("B", "T", 6)), ("input", "k", ("B", "T", 6)), ("input", "v", ("B", "T", 4)),
         ("input", "a", ("B", "T", 2)), ("input", "b", ("B", "T", 2)), ("param", "A_log", (2,))]),
+    "delta_gated_constant_decay": ("gated_delta_rule", {"key_heads": 1, "value_heads": 2, "key_dim": 4,
+                                                        "value_dim": 3, "update_rule": "gated"}, [
+        ("input", "q", ("B", "T", 4)), ("input", "k", ("B", "T", 4)), ("input", "v", ("B", "T", 6)), None, None,
+        ("param", "A_log", (2,)), None, ("input", "past", ("B", 2, 4, 3)), ("mask",)]),
+    "delta_channel_decay": ("gated_delta_rule", {"key_heads": 2, "value_heads": 2, "key_dim": 3, "value_dim": 2,
+                                                 "decay": "channel"}, [
+        ("input", "q", ("B", "T", 6)), ("input", "k", ("B", "T", 6)), ("input", "v", ("B", "T", 4)),
+        ("input", "a", ("B", "T", 6)), ("input", "b", ("B", "T", 2)), ("param", "A_log", (2,)),
+        ("param", "dt_bias", (6,)), ("input", "past", ("B", 2, 3, 2)), ("mask",)]),
     "gated_norm_groups": ("gated_rms_norm", {"eps": 1e-5, "group_size": 4}, [
         ("input", "x", ("B", "T", 12)), ("input", "z", ("B", "T", 12)), ("param", "weight", (12,))]),
     "gated_norm_before_gate": ("gated_rms_norm", {"eps": 1e-6, "norm_before_gate": True}, [
@@ -81,7 +92,7 @@ CASES = {
 }
 
 
-def one_node_graph(case: str) -> Graph:
+def one_node_graph(case: str, chunk=None) -> Graph:
     op, attrs, specs = CASES[case]
     graph, rng = Graph(case), np.random.default_rng(3)
     inputs = []
@@ -93,11 +104,13 @@ def one_node_graph(case: str) -> Graph:
         else:
             inputs.append(operand(graph, *spec, rng))
     graph.outputs = emit(graph, op, inputs, attrs, ["y", "present"])
+    if chunk is not None:
+        graph.nodes[-1].attrs["chunk"] = chunk
     return graph
 
 
-def feeds_for(graph: Graph) -> dict:
-    feeds = random_feeds(graph, batch=BATCH, tokens=TOKENS, past=PAST, seed=4)
+def feeds_for(graph: Graph, tokens: int = TOKENS) -> dict:
+    feeds = random_feeds(graph, batch=BATCH, tokens=tokens, past=PAST, seed=4)
     if "attention_mask" in feeds:
         feeds["attention_mask"][-1, :PAD] = 0
     if "dt" in feeds:
@@ -105,15 +118,12 @@ def feeds_for(graph: Graph) -> dict:
     return feeds
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_state_space_op_matches_its_reference(case, tmp_path):
-    graph = one_node_graph(case)
-    path = tmp_path / f"{case}.py"
+def run_both(graph: Graph, path, tokens: int = TOKENS):
+    """The emitted module, after checking its outputs against the reference's on
+    ``feeds_for(graph, tokens)`` (1e-5 relative; padded tokens' outputs 0)."""
     emit_module(graph, str(path))
     module = load_module(str(path))
-    op = CASES[case][0]
-    assert f"{op}: %y" in module.__doc__.split("Torch ops in the launcher")[1]
-    feeds = feeds_for(graph)
+    feeds = feeds_for(graph, tokens)
     expected = Interpreter(graph).run(feeds)
     actual = module.forward(module.load_weights(), **feeds)
     assert sorted(actual) == sorted(expected)
@@ -121,8 +131,39 @@ def test_state_space_op_matches_its_reference(case, tmp_path):
         got = as_numpy(actual[name])
         assert got.shape == want.shape and got.dtype == want.dtype, name
         assert relative_error(got, want) <= 1e-5, name
-    if "attention_mask" in feeds:  # the padded tokens' outputs are 0
+    if "attention_mask" in feeds and tokens > PAD - PAST:  # the padded tokens' outputs are 0
         assert not as_numpy(actual["y"])[-1, :PAD - PAST].any()
+    return module
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_recurrent_op_kernel_matches_its_reference(case, tmp_path):
+    module = run_both(one_node_graph(case), tmp_path / f"{case}.py")
+    generated, torch_ops = module.__doc__.split("Generated kernels")[1].split("Torch ops in the launcher")
+    assert "%y" in generated and "%y" not in torch_ops, f"{CASES[case][0]} is not a generated kernel"
+    assert not any(name.startswith(("ssd_chunk", "delta_chunk")) for name in module.KERNEL_SPECS)
+
+
+CHUNKED = sorted(case for case, (op, _, _) in CASES.items() if op in ("ssd", "gated_delta_rule"))
+
+
+@pytest.mark.parametrize("chunk, tokens", [(4, 8), (4, 11), (16, 19)])
+@pytest.mark.parametrize("case", CHUNKED)
+def test_chunked_prefill_matches_reference(case, chunk, tokens, tmp_path):
+    """Chunks of 4 (8 tokens: two whole chunks; 11: a short last chunk) and of 16 (19 tokens),
+    left padding in the last row, a past state where the case has one. A per-channel decay
+    keeps the step kernel (no chunked kernel is generated for it)."""
+    path = tmp_path / f"{case}.py"
+    module = run_both(one_node_graph(case, chunk=chunk), path, tokens)
+    assert f"chunk={chunk})" in path.read_text()
+    chunked = "delta_chunk_scan" if CASES[case][0] == "gated_delta_rule" else "ssd_chunk_scan"
+    assert chunked in module.KERNEL_SPECS
+
+
+@pytest.mark.parametrize("case", ["ssd_groups_clamp", "delta_rule_state"])
+def test_decode_step_with_chunk_set_matches_reference(case, tmp_path):
+    """T = 1 runs the step kernel whatever the chunk size: one token after the past state."""
+    run_both(one_node_graph(case, chunk=4), tmp_path / f"{case}.py", tokens=1)
 
 
 @pytest.fixture(scope="module")
@@ -167,3 +208,4 @@ def test_left_padded_prefill_matches_reference(mamba2):
     actual = module.forward(module.load_weights(), **feeds)
     for name, want in expected.items():
         assert relative_error(as_numpy(actual[name]), want) <= 1e-4, name
+
