@@ -142,6 +142,9 @@ def lower_attention(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     if o["past_key"] is None or not a["causal"]:
         raise BackendError("onnx-npu attention needs a causal attention with a KV cache (the decoder form)",
                            hint="compile a decoder spec: its attention reads past_key_values.*")
+    if o.get("sinks") is not None:
+        raise BackendError(f"{node.outputs[0].name}: onnx-npu has no lowering for attention sinks (GPT-OSS) yet",
+                           hint="compile GPT-OSS with --target onnx or onnx-ort")
     tokens, heads, kv_heads = b.size(o["seq"]), o["heads"], o["kv_heads"]
     group, width, v_width = heads // kv_heads, o["head_dim"], o["v_head_dim"]
     shape = dict(batch=1, seq=tokens)

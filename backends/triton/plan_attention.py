@@ -15,6 +15,7 @@ from typing import Optional
 import numpy as np
 
 from irc.dtypes import DType
+from irc.errors import BackendError
 from irc.graph import Node, Value
 from irc.ops.registry import pad_inputs
 from irc.ops.rope import rope_inv_freq
@@ -96,6 +97,9 @@ class AttentionPlanning:
 
     def _attention(self, node: Node) -> None:
         q, k, v, mask = pad_inputs(node.inputs, 4)
+        if len(node.inputs) > 6 and node.inputs[6] is not None:
+            raise BackendError(f"{node.outputs[0].name}: the Triton target has no kernel for attention sinks "
+                               "(GPT-OSS) yet", hint="compile GPT-OSS with --target onnx or onnx-ort")
         attrs = node.attrs
         heads, kv_heads, head_dim = attrs["heads"], attrs["kv_heads"], attrs["head_dim"]
         v_dim = head_dim if attrs["v_head_dim"] is None else attrs["v_head_dim"]

@@ -79,10 +79,17 @@ def plan_mla(planner, node: Node) -> None:
     latent, rope_cache, more = _caches(planner, node, name, batch, seq, rank, rope_dim, empty)
     lines += more + [f"launch_{norm_name}({batch}, {seq}, {rank}, {kv}[..., :{rank}], "
                      f"{planner.var(ops['kv_a_norm'])}, {latent}[:, 0, {latent}.shape[2] - {seq}:])"]
-    rope_config = attrs["rope"]
-    cos, sin = planner.cos_sin(ops["position_ids"], rope_dim, rope_config["base"], rope_config.get("scaling"))
-    rotate = planner.rope_kernel(rope_config.get("convention", "half"), dtype, [node])
+    rope_config = attrs["rope"]  # None: MLA without RoPE (Kimi-Linear): the rope columns are copied as they are
+    if rope_config is not None:
+        cos, sin = planner.cos_sin(ops["position_ids"], rope_dim, rope_config["base"], rope_config.get("scaling"))
+        rotate = planner.rope_kernel(rope_config.get("convention", "half"), dtype, [node])
     q_heads = f"{q}.view({batch}, {seq}, {heads}, {q_width})"
+
+    def place(source: str, target: str, note: str = "") -> str:
+        if rope_config is None:
+            return f"{target}.copy_({source})"
+        return f"launch_{rotate}({source}, {target}, {cos}, {sin}, {rope_dim}){note}"
+
     if run_time:  # the latent query: [q_nope W^UK | rotated q_rope] per head
         gemm = planner.use_kernel("mla_head_gemm", lambda n: head_gemm_kernel(n, dtype), [node])
         kernels.append(gemm)
@@ -90,13 +97,13 @@ def plan_mla(planner, node: Node) -> None:
         lines += [f"{query} = torch.empty(({batch}, {seq}, {heads}, {rank + rope_dim}), {empty}",
                   f"launch_{gemm}({q_heads}[..., :{nope}].flatten(0, 1), {planner.var(ops['w_uk'])}, "
                   f"{query}[..., :{rank}].flatten(0, 1))",
-                  f"launch_{rotate}({q_heads}[..., {nope}:], {query}[..., {rank}:], {cos}, {sin}, {rope_dim})"]
+                  place(f"{q_heads}[..., {nope}:]", f"{query}[..., {rank}:]")]
     else:
         query = q_heads
-        lines.append(f"launch_{rotate}({q_heads}[..., {rank}:], {q_heads}[..., {rank}:], {cos}, {sin}, {rope_dim})"
-                     "  # in place")
-    lines.append(f"launch_{rotate}({kv}[..., {rank}:].view({batch}, {seq}, 1, {rope_dim}), "
-                 f"{rope_cache}[:, :, {rope_cache}.shape[2] - {seq}:].transpose(1, 2), {cos}, {sin}, {rope_dim})")
+        if rope_config is not None:
+            lines.append(place(f"{q_heads}[..., {rank}:]", f"{q_heads}[..., {rank}:]", "  # in place"))
+    lines.append(place(f"{kv}[..., {rank}:].view({batch}, {seq}, 1, {rope_dim})",
+                       f"{rope_cache}[:, :, {rope_cache}.shape[2] - {seq}:].transpose(1, 2)"))
     launcher = planner.attention_kernels(dtype, attention.AttentionFeatures(mla=True), [node])
     scale = mla_softmax_scale(nope, rope_dim, rope_config, attrs["scale"])
     causal = "" if attrs["causal"] else ", causal=False"
@@ -112,7 +119,8 @@ def plan_mla(planner, node: Node) -> None:
                   project(f"{o}_v", ops["wo"], name)]
     else:
         lines.append(project(o, ops["wo_absorbed"], name))
-    planner.step([node], lines, kernels=list(dict.fromkeys(kernels + [norm_name, rotate, launcher])))
+    used = [norm_name] + ([rotate] if rope_config is not None else []) + [launcher]
+    planner.step([node], lines, kernels=list(dict.fromkeys(kernels + used)))
 
 
 def _caches(planner, node: Node, name: str, batch, seq, rank: int, rope_dim: int, empty: str) -> tuple:
