@@ -79,17 +79,9 @@ def plan_mla(planner, node: Node) -> None:
     latent, rope_cache, more = _caches(planner, node, name, batch, seq, rank, rope_dim, empty)
     lines += more + [f"launch_{norm_name}({batch}, {seq}, {rank}, {kv}[..., :{rank}], "
                      f"{planner.var(ops['kv_a_norm'])}, {latent}[:, 0, {latent}.shape[2] - {seq}:])"]
-    rope_config = attrs["rope"]  # None: MLA without RoPE (Kimi-Linear): the rope columns are copied as they are
-    if rope_config is not None:
-        cos, sin = planner.cos_sin(ops["position_ids"], rope_dim, rope_config["base"], rope_config.get("scaling"))
-        rotate = planner.rope_kernel(rope_config.get("convention", "half"), dtype, [node])
+    rope_config = attrs["rope"]
+    place, rotate = _placer(planner, node, ops, rope_dim, dtype)
     q_heads = f"{q}.view({batch}, {seq}, {heads}, {q_width})"
-
-    def place(source: str, target: str, note: str = "") -> str:
-        if rope_config is None:
-            return f"{target}.copy_({source})"
-        return f"launch_{rotate}({source}, {target}, {cos}, {sin}, {rope_dim}){note}"
-
     if run_time:  # the latent query: [q_nope W^UK | rotated q_rope] per head
         gemm = planner.use_kernel("mla_head_gemm", lambda n: head_gemm_kernel(n, dtype), [node])
         kernels.append(gemm)
@@ -119,8 +111,21 @@ def plan_mla(planner, node: Node) -> None:
                   project(f"{o}_v", ops["wo"], name)]
     else:
         lines.append(project(o, ops["wo_absorbed"], name))
-    used = [norm_name] + ([rotate] if rope_config is not None else []) + [launcher]
+    used = [norm_name] + ([rotate] if rotate else []) + [launcher]
     planner.step([node], lines, kernels=list(dict.fromkeys(kernels + used)))
+
+
+def _placer(planner, node: Node, ops: dict, rope_dim: int, dtype: DType):
+    """(place(source, target, note="") -> the launcher line writing the rope columns, the
+    rotate kernel): rotated, or, for MLA without RoPE (Kimi-Linear), copied as they are
+    (no kernel)."""
+    rope_config = node.attrs["rope"]
+    if rope_config is None:
+        return (lambda source, target, note="": f"{target}.copy_({source})"), None
+    cos, sin = planner.cos_sin(ops["position_ids"], rope_dim, rope_config["base"], rope_config.get("scaling"))
+    rotate = planner.rope_kernel(rope_config.get("convention", "half"), dtype, [node])
+    return (lambda source, target, note="": f"launch_{rotate}({source}, {target}, {cos}, {sin}, {rope_dim}){note}",
+            rotate)
 
 
 def _caches(planner, node: Node, name: str, batch, seq, rank: int, rope_dim: int, empty: str) -> tuple:
