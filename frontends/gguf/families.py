@@ -35,6 +35,7 @@ granitemoe scale), ``residual_scale`` and ``logit_scale`` (the logits divided by
            a softmax top-k MoE, renormalised, on every layer
 smollm3    Llama (Q/K permuted) with every fourth layer NoPE (llama.cpp's fixed
            ``n_no_rope_layer_step``: no key holds it)
+olmo2 ...  olmo2, starcoder2, command-r, gpt2, phi2 (their own layer forms): ``frontends.gguf.classic``
 mamba ...  Mamba-1 (Falcon-Mamba with ``ssm.dt_b_c_rms``), mamba2, jamba: ``frontends.gguf.ssm``
 hybrids    granitehybrid (Granite-4.0-H and Bamba), nemotron_h, falcon-h1: ``frontends.gguf.hybrid``
 linear     lfm2, lfm2moe (short convolutions), qwen3next, qwen35, qwen35moe (gated DeltaNet): ``frontends.gguf.linear``
@@ -47,7 +48,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from frontends.gguf import hybrid, linear, ssm
+from frontends.gguf import classic, hybrid, linear, ssm
 from frontends.gguf.arch import Hparams, dense_mlp, make_arch, moe_layers, read_dims, read_rope, window_layers
 from frontends.gguf.reader import GGUFFile
 from frontends.hf.config import Arch, Attention, LayerSpec
@@ -226,4 +227,4 @@ def _deepseek_moe(hp: Hparams, gating: str) -> dict:
 FAMILIES = {"llama": _llama_like, "qwen2": _llama_like, "qwen3": _llama_like, "qwen2moe": _llama_like,
             "qwen3moe": _llama_like, "phi3": _llama_like, "gemma": _gemma1, "gemma2": _gemma, "gemma3": _gemma,
             "granite": _granite, "granitemoe": _granite, "smollm3": _smollm3,
-            "deepseek2": _deepseek, **ssm.FAMILIES, **hybrid.FAMILIES, **linear.FAMILIES}
+            "deepseek2": _deepseek, **ssm.FAMILIES, **hybrid.FAMILIES, **linear.FAMILIES, **classic.FAMILIES}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from frontends.gguf import hybrid, linear, ssm
+from frontends.gguf import classic, hybrid, linear, ssm
 from frontends.gguf.reader import GGUFFile
 from frontends.gguf.tensors import LAYER, TOP, KvFromHalves, TensorSource
 from frontends.hf.config import Arch
@@ -31,12 +31,13 @@ class Layout:
         self.consumed = {"rope_freqs.weight"} & set(gguf.tensors)
 
     def source(self, param: str):
-        if self.gguf.arch in linear.FAMILIES:
-            match = LAYER_PARAM.fullmatch(param)
-            block, suffix = (f"blk.{match.group(1)}.", match.group(2)) if match else (None, None)
-            found = linear.source(self.arch, self.gguf, param, block, suffix)
-            if found is not None:
-                return found
+        for module in (linear, classic):
+            if self.gguf.arch in module.FAMILIES:
+                match = LAYER_PARAM.fullmatch(param)
+                block, suffix = (f"blk.{match.group(1)}.", match.group(2)) if match else (None, None)
+                found = module.source(self.arch, self.gguf, param, block, suffix)
+                if found is not None:
+                    return found
         if param in TOP:
             return TensorSource(TOP[param], offset=self._offset(param))
         match = LAYER_PARAM.fullmatch(param)

@@ -81,9 +81,9 @@ class TensorSource:
         shape = self.stored_shape(gguf)
         if self.rows is not None:
             start, stop = self.rows
-            if len(shape) != 2 or shape[0] < stop:
+            if len(shape) not in (1, 2) or shape[0] < stop:
                 raise SpecError(f"tensor {self.name} {list(shape)} has no rows {start}:{stop}", location=gguf.path)
-            shape = (stop - start, shape[1])
+            shape = (stop - start, *shape[1:])  # a fused bias: entries [start, stop)
         if self.permute_heads is not None and shape[0] % (2 * self.permute_heads):
             raise SpecError(f"tensor {self.name} has {shape[0]} rows, not a whole number of heads "
                             f"({self.permute_heads}) of even width", location=gguf.path)

@@ -647,3 +647,54 @@ def write_linear(path, model, arch: str, *, qtype=None, fused: bool = False) -> 
         else:
             tensors[name] = data
     return write_file(path, arch, linear_keys(model.config, arch), tensors)
+
+
+# ---- Olmo2Model, StarCoder2Model, CommandRModel, GPT2Model, Phi2Model -------------------------
+
+CLASSIC = {"olmo2": "OLMO2", "starcoder2": "STARCODER2", "command-r": "COMMAND_R", "gpt2": "GPT2", "phi2": "PHI2"}
+CONV1D = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
+
+
+def classic_keys(config, arch: str) -> dict:
+    """The keys those converters write (TextModel's, GPT2Model's and Phi2Model's own), by full name."""
+    d, heads = config.hidden_size, config.num_attention_heads
+    keys = {"block_count": config.num_hidden_layers, "embedding_length": d, "attention.head_count": heads,
+            "vocab_size": config.vocab_size}
+    if arch == "gpt2":
+        keys.update({"context_length": config.n_positions, "feed_forward_length": config.n_inner or 4 * d,
+                     "attention.layer_norm_epsilon": float(config.layer_norm_epsilon)})
+        return {f"{arch}.{key}": value for key, value in keys.items()}
+    rope = _rope_params(config)
+    keys.update({"context_length": config.max_position_embeddings, "feed_forward_length": config.intermediate_size,
+                 "attention.head_count_kv": getattr(config, "num_key_value_heads", None) or heads,
+                 "rope.freq_base": float(rope.get("rope_theta", 1e4))})
+    if arch == "olmo2":
+        keys["attention.layer_norm_rms_epsilon"] = float(config.rms_norm_eps)
+    else:
+        eps = next(getattr(config, k) for k in ("layer_norm_eps", "norm_epsilon") if hasattr(config, k))
+        keys["attention.layer_norm_epsilon"] = float(eps)
+    if arch == "starcoder2" and config.sliding_window:
+        keys["attention.sliding_window"] = config.sliding_window
+    if arch == "command-r":
+        keys["logit_scale"] = float(config.logit_scale)
+    if arch == "phi2":
+        keys["rope.dimension_count"] = int(rope.get("partial_rotary_factor", 0.5) * (d // heads))
+    return {f"{arch}.{key}": value for key, value in keys.items()}
+
+
+def write_classic(path, model, arch: str) -> str:
+    """``model`` as a GGUF file of ``arch`` (olmo2, starcoder2, command-r, gpt2, phi2): gguf's
+    name table, GPT-2's Conv1D weights transposed, a tied head left out."""
+    config = model.config
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[CLASSIC[arch]], config.num_hidden_layers)
+    tensors = {}
+    for key, value in model.state_dict().items():
+        if key == "lm_head.weight" and config.tie_word_embeddings:
+            continue
+        data = value.detach().float().numpy()
+        if arch == "gpt2" and key.endswith(CONV1D):
+            data = data.T
+        name = names.get_name(key, try_suffixes=(".weight", ".bias"))
+        assert name is not None, key
+        tensors[name] = np.ascontiguousarray(data, dtype=np.float32)
+    return write_file(path, arch, classic_keys(config, arch), tensors)
