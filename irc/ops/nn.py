@@ -158,11 +158,14 @@ def _gated_infer(inputs, attrs):
 
 
 def _mlp_cost(inputs, outputs, attrs):
+    """2 FLOPs per weight per token (matmul work); the activation and any bias adds (GELU
+    and squared-ReLU MLPs' biases) are other FLOPs, as they are once the MLP is lowered."""
     read, written = _bytes(inputs, outputs)
-    weights = sum(t.numel for t in inputs[1:] if t is not None)
+    weights = sum(t.numel for t in inputs[1:] if t is not None and t.rank == 2)
+    biases = sum(t.numel for t in inputs[1:] if t is not None and t.rank == 1)
     hidden = tokens(inputs[0]) * inputs[1].shape[0]
-    return Cost(flops=2 * tokens(inputs[0]) * weights, other_flops=4 * hidden, bytes_read=read,
-                bytes_written=written)
+    return Cost(flops=2 * tokens(inputs[0]) * weights, other_flops=4 * hidden + tokens(inputs[0]) * biases,
+                bytes_read=read, bytes_written=written)
 
 
 def swiglu(x, gate, up, down):
