@@ -315,13 +315,15 @@ def read_rope(cfg: Config, head_dim: int, params: dict, key: str, *, default_bas
         if hf_name == "truncate":
             if not isinstance(value, bool):
                 raise cfg.error(f"{key}.truncate", f"expected true or false, got {_show(value)}")
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise cfg.error(f"{key}.{hf_name}", f"expected a positive number, got {_show(value)}")
         scaling[SCALING_FIELDS[hf_name]] = value
     if kind in ("yarn", "llama3") and "original_max_position" not in scaling:
         top = cfg.data.get("original_max_position_embeddings") or original_max
         if top is None:
             raise cfg.error(f"{key}.original_max_position_embeddings", f"{kind} RoPE needs it")
+        if isinstance(top, bool) or not isinstance(top, (int, float)) or not math.isfinite(top) or top <= 0:
+            raise cfg.error("original_max_position_embeddings", f"expected a positive number, got {_show(top)}")
         scaling["original_max_position"] = top
     if kind == "dynamic":  # HF's dynamic NTK measures against max_position_embeddings
         if original_max is None:
