@@ -116,15 +116,23 @@ def test_a_long_prompt_takes_the_portable_chunked_form(models, tmp_path, name):
     """Prompts of 70 and 40 tokens (past one 64-token chunk, and inside one), left-padded:
     the portable target's chunked form (``backends.onnx.delta``, which ``scan-chunk`` asks
     for) against transformers'."""
-    import onnx
-
     import passes  # noqa: F401  (registers the passes)
-    from backends.onnx import emit, runtime
     from irc.passmanager import PassManager, parse_pipeline
 
     model, folder = models(name)
     graph = load_spec(folder)
     PassManager(parse_pipeline("scan-chunk{size=64}")).run(graph)
+    assert_long_prompt_matches(model, graph, tmp_path)
+
+
+def assert_long_prompt_matches(model, graph, tmp_path) -> None:
+    """Prompts of 70 and 40 tokens (past one 64-token chunk, and inside one), left-padded,
+    through the portable target (whose ``If`` the chunk attribute asks for) against
+    transformers running each row alone."""
+    import onnx
+
+    from backends.onnx import emit, runtime
+
     path = str(tmp_path / "model.onnx")
     emit.emit_model(graph, path, target="onnx", genai=False)
     assert any(n.op_type == "If" for n in onnx.load(path).graph.node)

@@ -1,4 +1,4 @@
-"""GPT-OSS from Hugging Face against transformers 5.24: tiny random twins (sinks, q/k/v/o
+"""GPT-OSS from Hugging Face against transformers 5.24: tiny random models (sinks, q/k/v/o
 biases, alternating sliding/full layers, YaRN, the biased clamped-SwiGLU MoE) saved with
 save_pretrained, on a left-padded batch of two (each row against transformers' padded batch
 and against the row run alone), 16 greedy tokens through the reference interpreter, both
@@ -10,8 +10,8 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, built_once, hf_logits, irc_logits, prompts,
-                                            randomize, relative_error)
+from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, built_once, hf_batch_greedy,  # noqa: F401
+                                            hf_logits, irc_logits, prompts, randomize, relative_error)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -45,31 +45,13 @@ def build(name: str, folder):
 
 
 @pytest.fixture(scope="module")
-def twins(tmp_path_factory):
+def models(tmp_path_factory):
     return built_once(build, tmp_path_factory)
 
 
-@pytest.fixture(scope="module")
-def hf_greedy(twins):
-    """name -> transformers' greedy tokens [2, 16] for the left-padded batch."""
-    done = {}
-
-    def get(name):
-        if name not in done:
-            model, _ = twins(name)
-            ids, mask, _ = prompts()
-            with torch.no_grad():
-                out = model.generate(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
-                                     max_new_tokens=NEW_TOKENS, do_sample=False)
-            done[name] = out[:, ids.shape[1]:].numpy()
-        return done[name]
-
-    return get
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_logits_match_the_padded_batch_and_each_row_alone(twins, name):
-    model, folder = twins(name)
+def test_logits_match_the_padded_batch_and_each_row_alone(models, name):
+    model, folder = models(name)
     graph = load_spec(folder)
     ids, mask, positions = prompts()
     got, want = irc_logits(graph, ids, mask, positions), hf_logits(model, ids, mask, positions)
@@ -81,10 +63,10 @@ def test_logits_match_the_padded_batch_and_each_row_alone(twins, name):
         assert relative_error(got[row, real[row]], by_itself[0]) <= TOLERANCE
 
 
-def test_the_twins_exercise_sinks_windows_and_clamps(twins):
+def test_the_twins_exercise_sinks_windows_and_clamps(models):
     """The features are live: the longer prompt outruns the windows, the sinks take weight,
     and some gate and up activations pass the clamp limit."""
-    model, _ = twins("gpt-oss-alternating-yarn")
+    model, _ = models("gpt-oss-alternating-yarn")
     ids, mask, _ = prompts()
     assert mask.sum(axis=1).max() > SMALL["sliding_window"]
     sinks = model.model.layers[0].self_attn.sinks.detach().numpy()
@@ -100,10 +82,10 @@ def test_the_twins_exercise_sinks_windows_and_clamps(twins):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_generation_matches(twins, name):
+def test_greedy_generation_matches(models, name):
     from irc.interpreter import generate
 
-    model, folder = twins(name)
+    model, folder = models(name)
     prompt = prompts()[0][0].tolist()
     tokens, _ = generate(load_spec(folder), prompt, NEW_TOKENS)
     with torch.no_grad():
@@ -114,11 +96,11 @@ def test_greedy_generation_matches(twins, name):
 
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])  # onnx-ort: GroupQueryAttention's head_sink
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_onnx_runtime_matches_transformers(twins, hf_greedy, tmp_path, name, target):
+def test_onnx_runtime_matches_transformers(models, hf_batch_greedy, tmp_path, name, target):
     pytest.importorskip("onnxruntime")
     from backends.onnx import emit, runtime
 
-    model, folder = twins(name)
+    model, folder = models(name)
     graph = load_spec(folder)
     path = str(tmp_path / "model.onnx")
     emit.emit_model(graph, path, target=target, genai=False, context=64)
@@ -128,15 +110,15 @@ def test_onnx_runtime_matches_transformers(twins, hf_greedy, tmp_path, name, tar
     real = mask.astype(bool)
     want = hf_logits(model, ids, mask, positions)
     assert relative_error(result["prefill"]["logits"][real], want[real]) <= TOLERANCE
-    np.testing.assert_array_equal(result["tokens"], hf_greedy(name))
+    np.testing.assert_array_equal(result["tokens"], hf_batch_greedy(name))
 
 
-def test_onnx_ort_runs_the_moe_as_com_microsoft_moe(twins, tmp_path):
+def test_onnx_ort_runs_the_moe_as_com_microsoft_moe(models, tmp_path):
     import onnx
 
     from backends.onnx import emit
 
-    _, folder = twins("gpt-oss-alternating-yarn")
+    _, folder = models("gpt-oss-alternating-yarn")
     path = tmp_path / "model.onnx"
     emit.emit_model(load_spec(folder), str(path), target="onnx-ort", genai=False, context=64)
     kinds = [node.op_type for node in onnx.load(str(path)).graph.node]
@@ -144,18 +126,18 @@ def test_onnx_ort_runs_the_moe_as_com_microsoft_moe(twins, tmp_path):
 
 
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-def test_genai_generates_transformers_tokens(twins, hf_greedy, tmp_path, target):
+def test_genai_generates_transformers_tokens(models, hf_batch_greedy, tmp_path, target):
     """onnxruntime-genai 0.18 on both targets' folders."""
     og = pytest.importorskip("onnxruntime_genai")
     from backends.onnx import emit
     from tests.frontends.test_hf_ssm_onnx import genai_greedy, until_eos
 
     name = "gpt-oss-alternating-yarn"
-    _, folder = twins(name)
+    _, folder = models(name)
     emitted = emit.emit_model(load_spec(folder), str(tmp_path / "model.onnx"), target=target, context=64)
     assert emitted.genai_config, emitted.genai_note
     prompt = prompts()[0][0]
-    assert genai_greedy(og, tmp_path, prompt, NEW_TOKENS) == until_eos(hf_greedy(name)[0].tolist(), tmp_path)
+    assert genai_greedy(og, tmp_path, prompt, NEW_TOKENS) == until_eos(hf_batch_greedy(name)[0].tolist(), tmp_path)
 
 
 def test_gpt_oss_20b_structure_compiles_without_weights(tmp_path):
@@ -200,10 +182,10 @@ def test_bad_configs_name_the_key(tmp_path, config, key, fragment):
     assert f'"{key}"' in path.read_text().splitlines()[line - 1]
 
 
-def test_mxfp4_checkpoints_are_refused_naming_quantization_config(twins, tmp_path):
+def test_mxfp4_checkpoints_are_refused_naming_quantization_config(models, tmp_path):
     """The released checkpoints carry ``quantization_config`` (MXFP4 experts): refused when
     their weights are read, naming the key."""
-    _, folder = twins("gpt-oss-alternating-yarn")
+    _, folder = models("gpt-oss-alternating-yarn")
     config = json.loads((folder / "config.json").read_text())
     config["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}
     (tmp_path / "config.json").write_text(json.dumps(config, indent=2))

@@ -169,24 +169,13 @@ def test_a_long_prompt_takes_the_portable_chunked_form(models, tmp_path):
     """Prompts of 70 and 40 tokens, left-padded (past one 64-token chunk, and inside one;
     transformers' blocks are 4 tokens): the portable target's chunked form (``scan-chunk``)
     against transformers."""
-    import onnx
-
-    from backends.onnx import emit, runtime
     from passes.scan_chunk import ScanChunk
+    from tests.frontends.test_hf_delta import assert_long_prompt_matches
 
     model, folder = models("alternating-factors")
     graph = load_spec(folder)
     assert ScanChunk(size=64).run(graph)
-    path = str(tmp_path / "model.onnx")
-    emit.emit_model(graph, path, target="onnx", genai=False)
-    assert any(n.op_type == "If" for n in onnx.load(path).graph.node)
-    rng = np.random.default_rng(1)
-    ids, mask = np.zeros((2, 70), np.int64), np.zeros((2, 70), np.int64)
-    ids[0], mask[0] = rng.integers(1, 128, 70), 1
-    ids[1, 30:], mask[1, 30:] = rng.integers(1, 128, 40), 1
-    result = runtime.greedy(runtime.ort_engine(path), graph, [ids[0].tolist(), ids[1, 30:].tolist()], 1)
-    real = mask.astype(bool)
-    assert relative_error(result["prefill"]["logits"][real], unpadded_logits(model, ids, mask)[real]) <= TOLERANCE
+    assert_long_prompt_matches(model, graph, tmp_path)
 
 
 # ---- the CLI ---------------------------------------------------------------------------------
