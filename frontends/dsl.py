@@ -263,6 +263,21 @@ class Model:
     def rms_norm(self, x: Tensor, name: str = "norm", eps: float = 1e-6, offset: float = 0.0) -> Tensor:
         return self.norm(x, name, "rms", eps, offset)
 
+    def plain_layer_norm(self, x: Tensor, name: str, eps: float = 1e-5) -> Tensor:
+        """A LayerNorm with no weight and no bias (OLMo-1's), as primitives: (x - mean) ·
+        rsqrt(mean((x - mean)²) + eps) over the last axis, in x's float type."""
+        eps = positive_float("eps", eps, self.origin())
+        if self.meta["norm"] is None:
+            self.meta["norm"] = {"kind": "layer", "eps": eps, "offset": 0.0}
+        mean = self.emit("reduce_mean", [x], {"axes": [-1], "keepdims": True}, f"{name}_mean")[0]
+        centred = self.emit("sub", [x, mean], None, f"{name}_centred")[0]
+        square = self.emit("mul", [centred, centred], None, f"{name}_square")[0]
+        variance = self.emit("reduce_mean", [square], {"axes": [-1], "keepdims": True}, f"{name}_variance")[0]
+        eps_value = self.emit("constant", [], {"value": eps}, f"{name}_eps")[0]
+        shifted = self.emit("add", [variance, eps_value], None, f"{name}_variance_eps")[0]
+        inverse = self.emit("rsqrt", [shifted], None, f"{name}_inv_std")[0]
+        return self.emit("mul", [centred, inverse], None, f"{name}_out")[0]
+
     def layer_norm(self, x: Tensor, name: str = "norm", eps: float = 1e-5, bias: bool = True) -> Tensor:
         return self.norm(x, name, "layer", eps, bias=bias)
 

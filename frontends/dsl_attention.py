@@ -49,7 +49,8 @@ class AttentionLayer:
                   rope: Optional[Rope] = None, window: Optional[int] = None, softcap: Optional[float] = None,
                   scale: Optional[float] = None, qkv_bias: bool = False, qk_norm: Union[bool, str] = False,
                   qk_norm_eps: float = 1e-6, qk_norm_offset: float = 0.0, causal: bool = True,
-                  output_gate: bool = False, out_bias: bool = False, sinks: bool = False) -> Tensor:
+                  output_gate: bool = False, out_bias: bool = False, sinks: bool = False,
+                  clip_qkv: Optional[float] = None) -> Tensor:
         """Multi-head attention (MHA; GQA when kv_heads < heads; MQA when kv_heads == 1):
         q/k/v projections (``attn.wq/wk/wv``, biases ``bq/bk/bv`` with qkv_bias), RMS norms
         ``q_norm``/``k_norm`` with qk_norm (True or "head": per head, weights [D]; "full":
@@ -96,6 +97,9 @@ class AttentionLayer:
         elif qk_norm:
             q = self._head_norm(q, "q", heads, head_dim, qk_norm_eps, qk_norm_offset)
             k = self._head_norm(k, "k", kv_heads, head_dim, qk_norm_eps, qk_norm_offset)
+        if clip_qkv is not None:  # OLMo's clamp of q, k and v to [-c, c], after any q/k norms
+            c = positive_float("clip_qkv", clip_qkv, where)
+            q, k, v = (self._clip(t, c, which) for t, which in ((q, "q"), (k, "k"), (v, "v")))
         if rope is not None:
             mask, positions = m._context()
             q = emit_rope(m, q, positions, rope, heads, head_dim, f"{p}q_rope")
@@ -117,6 +121,15 @@ class AttentionLayer:
                              qkv_bias=bool(qkv_bias), qk_norm="full" if qk_norm == "full" else bool(qk_norm),
                              **({"attn_sinks": True} if sinks else {}))
         return m.emit("linear", [out, wo, bo], None, f"{p}attn_out")[0]
+
+    def _clip(self, t: Tensor, c: float, which: str) -> Tensor:
+        """t clamped to [-c, c] as primitives: -max(-max(t, -c), -c)."""
+        m, p = self.model, self.prefix
+        low = m.emit("constant", [], {"value": -c}, f"{p}{which}_clip_low")[0]
+        above = m.emit("maximum", [t, low], None, f"{p}{which}_clip_above")[0]
+        flipped = m.emit("neg", [above], None, f"{p}{which}_clip_flipped")[0]
+        return m.emit("neg", [m.emit("maximum", [flipped, low], None, f"{p}{which}_clip_below")[0]], None,
+                      f"{p}{which}_clipped")[0]
 
     def _head_norm(self, t: Tensor, which: str, heads: int, head_dim: int, eps, offset) -> Tensor:
         """RMS-normalise each head of ``t`` [B,T,N*D] with ``@attn.{which}_norm`` [D]."""

@@ -46,7 +46,7 @@ def describe_olmo2(hp: Hparams, name: str) -> Arch:
     attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"], qk_norm=True)
     return _arch(hp, name, "olmo2", dims, attention, [LayerSpec(None, rope)] * dims["layers"],
                  {"kind": "swiglu", "d_ff": hp.count("feed_forward_length")}, "attention.layer_norm_rms_epsilon",
-                 partial(families_olmo._expand, "post"))
+                 partial(families_olmo._expand, "post", None))
 
 
 def describe_starcoder2(hp: Hparams, name: str) -> Arch:
@@ -58,7 +58,7 @@ def describe_starcoder2(hp: Hparams, name: str) -> Arch:
     attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"], qkv_bias=bias)
     mlp = {"kind": "gelu", "d_ff": hp.count("feed_forward_length"), "approximate": "tanh", "bias": bias}
     return _arch(hp, name, "starcoder2", dims, attention, [LayerSpec(window, read_rope(hp, dims["head_dim"]))]
-                 * dims["layers"], mlp, "attention.layer_norm_epsilon", partial(families_olmo._expand, "layer"))
+                 * dims["layers"], mlp, "attention.layer_norm_epsilon", partial(families_olmo._expand, "layer", None))
 
 
 def describe_command_r(hp: Hparams, name: str) -> Arch:

@@ -2,6 +2,8 @@
 each built by its own loop through the DSL (``Arch.expand``).
 
 =================  ==========================================================================
+olmo               OLMo-1: pre-norm with LayerNorms that have no weight and no bias (as
+                   primitives), q/k/v clamped to ±``clip_qkv`` where set, SwiGLU
 olmo2              OLMo-2: no norm before the branches; each branch's output RMS-normed
                    (``post_attention_layernorm``, ``post_feedforward_layernorm``) before its
                    residual add; q and k RMS-normed over their full width (``q_norm`` [H·D],
@@ -9,15 +11,17 @@ olmo2              OLMo-2: no norm before the branches; each branch's output RMS
 olmo3              OLMo-2's layers with windows: ``layer_types`` (default every fourth layer
                    full, the others sliding ``sliding_window``), RoPE per layer type
                    (``rope_parameters.{sliding_attention, full_attention}``)
-olmoe              OLMoE: pre-norm, q and k normed over their full width, a softmax top-k MoE
-                   on every layer (renormalised iff ``norm_topk_prob``, default false)
+olmoe              OLMoE: pre-norm, q and k normed over their full width (then clamped to
+                   ±``clip_qkv`` where set), a softmax top-k MoE on every layer (renormalised iff
+                   ``norm_topk_prob``, default false)
 starcoder2         StarCoder2: LayerNorms with bias (``norm_epsilon``), biases on q, k, v and o
                    and on the GELU MLP (``c_fc``, ``c_proj``) when ``use_bias``, a window on
                    every layer (``sliding_window``), tied by default
 =================  ==========================================================================
 
-Refused, naming config.json and the key: ``clip_qkv`` (q/k/v clamping: irc has no clamp op
-yet), ``attention_bias`` on OLMo, an activation other than the family's.
+Refused, naming config.json and the key: ``clip_qkv`` on OLMo-2/3 (transformers' OLMo-2 has no
+clamp: a set value is a config irc will not guess at), ``attention_bias`` on OLMo, an
+activation other than the family's.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from irc.yamlloc import boolean, positive_int, positive_number
 _OLMO = {"rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu", "max_position_embeddings": 2048,
          "attention_bias": False, "clip_qkv": None}
 DEFAULTS = {  # transformers 5.24's config classes
+    "olmo": dict(_OLMO),
     "olmo2": dict(_OLMO),
     "olmo3": {**_OLMO, "sliding_window": 4096},
     "olmoe": {**_OLMO, "max_position_embeddings": 4096, "num_experts": 64, "num_experts_per_tok": 8,
@@ -47,7 +52,11 @@ def _olmo(cfg: Config, name: str, model_type: str) -> Arch:
     n = dims["layers"]
     _silu(cfg)
     _no(cfg, "attention_bias")
-    cfg.check("clip_qkv", lambda v: v is None, hint="irc has no clamp op for q/k/v clipping yet")
+    clip = None
+    if model_type in ("olmo", "olmoe"):
+        clip = cfg.get("clip_qkv", positive_number, None)
+    else:
+        cfg.check("clip_qkv", lambda v: v is None, hint="transformers' OLMo-2 and OLMo-3 do not clamp q/k/v")
     if model_type == "olmo3":
         types = _layer_types(cfg, n, lambda i: FULL if (i + 1) % 4 == 0 else SLIDING)
         ropes = {kind: _rope(cfg, dims["head_dim"], kind) for kind in set(types)}
@@ -63,10 +72,13 @@ def _olmo(cfg: Config, name: str, model_type: str) -> Arch:
                "norm_topk_prob": cfg.get("norm_topk_prob", boolean)}
     else:
         mlp = {"kind": "swiglu", "d_ff": cfg.get("intermediate_size", positive_int)}
-    attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"], qk_norm=True)
+    attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"], qk_norm=model_type != "olmo")
     arch = _arch(cfg, name, model_type, dims, attention, layers, mlp, moe=moe,
-                 checkpoint="olmoe" if moe else "olmo2")
-    arch.expand = partial(_expand, "pre" if moe else "post")
+                 checkpoint={"olmo": "llama", "olmoe": "olmoe"}.get(model_type, "olmo2"))
+    form = {"olmo": "plain", "olmoe": "pre"}.get(model_type, "post")
+    if model_type == "olmo":
+        arch.norm_eps = 1e-5  # OlmoLayerNorm's, whatever the config says
+    arch.expand = partial(_expand, form, clip)
     return arch
 
 
@@ -87,30 +99,38 @@ def _starcoder2(cfg: Config, name: str, model_type: str) -> Arch:
                 d_model=dims["d"], n_layers=n, norm_eps=cfg.get("norm_epsilon", positive_number), attention=attention,
                 layers=[LayerSpec(window, rope)] * n, mlp=mlp, tied=cfg.get("tie_word_embeddings", boolean),
                 checkpoint="starcoder2")
-    arch.expand = partial(_expand, "layer")
+    arch.expand = partial(_expand, "layer", None)
     return arch
 
 
-def _expand(form: str, arch: Arch, origin: str):
+def _expand(form: str, clip, arch: Arch, origin: str):
     """The decoder through the DSL: ``post`` (OLMo-2/3: x + norm(branch(x))), ``pre``
-    (OLMoE: x + branch(norm(x))) with full-width q/k norms, or ``layer`` (StarCoder2: pre
-    LayerNorms with bias, biases on the attention output and the MLP)."""
+    (OLMoE: x + branch(norm(x))) with full-width q/k norms, ``plain`` (OLMo-1: pre
+    LayerNorms without weights), or ``layer`` (StarCoder2: pre LayerNorms with bias, biases
+    on the attention output and the MLP); q/k/v clamped to ±``clip`` where set."""
     from frontends.dsl import Model, Rope
 
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps = arch.attention, arch.norm_eps
-    kind, norm_bias = ("layer", True) if form == "layer" else ("rms", True)
-    qk_norm = False if form == "layer" else "full"
+    kind = "layer" if form == "layer" else "rms"
+    qk_norm = "full" if a.qk_norm else False
+
+    def norm(t, name):
+        if form == "plain":
+            return m.plain_layer_norm(t, name, eps)
+        return m.norm(t, name, kind, eps, bias=True)
+
     with m.at(origin):
         x = m.embed(m.input_ids())
         for layer, spec in zip(m.layers(arch.n_layers), arch.layers):
             r = spec.rope
             rope = Rope(base=r.base, convention=r.convention, scaling=r.scaling, rotary_dim=r.rotary_dim)
-            h = x if form == "post" else m.norm(x, f"{layer.prefix}attn_norm", kind, eps, bias=norm_bias)
+            h = x if form == "post" else norm(x, f"{layer.prefix}attn_norm")
             y = layer.attention(h, a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, rope=rope, window=spec.window,
-                                qkv_bias=a.qkv_bias, out_bias=a.qkv_bias, qk_norm=qk_norm, qk_norm_eps=eps)
+                                qkv_bias=a.qkv_bias, out_bias=a.qkv_bias, qk_norm=qk_norm, qk_norm_eps=eps,
+                                clip_qkv=clip)
             x = x + (layer.rms_norm(y, "post_attn_norm", eps) if form == "post" else y)
-            h = x if form == "post" else m.norm(x, f"{layer.prefix}mlp_norm", kind, eps, bias=norm_bias)
+            h = x if form == "post" else norm(x, f"{layer.prefix}mlp_norm")
             if spec.moe:
                 y = layer.moe(h, **arch.moe)
             elif arch.mlp["kind"] == "gelu":
@@ -119,11 +139,11 @@ def _expand(form: str, arch: Arch, origin: str):
             else:
                 y = layer.swiglu(h, d_ff=arch.mlp["d_ff"])
             x = x + (layer.rms_norm(y, "post_mlp_norm", eps) if form == "post" else y)
-        m.logits(m.norm(x, "norm", kind, eps, bias=norm_bias), tied=arch.tied)
+        m.logits(norm(x, "norm"), tied=arch.tied)
     return m.graph
 
 
-FAMILIES = {"olmo2": _olmo, "olmo3": _olmo, "olmoe": _olmo, "starcoder2": _starcoder2}
+FAMILIES = {"olmo": _olmo, "olmo2": _olmo, "olmo3": _olmo, "olmoe": _olmo, "starcoder2": _starcoder2}
 _NORM_BIASES = {"attn_norm.bias": "input_layernorm.bias", "mlp_norm.bias": "post_attention_layernorm.bias"}
 LAYOUTS = {
     "olmo2": {"post_attn_norm": "post_attention_layernorm.weight",

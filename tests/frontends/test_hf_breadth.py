@@ -17,7 +17,7 @@ FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smoll
             "ministral-windows", "olmo2-post-norms", "olmo3-windows", "olmoe-top2", "starcoder2-biases-window",
             "gpt2-learned-positions", "gpt-neox-parallel", "phi-parallel-head-bias", "cohere-parallel-logit-scale",
             "cohere2-nope-global", "glm4-sandwich-partial-rotary", "falcon-7b-multi-query",
-            "falcon-40b-new-arch-biases"]
+            "falcon-40b-new-arch-biases", "olmo-plain-norms-clip"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -43,7 +43,7 @@ BAD = [  # (config.json, the key named, a fragment of the message)
     ({"model_type": "granitemoe", **SMALL, "num_local_experts": 2, "num_experts_per_tok": 3},
      "num_experts_per_tok", "top_k 3 exceeds 2 experts"),
     ({"model_type": "granite", **SMALL, "logits_scaling": 0}, "logits_scaling", "positive"),
-    ({"model_type": "olmo2", **SMALL, "clip_qkv": 8.0}, "clip_qkv", "no clamp op"),
+    ({"model_type": "olmo2", **SMALL, "clip_qkv": 8.0}, "clip_qkv", "do not clamp"),
     ({"model_type": "olmo3", **SMALL, "layer_types": ["sliding_attention", "global"]}, "layer_types", "global"),
     ({"model_type": "starcoder2", **SMALL, "hidden_act": "silu"}, "hidden_act", '"silu" is not supported'),
     ({"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 5}, "n_head", "not divisible by 5 heads"),

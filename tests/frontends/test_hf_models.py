@@ -122,6 +122,10 @@ CASES = {  # name: (config class, overrides of SMALL)
                                                   bos_token_id=1, eos_token_id=2)),
     "glm4-sandwich-partial-rotary": ("Glm4Config", dict(head_dim=16, pad_token_id=0, eos_token_id=2)),
     # families_olmo
+    "olmo-plain-norms-clip": ("OlmoConfig", dict(clip_qkv=0.5, pad_token_id=0, eos_token_id=2)),
+    "olmo-mha-no-clip": ("OlmoConfig", dict(num_key_value_heads=4, pad_token_id=0, eos_token_id=2)),
+    "olmoe-clip": ("OlmoeConfig", dict(num_experts=4, num_experts_per_tok=2, intermediate_size=16, clip_qkv=0.8,
+                                       pad_token_id=0, eos_token_id=2)),
     "olmo2-post-norms": ("Olmo2Config", dict(num_key_value_heads=4, pad_token_id=0, eos_token_id=2)),
     "olmo2-gqa-tied": ("Olmo2Config", dict(head_dim=8, tie_word_embeddings=True, pad_token_id=0, eos_token_id=2)),
     "olmo3-windows": ("Olmo3Config", dict(num_hidden_layers=4, sliding_window=4, pad_token_id=0, eos_token_id=2,
