@@ -26,7 +26,6 @@ SMALL = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_la
              num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 REFUSED = {  # families irc does not build yet: name -> (config class, overrides of SMALL)
     "phimoe": ("PhimoeConfig", dict(num_local_experts=4, num_experts_per_tok=2)),
-    "ministral3": ("Ministral3Config", {}),
     "gemma3n_text": ("Gemma3nTextConfig", dict(head_dim=8, num_kv_shared_layers=0, laurel_rank=4,
                                               altup_num_inputs=2, hidden_size_per_layer_input=8)),
 }

@@ -3,6 +3,7 @@ variants (GQA/MQA, biases, per-head or full-width q/k norms, the output gate, Ro
 windows, soft-caps) and DeepSeek's multi-head latent attention."""
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Optional, Union
 
 from frontends.dsl_args import positive, positive_float
@@ -13,6 +14,31 @@ if TYPE_CHECKING:
     from frontends.dsl import Model, Tensor
 
 QK_NORMS = (False, True, "head", "full")  # True is "head"
+
+
+def llama4_query_scale(m: Model, beta: float, original: int, positions: int) -> Tensor:
+    """[B, T, 1] float32: 1 + beta·log(1 + floor(position / original)), Llama-4's (and
+    Ministral-3's) query scale, made once a graph as a sum of steps — each threshold
+    j·original (j < positions / original) a position has reached adds beta·log((j + 1) / j)
+    — from ops every target has (cast, less_equal, mul, reduce_sum)."""
+    key = ("llama4_query_scale", float(beta), int(original), int(positions))
+    if key in m._rope_tables:
+        return m._rope_tables[key]
+    _, position_ids = m._context()
+    steps = range(1, max(1, -(-positions // original)))
+    as_float = m.emit("cast", [position_ids], {"to": "f32"}, "query_scale_positions")[0]
+    column = m.emit("reshape", [as_float], {"shape": list(position_ids.shape) + [1]}, "query_scale_column")[0]
+    thresholds = m.emit("constant", [], {"value": [float(j * original) for j in steps]}, "query_scale_thresholds")[0]
+    reached = m.emit("cast", [m.emit("less_equal", [thresholds, column], None, "query_scale_reached")[0]],
+                     {"to": "f32"}, "query_scale_steps")[0]
+    increments = m.emit("constant", [], {"value": [beta * math.log((j + 1) / j) for j in steps]},
+                        "query_scale_increments")[0]
+    total = m.emit("reduce_sum", [m.emit("mul", [reached, increments], None, "query_scale_terms")[0]],
+                   {"axes": [-1], "keepdims": True}, "query_scale_sum")[0]
+    scale = m.emit("add", [total, m.emit("constant", [], {"value": 1.0}, "query_scale_one")[0]], None,
+                   "query_scale")[0]
+    m._rope_tables[key] = scale
+    return scale
 
 
 class AttentionLayer:
@@ -50,7 +76,7 @@ class AttentionLayer:
                   scale: Optional[float] = None, qkv_bias: bool = False, qk_norm: Union[bool, str] = False,
                   qk_norm_eps: float = 1e-6, qk_norm_offset: float = 0.0, causal: bool = True,
                   output_gate: bool = False, out_bias: bool = False, sinks: bool = False,
-                  clip_qkv: Optional[float] = None) -> Tensor:
+                  clip_qkv: Optional[float] = None, query_scale: Optional[tuple] = None) -> Tensor:
         """Multi-head attention (MHA; GQA when kv_heads < heads; MQA when kv_heads == 1):
         q/k/v projections (``attn.wq/wk/wv``, biases ``bq/bk/bv`` with qkv_bias), RMS norms
         ``q_norm``/``k_norm`` with qk_norm (True or "head": per head, weights [D]; "full":
@@ -104,6 +130,8 @@ class AttentionLayer:
             mask, positions = m._context()
             q = emit_rope(m, q, positions, rope, heads, head_dim, f"{p}q_rope")
             k = emit_rope(m, k, positions, rope, kv_heads, head_dim, f"{p}k_rope")
+        if query_scale is not None:  # (beta, original, max positions): Llama-4's, after RoPE
+            q = m.emit("mul", [q, llama4_query_scale(m, *query_scale)], None, f"{p}q_scaled")[0]
         mask, _ = m._context()
         past_key, past_value = m._past(i, kv_heads, head_dim, head_dim)
         attrs = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "v_head_dim": None,

@@ -80,6 +80,8 @@ class Attention:
     softcap: Optional[float] = None
     scale: Optional[float] = None
     mla: Optional[dict] = None
+    # Llama-4's position-dependent query scale (Ministral-3): (beta, original, max positions)
+    query_scale: Optional[tuple] = None
 
 
 @dataclass

@@ -17,6 +17,9 @@ smollm3            Llama with NoPE layers: layer i has RoPE iff ``no_rope_layers
                    ``layer_types`` "sliding_attention" layers when ``use_sliding_window``
 ministral          Mistral with a window per layer (``layer_types``; default every layer
                    sliding when ``sliding_window`` is set)
+ministral3         Mistral with YaRN and Llama-4's query scale after RoPE, 1 + beta·log(1 +
+                   floor(position / original)) (``rope_parameters.llama_4_scaling_beta``,
+                   ``original_max_position_embeddings``), a window on every layer when set
 =================  ==========================================================================
 
 Refused, naming config.json and the key: biases (``attention_bias``, ``mlp_bias``), an
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from frontends.hf.config import Arch, Attention, Config, LayerSpec, int_list
+from frontends.hf.config import Arch, Attention, Config, LayerSpec, int_list, read_rope, rope_dict
 from frontends.hf.families_common import (FULL, SLIDING, _arch, _dims, _layer_types, _no, _rope, _silu, _swiglu,
                                           _windows)
 from irc.yamlloc import boolean, positive_int, positive_number
@@ -44,6 +47,8 @@ DEFAULTS = {  # transformers 5.24's config classes
     "smollm3": {**_LLAMA, "max_position_embeddings": 32768, "tie_word_embeddings": True, "num_key_value_heads": 4,
                 "use_sliding_window": False, "sliding_window": None, "no_rope_layer_interval": 4},
     "ministral": {**_LLAMA, "max_position_embeddings": 131072, "num_key_value_heads": 8, "sliding_window": 4096},
+    "ministral3": {**_LLAMA, "rms_norm_eps": 1e-5, "max_position_embeddings": 262144, "num_key_value_heads": 8,
+                   "head_dim": 128, "sliding_window": None},
 }
 GELU = {"gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "gelu": "none"}
 
@@ -129,8 +134,34 @@ def _ministral(cfg: Config, name: str, model_type: str) -> Arch:
                  layers, _swiglu(cfg), checkpoint="llama")
 
 
+def _ministral3(cfg: Config, name: str, model_type: str) -> Arch:
+    """Ministral-3: Mistral with YaRN and Llama-4's position-dependent query scale."""
+    dims = _dims(cfg)
+    _silu(cfg)
+    params = cfg.data.get("rope_parameters") if isinstance(cfg.data.get("rope_parameters"), dict) else {}
+    beta = params.get("llama_4_scaling_beta")
+    query_scale = None
+    if beta:
+        original = params.get("original_max_position_embeddings")
+        if isinstance(original, bool) or not isinstance(original, int) or original <= 0:
+            raise cfg.error("rope_parameters.original_max_position_embeddings",
+                            f"expected a positive integer for Llama-4's query scale, got {original!r}")
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1e6:
+            raise cfg.error("rope_parameters.llama_4_scaling_beta", f"expected a positive number, got {beta!r}")
+        query_scale = (float(beta), original, cfg.get("max_position_embeddings", positive_int))
+    rope_params, key = rope_dict(cfg)
+    for extra in ("llama_4_scaling_beta", "max_position_embeddings"):  # the query scale's, read above
+        rope_params.pop(extra, None)
+    rope = read_rope(cfg, dims["head_dim"], rope_params, key, default_base=1e6,
+                     original_max=cfg.get("max_position_embeddings", positive_int))
+    window = cfg.get("sliding_window", positive_int, None)
+    attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"], query_scale=query_scale)
+    return _arch(cfg, name, model_type, dims, attention, [LayerSpec(window, rope)] * dims["layers"], _swiglu(cfg),
+                 checkpoint="llama")
+
+
 FAMILIES = {"gemma": _gemma, "granite": _granite, "granitemoe": _granite, "smollm3": _smollm3,
-            "ministral": _ministral}
+            "ministral": _ministral, "ministral3": _ministral3}
 LAYOUTS = {"granitemoe": {"moe.router": "block_sparse_moe.router.layer.weight",
                           "moe.w_down": "block_sparse_moe.output_linear.weight"}}
 

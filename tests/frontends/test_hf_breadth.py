@@ -17,7 +17,7 @@ FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smoll
             "ministral-windows", "olmo2-post-norms", "olmo3-windows", "olmoe-top2", "starcoder2-biases-window",
             "gpt2-learned-positions", "gpt-neox-parallel", "phi-parallel-head-bias", "cohere-parallel-logit-scale",
             "cohere2-nope-global", "glm4-sandwich-partial-rotary", "falcon-7b-multi-query",
-            "falcon-40b-new-arch-biases", "olmo-plain-norms-clip"]
+            "falcon-40b-new-arch-biases", "olmo-plain-norms-clip", "ministral3-llama4-scale-yarn"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)

@@ -141,6 +141,11 @@ CASES = {  # name: (config class, overrides of SMALL)
     "starcoder2-no-bias-untied": ("Starcoder2Config", dict(use_bias=False, tie_word_embeddings=False,
                                                            hidden_act="gelu", num_key_value_heads=1,
                                                            bos_token_id=1, eos_token_id=2)),
+    # original_max_position_embeddings 4 so that the 11-token prompts and 16 steps reach the scale's steps
+    "ministral3-llama4-scale-yarn": ("Ministral3Config", dict(head_dim=8, max_position_embeddings=64, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0, "original_max_position_embeddings": 4,
+        "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 1.0, "mscale": 1.0, "llama_4_scaling_beta": 0.1,
+        "max_position_embeddings": 64})),
     "ministral-windows": ("MinistralConfig", dict(num_hidden_layers=3, sliding_window=4, head_dim=8,
                                                   layer_types=["sliding_attention", "full_attention",
                                                                "sliding_attention"])),
