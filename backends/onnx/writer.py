@@ -21,7 +21,11 @@ stay inline in the model. ``write_data(layout, path)`` then fills the file:
   weight, ``irc.weights.Derived``) are cut at the same rows and run as one task, block by
   block, so the work behind them is done once per block and by one thread;
 - ``workers`` threads run the pieces (NumPy and file I/O release the GIL); at most that
-  many pieces are alive at once, so memory is a few pieces whatever the model's size.
+  many pieces are alive at once, so memory is a few pieces whatever the model's size;
+- Ctrl-C or SIGTERM (an exception in the waiting thread) stops the workers before their
+  next piece and is raised within ``STOP_GRACE`` seconds: the workers are daemon threads,
+  never waited for past that, so the process ends promptly and the caller (``OutputFolder``)
+  removes the staged file while a piece may still be finishing.
 
 Bytes are those ``numpy_helper.from_array`` would store (little-endian; 4-bit values two
 per byte, low nibble first), at the offsets the layout gives, so the output does not
@@ -32,7 +36,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,6 +54,7 @@ PIECE_ELEMENTS = 8 << 20      # elements of the widest row (param or result) per
 WHOLE_BYTES = 256 << 20       # a transposed weight up to this size is one piece
 SEGMENT_BYTES = 32 << 10      # else each of its pieces writes segments at least this long
 WORKERS = 2
+STOP_GRACE = 0.25          # seconds an interrupted write waits for its workers' pieces
 
 
 @dataclass
@@ -225,15 +230,19 @@ def _share(init: Initializer):
 # ---- the file -------------------------------------------------------------------------------
 
 def write_data(layout: Layout, path: str, progress: Progress = SILENT, workers: int = WORKERS) -> None:
-    """Write the placed initializers of ``layout`` into a new file at ``path``."""
+    """Write the placed initializers of ``layout`` into a new file at ``path``. An exception
+    in the calling thread (Ctrl-C, SIGTERM) stops the workers at their next piece and is
+    raised after at most ``STOP_GRACE`` seconds, whether or not they have ended."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)
+    pool = _Workers(fd, progress, workers)
     try:
         _reserve(fd, layout.size, path)
         tasks = pieces(layout)
         with progress.weights(sum(init.nbytes for init, _ in layout.placed), len(layout.placed)):
-            _run(tasks, fd, progress, workers)
+            pool.run(tasks)
     finally:
-        os.close(fd)
+        if pool.ended():  # else a worker may still write: the descriptor stays open (until exit),
+            os.close(fd)  # so its number cannot go to a file that the worker would then write into
 
 
 def _reserve(fd: int, size: int, path: str) -> None:
@@ -248,35 +257,71 @@ def _reserve(fd: int, size: int, path: str) -> None:
         os.ftruncate(fd, size)  # a file system without fallocate: a sparse file of the right size
 
 
-def _run(tasks: list, fd: int, progress: Progress, workers: int) -> None:
-    stop = threading.Event()
+class _Workers:
+    """``count`` daemon threads taking tasks in order from one list (one count runs them in
+    the calling thread); each checks ``stop`` before every piece. The first error stops them
+    all and is raised once they have ended. Daemon threads: a process that exits (after
+    Ctrl-C) does not wait for a piece in progress."""
 
-    def run(task):
-        for piece in task:
-            if stop.is_set():
-                return
-            progress.wrote(piece.write(fd), tensor_done=piece.last)
+    def __init__(self, fd: int, progress: Progress, count: int):
+        self.fd, self.progress, self.count = fd, progress, count
+        self.stop, self.lock, self.errors = threading.Event(), threading.Lock(), []
+        self.done = threading.Condition(self.lock)
+        self.tasks: list = []
+        self.threads: list = []
+        self.running = 0
 
-    if workers <= 1:
-        for task in tasks:
-            run(task)
-        return
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        pending: set = set()
+    def run(self, tasks: list) -> None:
+        self.tasks = list(reversed(tasks))
+        if self.count <= 1:
+            self._work()
+        else:
+            self._start_and_wait()
+        if self.errors:
+            raise self.errors[0]
+
+    def ended(self) -> bool:
+        return not any(thread.is_alive() for thread in self.threads)
+
+    def _start_and_wait(self) -> None:
+        self.running = self.count
+        self.threads = [threading.Thread(target=self._guarded, name=f"irc-writer-{i}", daemon=True)
+                        for i in range(self.count)]
+        for thread in self.threads:
+            thread.start()
         try:
-            for task in tasks:
-                if len(pending) >= workers:  # refill as soon as any task is done
-                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        future.result()
-                pending.add(pool.submit(run, task))
-            for future in pending:
-                future.result()
+            with self.lock:
+                while self.running:
+                    self.done.wait()  # a signal's exception is raised here, in the calling thread
         except BaseException:
-            stop.set()
-            for future in pending:
-                future.cancel()
+            self.stop.set()
+            end = time.monotonic() + STOP_GRACE
+            for thread in self.threads:
+                thread.join(timeout=max(0.0, end - time.monotonic()))
             raise
+
+    def _guarded(self) -> None:
+        try:
+            self._work()
+        except BaseException as err:  # handed to the waiting thread, which raises it
+            with self.lock:
+                self.errors.append(err)
+            self.stop.set()
+        finally:
+            with self.lock:
+                self.running -= 1
+                self.done.notify_all()
+
+    def _work(self) -> None:
+        while not self.stop.is_set():
+            with self.lock:
+                if not self.tasks:
+                    return
+                task = self.tasks.pop()
+            for piece in task:
+                if self.stop.is_set():
+                    return
+                self.progress.wrote(piece.write(self.fd), tensor_done=piece.last)
 
 
 def _pwrite_all(fd: int, data: np.ndarray, offset: int) -> None:
