@@ -35,6 +35,7 @@ class Pass:
     options: dict = {}          # option name -> default; values come from the pipeline string
     exact: bool = True          # False: the numeric check reports the error instead of failing
     notes: Sequence[str] = ()   # messages of the last run for the user (refusals); see the module docstring
+    headline: Sequence[str] = ()  # lines of the last run a compile prints after the pass list (quantize's)
 
     def __init__(self, **options):
         unknown = sorted(set(options) - set(self.options))

@@ -22,7 +22,7 @@ from irc.analysis_mla import mla_forms, trade_lines
 from irc.check import compare_outputs
 from irc.dot import graph_to_dot
 from irc.dtypes import DType
-from irc.errors import BackendError, IRCError
+from irc.errors import BackendError, IRCError, PassError
 from irc.interpreter import random_feeds
 from irc.output import Terminated
 from irc.passmanager import PASSES, PassManager, parse_pipeline
@@ -69,10 +69,26 @@ def _pipeline_text(args) -> str:
     """The target's prelude (``retype`` for ONNX), ``--passes`` or the default pipeline, then
     the target's postlude (``last-logits`` for ONNX)."""
     main = args.passes if args.passes is not None else _default_pipeline(args)
+    main = _with_quantize(main, getattr(args, "quantize", None))
     if getattr(args, "target", None) is None:
         return main
     target, options = get_target(args.target), _target_options(args)
     return ",".join(part for part in (target.prelude(options), main, target.postlude(options)) if part)
+
+
+QUANTIZE_SHORT = {"int4": "quantize{bits=4}", "int8": "quantize{bits=8}"}
+
+
+def _with_quantize(main: str, short: Optional[str]) -> str:
+    """``--quantize int4|int8``: the pipeline followed by ``quantize`` with its defaults
+    (every weight, embedding table and head included); one error when the pipeline already
+    quantizes (two spellings of one choice)."""
+    if short is None:
+        return main
+    if any(p.name == "quantize" for p in parse_pipeline(main)):
+        raise PassError(f"--quantize {short} and a quantize pass in --passes: give one of them",
+                        hint="options beyond bits go in the pass: --passes \"quantize{bits=4,method=rtn}\"")
+    return ",".join(part for part in (main, QUANTIZE_SHORT[short]) if part)
 
 
 def _default_pipeline(args) -> str:
@@ -177,6 +193,8 @@ def cmd_compile(args) -> int:
         report.write(manager, graph)
     if not args.quiet:
         _print_records(manager, args.check)
+        for line in (line for p in manager.passes for line in p.headline):
+            print(line, file=sys.stderr)
     for line in eval_cli.results(manager, graph) if eval_tokens is not None else []:
         print(line, file=sys.stderr)
     if args.output:
@@ -268,6 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--print-after-all", action="store_true")
     comp.add_argument("--print-after-change", action="store_true")
     comp.add_argument("--check", action="store_true", help="hold every pass to the reference interpreter")
+    comp.add_argument("--quantize", default=None, choices=sorted(QUANTIZE_SHORT),
+                      help="weight-only quantization after the pipeline: int4 is quantize{bits=4} (every weight, "
+                           "the embedding table and head included, block 32), int8 quantize{bits=8}; other "
+                           "options go in --passes")
     comp.add_argument("--quiet", action="store_true",
                       help="no progress bar (shown only on a terminal anyway), no report or summary lines; errors still")
     weights_cli.add_argument(comp)

@@ -14,10 +14,12 @@ from irc.graph import Graph, Param, Value
 from irc.ops.quant import ACCURACY_LEVELS, BITS
 from irc.passmanager import Pass, register_pass
 from irc.quant_report import pass_report
+from irc.text import format_bytes
 from irc.rewrite.edit import is_graph_output, replace_node
-from irc.weights import Derived, read_rows
 
 from passes.quantize_calibrate import importance, unobserved
+from passes.quantize_gptq import SpilledWeight, calibrated_codes
+from passes.quantize_delta import DELTA_OPERANDS, delta_rows, recurrence_params, split_rows
 from passes.quantize_kv import CACHE_OPERANDS, cache_refusal, quantize_caches
 from passes.quantize_methods import CALIBRATED, METHODS, QuantizedWeight, quantized_params
 
@@ -37,19 +39,10 @@ WEIGHT_OPERANDS = {
     "mla_latent_attention": ("wq", "q_a", "q_b", "kv_a", "wo"),  # W^UK, W^UV: per-head blocks, kept
     "embedding": ("table",),
 }
-DEFAULT_METHOD = "mse"  # wins over rtn on SmolLM2-135M (passes.quantize_methods)
+DEFAULT_METHOD = "ort"  # the builder's scheme, compiled; mse degenerates on SmolLM2 (benchmarks/int4_quality.py)
 
-# recurrence ops and their operands that carry the Δ path (step size, decay, write strength;
-# Mamba-1's input-dependent B and C come from the same x_proj), traced back to projections
-DELTA_OPERANDS = {"selective_scan": ("dt", "B", "C"), "ssd": ("dt",), "gated_delta_rule": ("a", "b")}
-RECURRENCE_OPS = ("causal_conv1d", *DELTA_OPERANDS)
-# what the trace walks through from a Δ operand to a projection: views, scales and norms;
-# it stops at anything else (a causal conv: what enters it is the content path)
-PATH_OPS = {"slice", "reshape", "concat", "mul", "add", "constant", "expand", "rms_norm", "rsqrt", "reduce_mean"}
 DELTA_WHY = "its error would enter the state at every step and compound along the sequence " \
             "(quantize{recurrent=true} quantizes it)"
-OWN_WHY = "the recurrence's own parameter ({op} {operand}), a vector or a short filter, not a matrix " \
-          "the block layout quantizes (kept float even with recurrent=true)"
 STATE_REFUSAL = ("an int8 recurrent state is not built: the state is a graph input/output read by every backend "
                  "(reference, ONNX, ORT, genai's declared states) as float, and its per-head scales would have "
                  "to travel beside it through all of them")
@@ -80,17 +73,26 @@ class Quantize(Pass):
     Options: ``bits`` 4 or 8; ``group`` the block size along the input dim (32, 64, 128, ...;
     it must divide every quantized weight's K, see ``block_size``), ``"channel"`` for one
     block per output row, or null (32 for 4 bits, per channel for 8 bits); ``symmetric``
-    (default true: no zero points); ``method``: ``rtn`` (max-abs round-to-nearest),
-    ``mse`` (each group's scale, and zero point when asymmetric, searched to minimise its
-    squared error) or ``imatrix`` (that search weighted by each input channel's mean
-    squared activation over ``calibration``, a text file tokenized with ``tokenizer``, a
-    tokenizer.json; its first ``calibration_tokens`` tokens, run through the reference
-    interpreter layer by layer: ``passes.quantize_calibrate``); see
-    ``passes.quantize_methods``. ``accuracy_level`` (null, 0, 1, 2, 3, 4): MatMulNBits'
+    (default true: no zero points); ``method``: ``ort`` (the default: onnxruntime's compiled
+    blockwise quantizer, the scheme of onnxruntime-genai's builder int4, codes -8..7:
+    ``passes.quantize_ort``), ``rtn`` (max-abs round-to-nearest), ``mse`` (each group's
+    scale, and zero point when asymmetric, searched to minimise its squared error),
+    ``imatrix`` (that search weighted by each input channel's mean squared activation over
+    ``calibration``, a text file tokenized with ``tokenizer``, a tokenizer.json; its first
+    ``calibration_tokens`` tokens, run through the reference interpreter layer by layer:
+    ``passes.quantize_calibrate``) or ``gptq`` (error feedback with each weight's Hessian
+    from the same calibration run through the quantized layers before it:
+    ``passes.quantize_gptq``); see ``passes.quantize_methods``. The default was chosen by
+    ``benchmarks/int4_quality.py`` (greedy agreement and degenerate outputs on real models,
+    not one perplexity): ``mse`` answered a prompt with a run of digits on SmolLM2-135M. ``accuracy_level`` (null, 0, 1, 2, 3, 4): MatMulNBits'
     activation precision, a backend hint (null: the target's default; the reference is
-    always exact). ``embeddings`` (default false) also quantizes the embedding table and
-    the LM head (a param read by ``embedding``, or named ``lm_head``); ``lm_head`` (default
-    false) quantizes an untied LM head alone; ``kv_cache`` (default false).
+    always exact). ``embeddings`` (default true) quantizes the embedding table and the LM
+    head too (a param read by ``embedding``, or named ``lm_head``; a tied pair as one set of
+    codes), so "int4" is int4 throughout, as onnxruntime-genai's builder's int4 is;
+    ``embeddings=false`` keeps both float, and then ``lm_head=true`` quantizes an untied
+    head alone (with a head tied to the table that contradicts itself: PassError);
+    ``kv_cache`` (default false). After a run, ``headline`` says how many weights became
+    codes and their size, and which tensors stayed float, their size and why.
 
     Always float: norm weights, routers, biases and every param that some reader takes in an
     operand outside ``WEIGHT_OPERANDS`` (a param is quantized for all its readers or none).
@@ -121,7 +123,7 @@ class Quantize(Pass):
     name = "quantize"
     exact = False
     options = {"bits": 4, "group": None, "symmetric": True, "method": DEFAULT_METHOD, "accuracy_level": None,
-               "embeddings": False, "lm_head": False, "kv_cache": False, "weights": True,
+               "embeddings": True, "lm_head": False, "kv_cache": False, "weights": True,
                "calibration": None, "tokenizer": None, "calibration_tokens": 1024, "recurrent": False,
                "recurrent_state": False, "positions": 4096}
 
@@ -155,6 +157,8 @@ class Quantize(Pass):
             raise PassError(f"pass quantize: recurrent_state={c['recurrent_state']!r}: {STATE_REFUSAL}",
                             hint="benchmarks/quantize_recurrent.py measures an int8 state, simulated")
         self.notes: list[str] = []
+        self.headline: list[str] = []  # what the compile prints: codes written, what stayed float and its MB
+        self.reasons: dict[str, str] = {}
         self.kept: list[dict] = []
         self.eval_tokens: Optional[list[int]] = None
         self.float_graph: Optional[Graph] = None
@@ -178,14 +182,16 @@ class Quantize(Pass):
         return min(group, 1 << (max(k, 16) - 1).bit_length())
 
     def run(self, graph: Graph) -> bool:
-        self.notes, self.kept = [], []
+        self.notes, self.kept, self.headline, self.reasons = [], [], [], {}
         changed = False
         if self.config["weights"]:
+            self.check_head(graph)
             chosen = {}
             for param, uses in weight_uses(graph).items():
                 reason = self.refusal(graph, param, uses)
                 if reason:
                     self.notes.append(f"quantize: @{param.name} stays {param.dtype}: {reason}")
+                    self.reasons[param.name] = reason
                 else:
                     chosen[param] = uses
             splits = self.recurrence_policy(graph, chosen)
@@ -197,6 +203,7 @@ class Quantize(Pass):
             for param, uses in chosen.items():
                 self.quantize_param(graph, param, uses, stats.get(param.name))
                 changed = True
+            self.headline = float_summary(graph, [p.name for p in chosen], self.reasons, self.config) if chosen else []
         changed |= self.quantize_caches(graph)
         for note in self.notes:
             log.debug(note)
@@ -204,8 +211,23 @@ class Quantize(Pass):
             self.report(graph)
         return changed
 
+    def check_head(self, graph: Graph) -> None:
+        """``lm_head=true`` with ``embeddings=false`` on a head tied to the table contradicts
+        itself: the lookup and the head share one set of codes (PassError)."""
+        if self.config["embeddings"] or not self.config["lm_head"]:
+            return
+        for param in graph.params.values():
+            readers = {node.op for node in param.uses}
+            if "embedding" in readers and readers & {"linear", "dequant_linear"}:
+                raise PassError(f"quantize: lm_head=true asks for an int{self.config['bits']} head, but the head is "
+                                f"tied to the embedding table @{param.name}, which embeddings=false keeps float "
+                                f"(the lookup and the head share one table, so one set of codes)",
+                                hint="drop embeddings=false (both quantized, the default) or lm_head=true "
+                                     "(both float)")
+
     def keep(self, name: str, dtype, reason: str) -> None:
         self.notes.append(f"quantize: @{name} stays {dtype}: {reason}")
+        self.reasons[name] = reason
         self.kept.append({"name": name, "reason": reason})
 
     def recurrence_policy(self, graph: Graph, chosen: dict) -> dict:
@@ -290,7 +312,10 @@ class Quantize(Pass):
                             f"(a shape-only compile)", hint="compile a model folder, or give the output a target "
                             "that seeds absent weights")
         names = [p.name for p in params]
-        stats = importance(graph, tokens, set(names))
+        if c["method"] == "gptq":  # codes chosen now, layer by layer, and kept on disk
+            stats = calibrated_codes(graph, tokens, params, c, self.block_size)
+        else:
+            stats = importance(graph, tokens, set(names))
         for name in unobserved(stats, names):
             self.notes.append(f"quantize: @{name} has no calibration statistics (its reader is not observed): "
                               f"quantized by the unweighted search (mse)")
@@ -308,7 +333,8 @@ class Quantize(Pass):
         if not self.config["embeddings"] and is_embedding_or_head(param):
             untied_head = not any(node.op == "embedding" for node in param.uses)
             if not (self.config["lm_head"] and untied_head):
-                return "embedding / LM head (quantize{embeddings=true} or {lm_head=true} includes them)"
+                return ("embeddings=false keeps the embedding table and LM head float" +
+                        (" (lm_head=true quantizes an untied head alone)" if untied_head else ""))
         return None
 
     def quantize_param(self, graph: Graph, param: Param, uses: list, stats) -> None:
@@ -316,7 +342,8 @@ class Quantize(Pass):
         k = param.shape[-1]
         block = self.block_size(k)
         method = c["method"] if stats is not None or c["method"] not in CALIBRATED else "mse"
-        weight = QuantizedWeight(param, c["bits"], block, c["symmetric"], method, stats)
+        weight = stats if isinstance(stats, SpilledWeight) else \
+            QuantizedWeight(param, c["bits"], block, c["symmetric"], method, stats)
         parts = quantized_params(graph, weight)
         attrs = {"K": k, "bits": c["bits"], "block_size": block}
         level = {} if c["accuracy_level"] is None else {"accuracy_level": c["accuracy_level"]}
@@ -352,6 +379,31 @@ class Quantize(Pass):
         return self.last_report
 
 
+def float_summary(graph: Graph, quantized: list, reasons: dict, config: dict, listed: int = 4) -> list[str]:
+    """The compile's lines on what ``quantize`` did: how many weights became codes and their
+    MB, and what stayed float: the largest float matrices by name with their MB and why
+    (``listed`` of them, the rest counted), then the vectors (norms, biases) in one sum."""
+    sources = set(quantized)
+    parts = [p for p in graph.params.values() if p.name.rsplit(".", 1)[0] in sources
+             and p.name.rsplit(".", 1)[-1] in ("qweight", "scales", "zero_points")]
+    group = config["group"] or (32 if config["bits"] == 4 else "channel")
+    lines = [f"quantize: int{config['bits']} codes (block {group}, {config['method']}) for {len(quantized)} weights, "
+             f"{format_bytes(sum(p.nbytes for p in parts))}"]
+    floats = [p for p in graph.params.values() if p.dtype.is_float and p not in parts]
+    matrices = sorted((p for p in floats if p.rank >= 2), key=lambda p: (-p.nbytes, p.name))
+    vectors = [p for p in floats if p.rank < 2]
+    for p in matrices[:listed]:
+        why = reasons.get(p.name, "read where codes are not")
+        lines.append(f"  float: @{p.name} {p.dtype}{list(p.shape)} {format_bytes(p.nbytes)} ({why})")
+    if matrices[listed:]:
+        rest = matrices[listed:]
+        lines.append(f"  float: {len(rest)} more matrices, {format_bytes(sum(p.nbytes for p in rest))}")
+    if vectors:
+        lines.append(f"  float: {len(vectors)} vectors (norm weights, biases, ...), "
+                     f"{format_bytes(sum(p.nbytes for p in vectors))}")
+    return lines
+
+
 def weight_uses(graph: Graph) -> dict[Param, list]:
     """Float params read in weight operands: param -> [(node, operand index)] in graph order."""
     uses: dict[Param, list] = {}
@@ -369,122 +421,6 @@ def weight_uses(graph: Graph) -> dict[Param, list]:
 def is_embedding_or_head(param: Param) -> bool:
     """An embedding table (read by ``embedding``) or an LM head (named ``lm_head``)."""
     return param.name.split(".")[-1] == "lm_head" or any(node.op == "embedding" for node in param.uses)
-
-
-def recurrence_params(graph: Graph) -> list[tuple]:
-    """(name, dtype, reason) of each param a recurrence op reads directly (conv taps and
-    bias, A_log, D, dt_bias), once each, in graph order."""
-    found = {}
-    for node in graph.nodes:
-        if node.op in RECURRENCE_OPS:
-            names = ops.get_op(node.op).operand_names(len(node.inputs))
-            for operand, value in zip(names, node.inputs):
-                if isinstance(value, Param) and value.name not in found:
-                    found[value.name] = (value.name, value.dtype, OWN_WHY.format(op=node.op, operand=operand))
-    return list(found.values())
-
-
-def delta_rows(graph: Graph) -> dict[Param, list]:
-    """The projection weights the Δ path reads, each with the row ranges [start, stop) it
-    reads (merged, sorted). From each Δ operand (``DELTA_OPERANDS``) the trace walks back
-    through ``PATH_OPS`` to the first ``linear``; a slice of the projection's output keeps
-    only its rows (Mamba-2's dt rows of in_proj), anything else that mixes the last axis
-    widens to all rows. A projection wholly on the path whose input is narrower than its
-    output is the up half of a low-rank Δ (Mamba-1's dt_proj): the trace goes on into it."""
-    found: dict[Param, list] = {}
-    stack = []
-    for node in graph.nodes:
-        wanted = DELTA_OPERANDS.get(node.op)
-        if wanted:
-            names = ops.get_op(node.op).operand_names(len(node.inputs))
-            stack += [(value, None) for name, value in zip(names, node.inputs) if name in wanted and value is not None]
-    seen = set()
-    while stack:
-        value, window = stack.pop()
-        node = value.producer
-        if isinstance(value, Param) or node is None or (value.name, window) in seen:
-            continue
-        seen.add((value.name, window))
-        if node.op == "linear" and isinstance(node.inputs[1], Param):
-            weight = node.inputs[1]
-            rows = window or (0, weight.shape[0])
-            found.setdefault(weight, []).append(rows)
-            if rows == (0, weight.shape[0]) and weight.shape[-1] < weight.shape[0]:
-                stack.append((node.inputs[0], None))
-        elif node.op in PATH_OPS:
-            stack += [(v, _window_in(node, v, window)) for v in node.inputs if v is not None]
-    return {param: _merge(ranges) for param, ranges in found.items()}
-
-
-def _window_in(node, operand: Value, window: Optional[tuple]) -> Optional[tuple]:
-    """The range of ``operand``'s last axis that ``window`` of the node's output reads (None: all)."""
-    out = node.outputs[0]
-    if node.op == "slice" and node.attrs["axis"] in (-1, out.rank - 1) and isinstance(out.shape[-1], int):
-        start, stop = window or (0, out.shape[-1])
-        return node.attrs["start"] + start, node.attrs["start"] + stop
-    if node.op in ("mul", "add") and operand.rank == out.rank and operand.shape[-1] == out.shape[-1]:
-        return window
-    return None
-
-
-def _merge(ranges: list) -> list:
-    merged: list = []
-    for start, stop in sorted(ranges):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(stop, merged[-1][1]))
-        else:
-            merged.append((start, stop))
-    return merged
-
-
-class RowSlice:
-    """Rows [start, stop) of a param's weight, as ``irc.weights.Derived`` data (by rows too)."""
-
-    def __init__(self, source: Param, start: int, stop: int):
-        self.source, self.start, self.stop = source, start, stop
-        self.row_elements = source.numel // max(source.shape[0], 1)
-
-    def __call__(self):
-        return read_rows(self.source, self.start, self.stop)
-
-    def rows(self, start: int, stop: int):
-        return read_rows(self.source, self.start + start, self.start + min(stop, self.stop - self.start))
-
-
-def row_piece(graph: Graph, param: Param, start: int, stop: int) -> Param:
-    """``@<param>.rows_<start>_<stop>``: those rows of ``param`` (absent when it is)."""
-    piece = graph.add_param(f"{param.name}.rows_{start}_{stop}", param.dtype, (stop - start, *param.shape[1:]))
-    if param.data is not None:
-        piece.data = Derived(RowSlice(param, start, stop), f"rows {start}:{stop} of @{param.name}")
-    return piece
-
-
-def split_rows(graph: Graph, param: Param, ranges: list) -> list[tuple]:
-    """Cut ``param`` [N, K], read only as linears' weight, at the ends of ``ranges``: each
-    ``linear(x, W, b)`` becomes the concat of one linear per piece of rows (its bias cut
-    the same way), the same numbers up to float rounding; ``param`` is dropped. Returns
-    (start, stop, piece) in row order."""
-    bounds = sorted({0, param.shape[0], *(end for span in ranges for end in span)})
-    pieces = [(start, stop, row_piece(graph, param, start, stop)) for start, stop in zip(bounds, bounds[1:])]
-    for node in list(graph.users(param)):
-        x, _, bias = (list(node.inputs) + [None])[:3]
-        outs = []
-        for start, stop, piece in pieces:
-            if isinstance(bias, Param):
-                name = f"{bias.name}.rows_{start}_{stop}"
-                part = graph.params.get(name) or row_piece(graph, bias, start, stop)
-            else:
-                part = None if bias is None else emit1(graph, "slice", [bias], {"axis": 0, "start": start, "end": stop},
-                                                        f"{bias.name}.rows_{start}_{stop}", before=node)
-            outs.append(emit1(graph, "linear", [x, piece, part], None, f"{node.outputs[0].name}.rows_{start}_{stop}",
-                              before=node, origin=node.origin))
-        joined = emit1(graph, "concat", outs, {"axis": -1}, f"{node.outputs[0].name}.joined", before=node,
-                       origin=node.origin)
-        replace_node(graph, node, [joined])
-        if isinstance(bias, Param) and not bias.uses:
-            del graph.params[bias.name]
-    del graph.params[param.name]
-    return pieces
 
 
 __all__ = ["Quantize", "QuantizedWeight", "WEIGHT_OPERANDS", "CACHE_OPERANDS", "DEFAULT_METHOD", "DELTA_OPERANDS",

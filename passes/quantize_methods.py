@@ -10,6 +10,10 @@ asymmetric.
 
 ``rtn`` is ``irc.ops.quant.quantize_blocks``: max-abs scaling, j in [-7, 7] for 4 bits.
 
+``ort`` is onnxruntime's compiled blockwise quantizer (``passes.quantize_ort``, the scheme of
+onnxruntime-genai's builder int4): the signed largest-magnitude weight onto j = -8, so the
+full [-8, 7]; bit for bit its NumPy statement, ``ort_blocks_numpy``.
+
 ``mse`` and ``imatrix`` search each group's scale to minimise its weighted squared error
 Σ a (w - ŵ)², in the spirit of llama.cpp's ``make_qx_quants`` / ``make_qkx2_quants`` (read,
 then written afresh here):
@@ -56,8 +60,8 @@ from irc.graph import Graph, Param
 from irc.ops.quant import block_count, pack_codes, packed_width, quantize_blocks
 from irc.weights import Derived, materialize, read_rows
 
-METHODS = ("rtn", "mse", "imatrix")
-CALIBRATED = ("imatrix",)
+METHODS = ("rtn", "ort", "mse", "imatrix", "gptq")
+CALIBRATED = ("imatrix", "gptq")
 CHUNK_ELEMENTS = 1 << 16  # weights searched at once: 256 KiB of float32, cache-sized
 SYMMETRIC_STEPS = range(-9, 10, 3)   # 7 candidates (plus RTN's): as good as 19 on real weights
 ASYMMETRIC_STEPS = range(-9, 10, 3)
@@ -71,6 +75,13 @@ def quantize_weight(weight, *, bits: int, block_size: int, symmetric: bool, meth
     if method == "rtn":
         return quantize_blocks(weight, bits=bits, block_size=block_size, symmetric=symmetric,
                                scale_dtype=scale_dtype)
+    if method == "ort":
+        from passes.quantize_ort import ort_blocks
+        return ort_blocks(weight, bits=bits, block_size=block_size, symmetric=symmetric, scale_dtype=scale_dtype)
+    if method == "gptq":
+        from passes.quantize_gptq import gptq_blocks
+        return gptq_blocks(weight, hessian=importance, bits=bits, block_size=block_size, symmetric=symmetric,
+                           scale_dtype=scale_dtype)
     return search_blocks(weight, bits=bits, block_size=block_size, symmetric=symmetric, scale_dtype=scale_dtype,
                          importance=importance)
 

@@ -90,3 +90,32 @@ def test_eval_text_needs_a_pass_that_evaluates(capsys, tmp_path, tokenizer):
     code, _, err = run_cli(capsys, "compile", TINY, "--passes", "dce", "--eval-text", str(text), "--tokenizer",
                            tokenizer)
     assert code == 2 and "no pass in the pipeline evaluates a text" in err
+
+
+def test_quantize_short_flag_is_the_pass_with_its_defaults(capsys, tmp_path):
+    """``--quantize int4`` writes the same model as ``--passes`` with the target's pipeline
+    followed by ``quantize{bits=4}``, and the compile says what became codes and what stayed
+    float (with its size); with the table kept float the line names it."""
+    outs = {}
+    for name, argv in (("short", ["--quantize", "int4"]), ("pass", ["--passes", "dce,cse,scan-chunk{size=64},quantize{bits=4}"])):
+        out = tmp_path / name / "model.onnx"
+        code, _, err = run_cli(capsys, "compile", TINY, "--target", "onnx-ort", *argv, "-o", str(out))
+        assert code == 0, err
+        outs[name] = (out.read_bytes(), err)
+    assert outs["short"][0] == outs["pass"][0]
+    err = outs["short"][1]
+    assert "quantize: int4 codes (block 32" in err and "for 16 weights" in err and "@embed" not in err
+    code, _, err = run_cli(capsys, "compile", TINY, "--passes", "quantize{bits=4,embeddings=false}")
+    assert code == 0, err
+    assert "for 14 weights" in err and "float: @embed f32[256, 64] 64 KiB (embeddings=false keeps" in err
+
+
+def test_quantize_given_twice_or_contradicting_is_exit_2(capsys, tmp_path):
+    out = tmp_path / "model.onnx"
+    code, _, err = run_cli(capsys, "compile", TINY, "--target", "onnx-ort", "--quantize", "int4", "--passes",
+                           "quantize{bits=8}", "-o", str(out))
+    assert code == 2 and "--quantize int4 and a quantize pass in --passes" in err and not out.exists()
+    code, _, err = run_cli(capsys, "compile", "examples/tiny-gemma2-9b.yaml", "--target", "onnx-ort", "--passes",
+                           "quantize{bits=4,embeddings=false,lm_head=true}", "-o", str(out))
+    assert code == 2 and "tied to the embedding table @embed" in err and "Traceback" not in err
+    assert not out.exists() and not list(tmp_path.iterdir())

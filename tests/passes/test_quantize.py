@@ -187,11 +187,27 @@ def test_options_are_checked():
     assert Quantize(bits=8).block_size(160) == 160 and Quantize(bits=4, group="channel").block_size(5) == 6
 
 
-def test_router_norms_embeddings_and_head_stay_float():
+def test_the_default_option_set_is_pinned():
+    """``quantize{bits=4}`` means what the README and issue 28's harness chose: group 32,
+    symmetric, onnxruntime's scheme, the table and head included, accuracy level left to the
+    target (4 on onnx-ort). Changing a default is a decision: change this test with it."""
+    c = Quantize(bits=4).config
+    assert (c["group"], c["symmetric"], c["method"], c["embeddings"], c["lm_head"], c["kv_cache"],
+            c["accuracy_level"]) == (None, True, "ort", True, False, False, None)
+    assert Quantize(bits=4).block_size(4096) == 32 and Quantize(bits=8).block_size(4096) == 4096
+    g = example("tiny-gemma2-9b")
+    after, _ = apply_pass(Quantize(bits=4), g)
+    head = next(n for n in after.params["embed.qweight"].uses if n.op == "dequant_linear")  # the tied head
+    assert head.attrs["block_size"] == 32 and head.attrs.get("accuracy_level") is None
+
+
+def test_router_norms_stay_float_and_embeddings_one_option_away():
     after, _ = apply_pass(Quantize(), example("tiny-mixtral-8x7b"))
     kept = sorted(name for name, p in after.params.items() if p.dtype.is_float and not name.endswith(".scales"))
-    assert kept == ["embed", "layers.0.attn_norm", "layers.0.mlp_norm", "layers.0.moe.router", "layers.1.attn_norm",
-                    "layers.1.mlp_norm", "layers.1.moe.router", "lm_head", "norm"]
+    assert kept == ["layers.0.attn_norm", "layers.0.mlp_norm", "layers.0.moe.router", "layers.1.attn_norm",
+                    "layers.1.mlp_norm", "layers.1.moe.router", "norm"]  # the table and the head are int4 by default
+    floats, _ = apply_pass(Quantize(embeddings=False), example("tiny-mixtral-8x7b"))
+    assert {"embed", "lm_head"} <= {name for name, p in floats.params.items() if p.dtype.is_float}
     assert after.params["layers.0.moe.w_gate.qweight"].shape == (8, 32, 2, 16)  # [E, f, d/32, 16]
     assert after.params["layers.0.moe.w_down.scales"].shape == (8, 64, 1)
     moe = next(n for n in after.nodes if n.op == "moe")
@@ -201,9 +217,9 @@ def test_router_norms_embeddings_and_head_stay_float():
 def test_tied_head_is_the_embedding():
     g = example("tiny-gemma2-9b")
     assert g.meta["tied_embeddings"]
-    kept, _ = apply_pass(Quantize(), g)
+    kept, _ = apply_pass(Quantize(embeddings=False), g)
     assert kept.params["embed"].dtype == F32
-    after, _ = apply_pass(Quantize(embeddings=True), g)
+    after, _ = apply_pass(Quantize(), g)
     assert "embed" not in after.params and "embed.qweight" in after.params
     readers = sorted(n.op for n in after.params["embed.qweight"].uses)
     assert readers == ["dequant_embedding", "dequant_linear"]  # the lookup and the LM head share the codes
@@ -318,11 +334,12 @@ def test_lm_head_option_quantizes_an_untied_head_alone():
 
     graph = load_spec("examples/tiny-llama3.yaml")
     seed_absent(graph)
-    assert Quantize(lm_head=True).run(graph)
+    assert Quantize(embeddings=False, lm_head=True).run(graph)
     assert "lm_head.qweight" in graph.params and "lm_head" not in graph.params
     assert "embed" in graph.params  # the table stays float
 
-    tied = load_spec("examples/tiny-gemma2-9b.yaml")  # the head is the table: lm_head alone leaves it float
+    tied = load_spec("examples/tiny-gemma2-9b.yaml")  # the head is the table: an int4 head and a float table contradict
     seed_absent(tied)
-    Quantize(lm_head=True).run(tied)
-    assert "embed" in tied.params and "embed.qweight" not in tied.params
+    with pytest.raises(PassError, match="tied to the embedding table @embed"):
+        Quantize(embeddings=False, lm_head=True).run(tied)
+    assert "embed" in tied.params and "embed.qweight" not in tied.params  # nothing changed

@@ -116,7 +116,8 @@ def test_policy_traces_the_delta_path_in_every_form(mixer, kwargs, quantized, ke
 
 def test_mamba2_dt_rows_are_cut_out_exactly():
     """split_rows alone changes no number (up to float rounding); after quantize, layer 0's
-    Δ (read before any quantized weight) equals the float model's while its x moved."""
+    Δ (read before any quantized weight: the table stays float here) equals the float
+    model's while its x moved."""
     graph = example("tiny-mamba2-2.7b")
     ranges = {p.name: r for p, r in delta_rows(graph).items()}
     assert ranges == {"layers.0.ssm.in_proj": [(288, 296)], "layers.1.ssm.in_proj": [(288, 296)]}
@@ -127,7 +128,7 @@ def test_mamba2_dt_rows_are_cut_out_exactly():
     assert relative_error(run(cut, feeds)["logits"], run(graph, feeds)["logits"]) < 1e-6
 
     quantized = graph.clone()
-    Quantize(bits=4).run(quantized)
+    Quantize(bits=4, embeddings=False).run(quantized)
     for g in (graph, quantized):
         ssd = next(n for n in g.nodes if n.op == "ssd")
         g.outputs = g.outputs + [ssd.inputs[0], ssd.inputs[1]]  # layer 0's x and dt
