@@ -31,7 +31,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from backends.onnx import emit, runtime  # noqa: E402
 from frontends.gguf import build  # noqa: E402
-from frontends.gguf.blocks import EXACT  # noqa: E402
 from frontends.gguf.reader import GGUFFile  # noqa: E402
 from frontends.gguf.tensors import BlockData  # noqa: E402
 from frontends.gguf.tokenizer import build_tokenizer  # noqa: E402
@@ -101,14 +100,18 @@ def tensor_exactness(gguf: GGUFFile) -> list:
     result and of the larger of ggml's two terms."""
     graph = build(gguf)
     parts: dict = {}
+    held = {}
     for param in graph.params.values():
         if isinstance(param.data, BlockData):
             parts.setdefault(param.data.source, {})[param.data.part] = param.array()
+            held[param.data.source] = param.data.held  # frontends.gguf.forms: the form in the model
     stats: dict = {}
     for source, arrays in parts.items():
         kind = gguf.tensor(source.name).ggml_type
-        scheme = EXACT[kind]
+        scheme = held[source]
         qweight, scales, zero = arrays[0], arrays[1], arrays.get(2)
+        if zero is not None and not zero.dtype.kind == "f":
+            zero = unpack_codes(zero, scheme.bits)[..., :scales.shape[-1]].astype(np.float32)
         ours = dequantize_blocks(qweight, scales, zero, bits=scheme.bits, block_size=scheme.block,
                                  k=qweight.shape[-2] * scheme.block)
         want = source.read_float(gguf)

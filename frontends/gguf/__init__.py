@@ -11,12 +11,17 @@ package's reader (metadata, tensor directory; data memory-mapped); ``families`` 
 falcon-h1, ``linear`` for lfm2, lfm2moe, qwen3next, qwen35, qwen35moe) maps the architecture's keys onto the ``Arch``
 the Hugging Face frontend builds, and ``frontends.hf.build.expand`` makes the same graph from it; ``layout`` and
 ``tensors`` name each param's tensor and undo the converter's changes; ``quantized``
-attaches lazy data, keeping the block formats ``blocks`` can express exactly as
-``dequant_linear`` / ``dequantize`` codes (MatMulNBits' layout), one tensor at a time;
+attaches lazy data, keeping the block formats ``blocks`` can express as ``dequant_linear`` /
+``dequant_embedding`` / ``dequantize`` codes (MatMulNBits' layout) in ``forms``' forms, one
+tensor at a time;
 ``tokenizer`` writes the tokenizer the file carries as ``tokenizer.json``.
 
-``weights``: ``"blocks"`` (default) keeps exact block formats quantized and dequantizes
-the rest to float32; ``"float"`` dequantizes everything (the numbers transformers' GGUF
+``weights``: ``"blocks"`` (default) keeps the block formats ``blocks`` expresses quantized,
+in the forms ``forms`` gives them (the file's codes where a fast ONNX Runtime kernel holds
+them, Q5_0 / Q6_K / Q8_0 re-expressed as 4-bit codes, lossy; MatMulNBits at accuracy level 4)
+and dequantizes the rest to float32; ``"exact"`` keeps every such format as the file's codes
+and asks for float activations (accuracy level 0: exact products, slow 8-bit kernels);
+``"float"`` dequantizes everything (the numbers transformers' GGUF
 loader computes); ``None`` builds the structure alone (params absent). The graph is
 float32 and named after the file; ``meta`` carries the tokenizer's special token ids
 (``bos_token_id``, ``eos_token_id``, ``pad_token_id``) for genai_config.json, and
@@ -38,7 +43,7 @@ from irc.graph import Graph
 
 __all__ = ["load_gguf", "is_gguf", "tokenizer_files", "GGUFFile"]
 
-WEIGHTS = ("blocks", "float", None)
+WEIGHTS = ("blocks", "exact", "float", None)
 # DSL argument -> the GGUF key (after the architecture prefix) a refusal should name
 GGUF_KEYS = {"n": "block_count", "vocab": "vocab_size", "d_model": "embedding_length", "heads": "attention.head_count",
              "kv_heads": "attention.head_count_kv", "head_dim": "attention.key_length",
@@ -87,8 +92,8 @@ def build(gguf: GGUFFile, weights="blocks") -> Graph:
     if gguf.has(gguf.arch_key("context_length")):  # the longest sequence trained for (genai's context_length cap)
         graph.meta["max_positions"] = gguf.get(gguf.arch_key("context_length"), int)
     # a file without tensors (a vocabulary-only GGUF) gives the structure alone, like weights=None
-    notes = [] if weights is None or not gguf.tensors else attach_weights(graph, arch, gguf,
-                                                                            keep_blocks=weights == "blocks")
+    notes = [] if weights is None or not gguf.tensors else attach_weights(
+        graph, arch, gguf, keep_blocks=weights in ("blocks", "exact"), exact_forms=weights == "exact")
     graph.meta["gguf"] = {"architecture": gguf.arch, "notes": notes}
     return graph
 

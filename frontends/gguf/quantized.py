@@ -1,25 +1,28 @@
-"""Giving a float graph's params their GGUF data: block codes where the format is exact,
-dequantized floats elsewhere.
+"""Giving a float graph's params their GGUF data: block codes where the format has a form
+(``frontends.gguf.forms``), dequantized floats elsewhere.
 
-``attach_weights(graph, arch, gguf, keep_blocks)`` checks every param against its GGUF
-tensor (present, readable type, shape as the hyperparameters say), sets lazy data, and
-refuses GGUF tensors the model has no place for. With ``keep_blocks``, a param of rank
+``attach_weights(graph, arch, gguf, keep_blocks, exact_forms)`` checks every param against
+its GGUF tensor (present, readable type, shape as the hyperparameters say), sets lazy data,
+and refuses GGUF tensors the model has no place for. With ``keep_blocks``, a param of rank
 >= 2 stored in a format of ``frontends.gguf.blocks.EXACT`` is replaced by
-``@<name>.qweight``, ``@<name>.scales`` and (for formats with a minimum) float
-``@<name>.zero_points``, each lazily repacked from the GGUF blocks, and its readers
-change as the ``quantize`` pass changes them: ``linear(x, W, b)`` becomes
-``dequant_linear(x, qweight, scales, zero_points?, b)`` (MatMulNBits, with
-``accuracy_level`` 0: float activations, not int8, so the model computes with exactly the
-file's weights), any other reader
-(``embedding``, the MLPs, ``moe``, MLA) reads one ``dequantize`` node named after the
-param. Everything else is dequantized to float32 with ``gguf``'s dequantizer; the notes
-(``graph.meta["gguf"]["notes"]``, one line per format) say which tensors went which way.
+``@<name>.qweight``, ``@<name>.scales`` and (for forms with zero points) ``@<name>.zero_points``
+(float, or u8 for a requantized form), each lazily repacked from the GGUF blocks, and its
+readers change as the ``quantize`` pass changes them: ``linear(x, W, b)`` becomes
+``dequant_linear(x, qweight, scales, zero_points?, b)`` (MatMulNBits at accuracy level 4, or
+0 with ``exact_forms``), ``embedding(ids, W)`` becomes ``dequant_embedding`` (only the
+looked-up rows are dequantized: GatherBlockQuantized; a table no linear reads keeps the
+file's codes), any other reader (the MLPs, ``moe``, MLA) reads one ``dequantize`` node named
+after the param. Everything else is dequantized to float32 with ``gguf``'s dequantizer; the
+notes (``graph.meta["gguf"]["notes"]``, one line per format) say which tensors went which way,
+in which form, and whether that form is the file's values.
 """
 from __future__ import annotations
 
 from collections import defaultdict
 
-from frontends.gguf.blocks import EXACT
+import numpy as np
+
+from frontends.gguf.forms import ACCURACY_LEVEL, EXACT_LEVEL, form, in_form
 from frontends.gguf.layout import Layout
 from frontends.gguf.reader import GGUFFile
 from frontends.gguf.tensors import FLOAT_TYPES, BlockData, FloatData, readable
@@ -28,17 +31,18 @@ from irc.build import emit1
 from irc.dtypes import DType
 from irc.errors import SpecError
 from irc.graph import Graph, Param
+from irc.ops.quant import dequantize_blocks, packed_width
 from irc.rewrite.edit import replace_node
 
 PARTS = ("qweight", "scales", "zero_points")
-EXACT_ACTIVATIONS = 0  # MatMulNBits' accuracy_level: float activations, so the products are the file's weights'
 
 
-def attach_weights(graph: Graph, arch: Arch, gguf: GGUFFile, keep_blocks: bool = True) -> list[str]:
+def attach_weights(graph: Graph, arch: Arch, gguf: GGUFFile, keep_blocks: bool = True,
+                   exact_forms: bool = False) -> list[str]:
     """Point every param at the file (module docstring); returns the notes."""
     layout = Layout(gguf, arch)
     used = set(layout.consumed)
-    kept, converted = defaultdict(int), defaultdict(int)
+    kept, converted, samples = defaultdict(int), defaultdict(int), {}
     for param in list(graph.params.values()):
         source = layout.source(param.name)
         for name in source.names():
@@ -54,8 +58,9 @@ def attach_weights(graph: Graph, arch: Arch, gguf: GGUFFile, keep_blocks: bool =
         used.update(source.names())
         kind = gguf.tensor(source.names()[0]).ggml_type
         if keep_blocks and param.rank >= 2 and source.exact(gguf):
-            use_blocks(graph, param, gguf, source)
-            kept[kind.name] += 1
+            key = (kind, *use_blocks(graph, param, gguf, source, exact_forms))
+            kept[key] += 1
+            samples.setdefault(key, source)
             continue
         param.data = FloatData(gguf, source, param.dtype)
         if kind not in FLOAT_TYPES:
@@ -65,45 +70,78 @@ def attach_weights(graph: Graph, arch: Arch, gguf: GGUFFile, keep_blocks: bool =
         more = f" and {len(spare) - 1} more" if len(spare) > 1 else ""
         raise SpecError(f"tensor {spare[0]}{more} has no place in the model the metadata describes",
                         location=gguf.path, hint="the file has weights irc's model lacks (a bias, another layout?)")
-    notes = [f"{count} {name} tensor(s) kept as {_scheme(name)}" for name, count in sorted(kept.items())]
+    level = f"level {EXACT_LEVEL} (float activations)" if exact_forms else f"level {ACCURACY_LEVEL} (int8 activations)"
+    notes = []
+    for key, count in sorted(kept.items(), key=lambda item: (item[0][0], item[0][2])):
+        kind, held, lookups = key
+        cost = "" if held.exact else f"; {sampled_error(gguf, samples[key], held)}"
+        notes.append(f"{count} {kind.name} tensor(s) kept as {held.describe()}, " +
+                     ("read by lookups only (GatherBlockQuantized)" if lookups else f"MatMulNBits at accuracy {level}")
+                     + cost)
     notes += [f"{count} {name} tensor(s) dequantized to float32" + ("" if keep_blocks else " (float weights asked for)")
               for name, count in sorted(converted.items())]
     return notes
 
 
-def _scheme(type_name: str) -> str:
-    scheme = next(s for t, s in EXACT.items() if t.name == type_name)
-    zero = "float zero points" if scheme.float_zero else "symmetric"
-    return f"{scheme.bits}-bit codes, block {scheme.block}, {zero}"
+SAMPLE_ROWS = 256
 
 
-def use_blocks(graph: Graph, param: Param, gguf: GGUFFile, source) -> None:
-    """Replace ``param`` by its repacked blocks and rewire its readers (module docstring)."""
-    scheme = EXACT[gguf.tensor(source.name).ggml_type]
+def sampled_error(gguf: GGUFFile, source, held) -> str:
+    """What a lossy form costs, measured where the compile can afford it: the relative RMS
+    error (and the largest error over the RMS) of the first ``SAMPLE_ROWS`` rows of
+    ``source`` in ``held``'s form against the file's own values."""
+    rows = (0, min(SAMPLE_ROWS, gguf.tensor(source.name).shape[0]))
+    parts = source.read_blocks(gguf, rows)
+    exact = form(gguf.tensor(source.name).ggml_type, exact_forms=True)
+    k = gguf.tensor(source.name).shape[-1]
+    want = dequantize_blocks(*parts, bits=exact.bits, block_size=exact.block, k=k).astype(np.float64)
+    ours = dequantize_blocks(*in_form(parts, held), bits=held.bits, block_size=held.block, k=k).astype(np.float64)
+    rms = float(np.sqrt(np.mean(want ** 2))) or 1.0
+    error = ours - want
+    return (f"relative RMS weight error {np.sqrt(np.mean(error ** 2)) / rms:.1%} (largest {np.abs(error).max() / rms:.2f}"
+            f" x RMS) on rows {rows[0]}-{rows[1] - 1} of {source.name}")
+
+
+def use_blocks(graph: Graph, param: Param, gguf: GGUFFile, source, exact_forms: bool = False) -> tuple:
+    """Replace ``param`` by its blocks in their form (``frontends.gguf.forms``) and rewire its
+    readers (module docstring); returns (the form, whether lookups are its only readers)."""
+    level = {"accuracy_level": EXACT_LEVEL if exact_forms else ACCURACY_LEVEL}
+    lookups_only = all(node.op == "embedding" for node in graph.users(param))
+    held = form(gguf.tensor(source.name).ggml_type, exact_forms or lookups_only)  # a lookup costs the same in any form
     *lead, n, k = param.shape
-    nb = k // scheme.block
-    shapes = {"qweight": (DType.u8, (*lead, n, nb, scheme.block * scheme.bits // 8)),
-              "scales": (param.dtype, (*lead, n, nb)), "zero_points": (param.dtype, (*lead, n, nb))}
+    nb = k // held.block
+    shapes = {"qweight": (DType.u8, (*lead, n, nb, held.block * held.bits // 8)),
+              "scales": (param.dtype, (*lead, n, nb)),
+              "zero_points": (param.dtype, (*lead, n, nb)) if held.zero == "float" else
+              (DType.u8, (*lead, n, packed_width(nb, held.bits)))}
     parts = []
-    for index, part in enumerate(PARTS if scheme.float_zero else PARTS[:2]):
+    for index, part in enumerate(PARTS if held.zero != "none" else PARTS[:2]):
         dtype, shape = shapes[part]
-        parts.append(graph.add_param(f"{param.name}.{part}", dtype, shape, BlockData(gguf, source, index)))
-    attrs = {"K": k, "bits": scheme.bits, "block_size": scheme.block, "accuracy_level": EXACT_ACTIVATIONS}
+        parts.append(graph.add_param(f"{param.name}.{part}", dtype, shape,
+                                     BlockData(gguf, source, index, held)))
+    attrs = {"K": k, "bits": held.bits, "block_size": held.block}
     weight = None
     for node in graph.users(param):
         for index, value in enumerate(list(node.inputs)):
             if value is not param:
                 continue
+            if node.op == "embedding" and index == 1:  # only the looked-up rows (GatherBlockQuantized)
+                out = emit1(graph, "dequant_embedding", [node.inputs[0], *parts], {**attrs, **node.attrs},
+                            f"{node.outputs[0].name}.q", before=node, origin=node.origin)
+                replace_node(graph, node, [out])
+                break
             if node.op == "linear" and index == 1:
                 x, _, bias = (list(node.inputs) + [None])[:3]
                 operands = [x, *(parts + [None])[:3], bias]
                 while operands[-1] is None:
                     operands.pop()
-                out = emit1(graph, "dequant_linear", operands, {**attrs, "N": n}, f"{node.outputs[0].name}.q",
+                out = emit1(graph, "dequant_linear", operands, {**attrs, **level, "N": n}, f"{node.outputs[0].name}.q",
                             before=node, origin=node.origin)
                 replace_node(graph, node, [out])
                 break
             if weight is None:
-                weight = emit1(graph, "dequantize", parts, attrs, param.name, before=node, origin=node.origin)
+                weight = emit1(graph, "dequantize", parts, {**attrs, **level}, param.name, before=node,
+                               origin=node.origin)
             node.set_input(index, weight)
     del graph.params[param.name]
+    return held, lookups_only

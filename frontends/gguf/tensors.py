@@ -33,6 +33,7 @@ from gguf import quants as gguf_quants
 from gguf.quants import dequantize
 
 from frontends.gguf.blocks import EXACT, repack
+from frontends.gguf.forms import Form, form, in_form
 from frontends.gguf.reader import GGUFFile
 from irc.errors import SpecError
 
@@ -195,23 +196,29 @@ class FloatData:
 
 class BlockData:
     """Lazy ``Param.data``: one part (0 qweight, 1 scales, 2 zero_points) of a tensor's
-    blocks, whole or by rows; the parts of one tensor ``share`` it, so a streaming writer
-    reads their rows together."""
+    blocks in the form ``held`` (``frontends.gguf.forms``; default: the file's codes), whole
+    or by rows; the parts of one tensor ``share`` it, so a streaming writer reads their rows
+    together."""
 
     reads_rows = True
 
-    def __init__(self, gguf: GGUFFile, source: TensorSource, part: int):
+    def __init__(self, gguf: GGUFFile, source: TensorSource, part: int, held: Optional[Form] = None):
         self.gguf, self.source, self.part = gguf, source, part
+        self.held = held or form(source.ggml_type(gguf), exact_forms=True)
 
     @property
     def share(self) -> TensorSource:
         return self.source
 
+    def _parts(self, rows: Optional[tuple] = None) -> tuple:
+        """The tensor's parts in the form ``held`` (``frontends.gguf.forms``)."""
+        return in_form(self.source.read_blocks(self.gguf, rows), self.held)
+
     def load(self) -> np.ndarray:
-        return self.source.read_blocks(self.gguf)[self.part]
+        return self._parts()[self.part]
 
     def rows(self, start: int, stop: int) -> np.ndarray:
-        return self.source.read_blocks(self.gguf, (start, stop))[self.part]
+        return self._parts((start, stop))[self.part]
 
     def __repr__(self) -> str:
         return f"gguf({self.source!r}, {('qweight', 'scales', 'zero_points')[self.part]})"

@@ -83,9 +83,10 @@ def build_tokenizer(gguf: GGUFFile) -> tuple[Tokenizer, dict]:
     else:
         raise Unfaithful(f"tokenizer.ggml.model {kind!r} is not one irc converts (gpt2, llama)")
     _add_special(tokenizer, tokens, types)
-    if tokenizer.get_vocab_size(with_added_tokens=True) != len(tokens):
-        raise Unfaithful(f"the vocabulary has repeated tokens ({len(tokens)} entries, "
-                         f"{tokenizer.get_vocab_size(with_added_tokens=True)} distinct)")
+    moved = [t for t, i in tokenizer.get_vocab(with_added_tokens=True).items() if i >= len(tokens)]
+    if moved:  # an added token that is not the file's own at its id: the model has no row for it
+        raise Unfaithful(f"token {moved[0]!r} would get id {tokenizer.token_to_id(moved[0])}, past the file's "
+                         f"{len(tokens)} tokens")
     special = _special_tokens(gguf, tokens)
     add_bos = gguf.get("tokenizer.ggml.add_bos_token", bool, kind == "llama")
     add_eos = gguf.get("tokenizer.ggml.add_eos_token", bool, False)
@@ -96,10 +97,10 @@ def build_tokenizer(gguf: GGUFFile) -> tuple[Tokenizer, dict]:
 
 
 def _vocab(tokens: list) -> dict:
-    vocab: dict = {}
-    for index, token in enumerate(tokens):
-        vocab.setdefault(token, index)
-    return vocab
+    """Token text -> id; a text the file lists twice takes its last id, as transformers' GGUF
+    tokenizer and llama.cpp's token-to-id map do (the earlier id still exists in the model,
+    but no text encodes to it)."""
+    return {token: index for index, token in enumerate(tokens)}
 
 
 def _byte_level(gguf: GGUFFile, tokens: list) -> Tokenizer:
@@ -163,8 +164,15 @@ def _merges(vocab: dict, tokens: list, scores: list) -> list:
 
 
 def _add_special(tokenizer: Tokenizer, tokens: list, types: list) -> None:
-    control = [AddedToken(t, special=True, normalized=False) for t, k in zip(tokens, types) if k == CONTROL]
-    user = [AddedToken(t, special=False, normalized=False) for t, k in zip(tokens, types) if k == USER_DEFINED]
+    """Control tokens as special added tokens, user-defined ones as plain added tokens, each
+    at its own id: a token whose text the vocabulary does not hold as spelled (Gemma's
+    multi-space tokens, respelled with U+2581) is left to the model's merges, as
+    transformers' GGUF tokenizer leaves it, rather than given a new id past the file's."""
+    vocab = tokenizer.get_vocab()
+    control = [AddedToken(t, special=True, normalized=False) for t, k in zip(tokens, types)
+               if k == CONTROL and t in vocab]
+    user = [AddedToken(t, special=False, normalized=False) for t, k in zip(tokens, types)
+            if k == USER_DEFINED and t in vocab]
     if control:
         tokenizer.add_special_tokens(control)
     if user:

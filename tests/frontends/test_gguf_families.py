@@ -3,8 +3,9 @@ written as llama.cpp's converter writes it (``gguf_writer``: gguf's own name tab
 converter's permutations and offsets), read back with ``load_spec(file.gguf)``, and must
 give transformers' logits on a left-padded batch (reference interpreter) and its greedy
 continuation. Block formats: the same model quantized to Q8_0 / Q4_0 / Q4_1 / Q5_1 keeps
-its blocks (``dequant_linear`` / ``dequantize``) and matches the float-weights graph of the
-same file, through the interpreter and both ONNX targets."""
+its blocks exactly (``weights="exact"``: ``dequant_linear`` / ``dequantize`` at accuracy level
+0) and matches the float-weights graph of the same file, through the interpreter and both
+ONNX targets (the default's faster forms: ``test_gguf_forms``)."""
 from collections import Counter
 
 import gguf
@@ -137,7 +138,7 @@ def test_block_formats_stay_quantized_and_match_float(models, tmp_path, name):
     case, qtype = QUANTIZED[name]
     model, _ = models(case)
     path = write_model(tmp_path / f"{name}.gguf", model, CASES[case][2], qtype=qtype, **CASES[case][3])
-    blocks, floats = load_gguf(path), load_gguf(path, weights="float")
+    blocks, floats = load_gguf(path, weights="exact"), load_gguf(path, weights="float")
     assert any(n.op in ("dequant_linear", "dequantize") for n in blocks.nodes)
     assert not any(n.op in ("dequant_linear", "dequantize") for n in floats.nodes)
     ids, mask, positions = prompts()

@@ -3,10 +3,11 @@ downloaded once per session (``smollm2_gguf`` in conftest), against transformers
 loader (``from_pretrained(folder, gguf_file=...)``, which dequantizes with ``gguf``):
 
 - the reference interpreter and both ONNX targets on float weights match its logits on the
-  first tokens of a real text, and so does the exact-int4 onnx-ort model (MatMulNBits at
-  accuracy level 0, codes straight from the blocks) that ``irc compile`` writes;
+  first tokens of a real text, and so does the onnx-ort model of the file's codes at
+  accuracy level 0 (``weights="exact"``); the one ``irc compile`` writes (the same codes,
+  MatMulNBits at level 4: int8 activations, GatherBlockQuantized lookups) within LEVEL4_RTOL;
 - onnxruntime-genai, on the folder ``irc compile`` writes (tokenizer.json included),
-  generates transformers' greedy tokens;
+  generates transformers' first greedy tokens;
 - every tensor's codes dequantize to gguf's own floats: Q8_0 bit for bit, Q4_1 within 2 ulp
   of the larger of ggml's two terms;
 - the tokenizer.json splits text as llama.cpp's ``smollm`` pre-tokenizer does."""
@@ -39,6 +40,8 @@ TOKENS = 48
 PROMPT = "The capital of France is"
 NEW_TOKENS = 16
 RTOL = 1e-4
+AGREED = 4  # greedy tokens that must equal transformers' at level 4
+LEVEL4_RTOL = 0.05  # int8 activations inside MatMulNBits (accuracy level 4)
 
 
 @pytest.fixture(scope="module")
@@ -125,12 +128,23 @@ def test_exact_int4_onnx_ort_matches_transformers(model_file, compiled, text_ids
     assert counts["MatMulNBits"] == 30 * 7 + 1  # every projection, and the tied head
     # the only float matmuls finish the Q4_1 products: block sums of x times (zp - round(zp)) * scale
     assert all(n.input[1].endswith(".zero_points.offsets") for n in nodes if n.op_type == "MatMul")
+    assert counts["GatherBlockQuantized"] == 1 and counts["DequantizeLinear"] == 0  # lookups read rows only
     levels = {a.i for n in nodes if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "accuracy_level"}
-    assert levels <= {0}  # float activations: the products are those of the file's weights
+    assert levels == {4}  # int8 activations (frontends.gguf.forms): the weights are the file's
     graph = build(model_file, weights=None)
     got = runtime.ort_engine(str(compiled / "model.onnx"))(feeds(graph, text_ids))["logits"]
     assert got.shape[1] == 1  # the last position: every earlier one reaches it through the KV
-    assert relative_error(got[:, -1], reference["logits"][:, -1]) <= RTOL
+    assert relative_error(got[:, -1], reference["logits"][:, -1]) <= LEVEL4_RTOL
+    assert got[0, -1].argmax() == reference["logits"][0, -1].argmax()
+
+
+def test_exact_weights_match_transformers_through_onnx_ort(model_file, text_ids, reference, tmp_path):
+    """``weights="exact"``: the file's codes at accuracy level 0, the products of its weights."""
+    graph = build(model_file, weights="exact")
+    path = str(tmp_path / "model.onnx")
+    emit.emit_model(graph, path, target="onnx-ort", genai=False)
+    got = runtime.ort_engine(path)(feeds(graph, text_ids))["logits"]
+    assert relative_error(got, reference["logits"]) <= RTOL
 
 
 def test_genai_generates_transformers_greedy_tokens(compiled, reference):
@@ -147,7 +161,9 @@ def test_genai_generates_transformers_greedy_tokens(compiled, reference):
     while not generator.is_done():
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
-    assert tokens == reference["greedy"]
+    # int8 activations (level 4) move the logits by ~1e-2: the answer (" Paris.\n\n") is
+    # transformers', a later near-tie may go the other way
+    assert tokens[:AGREED] == reference["greedy"][:AGREED]
 
 
 def test_every_tensor_dequantizes_to_ggufs_floats(model_file):

@@ -112,12 +112,12 @@ def test_q8_0_keeps_blocks_and_matches_float(models, tmp_path, name):
     """Q8_0 projections stay 8-bit codes (``dequant_linear``); conv, A, D and norms, which
     the converter keeps in float32, are read as floats; the blocks graph gives the float
     graph's logits and greedy tokens, and so do both ONNX targets in ONNX Runtime
-    (MatMulNBits on onnx-ort)."""
+    (MatMulNBits on onnx-ort; ``weights="exact"``: float activations, exact products)."""
     from backends.onnx import emit, runtime
 
     model, _ = models(name)
     path = write_model(tmp_path / f"{name}.q8_0.gguf", model, CASES[name][2], qtype=gguf.GGMLQuantizationType.Q8_0)
-    blocks, floats = load_gguf(path), load_gguf(path, weights="float")
+    blocks, floats = load_gguf(path, weights="exact"), load_gguf(path, weights="float")
     kept = {p[:-len(".qweight")] for p in blocks.params if p.endswith(".qweight")}
     assert {"layers.0.ssm.in_proj", "layers.0.ssm.out_proj", "embed"} <= kept
     assert not any(".conv" in p or "A_log" in p for p in kept)

@@ -132,3 +132,39 @@ def test_merges_and_byte_fallback_are_used(tmp_path):
     mine, _ = ours(sentencepiece_file(tmp_path / "t.gguf"))
     pieces = mine.encode("hello world é").tokens
     assert pieces[:2] == ["<s>", "▁hello"] and "<0xC3>" in pieces  # BOS, merged pieces, é as its UTF-8 bytes
+
+
+def gemma_file(path):
+    """A Gemma-3-style vocabulary: no prefix space, multi-space tokens stored as spaces and
+    typed user-defined (Gemma-3-270M has 30 of them), and one text listed twice."""
+    tokens, scores, types = sentencepiece_vocab()
+    tokens, scores, types = ["<unk>", "<bos>", "<eos>"] + tokens[3:-1], scores[:-1], types[:-1]  # Gemma's names
+    spaces = ["  ", "   ", "    "]  # "▁▁" comes back spelled with spaces
+    tokens += ["<pad>"] + spaces + ["ab"]  # "ab" again: its last id wins, as in transformers and llama.cpp
+    scores += [0.0] * 5
+    types += [3, 4, 4, 4, 1]
+    return write_tokenizer_file(path, "gemma3", "llama", **{
+        "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.scores": scores, "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2, "tokenizer.ggml.unknown_token_id": 0,
+        "tokenizer.ggml.add_space_prefix": False})
+
+
+def test_user_defined_spaces_and_a_repeated_token_match_transformers(tmp_path):
+    """Gemma-3's GGUF used to write no tokenizer ("repeated tokens"): its multi-space
+    user-defined tokens were added a second time, at new ids past the file's. Now they are
+    the vocabulary's own entries (respelled), every id is the file's, and the ids match
+    transformers' GGUF tokenizer."""
+    path = tmp_path / "g.gguf"
+    gemma_file(path)
+    tokens = GGUFFile.open(path).get("tokenizer.ggml.tokens", list)
+    mine, _ = ours(path)
+    reference = theirs(path)
+    assert max(mine.get_vocab(with_added_tokens=True).values()) < len(tokens)
+    assert mine.token_to_id("ab") == len(tokens) - 1
+    for text in TEXTS + ["a  b   c    d", "ab abc  ab"]:
+        ids = mine.encode(text).ids
+        assert ids == reference(text)["input_ids"], text
+        if len(tokens) - 1 in ids:  # transformers gives its own extra "<mask>" that id (past its vocab dict)
+            assert mine.decode(ids, skip_special_tokens=True) == text
+        else:
+            assert mine.decode(ids, skip_special_tokens=False) == reference.decode(ids, skip_special_tokens=False)

@@ -1,0 +1,103 @@
+"""How each GGUF block type is held in the compiled model: the block codes as they are
+(``frontends.gguf.blocks``), or re-expressed as 4-bit codes where the 8-bit form has no
+fast kernel to match irc's own int4.
+
+Measured on ONNX Runtime 1.32's CPU MatMulNBits, one token times a 4864 x 896 weight on 2
+threads (``benchmarks/gguf_speed.py --kernels``): 4-bit codes 0.13-0.19 ms at accuracy
+level 4 (int8 activations) and 0.45-0.6 ms at level 0; 8-bit codes 0.16-0.29 ms at level 4
+but 44-49 ms at level 0 (the kernel dequantizes the whole weight on every call); float zero
+points 20-25 ms at either level, which is why ``backends.onnx.quant`` turns them into u8
+zero points plus a correction term. So every weight runs at level 4, the level irc's int4
+uses (``backends.onnx.quant.ORT_ACCURACY_LEVEL``): the weights stay the file's, the
+activations are rounded to int8 per block inside the kernel.
+
+``form(ggml type)`` -> ``Form``:
+
+=========  ===================================================================================
+Q4_0       4-bit codes, symmetric: exact
+Q4_1,      4-bit codes, float zero points: exact up to float rounding (``blocks``); the ONNX
+Q4_K,Q2_K  backend adds the zero points' fractions back as a correction
+Q3_K       4-bit codes, block 16, symmetric: exact
+Q8_0       8-bit codes, symmetric: exact (the 8-bit kernel at level 4 is fast; as 4-bit codes
+           SmolLM2's tied Q8_0 table moved perplexity from 84.35 to 97.8)
+Q5_0,Q6_K  ``requantize``: 4-bit codes with u8 zero points over the same blocks. A block whose
+           integer levels (with 0) span at most 16 values is exact; any other is rounded to
+           16 levels over its range (lossy: ``benchmarks/gguf_speed.py --quality`` prints the
+           error per kind)
+Q5_1,Q5_K  ``requantize`` too, every block rounded (their float zero points leave no integer
+           levels). As the file's codes they are 8-bit with float zero points, which ORT's
+           MatMulNBits refuses: the ONNX model would hold a float weight (float MatMul)
+=========  ===================================================================================
+
+``exact_forms=True`` (``load_gguf(..., weights="exact")``) keeps those as the file's 8-bit codes
+and asks for accuracy level 0: the products are those of the file's weights in
+float32, at the 8-bit kernel's level-0 speed (the whole weight dequantized per call). A
+table read only by ``embedding`` (not tied to a head) keeps the file's codes in any case:
+a lookup reads a few rows whatever their form (``dequant_embedding``, GatherBlockQuantized).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+
+from frontends.gguf.blocks import EXACT
+from irc.ops.quant import pack_codes, unpack_codes
+
+ACCURACY_LEVEL = 4  # MatMulNBits' int8 activations: the fast kernels for 4-bit and 8-bit codes (module docstring)
+EXACT_LEVEL = 0  # float activations: weights="exact" computes with the file's weights exactly (8-bit codes: slow)
+REQUANTIZED = (T.Q5_0, T.Q6_K, T.Q5_1, T.Q5_K)
+
+
+@dataclass(frozen=True)
+class Form:
+    """One type's form in the model: code width, block, zero points (``"none"``, ``"float"``
+    or ``"u8"``), whether the values are the file's, and the note's words."""
+    bits: int
+    block: int
+    zero: str
+    exact: bool
+
+    def describe(self) -> str:
+        zero = {"none": "symmetric", "float": "float zero points", "u8": "u8 zero points"}[self.zero]
+        how = "exact" if self.exact else "requantized from the file's codes: lossy"
+        if self.zero == "float":
+            how = "exact up to float rounding"
+        return f"{self.bits}-bit codes, block {self.block}, {zero} ({how})"
+
+
+def form(ggml_type: T, exact_forms: bool = False) -> Form:
+    """The ``Form`` a block type of ``blocks.EXACT`` takes (module docstring)."""
+    scheme = EXACT[ggml_type]
+    if ggml_type in REQUANTIZED and not exact_forms:
+        return Form(4, scheme.block, "u8", False)
+    return Form(scheme.bits, scheme.block, "float" if scheme.float_zero else "none", True)
+
+
+def requantize(qweight: np.ndarray, scales: np.ndarray, zero_points=None) -> tuple:
+    """8-bit codes [..., N, nb, block] with scales [..., N, nb] and zero points (None:
+    symmetric, 128; or float [..., N, nb]) -> (4-bit qweight [..., N, nb, block/2], scales f32
+    [..., N, nb], u8 zero points [..., N, ceil(nb/2)]). Per block the levels u = code - zero
+    point and 0 span [lo, hi]; integer levels with hi - lo <= 15 become codes u - lo with zero
+    point -lo and the same scale (exact), any other block is rounded to the nearest of 16
+    levels over that range (scale (hi - lo) / 15 of the old one, an integer zero point)."""
+    zero = np.float64(128) if zero_points is None else np.asarray(zero_points, np.float64)[..., None]
+    levels = unpack_codes(qweight, 8).astype(np.float64) - zero
+    lo = np.minimum(levels.min(axis=-1), 0)
+    hi = np.maximum(levels.max(axis=-1), 0)
+    span = hi - lo
+    wide = span > 15 if zero_points is None else np.ones(span.shape, bool)
+    step = np.where(wide, np.maximum(span, 1e-30) / 15, 1.0)  # the new step, in old levels
+    new_zero = np.where(wide, np.round(-lo / step), -lo).clip(0, 15)
+    codes = np.clip(np.round(levels / step[..., None]) + new_zero[..., None], 0, 15).astype(np.uint8)
+    new_scales = np.where(wide, scales.astype(np.float64) * step, scales).astype(np.float32)
+    return pack_codes(codes, 4), new_scales, pack_codes(new_zero.astype(np.uint8), 4)
+
+
+def in_form(parts: tuple, held: Form) -> tuple:
+    """``blocks.repack``'s (qweight, scales, zero points) of a tensor in the form ``held``
+    (``form`` of its type)."""
+    if held.exact:
+        return parts
+    return requantize(*parts)
