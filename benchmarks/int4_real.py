@@ -1,18 +1,24 @@
 """int4 on a real model: irc's ``quantize`` methods and MatMulNBits accuracy levels against
-onnxruntime-genai's builder on SmolLM2-135M-Instruct (``real_model.py`` prepares it).
-Prints tables and never asserts on time.
+onnxruntime-genai's builder on one of three real models (``--model``): SmolLM2-135M-Instruct
+(``real_model.py`` prepares it), Gemma-3-270M (``real_gemma3.py``) or
+Qwen2.5-Coder-0.5B-Instruct (``real_qwen_coder.py``). Prints tables and never asserts on time.
 
 Rows, all in this one process:
 
 - transformers fp32 (the reference): the Hugging Face folder in torch, eager;
 - irc fp32: ``irc compile HF --target onnx-ort``;
-- irc int4, per method (``rtn``, ``mse``, ``imatrix`` with ``CALIBRATION``, a text other
-  than the evaluation text) and per accuracy level (0, 1, 2, 4):
+- irc int4, per method (``--methods``, default ``rtn``, ``mse``, ``imatrix``; ``imatrix`` and
+  ``gptq`` with ``CALIBRATION``, a text other than the evaluation text) and per accuracy
+  level (0, 1, 2, 4):
   ``lower-mlp,quantize{bits=4,group=32,embeddings=true,method=M,accuracy_level=0},dce``
   (embedding table and tied head in int4, as the builder does), compiled once per method;
   each level is a copy of model.onnx with ``accuracy_level`` set on every MatMulNBits
   (same external data);
 - builder int4: ``python -m onnxruntime_genai.models.builder -i HF -o OUT -p int4 -e cpu``.
+
+irc's models are timed as compiled by default (``--logits last``: logits [B, 1, V]); their
+perplexity is scored on twins compiled the same way with ``--logits all`` (the rows of
+``int4_quality.py``, cached under ``WORKDIR/score`` by command line), at the same levels.
 
 Columns: MB on disk (model.onnx + external data); perplexity over the first 512 tokens of
 ``real_model.SEED_TEXT`` (one ORT prefill, 2 threads; torch for transformers) and top-1
@@ -27,7 +33,8 @@ most half the builder's), the whole-process compile times, and the quantization 
 (MB of float32 weights per second) of each method's code search over every weight of the
 model, in this process, against RTN.
 
-    python benchmarks/int4_real.py [--rounds 5] [--threads 2] [--workdir DIR] [--model-dir /work/cache/smollm2]
+    python benchmarks/int4_real.py [--model smollm2|gemma3|qwen-coder] [--rounds 5] [--threads 2]
+        [--workdir DIR] [--methods rtn,mse,imatrix]
 """
 from __future__ import annotations
 
@@ -46,24 +53,53 @@ sys.path.insert(0, HERE)
 
 from onnx_vs_peers import ROOT, median, timed_process  # noqa: E402
 from quantize_onnx import disk_bytes  # noqa: E402
-from real_model import DEFAULT_DIR, SEED_TEXT, eval_tokens, prepare  # noqa: E402
+from real_model import SEED_TEXT, eval_tokens  # noqa: E402
 
 CALIBRATION = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shared", "seeds", "000_812997a390ead4ae.txt")
 METHODS = ("rtn", "mse", "imatrix")
+CALIBRATED = ("imatrix", "gptq")
+MODELS = {"smollm2": "SmolLM2-135M-Instruct", "gemma3": "Gemma-3-270M", "qwen-coder": "Qwen2.5-Coder-0.5B-Instruct"}
 LEVELS = (0, 1, 2, 4)
 PROMPT, NEW = 128, 64
 
 
+def prepare_model(model: str) -> str:
+    """The float32 Hugging Face folder of ``model`` (a key of ``MODELS``), made on first use."""
+    if model == "smollm2":
+        from real_model import prepare
+        return prepare()["f32"]
+    if model == "gemma3":
+        from real_gemma3 import prepare
+        return prepare()
+    if model == "qwen-coder":
+        from real_qwen_coder import prepare
+        return prepare()
+    raise SystemExit(f"unknown model {model!r}: one of {', '.join(MODELS)}")
+
+
 def pipeline(method: str, hf: str) -> str:
-    extra = f",calibration={CALIBRATION},tokenizer={os.path.join(hf, 'tokenizer.json')}" if method == "imatrix" else ""
+    extra = f",calibration={CALIBRATION},tokenizer={os.path.join(hf, 'tokenizer.json')}" if method in CALIBRATED else ""
     return f"lower-mlp,quantize{{bits=4,group=32,embeddings=true,method={method},accuracy_level=0{extra}}},dce"
 
 
-def build(work: str, hf: str) -> dict:
+def score_twins(work: str, hf: str, methods: list) -> dict:
+    """{"irc fp32" or method: folder} of the ``--logits all`` twins perplexity is scored on
+    (``int4_quality.build``: cached by command line; None where the compile failed)."""
+    from int4_quality import build as cached_build, irc_argv
+
+    twins = {"irc fp32": cached_build(os.path.join(work, "score"), "irc-fp32", lambda out: irc_argv(hf, out),
+                                      False, set())[0]}
+    for method in methods:
+        twins[method] = cached_build(os.path.join(work, "score"), f"irc-{method}-g32",
+                                     lambda out, m=method: irc_argv(hf, out, m), True, set())[0]
+    return twins
+
+
+def build(work: str, hf: str, methods: list) -> dict:
     """{name: (folder, whole-process seconds, failure note)} for every compiled model."""
     irc = [sys.executable, "-m", "irc_cli", "compile", hf, "--target", "onnx-ort", "-o"]
     jobs = {"irc fp32": irc + [os.path.join(work, "irc-fp32", "model.onnx")]}
-    for method in METHODS:
+    for method in methods:
         jobs[f"irc int4 {method}"] = irc + [os.path.join(work, f"irc-{method}", "model.onnx"),
                                             "--passes", pipeline(method, hf)]
     jobs["builder int4"] = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf, "-o",
@@ -157,15 +193,18 @@ def torch_logits(model, ids: list) -> np.ndarray:
         return model(torch.tensor([ids])).logits[0].float().numpy()
 
 
-def search_speed(hf: str, calibration_stats: dict | None) -> dict:
-    """MB/s of float32 weights through each method's code search, every 2-D weight of the model."""
+def search_speed(hf: str, calibration_stats: dict | None, methods: list) -> dict:
+    """MB/s of float32 weights through each method's code search, every 2-D weight of the model
+    (methods that need no statistics beyond imatrix's: not gptq)."""
     from frontends import load_spec
     from passes.quantize_methods import quantize_weight
 
     graph = load_spec(hf)
     weights = [p for p in graph.params.values() if p.rank == 2]
     speeds = {}
-    for method in METHODS:
+    for method in [m for m in ("rtn", *methods) if m != "gptq"]:
+        if method in speeds:
+            continue
         seconds, size = 0.0, 0
         for param in weights:
             w = np.asarray(param.array(), np.float32)
@@ -196,24 +235,29 @@ def calibration_seconds(hf: str) -> tuple:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2", choices=list(MODELS))
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated (rtn, ort, mse, imatrix, gptq)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--workdir", default=None)
-    parser.add_argument("--model-dir", default=DEFAULT_DIR)
     args = parser.parse_args()
-    hf = prepare(args.model_dir)["f32"]
+    methods = [m for m in args.methods.split(",") if m]
+    hf = prepare_model(args.model)
     work = args.workdir or tempfile.mkdtemp(prefix="int4-real-")
     ids = eval_tokens(hf)
     prompt = np.asarray([ids[:PROMPT]], np.int64)
     print(f"model {hf}; eval: first {len(ids)} tokens of {SEED_TEXT}; work dir {work}", flush=True)
 
-    built = build(work, hf)
-    rows = {"irc fp32": built["irc fp32"][0]}
-    for method in METHODS:
+    built = build(work, hf, methods)
+    twins = score_twins(work, hf, methods)
+    rows, scored = {"irc fp32": built["irc fp32"][0]}, {"irc fp32": twins["irc fp32"]}
+    for method in methods:
         for level in LEVELS:
-            if not built[f"irc int4 {method}"][2]:
-                rows[f"irc int4 {method} acc{level}"] = with_level(built[f"irc int4 {method}"][0], level, args.threads)
-    rows["builder int4"] = built["builder int4"][0]
+            name = f"irc int4 {method} acc{level}"
+            if not built[f"irc int4 {method}"][2] and twins[method]:
+                rows[name] = with_level(built[f"irc int4 {method}"][0], level, args.threads)
+                scored[name] = with_level(twins[method], level, args.threads)
+    rows["builder int4"] = scored["builder int4"] = built["builder int4"][0]
     for folder in (built["irc fp32"][0], built["builder int4"][0]):
         set_threads(folder, args.threads)
 
@@ -221,17 +265,27 @@ def main() -> None:
     reference_logits = torch_logits(reference, ids)
     reference_top = reference_logits[:-1].argmax(axis=-1)
     scores = {"transformers fp32": quality(reference_logits, ids, reference_top)}
-    for name, folder in rows.items():
-        scores[name] = quality(ort_logits(folder, ids, args.threads), ids, reference_top)
+    for name, folder in scored.items():
+        scores[name] = quality(ort_logits(folder, ids, args.threads, head_dim(hf)), ids, reference_top)
         print(f"  scored {name}: perplexity {scores[name][0]:.2f}", flush=True)
 
     timings = measure_decode(rows, reference, prompt, args.rounds)
-    report(rows, built, scores, timings, hf)
-    seconds, stats, count = calibration_seconds(hf)
-    speeds = search_speed(hf, stats)
+    report(rows, built, scores, timings, hf, MODELS[args.model])
+    if "imatrix" in methods:
+        seconds, stats, count = calibration_seconds(hf)
+        note = f"; imatrix calibration: {count} tokens in {seconds:.1f} s (reference interpreter, streamed)"
+    else:
+        stats, note = None, ""
+    speeds = search_speed(hf, stats, methods)
     print(f"\nquantization speed (every 2-D weight of the model, float32 MB/s, this process): "
-          + ", ".join(f"{m} {s:.1f} MB/s ({s / speeds['rtn']:.2f}x rtn)" for m, s in speeds.items())
-          + f"; imatrix calibration: {count} tokens in {seconds:.1f} s (reference interpreter, streamed)")
+          + ", ".join(f"{m} {s:.1f} MB/s ({s / speeds['rtn']:.2f}x rtn)" for m, s in speeds.items()) + note)
+
+
+def head_dim(hf: str) -> int:
+    """The attention head size of the folder's config (the builder's caches leave it symbolic)."""
+    with open(os.path.join(hf, "config.json")) as f:
+        config = json.load(f)
+    return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
 
 
 class GenaiStepper:
@@ -308,11 +362,11 @@ def measure_decode(rows: dict, reference, prompt: np.ndarray, rounds: int) -> di
     return timings
 
 
-def report(rows: dict, built: dict, scores: dict, timings: dict, hf: str) -> None:
+def report(rows: dict, built: dict, scores: dict, timings: dict, hf: str, title: str) -> None:
     sizes = {"transformers fp32": sum(os.path.getsize(os.path.join(hf, n)) for n in os.listdir(hf)
                                       if n.endswith(".safetensors"))}
     sizes.update({name: disk_bytes(folder) for name, folder in rows.items()})
-    print(f"\nSmolLM2-135M-Instruct, CPU, prefill {PROMPT} tokens and decode {NEW} through onnxruntime-genai "
+    print(f"\n{title}, CPU, prefill {PROMPT} tokens and decode {NEW} through onnxruntime-genai "
           f"(torch eager for transformers); perplexity and top-1 over the eval text")
     print(f"  {'model':<26} {'MB on disk':>10} {'perplexity':>10} {'top-1':>7} {'prefill ms':>10} {'decode tok/s':>12}")
     for name in ["transformers fp32", *rows]:
