@@ -16,10 +16,10 @@ Each compile runs as its own process; the table gives wall time, peak RSS (``wai
 bytes written, and the output is deleted at once (the disk is shared; a compile whose
 checkpoint plus output would pass ``--disk-budget-gb`` is not run):
 
-- ``int4``:  ``irc compile DIR --target onnx-ort --passes "quantize{bits=4,group=32,embeddings=true,method=ort}"``
-  (onnxruntime's compiled quantizer, the builder's scheme, every weight including the
-  embedding table and the head);
-- ``int4-default``: ``--passes "quantize{bits=4}"``, the pass's default options and method;
+- ``int4``:  ``irc compile DIR --target onnx-ort --passes "quantize{bits=4}"``: the pass's
+  defaults, the builder's scheme by the compiled kernel (``method=ort``, block 32), every
+  weight including the embedding table and the head;
+- ``int4-rtn``: ``--passes "quantize{bits=4,method=rtn}"``, irc's NumPy round-to-nearest;
 - ``f16``:   ``irc compile DIR --target onnx-ort --dtype f16``;
 - ``f32``:   ``irc compile DIR --target onnx-ort --dtype f32``;
 - ``floor (X)``: after compile X, read every shard (one reused 64 MiB buffer) and write as
@@ -36,7 +36,7 @@ int4 with exact float math and holds onnxruntime-genai's logits against the refe
 interpreter's on the same quantized graph. ``--real HF_FOLDER`` times whole-process fp32
 compiles of a real folder, irc and the builder interleaved (medians, ratio).
 
-    python benchmarks/big_checkpoint.py --layers 2,32 [--runs int4,int4-default,floor,f16,f32,builder]
+    python benchmarks/big_checkpoint.py --layers 2,32 [--runs int4,int4-rtn,floor,f16,f32,builder]
         [--dir /work/cache/big-llama3-8b] [--work DIR] [--cap-gb 10] [--disk-budget-gb 40]
         [--genai-check] [--real /work/cache/smollm2/hf-f32 --rounds 3]
     python benchmarks/big_checkpoint.py --generate-only --layers 2
@@ -272,8 +272,8 @@ def floor_copy(checkpoint: str, out: str, nbytes: int) -> None:
 # ---- the table ------------------------------------------------------------------------------
 
 COMPILES = {  # name: (irc compile options, bytes per checkpoint byte, for the disk check)
-    "int4": (["--target", "onnx-ort", "--passes", "quantize{bits=4,group=32,embeddings=true,method=ort}"], 0.35),
-    "int4-default": (["--target", "onnx-ort", "--passes", "quantize{bits=4}"], 0.45),
+    "int4": (["--target", "onnx-ort", "--passes", "quantize{bits=4}"], 0.35),
+    "int4-rtn": (["--target", "onnx-ort", "--passes", "quantize{bits=4,method=rtn}"], 0.35),
     "f16": (["--target", "onnx-ort", "--dtype", "f16"], 1.0),
     "f32": (["--target", "onnx-ort", "--dtype", "f32"], 2.0),
 }

@@ -1,14 +1,17 @@
-"""How fast each quantizer turns float32 weights into int4 codes: ``ort`` (onnxruntime's
-compiled blockwise quantizer, ``passes.quantize_ort``), ``rtn`` and ``mse`` (irc's NumPy
-ones, ``irc.ops.quant.quantize_blocks`` and ``passes.quantize_methods.search_blocks``), on
-Llama-3-8B's 4096 x 4096 and 14336 x 4096 weights (N(0, 0.02), group 32, symmetric).
+"""How fast each quantizer turns weights into int4 codes: ``ort`` (the compiled kernel,
+``passes._quantize_kernel``, numba), ``ort-mlas`` (the same scheme by onnxruntime's own
+kernel, ``quantize_matmul_4bits``), ``rtn`` and ``mse`` (irc's NumPy ones,
+``irc.ops.quant.quantize_blocks`` and ``passes.quantize_methods.search_blocks``), on
+Llama-3-8B's 4096 x 4096 and 14336 x 4096 weights (N(0, 0.02), group 32, symmetric), in
+float32 and in bfloat16 (what an 8B checkpoint holds).
 
-Prints a table of medians (MB of float32 weight per second, wall and CPU seconds per call)
-and two properties of the compiled quantizer: how many cores it keeps busy (CPU time over
-wall time) and whether it releases the GIL (how far a Python counting loop in another
-thread gets while it runs, against the same loop alone). Never asserts on time.
+Prints a table of medians (MB of float32-equivalent weight per second, wall and CPU seconds
+per call), then for the compiled quantizers: whether they release the GIL (how far a Python
+counting loop in another thread gets while one runs, against the same loop alone) and the
+wall time of two weights quantized by two threads at once against one after the other (what
+the weight writer's two workers get). Never asserts on time.
 
-    python benchmarks/quantize_speed.py [--repeat 3] [--methods ort,rtn,mse] [--bits 4]
+    python benchmarks/quantize_speed.py [--repeat 3] [--methods ort,ort-mlas,rtn,mse] [--bits 4]
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from irc.ops.quant import quantize_blocks  # noqa: E402
 from passes.quantize_methods import search_blocks  # noqa: E402
-from passes.quantize_ort import ort_blocks  # noqa: E402
+from passes.quantize_ort import ort_blocks, ort_blocks_mlas  # noqa: E402
 
 SHAPES = ((4096, 4096), (14336, 4096))
 GROUP = 32
@@ -33,6 +36,8 @@ GROUP = 32
 def quantizer(method: str, bits: int):
     if method == "ort":
         return lambda w: ort_blocks(w, bits=bits, block_size=GROUP, symmetric=True)
+    if method == "ort-mlas":
+        return lambda w: ort_blocks_mlas(w, bits=bits, block_size=GROUP, symmetric=True)
     if method == "rtn":
         return lambda w: quantize_blocks(w, bits=bits, block_size=GROUP, symmetric=True)
     return lambda w: search_blocks(w, bits=bits, block_size=GROUP, symmetric=True)
@@ -77,43 +82,53 @@ def gil_share(function, weight) -> tuple:
     return counts[0], alone
 
 
+def two_threads(function, weight) -> tuple:
+    """(wall s of two calls in two threads at once, wall s of the two one after the other)."""
+    start = time.perf_counter()
+    function(weight)
+    function(weight)
+    serial = time.perf_counter() - start
+    threads = [threading.Thread(target=function, args=(weight,)) for _ in range(2)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - start, serial
+
+
 def main() -> None:
+    import ml_dtypes
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--methods", default="ort,rtn,mse")
+    parser.add_argument("--methods", default="ort,ort-mlas,rtn,mse")
     parser.add_argument("--bits", type=int, default=4)
     args = parser.parse_args()
+    methods = args.methods.split(",")
     rng = np.random.default_rng(0)
+    if "ort" in methods:
+        ort_blocks(np.zeros((2, 64), np.float32), bits=args.bits, block_size=GROUP, symmetric=True)  # JIT (cached)
     print(f"int{args.bits}, group {GROUP}, symmetric; medians of {args.repeat}; {os.cpu_count()} CPUs")
-    print(f"{'method':<6} {'shape':>12} {'MB f32':>8} {'wall s':>8} {'CPU s':>8} {'CPU/wall':>9} {'MB/s':>8}")
+    print(f"{'method':<9} {'dtype':>8} {'shape':>12} {'MB f32':>8} {'wall s':>8} {'CPU s':>8} {'MB/s':>8}")
     for n, k in SHAPES:
         weight = (rng.standard_normal((n, k), np.float32) * np.float32(0.02))
         megabytes = weight.nbytes / 1e6
-        for method in args.methods.split(","):
-            wall, cpu = timed(quantizer(method, args.bits), weight, args.repeat)
-            print(f"{method:<6} {f'{n}x{k}':>12} {megabytes:8.1f} {wall:8.3f} {cpu:8.3f} {cpu / wall:9.2f} "
-                  f"{megabytes / wall:8.0f}")
-    if "ort" in args.methods.split(","):
-        n, k = SHAPES[1]
-        b = np.ascontiguousarray(rng.standard_normal((n, k), np.float32).T)  # MatMul's B [K, N]
-        for name, function in (("the kernel alone", kernel_call(b, args.bits)), ("ort_blocks", quantizer("ort", args.bits))):
-            data = b if name == "the kernel alone" else np.ascontiguousarray(b.T)
-            wall, cpu = timed(function, data, 1)
-            during, alone = gil_share(function, data)
-            print(f"\n{name} on {n}x{k}: CPU/wall {cpu / wall:.2f}; a Python loop in another thread ran "
-                  f"{during:,.0f} iterations/s meanwhile, {alone:,.0f}/s alone ({during / alone:.0%})")
-
-
-def kernel_call(b: np.ndarray, bits: int):
-    """One call of onnxruntime's quantizer on B [K, N] (what ``ort_blocks`` cuts into chunks)."""
-    from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_matmul_8bits
-
-    k, n = b.shape
-    nb = k // GROUP
-    packed = np.zeros((n, nb, GROUP * bits // 8), np.uint8)
-    scales, zeros = np.zeros((n, nb), np.float32), np.zeros((n, nb), np.uint8)
-    quantize = quantize_matmul_4bits if bits == 4 else quantize_matmul_8bits
-    return lambda data: quantize(packed, data, scales, zeros, GROUP, n, k, True)
+        for dtype in ("float32", "bfloat16"):
+            data = weight if dtype == "float32" else weight.astype(ml_dtypes.bfloat16)
+            for method in methods:
+                wall, cpu = timed(quantizer(method, args.bits), data, args.repeat)
+                print(f"{method:<9} {dtype:>8} {f'{n}x{k}':>12} {megabytes:8.1f} {wall:8.3f} {cpu:8.3f} "
+                      f"{megabytes / wall:8.0f}")
+    n, k = SHAPES[1]
+    data = (rng.standard_normal((n, k), np.float32) * np.float32(0.02)).astype(ml_dtypes.bfloat16)
+    for method in [m for m in methods if m.startswith("ort")]:
+        function = quantizer(method, args.bits)
+        during, alone = gil_share(function, data)
+        together, serial = two_threads(function, data)
+        print(f"\n{method} on {n}x{k} bfloat16: a Python loop in another thread ran {during:,.0f} iterations/s "
+              f"meanwhile, {alone:,.0f}/s alone ({during / alone:.0%}); two weights in two threads "
+              f"{together:.2f} s, one after the other {serial:.2f} s ({serial / together:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
-"""``quantize{method=ort}``: onnxruntime's compiled blockwise quantizer (MLAS's
+"""``quantize{method=ort}``: onnxruntime's blockwise quantizer's scheme (MLAS's
 ``MlasQuantizeBlockwise`` behind ``onnxruntime.capi._pybind_state.quantize_matmul_4bits`` /
 ``quantize_matmul_8bits``, what ``MatMulNBitsQuantizer`` and onnxruntime-genai's builder int4
-call), writing ``irc.ops.quant``'s layout, and ``ort_blocks_numpy``, the same scheme written
-afresh in NumPy (the reference the tests hold the compiled codes to, bit for bit; it also
-serves block sizes the kernel lacks).
+call), writing ``irc.ops.quant``'s layout: ``ort_blocks`` computes it with the compiled
+kernel of ``passes._quantize_kernel`` (numba: 3-4x MLAS's speed, the GIL released),
+``ort_blocks_mlas`` with onnxruntime's own kernel, and ``ort_blocks_numpy`` is the scheme
+written afresh in NumPy; the tests hold the three equal, bit for bit.
 
 The scheme, per group (block) of ``block_size`` weights along K, in float32 (zero padding
 past K takes part, so padding codes equal the zero point and dequantize to 0):
@@ -30,13 +31,12 @@ float32 s), so a dequantized weight (``irc.ops.quant.dequantize_blocks`` of what
 moves by at most |q - z| ulp / 2 beyond the half step: <= 2^-8 (2^bits - 1) s in bfloat16,
 <= 2^-11 (2^bits - 1) s in float16.
 
-Layout: the kernel quantizes MatMul's B [K, N] (K along columns) and writes qweight
-[N, nb, block_size * bits / 8] (low nibble first), scales [N, nb] and zero points
+Layout (``ort_blocks_mlas``): MLAS quantizes MatMul's B [K, N] (K along columns) and writes
+qweight [N, nb, block_size * bits / 8] (low nibble first), scales [N, nb] and zero points
 [N, ceil(nb * bits / 8)]: irc's, so a weight [..., N, K] is handed over transposed, a chunk of
 ``CHUNK_ELEMENTS`` weights at a time (each call holds the GIL, and a signal waits for it to
 return), and a trailing odd zero point's high nibble is cleared as ``pack_codes`` leaves it.
-The kernel takes block sizes 16, 32, 64, 128 and 256; others (per channel, say) run the
-NumPy reference, which is the same scheme, so the codes do not depend on which ran.
+MLAS takes block sizes 16, 32, 64, 128 and 256; the compiled kernel and NumPy take any.
 """
 from __future__ import annotations
 
@@ -57,8 +57,36 @@ def kernel_dtype(weight: np.ndarray, scale_dtype: str) -> np.dtype:
 
 def ort_blocks(weight, *, bits: int, block_size: int, symmetric: bool, scale_dtype: str = "float32") -> tuple:
     """(qweight u8, scales, zero_points u8 or None) of ``weight`` [..., N, K] along K, by
-    onnxruntime's compiled quantizer (module docstring); equal, bit for bit, to
-    ``ort_blocks_numpy``."""
+    the scheme of the module docstring, computed by ``passes._quantize_kernel`` (compiled,
+    ``CHUNK_ELEMENTS`` weights a call); equal, bit for bit, to ``ort_blocks_numpy`` and to
+    onnxruntime's own kernel (``ort_blocks_mlas``)."""
+    from passes._quantize_kernel import quantize_rows
+
+    w = np.asarray(weight)
+    if bits not in (4, 8):
+        return ort_blocks_numpy(w, bits=bits, block_size=block_size, symmetric=symmetric, scale_dtype=scale_dtype)
+    half = kernel_dtype(w, scale_dtype) == np.float16
+    lead, k = w.shape[:-1], w.shape[-1]
+    rows = w.reshape(-1, k)
+    count, nb = rows.shape[0], block_count(k, block_size)
+    qweight = np.empty((count, nb * block_size * bits // 8), np.uint8)
+    scales = np.empty((count, nb), np.float32)
+    zeros = np.zeros((count, packed_width(nb, bits)), np.uint8)
+    step = max(1, CHUNK_ELEMENTS // (nb * block_size))
+    for start in range(0, count, step):  # each call holds no lock, but a signal waits for it in the main thread
+        stop = min(count, start + step)
+        quantize_rows(rows[start:stop], bits=bits, block_size=block_size, symmetric=symmetric, half=half,
+                      qweight=qweight[start:stop], scales=scales[start:stop], zeros=zeros[start:stop])
+    stored = scales.astype(np.float16) if half else scales
+    return (qweight.reshape(lead + (nb, block_size * bits // 8)), stored.astype(scale_dtype).reshape(lead + (nb,)),
+            None if symmetric else zeros.reshape(lead + zeros.shape[1:]))
+
+
+def ort_blocks_mlas(weight, *, bits: int, block_size: int, symmetric: bool, scale_dtype: str = "float32") -> tuple:
+    """``ort_blocks`` by onnxruntime's own kernel (MLAS, ``quantize_matmul_4bits`` /
+    ``quantize_matmul_8bits``): the scheme's origin, which the tests and
+    ``benchmarks/quantize_speed.py`` hold the compiled kernel to. Block sizes the kernel
+    lacks (``KERNEL_BLOCKS``) run ``ort_blocks_numpy``."""
     w = np.asarray(weight)
     if bits not in (4, 8) or block_size not in KERNEL_BLOCKS:
         return ort_blocks_numpy(w, bits=bits, block_size=block_size, symmetric=symmetric, scale_dtype=scale_dtype)
@@ -139,4 +167,4 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
     return whole + np.where(np.abs(x - whole) >= 0.5, np.sign(x), np.float32(0)).astype(x.dtype)
 
 
-__all__ = ["ort_blocks", "ort_blocks_numpy", "kernel_dtype", "round_half_away", "KERNEL_BLOCKS"]
+__all__ = ["ort_blocks", "ort_blocks_mlas", "ort_blocks_numpy", "kernel_dtype", "round_half_away", "KERNEL_BLOCKS"]

@@ -32,7 +32,7 @@ def test_eval_text_reaches_output_dumps_and_report(capsys, tmp_path, tokenizer):
     text = tmp_path / "text.txt"
     text.write_text(TEXT)
     dump, page = tmp_path / "dump", tmp_path / "report.html"
-    code, _, err = run_cli(capsys, "compile", TINY, "--passes", "lower-mlp,quantize{bits=4,group=32,embeddings=true}",
+    code, _, err = run_cli(capsys, "compile", TINY, "--passes", "lower-mlp,quantize{bits=4,group=32,method=mse}",
                            "--eval-text", str(text), "--tokenizer", tokenizer, "--dump-dir", str(dump),
                            "--report", str(page))
     assert code == 0, err
@@ -119,3 +119,25 @@ def test_quantize_given_twice_or_contradicting_is_exit_2(capsys, tmp_path):
                            "quantize{bits=4,embeddings=false,lm_head=true}", "-o", str(out))
     assert code == 2 and "tied to the embedding table @embed" in err and "Traceback" not in err
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+HEAVY = ("numba", "torch", "triton", "transformers")
+PROBE = """import sys
+from irc_cli import main
+code = main(sys.argv[1:])
+print(code, sorted(m for m in {heavy!r} if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("passes,loaded", [(None, []), ("quantize{bits=4}", ["numba"])])
+def test_only_a_quantizing_compile_loads_numba(tmp_path, passes, loaded):
+    """``irc compile`` to ONNX imports none of the heavy libraries; the default quantizer's
+    kernel brings numba, and only then."""
+    import subprocess
+    import sys
+
+    argv = [TINY, "--target", "onnx-ort", "-o", str(tmp_path / "m.onnx"), "--quiet"]
+    argv += ["--passes", passes] if passes else []
+    done = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY), "compile", *argv], capture_output=True,
+                          text=True)
+    assert done.stdout.split("\n")[-2] == f"0 {loaded}", done.stderr

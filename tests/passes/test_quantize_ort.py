@@ -1,6 +1,6 @@
-"""quantize{method=ort}: onnxruntime's compiled blockwise quantizer (``passes.quantize_ort``)
-gives the same bytes as the NumPy statement of its scheme for every shape, block, dtype,
-bit width and symmetry; its dequantized weights stay within the scheme's error; and the pass
+"""quantize{method=ort}: the compiled kernel (``passes._quantize_kernel``, numba) and
+onnxruntime's own (MLAS) give the same bytes as the NumPy statement of their scheme for every
+shape, block, dtype, bit width and symmetry; its dequantized weights stay within the scheme's error; and the pass
 with it compiles to both ONNX targets, which agree with the reference interpreter."""
 import sys
 from pathlib import Path
@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from irc.ops.quant import dequantize_blocks, quantize_blocks, unpack_codes
 import passes.quantize_ort as quantize_ort
 from passes.quantize_methods import quantize_weight
-from passes.quantize_ort import KERNEL_BLOCKS, ort_blocks, ort_blocks_numpy
+from passes.quantize_ort import KERNEL_BLOCKS, ort_blocks, ort_blocks_mlas, ort_blocks_numpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends"))  # the ONNX tests' helpers
 from test_onnx_quant import LLAMA, assert_close, compile_quantized, op_types  # noqa: E402
@@ -61,6 +61,7 @@ def test_compiled_codes_equal_the_numpy_scheme_bit_for_bit(bits, symmetric, bloc
     options = dict(bits=bits, block_size=block, symmetric=symmetric, scale_dtype=dtype)
     got = ort_blocks(w, **options)
     same_bytes(got, ort_blocks_numpy(w, **options))
+    same_bytes(ort_blocks_mlas(w, **options), got)  # onnxruntime's own kernel: the scheme's origin
     layout = quantize_blocks(w, **options)  # irc's layout: the same shapes and dtypes as RTN's
     assert [None if a is None else (a.shape, a.dtype) for a in got] == \
         [None if a is None else (a.shape, a.dtype) for a in layout]
@@ -73,6 +74,7 @@ def test_many_kernel_calls_give_the_bytes_of_one(monkeypatch):
     whole = ort_blocks(w, **options)
     monkeypatch.setattr(quantize_ort, "CHUNK_ELEMENTS", 128 * 5)  # 5 rows a call: 15 calls, the last of 4
     same_bytes(ort_blocks(w, **options), whole)
+    same_bytes(ort_blocks_mlas(w, **options), whole)
     same_bytes(whole, ort_blocks_numpy(w, **options))
 
 
@@ -116,6 +118,16 @@ def test_symmetric_scales_of_a_bfloat16_weight_are_stored_exactly(bits):
     wide = ort_blocks(w, bits=bits, block_size=32, symmetric=True, scale_dtype="float32")
     np.testing.assert_array_equal(narrow[0], wide[0])
     np.testing.assert_array_equal(narrow[1].astype(np.float32), wide[1])
+
+
+def test_odd_block_sizes_and_the_compiled_kernel_agree():
+    """Blocks MLAS lacks (48, per channel 4096) and a float16 weight with float16 scales (the
+    kernel's two calls: float32 scales, then codes from their float16 rounding)."""
+    for block, k, dtype in ((48, 100, "float32"), (4096, 3000, "bfloat16"), (32, 96, "float16")):
+        for symmetric in (True, False):
+            w = weights(11, (), 9, k, -1.2, 0.2, True, True, dtype, block)
+            options = dict(bits=4, block_size=block, symmetric=symmetric, scale_dtype=dtype)
+            same_bytes(ort_blocks(w, **options), ort_blocks_numpy(w, **options))
 
 
 def test_the_method_is_the_compiled_quantizer():
