@@ -10,8 +10,8 @@ Models: SmolLM2-135M-Instruct (Llama family, ``benchmarks/real_model.py``), Gemm
 (``benchmarks/real_gemma3.py``) and Qwen2.5-Coder-0.5B-Instruct (``qwen-coder``,
 ``benchmarks/real_qwen_coder.py``), fp32, from GGUF files that ship inside PyPI packages.
 
-``--int4``: every tool at int4 instead: irc with ``--passes INT4`` (embedding table and tied
-head in int4, RTN, as the builder quantizes), the builder with ``-p int4`` (its default accuracy
+``--int4``: every tool at int4 instead: irc with ``--passes INT4`` (quantize's defaults: the
+embedding table and tied head in int4, the builder's scheme), the builder with ``-p int4`` (its default accuracy
 level 4, as irc's), no mobius (mobius-onnx 0.1.0 cannot quantize a float checkpoint); each
 model's op census (node counts per op type) is printed, and ``--variant`` builds take the same
 passes unless they give their own (``--variant "split-qkv=--target onnx-ort --unfuse pack-qkv"``
@@ -65,7 +65,7 @@ from int4_real import set_threads  # noqa: E402  (one genai_config edit for ever
 THREADS = 2
 SHORT_NEW, LONG_NEW = 16, 8
 LONG_TOOLS = "irc onnx-ort,builder,mobius"  # the 2,048-token prefill is the run's largest cost
-INT4 = "lower-mlp,quantize{bits=4,group=32,embeddings=true,method=rtn},dce"
+INT4 = "lower-mlp,quantize{bits=4},dce"
 PHASES = {"prefill 128": 128, "prefill 1024": 1024, "decode short": 128, "decode 2048": 2048}
 
 

@@ -128,7 +128,7 @@ def test_padding_of_a_single_block_dequantizes_to_zero():
 
 @pytest.mark.parametrize("bad, message", [
     ({"bits": 3}, "bits must be 4 or 8"),
-    ({"method": "gptq"}, "unknown method 'gptq'"),
+    ({"method": "hqq"}, "unknown method 'hqq'"),
     ({"method": "imatrix"}, "needs a calibration text"),
     ({"accuracy_level": 5}, "accuracy_level must be"),
 ])
