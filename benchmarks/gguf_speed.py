@@ -5,8 +5,8 @@ Per model (``MODELS``: SmolLM2-135M-Instruct Q4_1 with its Q8_0 tied table, from
 ``real_model.py``; Qwen2.5-Coder-0.5B-Instruct Q4_K_M, from ``real_qwen_coder.py``):
 
 - ``gguf as is``: ``irc compile FILE.gguf --target onnx-ort`` (what a user types);
-- ``irc int4 rtn``: ``irc compile HF --target onnx-ort --passes
-  "lower-mlp,quantize{bits=4,group=32,embeddings=true,method=rtn},dce"`` on the Hugging Face
+- ``irc int4``: ``irc compile HF --target onnx-ort --passes
+  "lower-mlp,quantize{bits=4},dce"`` (quantize's defaults) on the Hugging Face
   folder dequantized from the same file;
 - ``--extra MODEL:ROW=FOLDER``: any other compiled folder (an older build, a variant).
 
@@ -52,7 +52,7 @@ MODELS = {
     "qwen-coder": ("/work/cache/qwen-coder/gguf/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
                    "/work/cache/qwen-coder/hf-f32"),
 }
-INT4 = "lower-mlp,quantize{bits=4,group=32,embeddings=true,method=rtn},dce"
+INT4 = "lower-mlp,quantize{bits=4},dce"
 EVAL_TOKENS = 512
 LOCK = "/tmp/bench.lock"
 
@@ -63,7 +63,7 @@ def build(work: str, name: str, extras: dict) -> dict:
     irc = [sys.executable, "-m", "irc_cli", "compile"]
     jobs = {"gguf as is": irc + [gguf, "--target", "onnx-ort", "-o", os.path.join(work, name, "gguf", "model.onnx")]}
     if os.path.exists(os.path.join(hf, "config.json")):
-        jobs["irc int4 rtn"] = irc + [hf, "--target", "onnx-ort", "--passes", INT4, "-o",
+        jobs["irc int4"] = irc + [hf, "--target", "onnx-ort", "--passes", INT4, "-o",
                                       os.path.join(work, name, "int4", "model.onnx")]
     else:
         print(f"  {name}: no {hf}: the int4 row is left out (benchmarks/real_model.py / real_qwen_coder.py make it)")
@@ -116,7 +116,7 @@ def prompt_ids(gguf: str) -> list:
 
 
 def report_speed(name: str, rows: dict, timings: dict) -> None:
-    base = "irc int4 rtn" if "irc int4 rtn" in rows else None
+    base = "irc int4" if "irc int4" in rows else None
     print(f"\n{name}: prefill {PROMPT} tokens, decode {NEW} through onnxruntime-genai")
     print(f"  {'model':<28} {'MB on disk':>10} {'prefill ms':>10} {'decode tok/s':>12} {'vs int4':>8}")
     speed = {row: 1 / median(steps) for row, (_, steps) in timings.items()}
