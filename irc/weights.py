@@ -154,6 +154,19 @@ def read_rows(param: Param, start: int, stop: int) -> np.ndarray:
     return convert(data_rows(param.data, start, stop), param.dtype)
 
 
+def read_rows_stored(param: Param, start: int, stop: int) -> np.ndarray:
+    """Rows [start, stop) as the checkpoint stores them when that is bfloat16 or float16 and
+    the param is float32 (a ``Cast``), else ``read_rows``: for a reader that widens them
+    itself, exactly (the compiled int4 kernel), so the rows are never converted here."""
+    data = param.data
+    if isinstance(data, Cast) and param.dtype == DType.f32:
+        raw = np.asarray(data_rows(data.data, start, stop))
+        if raw.dtype.name in ("bfloat16", "float16"):
+            return np.ascontiguousarray(raw)
+        return convert(raw, param.dtype)
+    return read_rows(param, start, stop)
+
+
 def materialize(param: Param) -> np.ndarray:
     data = param.array()
     if data is None:

@@ -23,6 +23,7 @@ from irc.check import compare_outputs
 from irc.dot import graph_to_dot
 from irc.dtypes import DType
 from irc.errors import BackendError, IRCError, PassError
+from irc.heap import keep_freed_memory
 from irc.interpreter import random_feeds
 from irc.output import Terminated
 from irc.passmanager import PASSES, PassManager, parse_pipeline
@@ -176,6 +177,7 @@ def _memory_lines(memory: list, summary: dict) -> list[str]:
 
 def cmd_compile(args) -> int:
     started, wall = time.perf_counter(), time.time()
+    keep_freed_memory()  # weights stream through buffers of tens of MB: reuse them (irc.heap)
     target = get_target(args.target)
     options = EmitOptions(args.target, args.spec, args.seed, args.context, _target_options(args))
     if target.needs_output and not args.output:

@@ -10,7 +10,9 @@ float32 as it is) and releases the GIL (``nogil``), so the writer's threads run 
 side. Its codes and scales equal MLAS's and ``ort_blocks_numpy``'s bit for bit (tests).
 
 Exactness: every step is float32 arithmetic in the order the NumPy statement takes (no
-fused multiply-add, no fast-math), rounding is C's ``roundf`` written as trunc plus a
+fused multiply-add, no fast-math), a block's min and max are found on the values' bits as
+ordered integers (the same values; a NaN weight, which no checkpoint should hold, sorts past
+infinity where NumPy would propagate it), rounding is C's ``roundf`` written as trunc plus a
 comparison of the exact fraction, and a float16 scale (float16 weights with float16 scales)
 is rounded by NumPy between two calls (numba has no float16 scalars): the first computes
 float32 scales, the second the codes from the rounded ones. The kernel is compiled on first
@@ -36,15 +38,28 @@ def round_half_away(x):
 
 
 @jit
-def block_scale(buf, base, block, bits, symmetric):
-    """(scale, zero point) of buf[base:base + block] in float32."""
-    low, high = buf[base], buf[base]
+def block_range(keys, base, block, pair):
+    """(min, max) of the float32 values whose bits ``keys`` holds at [base, base + block),
+    compared as integers: bits ^ ((bits >> 31) & 0x7FFFFFFF) orders floats as int32 (-0
+    just below +0), and integer min/max vectorise where float ones need fast-math. ``pair``:
+    two int32 slots whose float32 view turns the keys back into values."""
+    low, high = np.int32(0x7FFFFFFF), np.int32(-0x80000000)
     for i in range(base, base + block):
-        low, high = min(low, buf[i]), max(high, buf[i])
+        key = keys[i] ^ ((keys[i] >> 31) & np.int32(0x7FFFFFFF))
+        low, high = min(low, key), max(high, key)
+    pair[0] = low ^ ((low >> 31) & np.int32(0x7FFFFFFF))
+    pair[1] = high ^ ((high >> 31) & np.int32(0x7FFFFFFF))
+    values = pair.view(np.float32)
+    return values[0], values[1]
+
+
+@jit
+def block_scale(low, high, first, bits, symmetric):
+    """(scale, zero point) in float32 of a block with that min, max and first value."""
     if symmetric:
         v = high if abs(high) > abs(low) else low
         if v == 0:
-            v = buf[base]  # all ±0: the first one's sign, as the kernel's scan leaves it
+            v = first  # all ±0: the first one's sign, as the kernel's scan leaves it
         return -v / np.float32(2 ** (bits - 1)), np.float32(2 ** (bits - 1))
     top = np.float32(2 ** bits - 1)
     low, high = min(low, np.float32(0)), max(high, np.float32(0))
@@ -79,27 +94,32 @@ def put_zero(zeros, r, b, bits, zero):
 def rows_kernel(rows, k, block, bits, symmetric, given, bf16, qweight, scales, zeros, buf):
     """Codes of every row of ``rows`` [R, K] into qweight [R, nb * block * bits / 8]
     (low nibble first), float32 scales [R, nb] (read when ``given``, else written) and
-    packed zero points [R, *] (asymmetric)."""
-    nb = buf.shape[0] // block
+    packed zero points [R, *] (asymmetric). Per row: each block's scale and zero point,
+    spread over its elements, then one loop over the row for the codes (it vectorises)."""
+    n = buf.shape[0]
     top = np.float32(2 ** bits - 1)
-    codes = np.empty(buf.shape[0], np.uint8)
-    bits_view = buf.view(np.uint32)
+    codes = np.empty(n, np.uint8)
+    inverses, points = np.empty(n, np.float32), np.empty(n, np.float32)
+    bits_view, keys, pair = buf.view(np.uint32), buf.view(np.int32), np.empty(2, np.int32)
     for r in range(rows.shape[0]):
         load_row(rows[r], k, bf16, buf, bits_view)
-        for b in range(nb):
+        for b in range(n // block):
             base = b * block
-            scale, zero = block_scale(buf, base, block, bits, symmetric)
+            low, high = block_range(keys, base, block, pair)
+            scale, zero = block_scale(low, high, buf[base], bits, symmetric)
             if given:
                 scale = scales[r, b]
             else:
                 scales[r, b] = scale
             inverse = np.float32(1) / scale if scale != 0 else np.float32(0)
-            for i in range(base, base + block):
-                codes[i] = np.uint8(min(max(round_half_away(buf[i] * inverse + zero), np.float32(0)), top))
+            inverses[base:base + block] = inverse
+            points[base:base + block] = zero
             if not symmetric:
                 put_zero(zeros, r, b, bits, zero)
+        for i in range(n):
+            codes[i] = np.uint8(min(max(round_half_away(buf[i] * inverses[i] + points[i]), np.float32(0)), top))
         if bits == 4:
-            for j in range(buf.shape[0] // 2):
+            for j in range(n // 2):
                 qweight[r, j] = codes[2 * j] | (codes[2 * j + 1] << np.uint8(4))
         else:
             qweight[r, :] = codes

@@ -58,7 +58,7 @@ import numpy as np
 from irc.dtypes import DType
 from irc.graph import Graph, Param
 from irc.ops.quant import block_count, pack_codes, packed_width, quantize_blocks
-from irc.weights import Derived, materialize, read_rows
+from irc.weights import Derived, materialize, read_rows, read_rows_stored
 
 METHODS = ("rtn", "ort", "mse", "imatrix", "gptq")
 CALIBRATED = ("imatrix", "gptq")
@@ -219,7 +219,10 @@ class QuantizedWeight:
 
     def part(self, name: str, rows: Optional[tuple] = None):
         if rows != self._rows or name not in self._pending:
-            weight = materialize(self.source) if rows is None else read_rows(self.source, *rows)
+            if rows is None:
+                weight = materialize(self.source)
+            else:  # the compiled kernel (ort) widens a bfloat16 / float16 checkpoint's rows itself
+                weight = (read_rows_stored if self.method == "ort" else read_rows)(self.source, *rows)
             arrays = quantize_weight(weight, bits=self.bits, block_size=self.block_size, symmetric=self.symmetric,
                                      method=self.method, scale_dtype=self.source.dtype.numpy.name,
                                      importance=self.importance)

@@ -162,3 +162,22 @@ def test_both_onnx_targets_match_the_interpreter(case, tmp_path):
     reference = greedy(interpreter_engine(graph), graph, PROMPTS, 4)
     for _, ours in results.values():
         assert_close(ours, reference, 1e-4)
+
+
+def test_a_bfloat16_checkpoint_is_quantized_from_its_stored_rows():
+    """A float32 param over a bfloat16 checkpoint (``irc.weights.Cast``): the writer's pieces
+    hand the kernel the stored rows (``read_rows_stored``), which it widens itself; the codes
+    are those of the float32 values, piece by piece and whole."""
+    from irc.dtypes import DType
+    from irc.graph import Graph
+    from irc.weights import Cast, read_rows_stored
+    from passes.quantize_methods import QuantizedWeight
+
+    stored = weights(13, (), 40, 96, -1.5, 0.1, True, True, "bfloat16", 32)
+    param = Graph("g").add_param("w", DType.f32, stored.shape)
+    param.data = Cast(stored, DType.f32)
+    assert read_rows_stored(param, 3, 9).dtype == stored.dtype  # not converted on the way
+    want = ort_blocks(stored.astype(np.float32), bits=4, block_size=32, symmetric=True)
+    weight = QuantizedWeight(param, 4, 32, True, "ort")
+    pieces = [[weight.part(p, (start, start + 8)) for p in ("qweight", "scales")] for start in range(0, 40, 8)]
+    same_bytes((np.concatenate([q for q, _ in pieces]), np.concatenate([s for _, s in pieces]), None), want)
