@@ -13,7 +13,7 @@ from frontends.dsl_rope import Rope, emit_rope
 if TYPE_CHECKING:
     from frontends.dsl import Model, Tensor
 
-QK_NORMS = (False, True, "head", "full")  # True is "head"
+QK_NORMS = (False, True, "head", "full", "layer")  # True is "head"
 
 
 def llama4_query_scale(m: Model, beta: float, original: int, positions: int) -> Tensor:
@@ -80,7 +80,8 @@ class AttentionLayer:
         """Multi-head attention (MHA; GQA when kv_heads < heads; MQA when kv_heads == 1):
         q/k/v projections (``attn.wq/wk/wv``, biases ``bq/bk/bv`` with qkv_bias), RMS norms
         ``q_norm``/``k_norm`` with qk_norm (True or "head": per head, weights [D]; "full":
-        over all of q's and k's features, weights [H·D] and [K·D], OLMo-2's), RoPE on q and k,
+        over all of q's and k's features, weights [H·D] and [K·D], OLMo-2's; "layer": a
+        LayerNorm without bias per head, weights [H, D] and [K, D], Cohere's), RoPE on q and k,
         the attention op over the layer's past cache, and the output projection ``attn.wo``
         (bias ``attn.bo`` with out_bias; with ``output_gate``, of the output times
         sigmoid(gate), the gate read from ``attn.wq``: ``frontends.dsl_delta``); with
@@ -99,7 +100,7 @@ class AttentionLayer:
             head_dim = d // heads
         positive("head_dim", head_dim, where)
         if qk_norm not in QK_NORMS:
-            raise m.error("qk_norm", f"expected false, true, 'head' or 'full', got {qk_norm!r}")
+            raise m.error("qk_norm", f"expected false, true, 'head', 'full' or 'layer', got {qk_norm!r}")
         self._check_rope(rope, head_dim, "head_dim")
         window = None if window is None else positive("window", window, where)
         softcap = positive_float("softcap", softcap, where)
@@ -117,12 +118,8 @@ class AttentionLayer:
             q, gate = query_and_gate(self, q, heads, head_dim)
         k = m.emit("linear", [x, wk, bk], None, f"{p}k")[0]
         v = m.emit("linear", [x, wv, bv], None, f"{p}v")[0]
-        if qk_norm == "full":
-            q = m.norm(q, f"{p}attn.q_norm", "rms", qk_norm_eps, qk_norm_offset)
-            k = m.norm(k, f"{p}attn.k_norm", "rms", qk_norm_eps, qk_norm_offset)
-        elif qk_norm:
-            q = self._head_norm(q, "q", heads, head_dim, qk_norm_eps, qk_norm_offset)
-            k = self._head_norm(k, "k", kv_heads, head_dim, qk_norm_eps, qk_norm_offset)
+        if qk_norm:
+            q, k = self._qk_norms(q, k, qk_norm, (heads, kv_heads, head_dim), qk_norm_eps, qk_norm_offset)
         if clip_qkv is not None:  # OLMo's clamp of q, k and v to [-c, c], after any q/k norms
             c = positive_float("clip_qkv", clip_qkv, where)
             q, k, v = (self._clip(t, c, which) for t, which in ((q, "q"), (k, "k"), (v, "v")))
@@ -146,7 +143,8 @@ class AttentionLayer:
         bo = m.param(f"{p}attn.bo", (d,)) if out_bias else None
         kind = "mha" if kv_heads == heads else "mqa" if kv_heads == 1 else "gqa"
         self._note_attention(kind, heads, kv_heads, head_dim, head_dim, window, softcap, scale, rope,
-                             qkv_bias=bool(qkv_bias), qk_norm="full" if qk_norm == "full" else bool(qk_norm),
+                             qkv_bias=bool(qkv_bias),
+                             qk_norm=qk_norm if qk_norm in ("full", "layer") else bool(qk_norm),
                              **({"attn_sinks": True} if sinks else {}))
         return m.emit("linear", [out, wo, bo], None, f"{p}attn_out")[0]
 
@@ -166,6 +164,29 @@ class AttentionLayer:
         split = m.emit("reshape", [t], {"shape": list(lead + (heads, head_dim))}, f"{p}{which}_heads")[0]
         normed = m.norm(split, f"{p}attn.{which}_norm", "rms", eps, offset)
         return m.emit("reshape", [normed], {"shape": list(lead + (heads * head_dim,))}, f"{p}{which}_normed")[0]
+
+    def _qk_norms(self, q: Tensor, k: Tensor, kind, dims: tuple, eps, offset) -> tuple:
+        """q and k normalised as ``kind`` says (``attention``'s qk_norm)."""
+        m, p = self.model, self.prefix
+        heads, kv_heads, head_dim = dims
+        if kind == "full":
+            return (m.norm(q, f"{p}attn.q_norm", "rms", eps, offset), m.norm(k, f"{p}attn.k_norm", "rms", eps, offset))
+        if kind == "layer":
+            return (self._head_layer_norm(q, "q", heads, head_dim, eps),
+                    self._head_layer_norm(k, "k", kv_heads, head_dim, eps))
+        return (self._head_norm(q, "q", heads, head_dim, eps, offset),
+                self._head_norm(k, "k", kv_heads, head_dim, eps, offset))
+
+    def _head_layer_norm(self, t: Tensor, which: str, heads: int, head_dim: int, eps) -> Tensor:
+        """Cohere's q/k norm: each head of ``t`` [B,T,N*D] LayerNorm-ed over its D features
+        (no bias, as primitives) and scaled by its own row of ``@attn.{which}_norm`` [N, D]."""
+        m, p = self.model, self.prefix
+        lead = tuple(t.shape[:-1])
+        split = m.emit("reshape", [t], {"shape": list(lead + (heads, head_dim))}, f"{p}{which}_heads")[0]
+        normed = m.plain_layer_norm(split, f"{p}{which}_norm", eps)
+        weight = m.param(f"{p}attn.{which}_norm", (heads, head_dim))
+        scaled = m.emit("mul", [normed, weight], None, f"{p}{which}_norm_scaled")[0]
+        return m.emit("reshape", [scaled], {"shape": list(lead + (heads * head_dim,))}, f"{p}{which}_normed")[0]
 
     def mla_attention(self, x: Tensor, heads: int, kv_lora_rank: int, qk_nope_head_dim: int,
                       qk_rope_head_dim: int, v_head_dim: int, q_lora_rank: Optional[int] = None,

@@ -18,11 +18,12 @@ ROPE_KEYS = ("base", "convention", "rotary_dim", "scaling", "decomposed")
 
 
 def _qk_norm(value):
-    """false, true (per head), head or full (over all of q's and k's features: OLMo-2's)."""
-    if value in (False, True, "head", "full") and not (value == 0 and value is not False) and \
+    """false, true (per head), head, full (over all of q's and k's features: OLMo-2's) or
+    layer (a LayerNorm per head with a weight per head: Cohere's)."""
+    if value in (False, True, "head", "full", "layer") and not (value == 0 and value is not False) and \
             not (value == 1 and value is not True):
         return value
-    raise Bad(f"expected false, true, head or full, got {value!r}")
+    raise Bad(f"expected false, true, head, full or layer, got {value!r}")
 
 
 @contextmanager

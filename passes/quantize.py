@@ -84,7 +84,8 @@ class Quantize(Pass):
     from the same calibration run through the quantized layers before it:
     ``passes.quantize_gptq``); see ``passes.quantize_methods``. The default was chosen by
     ``benchmarks/int4_quality.py`` (greedy agreement and degenerate outputs on real models,
-    not one perplexity): ``mse`` answered a prompt with a run of digits on SmolLM2-135M. ``accuracy_level`` (null, 0, 1, 2, 3, 4): MatMulNBits'
+    not one perplexity): ``mse`` answered a prompt with a run of digits on SmolLM2-135M.
+    ``accuracy_level`` (null, 0, 1, 2, 3, 4): MatMulNBits'
     activation precision, a backend hint (null: the target's default; the reference is
     always exact). ``embeddings`` (default true) quantizes the embedding table and the LM
     head too (a param read by ``embedding``, or named ``lm_head``; a tied pair as one set of

@@ -13,8 +13,12 @@ glm4               GLM-4: the shared decoder with norms after attention and MLP 
                    head, the fused ``gate_up_proj``
 =================  ==========================================================================
 
-Refused, naming config.json and the key: Cohere's ``use_qk_norm`` (per-head LayerNorms with
-a weight per head), ``attention_bias`` on Cohere, an activation other than SiLU.
+``use_qk_norm`` (Command-R+): q and k LayerNorm-ed per head over ``head_dim`` (no bias, the
+norm's ``layer_norm_eps``) with a weight per head, ``q_norm`` [H, D] and ``k_norm`` [K, D],
+before RoPE (``Layer.attention(qk_norm="layer")``).
+
+Refused, naming config.json and the key: ``attention_bias`` on Cohere, an activation other
+than SiLU.
 """
 from __future__ import annotations
 
@@ -40,7 +44,6 @@ def _cohere(cfg: Config, name: str, model_type: str) -> Arch:
     n = dims["layers"]
     _silu(cfg)
     _no(cfg, "attention_bias")
-    cfg.check("use_qk_norm", lambda v: not v, hint="Cohere's per-head q/k LayerNorms are not supported yet")
     rope = _rope(cfg, dims["head_dim"], convention="interleaved")
     if model_type == "cohere2":
         pattern = cfg.data.get("sliding_window_pattern", 4)
@@ -56,11 +59,12 @@ def _cohere(cfg: Config, name: str, model_type: str) -> Arch:
                                                                                            positive_int)},
                 tied=cfg.get("tie_word_embeddings", boolean), checkpoint="llama",
                 logits_scale=cfg.get("logit_scale", positive_number, None))
-    arch.expand = partial(_expand)
+    qk_norm = model_type == "cohere" and cfg.get("use_qk_norm", boolean)  # Cohere-2 has no such key
+    arch.expand = partial(_expand, qk_norm="layer" if qk_norm else False)
     return arch
 
 
-def _expand(arch: Arch, origin: str):
+def _expand(arch: Arch, origin: str, qk_norm=False):
     """Cohere's decoder through the DSL: x + attn(h) + mlp(h), h = LayerNorm(x) (no bias)."""
     from frontends.dsl import Model, Rope
 
@@ -73,7 +77,8 @@ def _expand(arch: Arch, origin: str):
             rope = None if r is None else Rope(base=r.base, convention=r.convention, scaling=r.scaling,
                                                rotary_dim=r.rotary_dim)
             h = layer.layer_norm(x, "attn_norm", eps, bias=False)
-            y = layer.attention(h, a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, rope=rope, window=spec.window)
+            y = layer.attention(h, a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, rope=rope, window=spec.window,
+                                qk_norm=qk_norm, qk_norm_eps=eps)
             f = layer.swiglu(h, d_ff=arch.mlp["d_ff"])
             x = x + m.add(y, f, f"{layer.prefix}branches")
         m.logits(m.layer_norm(x, "norm", eps, bias=False), tied=arch.tied, scale=arch.logits_scale)

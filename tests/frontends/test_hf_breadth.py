@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smollm3-nope-list-window",
             "ministral-windows", "olmo2-post-norms", "olmo3-windows", "olmoe-top2", "starcoder2-biases-window",
             "gpt2-learned-positions", "gpt-neox-parallel", "phi-parallel-head-bias", "cohere-parallel-logit-scale",
-            "cohere2-nope-global", "glm4-sandwich-partial-rotary", "falcon-7b-multi-query",
+            "cohere-qk-norm", "cohere2-nope-global", "glm4-sandwich-partial-rotary", "falcon-7b-multi-query",
             "falcon-40b-new-arch-biases", "olmo-plain-norms-clip", "ministral3-llama4-scale-yarn"]
 
 
@@ -54,7 +54,7 @@ BAD = [  # (config.json, the key named, a fragment of the message)
     ({"model_type": "falcon", **SMALL, "alibi": True}, "alibi", "ALiBi"),
     ({"model_type": "falcon", **SMALL, "new_decoder_architecture": True, "num_kv_heads": 3}, "num_kv_heads",
      "not divisible by 3 kv heads"),
-    ({"model_type": "cohere", **SMALL, "use_qk_norm": True}, "use_qk_norm", "per-head q/k LayerNorms"),
+    ({"model_type": "cohere", **SMALL, "attention_bias": True}, "attention_bias", "no such bias"),
     ({"model_type": "cohere2", **SMALL, "layer_types": ["sliding_attention"] * 3}, "layer_types", "3 entries for 2"),
 ]
 

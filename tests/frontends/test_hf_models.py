@@ -118,6 +118,7 @@ CASES = {  # name: (config class, overrides of SMALL)
     "phi-parallel-head-bias": ("PhiConfig", dict(num_key_value_heads=4, bos_token_id=1, eos_token_id=2)),
     # families_cohere
     "cohere-parallel-logit-scale": ("CohereConfig", dict(logit_scale=0.5, bos_token_id=1, eos_token_id=2)),
+    "cohere-qk-norm": ("CohereConfig", dict(use_qk_norm=True, logit_scale=0.5, bos_token_id=1, eos_token_id=2)),
     "cohere2-nope-global": ("Cohere2Config", dict(num_hidden_layers=4, sliding_window=4, logit_scale=0.25,
                                                   bos_token_id=1, eos_token_id=2)),
     "glm4-sandwich-partial-rotary": ("Glm4Config", dict(head_dim=16, pad_token_id=0, eos_token_id=2)),

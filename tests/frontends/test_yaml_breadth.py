@@ -75,3 +75,22 @@ def test_nope_layers_need_rope_and_real_layers():
         yaml_spec.loads(base % "nope_layers: [0]")
     graph = yaml_spec.loads(base % "rope: {base: 10000}, nope_layers: [1]")
     assert [n.outputs[0].name for n in graph.nodes if n.op == "rope"] == ["layers.0.q_rope", "layers.0.k_rope"]
+
+
+def test_cohere_per_head_layer_norms_in_yaml_are_the_dsl_graph(tmp_path):
+    """``attention.qk_norm: layer`` (Cohere's q/k LayerNorm per head, a weight per head) builds
+    the graph ``Layer.attention(qk_norm="layer")`` builds: the tiny Llama-3 with it on."""
+    text = (EXAMPLES / "tiny-llama3.yaml").read_text()
+    text = text.replace("    head_dim: 16\n", "    head_dim: 16\n    qk_norm: layer\n")
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(text)
+    from_yaml = load_spec(spec)
+    assert from_yaml.params["layers.0.attn.q_norm"].shape == (4, 16)
+    assert from_yaml.params["layers.1.attn.k_norm"].shape == (2, 16)
+    source = (EXAMPLES / "tiny_llama3_dsl.py").read_text()
+    assert "head_dim=16," in source
+    program = tmp_path / "tiny_dsl.py"
+    program.write_text(source.replace("head_dim=16,", "head_dim=16, qk_norm=\"layer\", qk_norm_eps=1e-5,"))
+    assert without_meta(load_spec(program)) == without_meta(from_yaml)
+    tokens, _ = generate(from_yaml, [1, 2, 3], 4)
+    assert len(tokens) == 4
