@@ -24,16 +24,20 @@ from irc.errors import SpecError
 from irc.graph import Graph
 
 
-def load_spec(path) -> Graph:
-    """The graph a spec describes: weights absent, except a model folder's (lazy)."""
+def load_spec(path, gguf_weights: str = "blocks") -> Graph:
+    """The graph a spec describes: weights absent, except a model folder's or a GGUF's
+    (lazy); ``gguf_weights`` is ``frontends.gguf.load_gguf``'s ``weights`` (blocks, exact
+    or float) and a GGUF's alone."""
     path = str(path)
+    if gguf_weights != "blocks" and Path(path).suffix.lower() != ".gguf":
+        raise SpecError(f"--gguf-weights {gguf_weights} applies to a .gguf file only", location=path)
     if os.path.isdir(path):
         from frontends.hf import load_hf
         return load_hf(path)
     suffix = Path(path).suffix.lower()
     if suffix == ".gguf":
         from frontends.gguf import load_gguf
-        return load_gguf(path)
+        return load_gguf(path, weights=gguf_weights)
     if suffix in (".yaml", ".yml"):
         return _load_yaml(path)
     if suffix == ".py":

@@ -182,7 +182,7 @@ def cmd_compile(args) -> int:
     options = EmitOptions(args.target, args.spec, args.seed, args.context, _target_options(args))
     if target.needs_output and not args.output:
         raise BackendError(f"--target {args.target} writes files: give -o PATH")
-    graph = load(args.spec)
+    graph = load(args.spec, args.gguf_weights)
     if (args.output and args.target != "ir") or args.eval_text:  # weights are output or measured (--check seeds its own)
         weights_cli.require(args.spec, graph, args.weights)
     if args.output and args.target != "ir" and args.weights != "none":
@@ -292,6 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="weight-only quantization after the pipeline: int4 is quantize{bits=4} (every weight, "
                            "the embedding table and head included, block 32), int8 quantize{bits=8}; other "
                            "options go in --passes")
+    comp.add_argument("--gguf-weights", default="blocks", choices=("blocks", "exact", "float"),
+                      help="a GGUF's block formats: blocks keeps those a fast kernel holds as codes (Q5/Q6 as "
+                           "4-bit codes, lossy, noted), exact keeps every one as the file's codes (accuracy level "
+                           "0, slow), float dequantizes all [blocks]")
     comp.add_argument("--quiet", action="store_true",
                       help="no progress bar (shown only on a terminal anyway), no report or summary lines; errors still")
     weights_cli.add_argument(comp)

@@ -10,11 +10,13 @@ from irc.parser import read_graph
 from frontends import load_spec
 
 
-def load(path: str) -> Graph:
+def load(path: str, gguf_weights: str = "blocks") -> Graph:
     """A graph from a spec file: YAML (architecture or graph form), a DSL .py, a model
-    folder, or .ir text."""
+    folder, a GGUF (its block formats held as ``gguf_weights`` says), or .ir text."""
     if not os.path.exists(path):
         raise IRCError(f"no such file: {path}")
     if path.endswith(".ir"):
+        if gguf_weights != "blocks":
+            raise IRCError(f"--gguf-weights {gguf_weights} applies to a .gguf file only", location=path)
         return read_graph(path)
-    return load_spec(path)
+    return load_spec(path, gguf_weights)

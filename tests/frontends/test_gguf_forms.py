@@ -145,3 +145,25 @@ def test_exact_types_have_exact_forms():
         held = form(qtype)
         assert held.exact == (qtype not in REQUANTIZED)
         assert form(qtype, exact_forms=True).exact
+
+
+def test_the_cli_chooses_the_gguf_weights(tmp_path, capsys):
+    """``irc compile x.gguf --gguf-weights exact`` writes the file's codes at accuracy level
+    0; the default (blocks) at level 4; on a spec that is not a GGUF the option is one error
+    (exit 2, nothing written)."""
+    from irc_cli import main
+
+    spec = model_file(tmp_path, TYPES)
+    levels = {}
+    for choice in ("blocks", "exact"):
+        out = tmp_path / choice / "model.onnx"
+        assert main(["compile", spec, "--target", "onnx-ort", "--gguf-weights", choice, "-o", str(out),
+                     "--quiet"]) == 0
+        levels[choice] = {next((a.i for a in n.attribute if a.name == "accuracy_level"), 0)  # absent: 0
+                          for n in onnx.load(str(out)).graph.node if n.op_type == "MatMulNBits"}
+    assert levels == {"blocks": {ACCURACY_LEVEL}, "exact": {0}}
+    out = tmp_path / "yaml" / "model.onnx"
+    assert main(["compile", "examples/tiny-llama3.yaml", "--gguf-weights", "exact", "--target", "onnx",
+                 "-o", str(out)]) == 2
+    assert "--gguf-weights exact applies to a .gguf file only" in capsys.readouterr().err
+    assert not out.parent.exists()
