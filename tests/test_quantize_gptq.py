@@ -13,7 +13,6 @@ import passes  # noqa: F401  (registers the passes)
 from backends.onnx.emit import emit_model
 from backends.onnx.runtime import greedy, interpreter_engine, ort_engine
 from backends.onnx.targets import TARGETS
-from frontends import load_spec
 from irc.build import emit1
 from irc.check import relative_error
 from irc.dtypes import DType
@@ -29,28 +28,7 @@ from passes.quantize_calibrate import sequential_hessians
 from passes.quantize_gptq import DAMP, SpilledWeight, gptq_blocks, gptq_chunks, invert_upper, upper_factor
 from passes.quantize_methods import search_blocks
 
-TEXT = ("the cat sat on the mat and the dog sat on the log while a bird sang in the tree "
-        "and the cat saw the bird and the dog saw the cat ") * 6  # 192 tokens
-
-
-def example(name: str) -> Graph:
-    graph = load_spec(f"examples/{name}.yaml")
-    seed_absent(graph)
-    return graph
-
-
-@pytest.fixture(scope="module")
-def text_files(tmp_path_factory):
-    """(text file, tokenizer.json): a word-level tokenizer whose ids fit a 256-token vocabulary."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    words = sorted(set(TEXT.split()))
-    tokenizer = Tokenizer(models.WordLevel({w: i + 1 for i, w in enumerate(words)} | {"[unk]": 0}, unk_token="[unk]"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    directory = tmp_path_factory.mktemp("texts")
-    tokenizer.save(str(directory / "tokenizer.json"))
-    (directory / "text.txt").write_text(TEXT)
-    return str(directory / "text.txt"), str(directory / "tokenizer.json")
+from tests.passes.test_quantize_methods import TEXT, example, text_files  # noqa: F401 (text_files: a fixture)
 
 
 # ---- the algorithm -----------------------------------------------------------------------------
