@@ -9,7 +9,8 @@ olmo2       OLMo-2: norms after attention and MLP (``post_attention_norm``, ``po
 starcoder2  LayerNorms with bias (``attention.layer_norm_epsilon``), biases on q, k, v, the
             output and the GELU MLP, ``attention.sliding_window`` on every layer
 command-r   Command-R: one LayerNorm (no bias) feeding attention and MLP in parallel, adjacent
-            pair RoPE, logits times ``logit_scale``
+            pair RoPE, logits times ``logit_scale``; Command-R+'s per-head q/k LayerNorms
+            when the file has ``attn_q_norm`` / ``attn_k_norm`` ([H, D], [K, D])
 gpt2        learned positions (``position_embd``), the fused ``attn_qkv`` (the converter
             transposed every Conv1D weight: read as rows), biases, GELU (tanh)
 phi2        Phi-2: one LayerNorm, attention and MLP in parallel, partial rotary
@@ -65,13 +66,12 @@ def describe_command_r(hp: Hparams, name: str) -> Arch:
     from frontends.hf import families_cohere
 
     dims = read_dims(hp)
-    if "blk.0.attn_q_norm.weight" in hp.gguf.tensors:
-        raise hp.gguf.error("blk.0.attn_q_norm.weight", "Command-R's per-head q/k LayerNorms are not supported yet")
+    qk_norm = "layer" if "blk.0.attn_q_norm.weight" in hp.gguf.tensors else False  # Command-R+: per head
     rope = read_rope(hp, dims["head_dim"], convention="interleaved")
     attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"])
     return _arch(hp, name, "cohere", dims, attention, [LayerSpec(None, rope)] * dims["layers"],
                  {"kind": "swiglu", "d_ff": hp.count("feed_forward_length")}, "attention.layer_norm_epsilon",
-                 families_cohere._expand, logits_scale=hp.number("logit_scale", None))
+                 partial(families_cohere._expand, qk_norm=qk_norm), logits_scale=hp.number("logit_scale", None))
 
 
 def describe_gpt2(hp: Hparams, name: str) -> Arch:

@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 
 NEW_TOKENS = 8
 CASES = {"olmo2-post-norms": "olmo2", "starcoder2-biases-window": "starcoder2",
-         "cohere-parallel-logit-scale": "command-r", "gpt2-learned-positions": "gpt2",
+         "cohere-parallel-logit-scale": "command-r", "cohere-qk-norm": "command-r", "gpt2-learned-positions": "gpt2",
          "phi-parallel-head-bias": "phi2"}  # test_hf_models' twin -> its GGUF architecture
 
 
