@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import os
 import sys
 import tempfile
@@ -42,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from int4_real import PROMPT, NEW, GenaiStepper, set_threads  # noqa: E402
+from int4_real import NEW, PROMPT, GenaiStepper, set_threads, timed_rounds  # noqa: E402
 from onnx_vs_peers import ROOT, median, timed_process  # noqa: E402
 from quantize_onnx import disk_bytes  # noqa: E402
 from real_model import SEED_TEXT  # noqa: E402
@@ -86,25 +85,13 @@ def measure(rows: dict, prompt: np.ndarray, rounds: int, threads: int) -> dict:
 
     for folder in rows.values():
         set_threads(folder, threads)
-    timings = {row: ([], []) for row in rows}
+    def open_stepper(row):
+        model = og.Model(rows[row])
+        return GenaiStepper(model), model
+
     with open(LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _timed_rounds(og, rows, timings, prompt, rounds)
-
-
-def _timed_rounds(og, rows: dict, timings: dict, prompt: np.ndarray, rounds: int) -> dict:
-    for _ in range(rounds):
-        for row, folder in rows.items():
-            model = og.Model(folder)
-            stepper = GenaiStepper(model)
-            stepper.start(prompt)  # warm-up: the first run of a session allocates
-            for _ in range(4):
-                stepper.step()
-            timings[row][0].append(stepper.start(prompt))
-            timings[row][1].extend(stepper.step() for _ in range(NEW))
-            del stepper, model
-            gc.collect()
-    return timings
+        return timed_rounds(open_stepper, list(rows), prompt, rounds)
 
 
 def prompt_ids(gguf: str) -> list:

@@ -340,19 +340,31 @@ class TorchStepper:
 
 
 def measure_decode(rows: dict, reference, prompt: np.ndarray, rounds: int) -> dict:
-    """{name: (prefill seconds per round, decode step seconds)}: every round runs each model
-    in turn (A B C ... A B C ...), loading it afresh and dropping it after its run, so no idle
-    session's spinning thread pool competes with the one being timed."""
-    import gc
-
+    """{name: (prefill seconds per round, decode step seconds)} of transformers' fp32 model
+    and each genai folder of ``rows`` (``timed_rounds``)."""
     import onnxruntime_genai as og
 
-    timings = {name: ([], []) for name in ["transformers fp32", *rows]}
+    def open_stepper(name):
+        if name == "transformers fp32":
+            return TorchStepper(reference), reference
+        model = og.Model(rows[name])
+        return GenaiStepper(model), model
+
+    return timed_rounds(open_stepper, ["transformers fp32", *rows], prompt, rounds)
+
+
+def timed_rounds(open_stepper, names: list, prompt: np.ndarray, rounds: int) -> dict:
+    """{name: (prefill seconds per round, decode step seconds)}: every round runs each name
+    in turn (A B C ... A B C ...), ``open_stepper(name)`` -> (stepper, model) loading it
+    afresh, dropped after its run, so no idle session's spinning thread pool competes with
+    the one being timed; a warm-up prefill and 4 steps first (a session's first run allocates)."""
+    import gc
+
+    timings = {name: ([], []) for name in names}
     for _ in range(rounds):
-        for name in timings:
-            model = reference if name == "transformers fp32" else og.Model(rows[name])
-            stepper = TorchStepper(model) if name == "transformers fp32" else GenaiStepper(model)
-            stepper.start(prompt)  # warm-up: the first run of a session allocates
+        for name in names:
+            stepper, model = open_stepper(name)
+            stepper.start(prompt)
             for _ in range(4):
                 stepper.step()
             timings[name][0].append(stepper.start(prompt))

@@ -18,7 +18,8 @@ from irc.output import PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND = 5.0
-# 150 M parameters: mse takes tens of seconds to quantize them on two cores, ort several
+# 150 M parameters: seeding, mse's tens of seconds of quantization (ort's compiled kernel: about one) and
+# writing take long enough to be signalled at each stage
 BIG = """model:
   name: big
   vocab_size: 32000
