@@ -27,10 +27,8 @@ from irc.graph import Graph
 def load_spec(path, gguf_weights: str = "blocks") -> Graph:
     """The graph a spec describes: weights absent, except a model folder's or a GGUF's
     (lazy); ``gguf_weights`` is ``frontends.gguf.load_gguf``'s ``weights`` (blocks, exact
-    or float) and a GGUF's alone."""
+    or float), read for a GGUF only (the CLI refuses it for other specs: ``irc_cli.spec``)."""
     path = str(path)
-    if gguf_weights != "blocks" and Path(path).suffix.lower() != ".gguf":
-        raise SpecError(f"--gguf-weights {gguf_weights} applies to a .gguf file only", location=path)
     if os.path.isdir(path):
         from frontends.hf import load_hf
         return load_hf(path)

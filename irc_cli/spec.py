@@ -15,8 +15,8 @@ def load(path: str, gguf_weights: str = "blocks") -> Graph:
     folder, a GGUF (its block formats held as ``gguf_weights`` says), or .ir text."""
     if not os.path.exists(path):
         raise IRCError(f"no such file: {path}")
+    if gguf_weights != "blocks" and not path.lower().endswith(".gguf"):
+        raise IRCError(f"--gguf-weights {gguf_weights} applies to a .gguf file only", location=path)
     if path.endswith(".ir"):
-        if gguf_weights != "blocks":
-            raise IRCError(f"--gguf-weights {gguf_weights} applies to a .gguf file only", location=path)
         return read_graph(path)
     return load_spec(path, gguf_weights)

@@ -204,7 +204,9 @@ class Quantize(Pass):
             for param, uses in chosen.items():
                 self.quantize_param(graph, param, uses, stats.get(param.name))
                 changed = True
-            self.headline = float_summary(graph, [p.name for p in chosen], self.reasons, self.config) if chosen else []
+            blocks = sorted({self.block_size(p.shape[-1]) for p in chosen})
+            self.headline = float_summary(graph, [p.name for p in chosen], self.reasons, self.config,
+                                          blocks) if chosen else []
         changed |= self.quantize_caches(graph)
         for note in self.notes:
             log.debug(note)
@@ -380,15 +382,17 @@ class Quantize(Pass):
         return self.last_report
 
 
-def float_summary(graph: Graph, quantized: list, reasons: dict, config: dict, listed: int = 4) -> list[str]:
-    """The compile's lines on what ``quantize`` did: how many weights became codes and their
-    MB, and what stayed float: the largest float matrices by name with their MB and why
-    (``listed`` of them, the rest counted), then the vectors (norms, biases) in one sum."""
+def float_summary(graph: Graph, quantized: list, reasons: dict, config: dict, blocks: list,
+                  listed: int = 4) -> list[str]:
+    """The compile's lines on what ``quantize`` did: how many weights became codes (in blocks
+    of ``blocks``, the sizes used) and their MB, and what stayed float: the largest float
+    matrices by name with their MB and why (``listed`` of them, the rest counted), then the
+    vectors (norms, biases) in one sum."""
     sources = set(quantized)
     parts = [p for p in graph.params.values() if p.name.rsplit(".", 1)[0] in sources
              and p.name.rsplit(".", 1)[-1] in ("qweight", "scales", "zero_points")]
-    group = config["group"] or (32 if config["bits"] == 4 else "channel")
-    lines = [f"quantize: int{config['bits']} codes (block {group}, {config['method']}) for {len(quantized)} weights, "
+    block = f"block {blocks[0]}" if len(blocks) == 1 else f"blocks {', '.join(map(str, blocks))}"
+    lines = [f"quantize: int{config['bits']} codes ({block}, {config['method']}) for {len(quantized)} weights, "
              f"{format_bytes(sum(p.nbytes for p in parts))}"]
     floats = [p for p in graph.params.values() if p.dtype.is_float and p not in parts]
     matrices = sorted((p for p in floats if p.rank >= 2), key=lambda p: (-p.nbytes, p.name))

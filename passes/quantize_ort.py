@@ -77,8 +77,8 @@ def ort_blocks(weight, *, bits: int, block_size: int, symmetric: bool, scale_dty
         stop = min(count, start + step)
         quantize_rows(rows[start:stop], bits=bits, block_size=block_size, symmetric=symmetric, half=half,
                       qweight=qweight[start:stop], scales=scales[start:stop], zeros=zeros[start:stop])
-    stored = scales.astype(np.float16) if half else scales
-    return (qweight.reshape(lead + (nb, block_size * bits // 8)), stored.astype(scale_dtype).reshape(lead + (nb,)),
+    # float32 scales (float16 values when half): rounded to ``scale_dtype`` once, exactly when half
+    return (qweight.reshape(lead + (nb, block_size * bits // 8)), scales.astype(scale_dtype).reshape(lead + (nb,)),
             None if symmetric else zeros.reshape(lead + zeros.shape[1:]))
 
 

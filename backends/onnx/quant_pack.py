@@ -24,6 +24,7 @@ import numpy as np
 from irc.graph import Node
 
 from backends.onnx.builder import MS_DOMAIN, Builder
+from backends.onnx.gqa_fuse import absorbed
 
 KEYS = ("K", "bits", "block_size", "accuracy_level")
 
@@ -54,8 +55,6 @@ def packable(nodes, fits) -> bool:
 def siblings(b: Builder, node: Node, fits) -> list[Node]:
     """``node`` and the later dequant_linear readers of its activation it packs with, in graph
     order; just ``[node]`` when there are none. ``fits(n)``: None when MatMulNBits takes ``n``."""
-    from backends.onnx.gqa_fuse import absorbed
-
     x = node.inputs[0]
     if not packable([node], fits):
         return [node]
