@@ -12,7 +12,7 @@ from irc.yamlloc import Bad, Fields, boolean, choice, non_negative_int, optional
 
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "norm_eps")
 NOT_MLA_KEYS = ("n_kv_heads", "head_dim", "qkv_bias", "qk_norm", "output_gate", "window", "window_pattern",
-                "softcap", "out_bias")
+                "softcap", "out_bias", "sinks")
 ATTENTION_KEYS = ("kind", "n_heads", "rope", "scale", "query_pre_attn_scalar", "nope_layers") + NOT_MLA_KEYS + MLA_KEYS
 ROPE_KEYS = ("base", "convention", "rotary_dim", "scaling", "decomposed")
 
@@ -90,6 +90,7 @@ class AttentionReader:
         self.qkv_bias = a.get("qkv_bias", boolean, False)
         self.qk_norm = a.get("qk_norm", _qk_norm, False)
         self.out_bias = a.get("out_bias", boolean, False)
+        self.sinks = a.get("sinks", boolean, False)
         self.output_gate = a.get("output_gate", boolean, False)
         self.softcap = a.get("softcap", optional(positive_number), None)
         self.window = a.get("window", optional(positive_int), None)
@@ -142,5 +143,5 @@ class AttentionReader:
                                rope=None if layer.index in self.nope_layers else self.rope, window=self.window if local else None, softcap=self.softcap,
                                scale=self.scale, qkv_bias=self.qkv_bias, qk_norm=self.qk_norm,
                                qk_norm_eps=self.norm_eps, qk_norm_offset=self.norm_offset,
-                               output_gate=self.output_gate, out_bias=self.out_bias)
+                               output_gate=self.output_gate, out_bias=self.out_bias, sinks=self.sinks)
 

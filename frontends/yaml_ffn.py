@@ -9,11 +9,13 @@ from typing import Optional
 from frontends import yaml_ssm
 from frontends.dsl import Model
 from frontends.yaml_attention import blame
+from irc.ops.moe import MOE_ACTIVATIONS
 from irc.yamlloc import Fields, boolean, choice, non_negative_int, optional, positive_int, positive_number
 
 MLP_KEYS = ("kind", "d_ff", "approximate", "bias")
 MOE_KEYS = ("experts", "top_k", "d_ff", "shared_experts", "shared_d_ff", "router", "router_bias",
-            "norm_topk_prob", "routed_scale", "group_limited", "dense_layers", "layers", "shared_expert_gate")
+            "norm_topk_prob", "routed_scale", "group_limited", "dense_layers", "layers", "shared_expert_gate",
+            "activation", "swiglu_alpha", "swiglu_limit", "router_logit_bias", "expert_bias")
 GROUP_KEYS = ("groups", "top_groups", "score")
 
 
@@ -69,7 +71,15 @@ class FeedForwardReader:
             "norm_topk_prob": moe.get("norm_topk_prob", boolean, True),
             "routed_scale": moe.get("routed_scale", positive_number, 1.0),
             "shared_expert_gate": moe.get("shared_expert_gate", boolean, False),
+            "activation": moe.get("activation", choice(*MOE_ACTIVATIONS), "silu"),
+            "router_logit_bias": moe.get("router_logit_bias", boolean, False),
+            "expert_bias": moe.get("expert_bias", boolean, False),
         }
+        for key in ("swiglu_alpha", "swiglu_limit"):
+            if moe.has(key) and self.moe["activation"] != "swiglu_oai":
+                raise moe.error(key, "applies to activation swiglu_oai only")
+            if moe.has(key):
+                self.moe[key] = moe.get(key, positive_number)
         self.group_f = moe.sub("group_limited", GROUP_KEYS)
         if self.group_f is not None:
             g = self.group_f

@@ -37,6 +37,8 @@ brackets; ``null`` is allowed where a default is null.
                                       # offset: true or head (per head: Qwen3, Gemma3), full
                                       # (over all of q's and k's features: OLMo-2) [false]
         out_bias: false               # a bias on the output projection (StarCoder2) [false]
+        sinks: false                  # a learned logit per head in every softmax's
+                                      # denominator, attn.sinks [n_heads] (GPT-OSS) [false]
         output_gate: false            # Qwen3-Next: wq also holds a gate per head, the output
                                       # times sigmoid(gate) goes into wo [false]
         rope: {base: 500000, convention: half, rotary_dim: null,
@@ -81,6 +83,12 @@ brackets; ``null`` is allowed where a default is null.
                                       # layer i when i % period == offset) [every layer];
                                       # give layers or dense_layers, not both
         shared_expert_gate: false     # sigmoid gate on the shared expert (Qwen-MoE) [false]
+        activation: silu              # the experts' GLU: silu | gelu | ... | swiglu_oai
+                                      # (GPT-OSS's clamped SwiGLU) [silu]
+        swiglu_alpha: 1.702           # swiglu_oai's sigmoid slope [1.702]
+        swiglu_limit: 7.0             # swiglu_oai's clamp [7.0]
+        router_logit_bias: false      # the router Linear's bias on the logits (GPT-OSS) [false]
+        expert_bias: false            # biases on each expert's gate, up and down (GPT-OSS) [false]
       mamba:                          # Mamba-1 mixer (Jamba, Falcon-Mamba); for mamba layers
         d_inner: null                 # intermediate_size [expand * d_model]; not with expand
         expand: 2                     # [2]

@@ -3,7 +3,8 @@
 NoPE layers (``attention.nope_layers``), OLMo-2's norms after the branches
 (``norm.placement: post``, ``attention.qk_norm: full``), GPT-2's learned positions and biases
 (``learned_positions``, ``attention.out_bias``), Phi-2's parallel block and head bias
-(``layers.parallel``, ``head_bias``). Each tiny example
+(``layers.parallel``, ``head_bias``), GPT-OSS's sinks and biased, clamped experts
+(``attention.sinks``, ``moe.activation: swiglu_oai``, ``router_logit_bias``, ``expert_bias``). Each tiny example
 builds the graph the HF frontend builds from the matching config.json, runs and generates;
 the full-size examples' parameter counts are the checkpoints'; mistakes are SpecErrors at
 the key."""
@@ -41,9 +42,14 @@ CONFIGS = {  # tiny example -> the config.json of the same model
                         "num_attention_heads": 4, "intermediate_size": 256, "layer_norm_eps": 1e-5,
                         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
                                             "partial_rotary_factor": 0.5}},
+    "tiny-gpt-oss-20b.yaml": {"model_type": "gpt_oss", "vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2,
+                              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                              "intermediate_size": 32, "num_local_experts": 4, "num_experts_per_tok": 2,
+                              "sliding_window": 8, "max_position_embeddings": 256},
 }
-# parameters of the released checkpoints as their model pages give them (billions, rounded)
-PARAMS = {"granite-3.3-8b.yaml": 8.17, "smollm3-3b.yaml": 3.08, "olmo-2-7b.yaml": 7.3}
+# parameters of the released checkpoints as their model pages give them (billions, rounded);
+# gpt-oss-20b's is transformers' count of its config (tests/frontends/test_hf_gpt_oss.py)
+PARAMS = {"granite-3.3-8b.yaml": 8.17, "smollm3-3b.yaml": 3.08, "olmo-2-7b.yaml": 7.3, "gpt-oss-20b.yaml": 20.91}
 
 
 def without_meta(graph) -> str:
@@ -94,3 +100,13 @@ def test_cohere_per_head_layer_norms_in_yaml_are_the_dsl_graph(tmp_path):
     assert without_meta(load_spec(program)) == without_meta(from_yaml)
     tokens, _ = generate(from_yaml, [1, 2, 3], 4)
     assert len(tokens) == 4
+
+
+def test_gpt_oss_expert_keys_belong_to_the_clamped_swiglu():
+    text = (EXAMPLES / "tiny-gpt-oss-20b.yaml").read_text()
+    with pytest.raises(SpecError, match=r"model.moe.swiglu_alpha: applies to activation swiglu_oai only"):
+        yaml_spec.loads(text.replace("activation: swiglu_oai", "activation: silu"))
+    with pytest.raises(SpecError, match=r"activation"):
+        yaml_spec.loads(text.replace("activation: swiglu_oai", "activation: relu"))
+    graph = yaml_spec.loads(text.replace("sinks: true", "sinks: false"))
+    assert "layers.0.attn.sinks" not in graph.params
