@@ -16,13 +16,15 @@ SCALING_NEEDS = rope_op.SCALING_KEYS  # kind -> the fields it needs
 SCALING_KINDS = tuple(SCALING_NEEDS)
 SCALING_FIELDS = {"factor": float, "original_max_position": int, "low_freq_factor": float,
                   "high_freq_factor": float, "beta_fast": float, "beta_slow": float, "mscale": float,
-                  "mscale_all_dim": float, "attention_factor": float, "truncate": bool}
+                  "mscale_all_dim": float, "attention_factor": float, "truncate": bool,
+                  "partial_rotary_factor": float, "short_factor": list, "long_factor": list}
 
 
 class Rope:
     """Rotary position embedding settings: ``base`` (theta), ``convention`` ("half":
     rotate-half as in Llama; "interleaved": adjacent pairs as in GPT-J/DeepSeek),
-    ``scaling`` (None or a dict with ``kind`` linear|dynamic|yarn|llama3 and its fields)
+    ``scaling`` (None or a dict with ``kind`` linear|dynamic|yarn|llama3|proportional|longrope
+    and its fields: ``irc.ops.rope``)
     and ``rotary_dim`` (partial rotary; None rotates the whole head). ``decomposed=True``
     writes RoPE out as model code does (cos/sin from positions, rotate-half or pairs) instead
     of one ``rope`` op; ``rope-fuse`` turns it back. It needs fixed frequencies (not dynamic)
@@ -36,9 +38,9 @@ class Rope:
         self.scaling = None if scaling is None else self._scaling(scaling)
         if not isinstance(decomposed, bool):
             raise ArgError("rope.decomposed", f"expected True or False, got {decomposed!r}", call_site())
-        if decomposed and self.scaling and self.scaling["kind"] == "dynamic":
-            raise ArgError("rope.decomposed", "dynamic scaling depends on the sequence length; a decomposed "
-                                              "RoPE needs fixed frequencies", call_site())
+        if decomposed and self.scaling and self.scaling["kind"] in rope_op.LENGTH_DEPENDENT:
+            raise ArgError("rope.decomposed", f"{self.scaling['kind']} scaling depends on the sequence length; "
+                                              "a decomposed RoPE needs fixed frequencies", call_site())
         self.decomposed = decomposed
 
     @staticmethod
@@ -59,6 +61,11 @@ class Rope:
                 out[key] = scaling[key]
             elif SCALING_FIELDS[key] is int:
                 out[key] = positive(f"rope.scaling.{key}", scaling[key])
+            elif SCALING_FIELDS[key] is list:  # LongRoPE's per-frequency factors
+                if not isinstance(scaling[key], (list, tuple)):
+                    raise ArgError(f"rope.scaling.{key}", f"expected a list of positive numbers, got "
+                                                          f"{scaling[key]!r}", call_site())
+                out[key] = [positive_float(f"rope.scaling.{key}", value) for value in scaling[key]]
             else:
                 out[key] = positive_float(f"rope.scaling.{key}", scaling[key])
         for key in SCALING_NEEDS[kind]:

@@ -26,6 +26,13 @@ def _qk_norm(value):
     raise Bad(f"expected false, true, head, full or layer, got {value!r}")
 
 
+def _numbers(value):
+    """A list of positive numbers (LongRoPE's short_factor / long_factor)."""
+    if not isinstance(value, list):
+        raise Bad(f"expected a list of positive numbers, got {value!r}")
+    return [positive_number(v) for v in value]
+
+
 @contextmanager
 def blame(fields: Fields, table: Optional[dict] = None):
     """Re-raise a DSL ArgError at the YAML key it came from: ``table`` maps a DSL argument
@@ -116,7 +123,8 @@ class AttentionReader:
             scaling = {"kind": s.get("kind", choice(*SCALING_KINDS))}
             for key, kind in SCALING_FIELDS.items():
                 if s.has(key):
-                    scaling[key] = s.get(key, {int: positive_int, bool: boolean}.get(kind, positive_number))
+                    scaling[key] = s.get(key, {int: positive_int, bool: boolean, list: _numbers}.get(kind,
+                                                                                                    positive_number))
         with blame(r, self._rope_table()):
             return Rope(base=base, convention=convention, scaling=scaling, rotary_dim=rotary_dim,
                         decomposed=decomposed)

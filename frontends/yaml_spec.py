@@ -49,7 +49,9 @@ brackets; ``null`` is allowed where a default is null.
                                       # llama3, fields factor, original_max_position,
                                       # low_freq_factor, high_freq_factor, beta_fast,
                                       # beta_slow, mscale, mscale_all_dim, attention_factor,
-                                      # truncate (yarn); decomposed: true writes RoPE as
+                                      # truncate (yarn); longrope: short_factor and
+                                      # long_factor (lists of rotary_dim / 2 numbers),
+                                      # original_max_position, factor; decomposed: true writes RoPE as
                                       # primitives (cos/sin, rotate-half) for rope-fuse [false]
         window: null                  # sliding window in tokens (Mistral 4096)
         window_pattern: null          # e.g. [local, global]: layer i is windowed when
@@ -72,9 +74,12 @@ brackets; ``null`` is allowed where a default is null.
         d_ff: 1536                    # required (moe_intermediate_size)
         shared_experts: 2             # [0]
         shared_d_ff: null             # [shared_experts * d_ff] (Qwen-MoE sets its own)
-        router: softmax               # softmax | sigmoid (scoring_func) [softmax]
+        router: softmax               # softmax | sigmoid (scoring_func) | sparsemixer (Phi-3.5-MoE:
+                                      # two argmax rounds, top_k 2) [softmax]
+        jitter_eps: 0.01              # sparsemixer's mask: logits below the round's max by more
+                                      # than 2 * jitter_eps (relative) drop out [0.01]
         router_bias: false            # selection bias, DeepSeek-V3's e_score_correction_bias
-        norm_topk_prob: true          # renormalise the top-k weights [true]
+        norm_topk_prob: true          # renormalise the top-k weights [true; sparsemixer false]
         routed_scale: 16.0            # routed_scaling_factor [1.0]
         group_limited: {groups: 8, top_groups: 3, score: max}   # [null]; score max | top2_sum
         dense_layers: [0]             # layers that use mlp instead (first_k_dense_replace) [[]]

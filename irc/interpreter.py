@@ -15,6 +15,7 @@ from irc import dims, ops
 from irc.analysis import cache_inputs, past_inputs  # noqa: F401 (cache_inputs: re-exported)
 from irc.errors import IRCError
 from irc.graph import Graph, Node, Param
+from irc.ops.rope import cache_refresh_length
 from irc.weights import seed_absent
 
 
@@ -126,13 +127,18 @@ def generate(graph: Graph, prompt: list[int], max_new_tokens: int, seed: int = 0
     """Greedy decoding with the KV cache and recurrent states: one prefill over the prompt
     (empty caches, zero states), then one step per token feeding each ``present.*`` output
     back as the matching ``past_key_values.*``. Returns the new tokens and the logits of
-    the last step."""
+    the last step. A LongRoPE graph's step that reaches ``cache_refresh_length`` runs the
+    whole sequence again from empty caches, as transformers' generate does."""
     interp = Interpreter(graph, seed)
     caches = past_inputs(graph)
-    state = {v.name: np.zeros(dims.evaluate_shape(v.shape, {"B": 1, "P": 0}), v.dtype.numpy) for v in caches}
+    empty = {v.name: np.zeros(dims.evaluate_shape(v.shape, {"B": 1, "P": 0}), v.dtype.numpy) for v in caches}
+    state = dict(empty)
     ids = np.asarray([prompt], dtype=np.int64)
     past, tokens, last = 0, [], None
+    refresh = cache_refresh_length(graph)
     for _ in range(max_new_tokens):
+        if refresh is not None and past == refresh - 1 and ids.shape[1] == 1:
+            ids, past, state = np.asarray([list(prompt) + tokens], dtype=np.int64), 0, dict(empty)
         t = ids.shape[1]
         feeds = {"input_ids": ids, "attention_mask": np.ones((1, past + t), np.int64),
                  "position_ids": np.arange(past, past + t, dtype=np.int64)[None, :], **state}

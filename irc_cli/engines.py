@@ -29,6 +29,7 @@ import numpy as np
 
 from irc import dims
 from irc.errors import IRCError
+from irc.ops.rope import CACHE_REFRESH_KEY, cache_refresh_length
 
 GENAI_CONFIG = "genai_config.json"
 NPU_CONFIG = "irc_npu.json"
@@ -41,15 +42,21 @@ class Result:
     logits: Optional[np.ndarray] = None
 
 
-def greedy_loop(step, caches: dict, prompt: list, max_new_tokens: int, eos: set, clock) -> tuple:
+def greedy_loop(step, caches: dict, prompt: list, max_new_tokens: int, eos: set, clock,
+                refresh: Optional[int] = None) -> tuple:
     """Greedy decoding with the KV cache and recurrent states through ``step(feeds) ->
     outputs`` (``caches``: the empty ``past_key_values.*`` caches and zero states; each
-    state fed back is checked against its shape): (tokens, last logits)."""
+    state fed back is checked against its shape): (tokens, last logits). ``refresh``
+    (LongRoPE: ``irc.ops.rope.cache_refresh_length``): the step reaching that length runs
+    the whole sequence again from the empty caches, as transformers' generate does."""
     ids = np.asarray([prompt], dtype=np.int64)
     past, tokens, last = 0, [], None
     states = {name for name, array in caches.items() if array.size}  # fixed size: checked as fed back
+    empty = dict(caches)
     clock.start()
     while len(tokens) < max_new_tokens:
+        if refresh is not None and past == refresh - 1 and ids.shape[1] == 1:
+            ids, past, caches = np.asarray([list(prompt) + tokens], dtype=np.int64), 0, dict(empty)
         t = ids.shape[1]
         feeds = {"input_ids": ids, "attention_mask": np.ones((1, past + t), np.int64),
                  "position_ids": np.arange(past, past + t, dtype=np.int64)[None, :], **caches}
@@ -82,7 +89,8 @@ def interpreter(graph, prompt, max_new_tokens, eos, clock, seed: int = 0) -> Res
     from backends.onnx.runtime import empty_caches, interpreter_engine
 
     caches = empty_caches(graph, 1)
-    tokens, last = greedy_loop(interpreter_engine(graph, seed), caches, prompt, max_new_tokens, eos, clock)
+    tokens, last = greedy_loop(interpreter_engine(graph, seed), caches, prompt, max_new_tokens, eos, clock,
+                               cache_refresh_length(graph))
     return Result(tokens, "reference interpreter", last)
 
 
@@ -96,6 +104,9 @@ def onnxruntime(folder, prompt, max_new_tokens, eos, clock) -> Result:
 
     session = ort_session(model_path(folder), threads=None)
     names = [o.name for o in session.get_outputs()]
+    if "logits" not in names:  # an embedding model (last_hidden_state, sentence_embedding)
+        raise IRCError(f"the model has no logits output (its outputs: {', '.join(names)}): nothing to generate with",
+                       location=folder, hint="an encoder's folder is for embedding, not irc run")
     caches = {}
     for value in session.get_inputs():
         if value.name.startswith("past_key_values."):
@@ -109,7 +120,9 @@ def onnxruntime(folder, prompt, max_new_tokens, eos, clock) -> Result:
     def step(feeds):
         return dict(zip(names, session.run(None, {k: v for k, v in feeds.items() if k in inputs})))
 
-    tokens, last = greedy_loop(step, caches, prompt, max_new_tokens, eos, clock)
+    refresh = session.get_modelmeta().custom_metadata_map.get(CACHE_REFRESH_KEY)
+    tokens, last = greedy_loop(step, caches, prompt, max_new_tokens, eos, clock,
+                               None if refresh is None else int(refresh))
     return Result(tokens, "onnxruntime", last)
 
 

@@ -11,7 +11,7 @@ from irc import dims
 from irc.build import emit1
 from irc.dtypes import DType
 from irc.graph import Graph, Node, Param, Value
-from irc.ops.rope import rope_inv_freq
+from irc.ops.rope import LENGTH_DEPENDENT, rope_inv_freq
 from irc.passmanager import Pass, register_pass
 from irc.rewrite.patterns import AnyOf, Capture, EvaluationError, Notes, Op, Rule, evaluate
 from irc.rewrite.edit import is_graph_output
@@ -54,7 +54,8 @@ class RopeFuse(Pass):
     evaluated on probe positions (row 0 counts from 0; later rows reach the end of a
     gathered table, else 4095), the per-pair frequencies are read off position 1, and the
     tables are held against ``rope_inv_freq`` for the model's own ``meta["rope"]`` base and
-    scaling (Llama 3, YaRN, ...) and for a base/linear factor fitted to the frequencies.
+    scaling (Llama 3, YaRN, ...; never a length-dependent one, dynamic NTK or LongRoPE,
+    which fixed tables cannot be) and for a base/linear factor fitted to the frequencies.
     The first candidate matching every probe (within float32 rounding of the angle) gives
     the op's ``base``/``scaling``; a table matching none is refused, never approximated.
 
@@ -360,7 +361,7 @@ def _match_tables(cos_value, sin_value, position_at, d_at, rotary: int, conventi
 def _candidates(estimate: np.ndarray, rotary: int, meta: Optional[dict]):
     """The model's own rope settings first, then a base (and linear factor) fitted to the
     frequencies read at position 1, rounded to 3..7 significant digits."""
-    if meta and meta.get("base") and (meta.get("scaling") or {}).get("kind") != "dynamic":
+    if meta and meta.get("base") and (meta.get("scaling") or {}).get("kind") not in LENGTH_DEPENDENT:
         yield float(meta["base"]), meta.get("scaling")
     if (estimate <= 0).any():
         return

@@ -12,7 +12,9 @@ Signature: the irc graph's own inputs and outputs (``input_ids`` [B, T], ``atten
 [B, P+T], ``position_ids`` [B, T], ``past_key_values.{i}.key/.value`` [B, K, P, D] ->
 ``logits``, ``present.{i}.key/.value``), with the dim names onnxruntime-genai's builder
 uses: B ``batch_size``, T ``sequence_length``, P ``past_sequence_length``, P+T
-``total_sequence_length``; other symbols keep their irc text.
+``total_sequence_length``; other symbols keep their irc text. An encoder (an embedding
+model: ``frontends.dsl_encoder``) has no cache I/O: ``input_ids``, ``attention_mask`` [B, T]
+-> ``last_hidden_state`` [B, T, d] (and ``sentence_embedding`` [B, n]).
 
 Weights: params become initializers (seeded by name when absent, ``irc.weights``, so the
 model holds the reference interpreter's weights). When they add up to more than
@@ -39,6 +41,7 @@ from onnx import helper
 
 from irc.errors import BackendError
 from irc.graph import Graph
+from irc.ops.rope import CACHE_REFRESH_KEY, cache_refresh_length
 from irc.output import OutputFolder
 from irc.progress import SILENT, Progress
 from irc.weights import seed_absent
@@ -128,6 +131,9 @@ def model_proto(graph: Graph, b: Builder, target: str, initializers: list) -> on
     model = helper.make_model(body, opset_imports=imports, producer_name="irc", producer_version=PRODUCER_VERSION,
                               doc_string=f"{graph.name}, compiled by irc for target {target} (opset {b.opset})")
     model.ir_version = helper.find_min_ir_version_for(imports[:1])
+    rerun = cache_refresh_length(graph)
+    if rerun is not None:  # LongRoPE: where a generate loop runs the whole sequence again (irc run reads it)
+        helper.set_model_props(model, {CACHE_REFRESH_KEY: str(rerun)})
     return model
 
 

@@ -16,7 +16,10 @@
   (the longest position the model serves), computed at compile time with the reference's
   own ``rope_cos_sin``; a position at or past ``context`` is a run-time error in ORT
   ("Updating cos_cache and sin_cache ... is not currently supported"), not a wrong
-  answer. Dynamic NTK scaling is refused, as in the standard path.
+  answer. Dynamic NTK scaling is refused, as in the standard path. LongRoPE: the tables
+  hold the short set's ``context`` rows, then the long set's, and the rows read are
+  ``position_ids + context`` when max(position_ids) + 1 > n (``rope_rows``): one Add per
+  call instead of selecting between whole tables.
 - ``add`` feeding an ``rms_norm`` -> ``SkipSimplifiedLayerNormalization`` (one node gives
   the residual sum and its norm); an ``rms_norm`` without a residual add ->
   ``RMSNormalization`` (opset 23) or primitives (ORT registers SimplifiedLayerNormalization
@@ -33,14 +36,14 @@ import numpy as np
 from onnx import TensorProto
 
 from irc.dtypes import DType
-from irc.graph import Graph, Node
-from irc.ops.rope import rope_cos_sin, rope_inv_freq
+from irc.graph import Graph, Node, Value
+from irc.ops.rope import rope_cos_sin, rope_inv_freq, rope_switch
 from irc.rewrite.epilogue import residual_norm
 
 from backends.onnx import gqa_fuse, portable
-from backends.onnx.attention import (NEG, attention_operands, check_scaling, head_sink, lower_attention, lower_rope,
-                                     visibility)
-from backends.onnx.builder import MS_DOMAIN, Builder
+from backends.onnx.attention import (NEG, attention_operands, check_scaling, head_sink, longrope_selected,
+                                     lower_attention, lower_rope, visibility)
+from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
 from backends.onnx.moe import lower_moe_ort
 
 
@@ -108,18 +111,37 @@ def _gqa_operands(b: Builder, node: Node, fused, hint: str) -> tuple[list, list]
     if not fused.rope_q:
         return qkv, ["", "", ""]
     a = fused.rope_q.attrs
-    cos, sin = rope_cache(b, a["head_dim"], a["base"], a["scaling"], q.dtype)
-    return qkv, [cos, sin, b.value(fused.rope_q.inputs[1])]
+    return qkv, rope_cache(b, a["head_dim"], a["base"], a["scaling"], q.dtype, fused.rope_q.inputs[1])
 
 
-def rope_cache(b: Builder, rotary: int, base: float, scaling, dtype: DType) -> tuple[str, str]:
-    """cos/sin [context, rotary/2] for positions 0..context-1."""
+def rope_cache(b: Builder, rotary: int, base: float, scaling, dtype: DType, position_ids: Value) -> list[str]:
+    """cos/sin [context, rotary/2] for positions 0..context-1 and the rows to read
+    (``position_ids``; LongRoPE: both sets' rows and ``rope_rows``)."""
     check_scaling("rope", scaling)
     inv_freq, factor = rope_inv_freq(rotary, base, scaling)
-    cos, sin = rope_cos_sin(np.arange(b.context)[None, :], inv_freq, factor)
+    positions = np.arange(b.context)[None, :]
+    cos, sin = (table[0] for table in rope_cos_sin(positions, inv_freq, factor))
+    switch = rope_switch(rotary, base, scaling)
+    if switch is not None and b.context <= switch[2]:
+        switch = None  # every position served is below n: the long set never applies
+    if switch is not None:
+        long_cos, long_sin = (table[0] for table in rope_cos_sin(positions, switch[1], factor))
+        cos, sin = np.concatenate([cos, long_cos]), np.concatenate([sin, long_sin])
     hint = f"rope/{rotary}/{base:g}"
-    return (b.const(cos[0].astype(dtype.numpy), dtype.numpy, f"{hint}/cos_cache"),
-            b.const(sin[0].astype(dtype.numpy), dtype.numpy, f"{hint}/sin_cache"))
+    rows = b.value(position_ids) if switch is None else rope_rows(b, position_ids, switch[2])
+    return [b.const(cos.astype(dtype.numpy), dtype.numpy, f"{hint}/cos_cache"),
+            b.const(sin.astype(dtype.numpy), dtype.numpy, f"{hint}/sin_cache"), rows]
+
+
+def rope_rows(b: Builder, position_ids: Value, original: int) -> str:
+    """position_ids, plus ``context`` when LongRoPE's long set applies (its rows follow)."""
+    def make():
+        long = b.op("Cast", [longrope_selected(b, position_ids, original)], "rope/long_rows",
+                    to=ONNX_TYPES[position_ids.dtype])
+        offset = b.op("Mul", [long, b.const(b.context, position_ids.dtype.numpy, "rope/context")], "rope/row_offset")
+        return b.op("Add", [b.value(position_ids), offset], "rope/rows")
+
+    return b.cached(("rope-rows", position_ids.name, original), make)
 
 
 def lower_rope_ort(b: Builder, node: Node, outs: list[str]) -> None:
@@ -132,8 +154,8 @@ def lower_rope_ort(b: Builder, node: Node, outs: list[str]) -> None:
         return
     head_dim = a["head_dim"]
     rotary = head_dim if a["rotary_dim"] is None else a["rotary_dim"]
-    cos, sin = rope_cache(b, rotary, a["base"], a["scaling"], x.dtype)
-    b.node("RotaryEmbedding", [b.value(x), b.value(position_ids), cos, sin], outs, domain=MS_DOMAIN,
+    cos, sin, rows = rope_cache(b, rotary, a["base"], a["scaling"], x.dtype, position_ids)
+    b.node("RotaryEmbedding", [b.value(x), rows, cos, sin], outs, domain=MS_DOMAIN,
            interleaved=int(a["convention"] == "interleaved"), num_heads=x.shape[-1] // head_dim,
            rotary_embedding_dim=rotary)
 

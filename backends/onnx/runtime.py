@@ -16,6 +16,7 @@ import numpy as np
 from irc import dims
 from irc.analysis import past_inputs
 from irc.graph import Graph
+from irc.ops.rope import cache_refresh_length
 
 Engine = Callable[[Mapping[str, np.ndarray]], dict]
 
@@ -80,10 +81,13 @@ def empty_caches(graph: Graph, batch: int) -> dict:
 def greedy(engine: Engine, graph: Graph, prompts: list, new_tokens: int, pad_id: int = 0) -> dict:
     """Greedy decoding of a left-padded batch. Returns ``tokens`` [B, new_tokens],
     ``prefill`` (the first step's outputs), ``steps`` (logits [B, V] of every decode step
-    after the prefill) and ``feeds`` (the prefill inputs) and ``final`` (last outputs)."""
+    after the prefill) and ``feeds`` (the prefill inputs) and ``final`` (last outputs).
+    A LongRoPE graph's step that reaches ``cache_refresh_length`` runs the whole batch
+    again from empty caches, as transformers' generate does."""
     feeds = {**left_padded(prompts, pad_id), **empty_caches(graph, len(prompts))}
     first = dict(feeds)
     caches = cache_names(graph)
+    refresh = cache_refresh_length(graph)
     outputs = engine(feeds)
     prefill, steps, tokens = outputs, [], []
     for step in range(new_tokens):
@@ -98,6 +102,9 @@ def greedy(engine: Engine, graph: Graph, prompts: list, new_tokens: int, pad_id:
         positions = feeds["position_ids"][:, -1:] + 1
         feeds = {"input_ids": token[:, None], "attention_mask": mask, "position_ids": positions,
                  **{name: outputs["present." + name[len("past_key_values."):]] for name in caches}}
+        if refresh is not None and mask.shape[1] == refresh:
+            rows = [list(prompt) + [int(t[row]) for t in tokens] for row, prompt in enumerate(prompts)]
+            feeds = {**left_padded(rows, pad_id), **empty_caches(graph, len(prompts))}
         outputs = engine(feeds)
     return {"tokens": np.stack(tokens, axis=1), "prefill": prefill, "steps": steps, "feeds": first,
             "final": outputs, "mask": feeds["attention_mask"]}

@@ -13,7 +13,8 @@ Signature of both graphs (N = ``--context``, the fixed cache length):
 - inputs: ``input_ids`` int32 [1, T], ``position_ids`` int32 [1, T], ``attention_bias``
   [1, 1, T, N + T] (additive: 0 where query t may see key j, ``MASK_VALUE`` elsewhere; keys
   0..N-1 are the cache slots, N..N+T-1 the new tokens), one ``attention_bias.window{W}``
-  per sliding window, ``past_key_values.{i}.key/.value`` [1, K, N, D] and a recurrent
+  per sliding window, LongRoPE's ``rope_rows`` int32 [1, T] (the cos/sin table rows:
+  ``backends.onnx_npu.lower``), ``past_key_values.{i}.key/.value`` [1, K, N, D] and a recurrent
   layer's fixed-size states (``past_key_values.{i}.conv_state`` [1, C, K-1],
   ``.recurrent_state`` [1, H, N, P]; ``backends.onnx_npu.recurrent``);
 - outputs: ``logits`` [1, T, V], ``present.{i}.key/.value`` [1, K, T, D], the new
@@ -85,6 +86,8 @@ def signature(graph: Graph, b: NpuBuilder) -> tuple[list, list]:
                                                         [b.size(d) for d in value.shape]))
     masks = [helper.make_tensor_value_info(name, ONNX_TYPES[_float_type(graph)], [1, 1, tokens, context + tokens])
              for name in b.masks.values()]
+    masks += [helper.make_tensor_value_info(name, onnx.TensorProto.INT32, [1, tokens])
+              for name in b.rope_rows.values()]
     after = next((i + 1 for i, v in enumerate(inputs) if v.name == "position_ids"), 1)  # masks after the ids
     inputs[after:after] = masks
     states = {present_name(v.name) for v in state_inputs(graph)}
@@ -131,6 +134,8 @@ def contract(graph: Graph, builders: dict, settings: dict) -> dict:
             "vocab_size": int(graph.meta.get("vocab_size", 0)), "graphs": dict(GRAPHS), "data": DATA,
             "inputs": {"ids": "input_ids", "positions": "position_ids", "ids_dtype": "int32"},
             "masks": [{"name": name, "window": window} for window, name in chunk.masks.items()],
+            **({"rope_rows": [{"name": name, "original": original, "offset": chunk.context}
+                              for original, name in chunk.rope_rows.items()]} if chunk.rope_rows else {}),
             "mask_value": MASK_VALUE, "caches": caches, "states": states, "logits": "logits",
             **({"calibration": settings["calibration"]} if "calibration" in settings else {})}
 

@@ -18,6 +18,12 @@ tokens) one token a call through ``decode.onnx``; ``step`` refuses a short chunk
 
 The sequence must fit the cache: prompt + new tokens - 1 <= ``context`` (an ``IRCError``
 names both otherwise, before anything runs).
+
+LongRoPE (``contract["rope_rows"]``): the host feeds the cos/sin table rows, the positions
+plus ``offset`` while the sequence it knows (the whole prompt during a chunked prefill,
+then every token so far) is longer than ``original``; and ``generate`` runs the whole
+sequence again at ``original`` + 1 tokens, as transformers' generate does
+(``irc.ops.rope.cache_refresh_length``).
 """
 from __future__ import annotations
 
@@ -84,6 +90,7 @@ class Host:
         self.states = {s["past"]: np.zeros(s["shape"], DType.parse(s["dtype"]).numpy)
                        for s in contract.get("states", [])}
         self.filled = 0
+        self.known = 0  # the sequence length the host knows of (a prompt's, before its chunks run)
 
     def feeds(self, ids: Sequence[int], tokens: int) -> dict:
         """Inputs for ``ids`` (padded to ``tokens``) at the next positions."""
@@ -94,6 +101,9 @@ class Host:
         feeds = {self.contract["inputs"]["ids"]: padded[None].astype(np.int32),
                  self.contract["inputs"]["positions"]: positions[None].astype(np.int32), **self.caches,
                  **self.states}
+        for rows in self.contract.get("rope_rows", []):
+            long = max(self.known, start + real) > rows["original"]
+            feeds[rows["name"]] = (positions + rows["offset"] * long)[None].astype(np.int32)
         query = start + np.arange(tokens)[:, None]                              # [T, 1] positions
         keys = np.concatenate([np.arange(n), start + np.arange(tokens)])[None]  # [1, N+T]
         filled = np.concatenate([np.arange(n) < start, np.ones(tokens, bool)])[None]
@@ -129,6 +139,7 @@ class Host:
         chunk = self.contract["chunk"]
         if self.filled + len(ids) > self.context:
             raise IRCError(f"{len(ids)} tokens do not fit the {self.context}-slot KV cache")
+        self.known = self.filled + len(ids)
         whole = len(ids) // chunk * chunk if self.states else len(ids)
         parts = [self.step("chunk", ids[i:i + chunk]) for i in range(0, whole, chunk)]
         parts += [self.step("decode", ids[i:i + 1]) for i in range(whole, len(ids))]
@@ -155,9 +166,11 @@ def generate(folder: str, ids: Sequence[int], max_new_tokens: int, eos_ids: Sequ
         raise IRCError(f"a prompt of {len(ids)} tokens plus {max_new_tokens} new ones does not fit the "
                        f"{contract['context']}-slot KV cache of {folder}",
                        hint="compile with a larger --context, or ask for fewer tokens")
-    host = Host(contract, engines or ort_engines(folder, contract))
+    engines = engines or ort_engines(folder, contract)
+    host = Host(contract, engines)
     last = host.prefill(ids)[-1]
     new: list[int] = []
+    rerun = min((rows["original"] for rows in contract.get("rope_rows", [])), default=None)
     while True:
         if logits is not None:
             logits.append(last)
@@ -167,4 +180,8 @@ def generate(folder: str, ids: Sequence[int], max_new_tokens: int, eos_ids: Sequ
             on_token(token)
         if len(new) == max_new_tokens or token in set(eos_ids):
             return new
-        last = host.step("decode", [token])[-1]
+        if rerun is not None and host.filled == rerun:  # LongRoPE: the whole sequence again
+            host = Host(contract, engines)
+            last = host.prefill(ids + new)[-1]
+        else:
+            last = host.step("decode", [token])[-1]

@@ -95,6 +95,9 @@ TORCH_HELPERS = {
     exponents = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
     inv_freq = (1.0 / (float(base) ** exponents.astype(np.float64))).astype(np.float32)
     return torch.from_numpy(inv_freq).to(DEVICE)''',
+    "longrope_inv_freq": '''def longrope_inv_freq(short, long, original, position_ids):
+    """LongRoPE's frequencies: the long set when max(position_ids) + 1 > original (HF's update)."""
+    return torch.where(position_ids.max() + 1 > original, long, short)''',
     "ssm_new_tokens": NEW_TOKENS_HELPER,
 }
 

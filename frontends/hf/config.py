@@ -32,6 +32,7 @@ from typing import Any, Callable, Optional
 
 from irc.yamlloc import Bad, boolean, positive_int, positive_number, size
 from irc.errors import SpecError
+from frontends.hf.longrope import read_longrope
 
 CONFIG = "config.json"
 _MISSING = object()
@@ -39,7 +40,9 @@ _MISSING = object()
 DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 ROPE_KEYS = ("rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings", "low_freq_factor",
              "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor",
-             "truncate", "partial_rotary_factor")
+             "truncate", "partial_rotary_factor", "short_factor", "long_factor")
+# model_type -> old RoPE type names its config class renames (Phi-3: "su" and "yarn" are LongRoPE)
+KIND_ALIASES = {"phi3": {"su": "longrope", "yarn": "longrope"}}
 SCALING_FIELDS = {  # HF name -> irc name, for the scaling kinds irc implements
     "factor": "factor", "original_max_position_embeddings": "original_max_position",
     "low_freq_factor": "low_freq_factor", "high_freq_factor": "high_freq_factor", "beta_fast": "beta_fast",
@@ -129,6 +132,8 @@ class Arch:
     # a family whose layers the shared decoder loop cannot express builds its own graph:
     # ``expand(arch, origin) -> Graph`` through the DSL (``frontends.hf.build.expand`` calls it)
     expand: Optional[Callable] = None
+    # the embedding-model form (``frontends.hf.encoder.Encoder``): no caches, no logits
+    encoder: Optional[Any] = None
 
 
 # ---- reading config.json ----------------------------------------------------------------
@@ -285,8 +290,10 @@ def read_rope(cfg: Config, head_dim: int, params: dict, key: str, *, default_bas
     kind_key = f"{key}.rope_type" if "rope_type" in params else f"{key}.type"
     if not isinstance(kind, str):
         raise cfg.error(kind_key, f"expected a string, got {_show(kind)}")
-    if kind != "default" and kind not in SCALING_USES:
-        raise cfg.unsupported(kind_key, kind, hint=f"RoPE types irc implements: default, {', '.join(SCALING_USES)}")
+    written, kind = kind, KIND_ALIASES.get(cfg.data.get("model_type"), {}).get(kind, kind)
+    if kind not in ("default", "longrope") and kind not in SCALING_USES:
+        raise cfg.unsupported(kind_key, kind, hint=f"RoPE types irc implements: default, longrope, "
+                                                   f"{', '.join(SCALING_USES)}")
     for name in params:
         if name not in ROPE_KEYS:
             raise cfg.error(f"{key}.{name}", "unknown RoPE setting",
@@ -309,6 +316,9 @@ def read_rope(cfg: Config, head_dim: int, params: dict, key: str, *, default_bas
         rotary_dim = None if rotary_dim == head_dim else rotary_dim
     if kind == "default":
         return RopeSpec(base, convention, None, rotary_dim)
+    if kind == "longrope":
+        return RopeSpec(base, convention, read_longrope(cfg, params, key, rotary_dim or head_dim, original_max,
+                                                        written), rotary_dim)
     scaling = {"kind": kind}
     for hf_name in SCALING_USES[kind]:
         value = params.get(hf_name)

@@ -1,7 +1,7 @@
 """Rotary position embedding: the ``rope`` op and the NumPy math behind it.
 
 The frequency formulas follow Hugging Face ``modeling_rope_utils`` exactly (default, linear,
-dynamic NTK, YaRN, Llama 3). Scaling is a plain dict with snake_case keys:
+dynamic NTK, YaRN, Llama 3, LongRoPE). Scaling is a plain dict with snake_case keys:
 
 - ``{"kind": "linear", "factor": f}``
 - ``{"kind": "dynamic", "factor": f, "original_max_position": n}``; ``n`` is HF's
@@ -11,6 +11,21 @@ dynamic NTK, YaRN, Llama 3). Scaling is a plain dict with snake_case keys:
   "beta_slow": 1, "mscale": .., "mscale_all_dim": .., "attention_factor": .., "truncate": True}``
 - ``{"kind": "llama3", "factor": f, "low_freq_factor": l, "high_freq_factor": h,
   "original_max_position": n}``
+- ``{"kind": "proportional", "factor": f, "partial_rotary_factor": p}`` (Gemma-4's global
+  layers): the whole head's frequencies base^(-2j/D), of which only the first
+  int(p·D // 2) are kept, the rest zero (those pairs do not rotate), all divided by f
+- ``{"kind": "longrope", "short_factor": [R/2 numbers], "long_factor": [R/2 numbers],
+  "original_max_position": n, "factor": f, "attention_factor": ..}`` (Phi-3, Phi-4-mini):
+  inv_freq = 1 / (ext * base^(2i/R)) with ``ext`` the short factors while the sequence
+  length ``max(position_ids) + 1`` is at most ``n`` and the long factors past it (HF's
+  ``longrope_frequency_update``: one choice for the whole batch, per call; within a call
+  keys already cached keep the rotation they got); cos and sin are multiplied by the
+  attention factor, ``sqrt(1 + ln f / ln n)`` (1 when f <= 1) unless given. ``rope_switch``
+  gives the two sets a backend selects between at run time. transformers' *generate* adds
+  one rule on top (``Phi3ForCausalLM.prepare_inputs_for_generation``, Phi-MoE alike): the
+  step that brings the sequence to n + 1 tokens drops the cache and runs the whole
+  sequence again, so every key is rotated by the long set from then on; generate loops
+  read that length from ``cache_refresh_length``.
 
 Conventions: ``"half"`` rotates pairs (i, i + R/2) of each head (HF ``rotate_half``);
 ``"interleaved"`` rotates pairs (2i, 2i + 1) and keeps that layout (GPT-J, Cohere, the complex
@@ -38,7 +53,12 @@ SCALING_KEYS = {
     "dynamic": ("factor", "original_max_position"),
     "yarn": ("factor", "original_max_position"),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position"),
+    "longrope": ("short_factor", "long_factor", "original_max_position", "factor"),
+    "proportional": ("factor", "partial_rotary_factor"),
 }
+# scaling kinds whose frequencies depend on the sequence length max(position_ids) + 1
+LENGTH_DEPENDENT = ("dynamic", "longrope")
+FACTOR_LISTS = ("short_factor", "long_factor")
 
 
 # ---- frequencies -----------------------------------------------------------------------
@@ -99,11 +119,61 @@ def _llama3(dim: int, base: float, scaling: dict) -> np.ndarray:
     return np.where(medium, smoothed, scaled).astype(np.float32)
 
 
+def longrope_attention_factor(scaling: dict) -> float:
+    """LongRoPE's cos/sin multiplier: ``attention_factor`` if given, else
+    sqrt(1 + ln(factor) / ln(original_max_position)), 1.0 when factor <= 1 (HF)."""
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+    factor = float(scaling["factor"])
+    if factor <= 1.0:
+        return 1.0
+    return math.sqrt(1 + math.log(factor) / math.log(scaling["original_max_position"]))
+
+
+def _longrope(dim: int, base: float, scaling: dict, seq_len: Optional[int]) -> np.ndarray:
+    """1 / (ext * base^(2i/dim)) in float32, as HF computes it; ``ext`` the long factors
+    when ``seq_len`` > original_max_position, else the short ones."""
+    long = bool(seq_len) and seq_len > scaling["original_max_position"]
+    ext = np.asarray(scaling["long_factor" if long else "short_factor"], np.float32)
+    exponents = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
+    powers = (float(base) ** exponents.astype(np.float64)).astype(np.float32)
+    return (np.float32(1.0) / (ext * powers)).astype(np.float32)
+
+
+def rope_switch(dim: int, base: float, scaling: Optional[dict]) -> Optional[tuple[np.ndarray, np.ndarray, int]]:
+    """For a scaling that switches frequency sets on the sequence length (LongRoPE):
+    (short inv_freq, long inv_freq, n), the long set applying when max(position_ids) + 1 > n.
+    None for every other scaling (fixed frequencies, or dynamic NTK's continuous ones)."""
+    if (scaling or {}).get("kind") != "longrope":
+        return None
+    original = int(scaling["original_max_position"])
+    return _longrope(dim, base, scaling, None), _longrope(dim, base, scaling, original + 1), original
+
+
+CACHE_REFRESH_KEY = "irc.cache_refresh_length"  # an ONNX model's metadata entry holding it
+
+
+def cache_refresh_length(graph) -> Optional[int]:
+    """The sequence length (past + new tokens) at which a generate loop drops its KV cache
+    and runs the whole sequence again, as transformers' generate does for LongRoPE models:
+    original_max_position + 1 when a ``rope`` (or an attention's ``rope``) of ``graph`` uses
+    LongRoPE, else None. A loop does it on the decode step whose past holds exactly
+    original_max_position tokens (HF: input length >= n + 1 while the cache holds <= n)."""
+    lengths = set()
+    for node in graph.nodes:
+        rope = node.attrs if node.op == "rope" else node.attrs.get("rope")
+        scaling = rope.get("scaling") if isinstance(rope, dict) else None
+        if (scaling or {}).get("kind") == "longrope":
+            lengths.add(int(scaling["original_max_position"]) + 1)
+    return min(lengths) if lengths else None
+
+
 def rope_inv_freq(dim: int, base: float, scaling: Optional[dict] = None,
                   seq_len: Optional[int] = None) -> tuple[np.ndarray, float]:
     """Inverse frequencies [dim/2] (float32) for a rotary width ``dim`` and the attention
-    factor that multiplies cos and sin (1.0 except for YaRN). ``seq_len`` matters only for
-    dynamic NTK scaling."""
+    factor that multiplies cos and sin (1.0 except for YaRN and LongRoPE). ``seq_len``
+    (max(position_ids) + 1) matters only for the ``LENGTH_DEPENDENT`` kinds; None reads as
+    a short sequence (LongRoPE's short factors)."""
     kind = (scaling or {}).get("kind", "default")
     if kind == "default":
         return _base_inv_freq(dim, base), 1.0
@@ -119,6 +189,12 @@ def rope_inv_freq(dim: int, base: float, scaling: Optional[dict] = None,
         return _yarn(dim, base, scaling)
     if kind == "llama3":
         return _llama3(dim, base, scaling), 1.0
+    if kind == "longrope":
+        return _longrope(dim, base, scaling, seq_len), longrope_attention_factor(scaling)
+    if kind == "proportional":
+        inv_freq = _base_inv_freq(dim, base)
+        inv_freq[int(float(scaling["partial_rotary_factor"]) * dim // 2):] = 0.0
+        return (inv_freq / np.float32(scaling["factor"])).astype(np.float32), 1.0
     raise ValueError(f"unknown rope scaling kind {kind!r}")
 
 
@@ -132,7 +208,8 @@ def yarn_softmax_mscale(scaling: Optional[dict]) -> float:
 
 
 def rope_seq_len(position_ids) -> int:
-    """Sequence length dynamic scaling sees: max(position_ids) + 1, as HF computes it."""
+    """Sequence length dynamic and LongRoPE scaling see: max(position_ids) + 1 over the
+    whole batch, as HF computes it."""
     return int(np.max(position_ids)) + 1 if np.size(position_ids) else 0
 
 
@@ -199,6 +276,21 @@ def check_rope_config(op: str, dim, base, convention, scaling) -> None:
     expect(not missing, f"{op}: {kind} rope scaling needs {', '.join(missing)}")
     if kind == "dynamic":
         expect(dim > 2, f"{op}: dynamic rope scaling needs a rotary dim above 2, got {dim}")
+    if kind == "proportional":
+        fraction = scaling["partial_rotary_factor"]
+        expect(isinstance(fraction, (int, float)) and not isinstance(fraction, bool) and 0 < fraction <= 1,
+               f"{op}: proportional partial_rotary_factor must be in (0, 1], got {fraction!r}")
+    if kind == "longrope":
+        for key in FACTOR_LISTS:
+            factors = scaling[key]
+            expect(isinstance(factors, (list, tuple)) and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+                for v in factors), f"{op}: longrope {key} must be a list of positive numbers")
+            expect(len(factors) == dim // 2,
+                   f"{op}: longrope {key} has {len(factors)} entries for a rotary dim of {dim} (needs {dim // 2})")
+        original = scaling["original_max_position"]
+        expect(isinstance(original, int) and not isinstance(original, bool) and original > 1,
+               f"{op}: longrope original_max_position must be an int above 1, got {original!r}")
 
 
 def _rope_infer(inputs, attrs):

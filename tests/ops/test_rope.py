@@ -170,7 +170,8 @@ def test_infer_symbolic_shapes():
     ({"head_dim": 5, "base": BASE}, "even"),
     ({"head_dim": 10, "base": BASE}, "not a multiple of head_dim"),
     ({"head_dim": D, "base": BASE, "convention": "neox"}, "convention"),
-    ({"head_dim": D, "base": BASE, "scaling": {"kind": "longrope"}}, "scaling kind"),
+    ({"head_dim": D, "base": BASE, "scaling": {"kind": "su"}}, "scaling kind"),
+    ({"head_dim": D, "base": BASE, "scaling": {"kind": "longrope"}}, "longrope rope scaling needs short_factor"),
     ({"head_dim": D, "base": BASE, "scaling": {"kind": "yarn", "factor": 4.0}}, "original_max_position"),
 ])
 def test_infer_errors(attrs, message):
