@@ -16,30 +16,20 @@ from irc.passmanager import register_pass
 from irc.rewrite.lowering import Emitter, LoweringPass
 
 F32 = DType.f32
-ROUTING = ("experts", "top_k", "scoring", "norm_topk_prob", "routed_scale", "n_group", "topk_group", "group_score")
+ROUTING = ("experts", "top_k", "scoring", "norm_topk_prob", "routed_scale", "n_group", "topk_group", "group_score",
+           "jitter_eps")
 ACTIVATION_OPS = {"silu": ("silu", {}), "gelu": ("gelu", {"approximate": "none"}),
                   "gelu_tanh": ("gelu", {"approximate": "tanh"})}
 # the report runs the reference interpreter; past this many weight elements it only says so
 REPORT_MAX_PARAM_ELEMENTS = 1 << 26
 
 
-def refusal(node: Node) -> Optional[str]:
-    """Why the sorted form cannot express ``node`` (None when it can): GPT-OSS's router logit
-    bias (``moe_route`` reads none, and backends lowering ``moe_route`` would drop it), its
-    expert biases (``grouped_gemm`` has none) and its clamped ``swiglu_oai`` GLU (no clamp
-    primitive). Such a node stays a ``moe`` op, which the ONNX targets lower whole."""
-    operands = dict(zip(("router_logit_bias", "b_gate", "b_up", "b_down"), node.inputs[10:14]))
-    present = [name for name, value in operands.items() if value is not None]
-    if present:
-        return f"{', '.join(present)}: the sorted form has no biases (moe_route, grouped_gemm)"
-    if node.attrs["activation"] == "swiglu_oai":
-        return "swiglu_oai experts: the sorted form has no clamped GLU"
-    return None
-
-
 def lower_moe(e: Emitter, node: Node):
-    """The sorted form replacing ``node``'s output, or the reason it is left (``refusal``)."""
-    return refusal(node) or SortedMoe(e, e.options["capacity_factor"]).output()
+    """The sorted form replacing ``node``'s output, or why ``node`` is left: a capacity with
+    expert down biases (a dropped pair would still add its bias)."""
+    if e.options["capacity_factor"] is not None and e.operands["b_down"] is not None:
+        return "capacity_factor with expert down biases (b_down): dropped pairs would keep their bias"
+    return SortedMoe(e, e.options["capacity_factor"]).output()
 
 
 @register_pass
@@ -48,15 +38,19 @@ class MoeSort(LoweringPass):
 
     For x [B, T, d] with N = B*T tokens, k = top_k and M = N*k token-slot pairs:
     ``moe_route`` gives expert_ids and gating weights [N, k] (the op's routing: softmax or
-    sigmoid, selection bias, group-limited top-k, renormalisation, routed scale);
+    sigmoid, selection bias, group-limited top-k, or sparsemixer's two rounds;
+    renormalisation, routed scale);
     ``moe_dispatch`` stably sorts the M pairs by expert into token_index/slot_index [M] and
     indptr [E+1]; the token rows are gathered, ``grouped_gemm`` runs gate and up over each
     expert's contiguous segment, the activation and product follow, ``grouped_gemm`` runs
     down; each row is scaled by its gating weight and ``scatter_add`` sums the rows into
     token order on top of the shared expert (Qwen's sigmoid ``shared_expert_gate`` included)
     or zeros. Everything runs in float32 and is cast back to x's dtype, as the op does.
-    GPT-OSS's MoE (router logit bias, expert biases, ``swiglu_oai``) is left as it is, with a
-    note saying which (``refusal``).
+    GPT-OSS's additions lower to primitives: ``moe_route`` adds the router logit bias; each
+    sorted row's expert (expert_ids gathered by slot_index) gathers its gate and up bias rows,
+    added after their ``grouped_gemm``; ``swiglu_oai`` is written out (``clamped_glu``); the
+    down biases join the scatter's base in token order (``token_biases``). With a capacity,
+    a node with down biases is left as it is, with a note (a dropped pair would keep its bias).
 
     Options: ``capacity_factor`` (default none) caps each expert at
     ceil(capacity_factor * N * k / E) rows, dropping pairs in GShard priority order (every
@@ -151,7 +145,9 @@ class SortedMoe:
         d = x.shape[-1]
         tokens_shape = [dims.product(x.shape[:-1]), d]
         tokens = e.cast(e("reshape", [x], "tokens", {"shape": tokens_shape}), F32, "tokens_f32")
-        expert_ids, weights = e.emit("moe_route", [tokens, router, bias],
+        logit_bias, b_gate, b_up, b_down = list(e.operands.values())[10:14]
+        route = [tokens, router, bias] + ([logit_bias] if logit_bias is not None else [])
+        expert_ids, weights = e.emit("moe_route", route,
                                      [e.name("expert_ids"), e.name("routing_weights")],
                                      {key: attrs[key] for key in ROUTING})
         token_index, slot_index, indptr = e.emit(
@@ -159,16 +155,26 @@ class SortedMoe:
             {"experts": experts, "capacity_factor": self.capacity_factor})
         rows = e("gather", [tokens, token_index], "rows", {"axis": 0})
         gemm = {"experts": experts, "top_k": top_k}
-        gate = e("grouped_gemm", [rows, w_gate, indptr], "gate", gemm)
-        up = e("grouped_gemm", [rows, w_up, indptr], "up", gemm)
-        hidden = e("mul", [self.activate(gate, "act"), up], "hidden")
+        row_expert = None
+        if b_gate is not None or b_up is not None:  # each sorted row's expert [M]
+            flat_ids = e("reshape", [expert_ids], "expert_ids_flat", {"shape": [dims.product(expert_ids.shape)]})
+            row_expert = e("gather", [flat_ids, slot_index], "row_expert", {"axis": 0})
+        gate = self.biased(e("grouped_gemm", [rows, w_gate, indptr], "gate", gemm), b_gate, row_expert, "gate")
+        up = self.biased(e("grouped_gemm", [rows, w_up, indptr], "up", gemm), b_up, row_expert, "up")
+        hidden = self.glu(gate, up, "act", "hidden")
         down = e("grouped_gemm", [hidden, w_down, indptr], "down", gemm)
         pairs = down.shape[0]
         flat = e("reshape", [weights], "routing_weights_flat", {"shape": [pairs]})
         row_weights = e("gather", [flat, slot_index], "row_weights", {"axis": 0})
         row_weights = e("reshape", [row_weights], "row_weights_M1", {"shape": [pairs, 1]})
         weighted = e("mul", [down, row_weights], "weighted")
-        base = self.shared(tokens, s_gate, s_up, s_down, s_expert_gate, tokens_shape)
+        if b_down is None:
+            base = self.shared(tokens, s_gate, s_up, s_down, s_expert_gate, tokens_shape)
+        elif s_gate is None:
+            base = self.token_biases(b_down, expert_ids, weights)
+        else:
+            base = e("add", [self.shared(tokens, s_gate, s_up, s_down, s_expert_gate, tokens_shape),
+                             self.token_biases(b_down, expert_ids, weights)], "shared_and_down_biases")
         combined = e("scatter_add", [base, token_index, weighted], "combined")
         out = e("reshape", [combined], "out_BTD", {"shape": list(x.shape)})
         return e.cast(out, e.out.dtype, "cast")
@@ -177,16 +183,62 @@ class SortedMoe:
         op, attrs = ACTIVATION_OPS[self.node.attrs["activation"]]
         return self.e(op, [x], role, attrs)
 
+    def glu(self, gate: Value, up: Value, role: str, out: str) -> Value:
+        """act(gate) * up, or GPT-OSS's clamped form (``clamped_glu``) for ``swiglu_oai``."""
+        if self.node.attrs["activation"] == "swiglu_oai":
+            return clamped_glu(self.e, gate, up, self.node.attrs["swiglu_alpha"], self.node.attrs["swiglu_limit"],
+                               role, out)
+        return self.e("mul", [self.activate(gate, role), up], out)
+
+    def biased(self, rows: Value, bias: Optional[Param], row_expert: Optional[Value], role: str) -> Value:
+        """``rows`` [M, n] plus each row's expert's bias row (``bias`` [E, n] gathered by
+        ``row_expert``), in float32; ``rows`` itself without a bias."""
+        if bias is None:
+            return rows
+        e = self.e
+        picked = e.cast(e("gather", [bias, row_expert], f"{role}_bias_rows", {"axis": 0}), F32, f"{role}_bias_f32")
+        return e("add", [rows, picked], f"{role}_biased")
+
+    def token_biases(self, b_down: Param, expert_ids: Value, weights: Value) -> Value:
+        """sum over k of weights[:, k] * b_down[expert_ids[:, k]] [N, d]: the down biases in
+        token order, the scatter's base (so the weighted scatter stays one GEMM epilogue)."""
+        e, tokens, base = self.e, expert_ids.shape[0], None
+        for k in range(self.node.attrs["top_k"]):
+            ids = e("reshape", [e("slice", [expert_ids], f"ids_{k}", {"axis": 1, "start": k, "end": k + 1})],
+                    f"ids_{k}_N", {"shape": [tokens]})
+            rows = e.cast(e("gather", [b_down, ids], f"down_bias_{k}", {"axis": 0}), F32, f"down_bias_{k}_f32")
+            weight = e("slice", [weights], f"weight_{k}", {"axis": 1, "start": k, "end": k + 1})
+            term = e("mul", [rows, weight], f"down_bias_{k}_weighted")
+            base = term if base is None else e("add", [base, term], f"down_bias_{k}_sum")
+        return base
+
     def shared(self, tokens: Value, s_gate: Optional[Param], s_up, s_down, s_expert_gate, shape) -> Value:
         """The shared expert over every token (sigmoid-gated when asked), or zeros [N, d]."""
         e = self.e
         if s_gate is None:
             return e("expand", [e.constant(0.0, F32, "zero")], "zeros", {"shape": shape})
         gate = e("linear", [tokens, s_gate], "shared_gate")
-        hidden = e("mul", [self.activate(gate, "shared_act"), e("linear", [tokens, s_up], "shared_up")],
-                   "shared_hidden")
+        if self.node.attrs["activation"] == "swiglu_oai":
+            hidden = self.glu(gate, e("linear", [tokens, s_up], "shared_up"), "shared_act", "shared_hidden")
+        else:  # the activation before the up projection (the golden dump's order)
+            hidden = e("mul", [self.activate(gate, "shared_act"), e("linear", [tokens, s_up], "shared_up")],
+                       "shared_hidden")
         out = e("linear", [hidden, s_down], "shared")
         if s_expert_gate is None:
             return out
         score = e("sigmoid", [e("linear", [tokens, s_expert_gate], "shared_score")], "shared_sigmoid")
         return e("mul", [out, score], "shared_gated")
+
+
+def clamped_glu(e: Emitter, gate: Value, up: Value, alpha: float, limit: float, role: str, out: str) -> Value:
+    """GPT-OSS's ``swiglu_oai`` in primitives (``irc.ops.moe.glu``): with g = min(gate, limit)
+    = -max(-gate, -limit) and u = clip(up, -limit, limit) = max(-max(-up, -limit), -limit),
+    (u + 1) * g * sigmoid(alpha * g)."""
+    bound = e.constant(-float(limit), F32, f"{role}_minus_limit")
+    g = e("neg", [e("maximum", [e("neg", [gate], f"{role}_gate_neg"), bound], f"{role}_gate_neg_max")],
+          f"{role}_gate_clamped")
+    low = e("neg", [e("maximum", [e("neg", [up], f"{role}_up_neg"), bound], f"{role}_up_neg_max")], f"{role}_up_min")
+    u = e("maximum", [low, bound], f"{role}_up_clamped")
+    scaled = e("mul", [g, e.constant(float(alpha), F32, f"{role}_alpha")], f"{role}_gate_scaled")
+    act = e("mul", [g, e("sigmoid", [scaled], f"{role}_sigmoid")], f"{role}_glu")
+    return e("mul", [e("add", [u, e.constant(1.0, F32, f"{role}_one")], f"{role}_up_plus_one"), act], out)

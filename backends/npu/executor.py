@@ -31,7 +31,7 @@ from typing import Optional
 import numpy as np
 
 from irc.errors import BackendError
-from irc.ops.moe import ACTIVATIONS, activate
+from irc.ops.moe import MOE_ACTIVATIONS, glu
 from irc.ops.primitives import gelu, rsqrt, sigmoid, silu
 from irc.npu.target import Machine, ceil_div, round_up
 from backends.npu.recurrent import random_scan_operands, reference_scan, run_scan
@@ -120,11 +120,12 @@ class Dma:
 
 # ---- numbers -----------------------------------------------------------------------------
 
-def _activation(name: str, x):
-    """The gated MLP's activation, as the ``moe`` op names them (``irc.ops.moe.activate``)."""
-    if name not in ACTIVATIONS:
-        raise BackendError(f"unknown epilogue activation {name!r}")
-    return activate(x, name)
+def _glu(step: dict, gate, up):
+    """The gated MLP's hidden units as the ``moe`` op computes them (``irc.ops.moe.glu``:
+    act(gate) * up, or GPT-OSS's clamped ``swiglu_oai`` with the step's alpha and limit)."""
+    if step["activation"] not in MOE_ACTIVATIONS:
+        raise BackendError(f"unknown epilogue activation {step['activation']!r}")
+    return glu(gate, up, step["activation"], step.get("alpha", 1.702), step.get("limit", 7.0))
 
 
 def _unary(step: dict, x):
@@ -147,16 +148,20 @@ _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divi
 
 def finish(accumulators: list, steps: list, operands: list, machine: Machine, numbers: Numbers) -> np.ndarray:
     """Output values from the accumulators of one weight each: dequantize, the epilogue
-    (``glu`` first, then fused ops reading ``operands`` in order), quantize. Elementwise,
-    so a tile gives the same numbers as the whole matrix."""
+    (``bias`` rows added to one weight's values, ``glu``, then fused ops reading ``operands``
+    in order), quantize. Elementwise, so a tile gives the same numbers as the whole matrix."""
     values = [np.ascontiguousarray(acc, dtype=np.float32) * np.float32(numbers.acc_scale) for acc in accumulators]
     y = values[0]
     operands = iter(operands)
     for step in steps:
+        other = None if "operand" not in step else \
+            np.asarray(next(operands), np.float32) * np.float32(numbers.operand_scale)
         if step["op"] == "glu":
-            y = (_activation(step["activation"], values[0]) * values[1]).astype(np.float32)
-        elif "operand" in step:
-            other = np.asarray(next(operands), dtype=np.float32) * np.float32(numbers.operand_scale)
+            y = _glu(step, values[0], values[1]).astype(np.float32)
+        elif step["op"] == "bias":  # before the GLU (GPT-OSS's expert biases)
+            values[step["weight"]] = values[step["weight"]] + other
+            y = values[0]
+        elif other is not None:
             y = _BINARY[step["op"]](*((other, y) if step["swap"] else (y, other))).astype(np.float32)
         else:
             y = np.asarray(_unary(step, y), dtype=np.float32)
@@ -308,9 +313,16 @@ def _block_update(state, scores, visible, value, numbers: Numbers):
     peak[...] = new_peak
 
 
+def row_sinks(record: dict, sinks) -> Optional[np.ndarray]:
+    """Each query row's sink logit [M, 1] (row r is head r // T of the group), or None."""
+    return None if sinks is None else np.repeat(np.asarray(sinks, np.float32), record["attention"]["tokens"])[:, None]
+
+
 def run_attention(record: dict, machine: Machine, q, k, v, visible, numbers: Numbers, sram: Sram,
-                  dma: Dma) -> np.ndarray:
-    """One attention group: q [M,Dk], k [S,Dk], v [S,Dv], visible bool [M,S]."""
+                  dma: Dma, sinks=None) -> np.ndarray:
+    """One attention group: q [M,Dk], k [S,Dk], v [S,Dv], visible bool [M,S]; ``sinks`` [G]
+    fp32 (a record whose shape has sinks) are loaded once and seed each row's running max
+    (the sink) and sum (1), as ``irc.ops.attention.masked_softmax`` counts them."""
     shape, tile, order = record["shape"], record["tile"], record["loop_order"]
     M, S, Dv = shape["M"], shape["S"], shape["Dv"]
     trips = {"q": ceil_div(M, tile["q"]), "kv": ceil_div(S, tile["kv"])}
@@ -318,6 +330,11 @@ def run_attention(record: dict, machine: Machine, q, k, v, visible, numbers: Num
     dtype, acc_dtype = np.dtype(NUMPY[machine.dtype]), _acc_dtype(machine)
     out = np.zeros((M, Dv), dtype=dtype)
     pitch = round_up(Dv * 4, machine.align)
+    seeds = None
+    if shape.get("sinks"):
+        group = np.asarray(sinks, np.float32)[None, :]
+        resident = dma.load("sinks", group, buffers["sinks"].place(group.shape, np.float32))
+        seeds = row_sinks(record, resident[0])
 
     def span(axis, index, size):
         return slice(index * tile[axis], min((index + 1) * tile[axis], size))
@@ -333,9 +350,9 @@ def run_attention(record: dict, machine: Machine, q, k, v, visible, numbers: Num
         if block in spilled:
             dma.load("o", spilled[block][0], state[0])
             dma.load("o", spilled.pop(block)[1], state[1])
-        else:
+        else:  # fresh; with sinks the sink is a first key of weight exp(0) = 1 and no value
             state[0][...] = 0
-            state[1][:, 0], state[1][:, 1] = -np.inf, 0
+            state[1][:, 0], state[1][:, 1] = (-np.inf, 0) if seeds is None else (seeds[rows, 0], 1)
         views["o"] = state
 
     def leave(block):
@@ -376,11 +393,14 @@ def run_attention(record: dict, machine: Machine, q, k, v, visible, numbers: Num
     return out
 
 
-def reference_attention(record: dict, machine: Machine, q, k, v, visible, numbers: Numbers) -> np.ndarray:
-    """Untiled: all scores, a masked softmax (``irc.ops.attention.masked_softmax``), one product."""
+def reference_attention(record: dict, machine: Machine, q, k, v, visible, numbers: Numbers,
+                        sinks=None) -> np.ndarray:
+    """Untiled: all scores, a masked softmax (``irc.ops.attention.masked_softmax``, the sinks
+    in its denominators), one product."""
     from irc.ops.attention import masked_softmax
 
-    weights = masked_softmax(logits(_multiply(q, k, "nk", machine), record["attention"], numbers), visible)
+    weights = masked_softmax(logits(_multiply(q, k, "nk", machine), record["attention"], numbers), visible,
+                             row_sinks(record, sinks))
     values = np.asarray(v, dtype=np.float32) * np.float32(numbers.v_scale)
     return store_as((weights @ values).astype(np.float32), machine, numbers)
 
@@ -402,9 +422,10 @@ class Result:
 def execute(record: dict, machine: Machine, operands: dict, numbers: Numbers = Numbers()) -> Result:
     """Run every instance of a planned op tile by tile. ``operands`` holds, per instance
     (leading axis ``count``): GEMM ``a``, ``b`` ([weights, ...]) and ``epilogue`` (a list);
-    attention ``q``, ``k``, ``v`` and ``visible``; a scan the op's operands by name
-    (``backends.npu.recurrent``)."""
+    attention ``q``, ``k``, ``v``, ``visible`` and, with sinks, ``sinks`` [G] fp32; a scan the
+    op's operands by name (``backends.npu.recurrent``)."""
     dma, outputs, states, used = Dma(machine), [], [], 0
+    sinks = operands.get("sinks", [None] * record["count"])
     for i in range(record["count"]):
         sram = Sram(machine)
         if record["kind"] == "scan":
@@ -416,14 +437,14 @@ def execute(record: dict, machine: Machine, operands: dict, numbers: Numbers = N
                                     [op[i] for op in operands.get("epilogue", [])], numbers, sram, dma))
         else:
             outputs.append(run_attention(record, machine, operands["q"][i], operands["k"][i], operands["v"][i],
-                                         operands["visible"][i], numbers, sram, dma))
+                                         operands["visible"][i], numbers, sram, dma, sinks[i]))
         used = sram.used
     return Result(np.stack(outputs), dma.bytes, used, np.stack(states) if states else None)
 
 
 def reference(record: dict, machine: Machine, operands: dict, numbers: Numbers = Numbers()) -> np.ndarray:
     """Every instance of the op, untiled."""
-    outputs = []
+    outputs, sinks = [], operands.get("sinks", [None] * record["count"])
     for i in range(record["count"]):
         if record["kind"] == "scan":
             outputs.append(reference_scan(record, machine, {k: v[i] for k, v in operands.items()}, numbers)[0])
@@ -432,7 +453,7 @@ def reference(record: dict, machine: Machine, operands: dict, numbers: Numbers =
                                           [op[i] for op in operands.get("epilogue", [])], numbers))
         else:
             outputs.append(reference_attention(record, machine, operands["q"][i], operands["k"][i], operands["v"][i],
-                                               operands["visible"][i], numbers))
+                                               operands["visible"][i], numbers, sinks[i]))
     return np.stack(outputs)
 
 
@@ -468,9 +489,11 @@ def random_operands(record: dict, machine: Machine, seed: int = 0) -> tuple[dict
     visible = np.ones((M, S), dtype=bool)
     if info["causal"]:
         visible &= key <= query
-    if info.get("window"):
-        visible &= key > query - info["window"]
+    if info.get("window"):  # symmetric without causal, as the attention op's
+        visible &= (key > query - info["window"]) if info["causal"] else (np.abs(key - query) < info["window"])
     numbers = Numbers() if machine.is_float else Numbers(acc_scale=1.0 / (100 * 100), v_scale=1.0 / 100,
                                                           out_scale=1.0 / 100)
-    return {"q": draw(M, Dk), "k": draw(S, Dk), "v": draw(S, Dv),
-            "visible": np.broadcast_to(visible, (n, M, S))}, numbers
+    operands = {"q": draw(M, Dk), "k": draw(S, Dk), "v": draw(S, Dv), "visible": np.broadcast_to(visible, (n, M, S))}
+    if shape.get("sinks"):  # logits in real units, like the scaled scores they join: of order one
+        operands["sinks"] = (2.0 * rng.standard_normal((n, shape["sinks"]))).astype(np.float32)
+    return operands, numbers

@@ -2,9 +2,10 @@
 ``moe_dispatch`` and ``grouped_gemm`` (``irc.ops.moe_sorted``; N tokens, k = top_k,
 M = N * k token-slot pairs, E experts).
 
-- ``moe_route``: the router MatMul, then ``backends.onnx.moe.route`` (softmax or sigmoid,
-  selection bias, groups through ReduceMax/TopK and a OneHot mask, TopK, GatherElements,
-  renormalised and scaled), the same steps the dense ``moe`` lowering takes.
+- ``moe_route``: the router MatMul (+ GPT-OSS's logit bias), then ``backends.onnx.moe.route``
+  (softmax or sigmoid, selection bias, groups through ReduceMax/TopK and a OneHot mask,
+  TopK, GatherElements, renormalised and scaled), the same steps the dense ``moe`` lowering
+  takes.
 - ``moe_dispatch``: the pairs in GShard priority order (expert_ids transposed, [k, N] ->
   [M]) sorted by the unique int64 keys expert * M + position with ``TopK(k=M,
   largest=0)`` (ORT's CPU TopK takes int64; unique keys make the sort stable by
@@ -36,10 +37,10 @@ from backends.onnx.portable import linear
 
 
 def lower_moe_route(b: Builder, node: Node, outs: list[str]) -> None:
-    x, router, bias = pad_inputs(node.inputs, 3)
+    x, router, bias, logit_bias = pad_inputs(node.inputs, 4)
     name = outs[0]
     tokens = b.op("Reshape", [b.value(x), b.i64([-1, x.shape[-1]])], f"{name}/tokens")
-    logits = linear(b, tokens, x.dtype, router, None, b.fresh(f"{name}/router_logits"))
+    logits = linear(b, tokens, x.dtype, router, logit_bias, b.fresh(f"{name}/router_logits"))
     ids, weights = route(b, logits, bias, node.attrs, name, x.dtype)  # weights in f32, as moe_route gives them
     b.node("Identity", [ids], outs[:1])
     b.node("Identity", [weights], outs[1:])

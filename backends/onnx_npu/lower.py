@@ -10,12 +10,20 @@ The ops that differ from the portable flavour:
   what the device sees);
 - ``rope``: cos/sin [1, T, R/2] gathered by int32 ``position_ids`` from tables [N, R/2]
   computed here (``irc.ops.rope``, attention factor included) and stored once beside the
-  weights, then the rotation written out (slices, multiplies, a concat);
+  weights, then the rotation written out (slices, multiplies, a concat). LongRoPE: tables
+  [2N, R/2], the short set's rows then the long set's, gathered by an int32 ``rope_rows``
+  input [1, T] the host fills (positions, plus N once the sequence it runs is longer than
+  n). The host decides because it knows the whole length: a chunked prefill's chunk sees
+  only its own positions, but transformers rotates every token of a prompt longer than n
+  with the long set;
 - ``attention``: the new keys and values [1, K, T, D] are graph outputs (``present.*``) for
   the host to place; they are concatenated after the fixed cache [1, K, N, D] and the
   queries attend over N + T keys with an additive mask input [1, 1, T, N + T] (one per
   sliding window), grouped heads as 4-D matmuls over [1, K, G*T, D] queries: every tensor
-  is rank 4 or less;
+  is rank 4 or less; GPT-OSS's sinks are one more score column per query row, a constant
+  [1, K, G*T, 1] computed from ``attn.sinks`` [H] when the weights are written, concatenated
+  before the Softmax and sliced off after it (static shapes; the sink is a plain logit
+  beside fp16 scores, so fp16 stays safe as the mask's -10000 does);
 - ``linear``: ``MatMul`` against the transposed weight; a weight also read another way (a
   tied embedding) is read once, by ``Gemm(transB=1)`` over static 2-D reshapes.
 
@@ -39,7 +47,7 @@ from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Node, Param
 from irc.ops.registry import get_op, pad_inputs
-from irc.ops.rope import rope_cos_sin, rope_inv_freq
+from irc.ops.rope import rope_cos_sin, rope_inv_freq, rope_switch
 
 from backends.onnx import portable
 from backends.onnx.attention import attention_operands, check_scaling, heads_first, merge_heads, rotate
@@ -56,6 +64,7 @@ class NpuBuilder(Builder):
 
     bindings: dict = field(default_factory=dict)
     masks: dict = field(default_factory=dict)       # window (None: global) -> mask input name
+    rope_rows: dict = field(default_factory=dict)   # LongRoPE's n -> the rows input name
     quant: Any = None                                # a qdq.QuantPlan for w8a16 / w4a16
 
     def size(self, d) -> int:
@@ -76,6 +85,15 @@ class NpuBuilder(Builder):
             self.masks[window] = self.claim("attention_bias" if window is None else f"attention_bias.window{window}")
         return self.masks[window]
 
+    def rows(self, original: int) -> str:
+        """The host-filled table-rows input of a LongRoPE with pretraining length ``original``."""
+        if original not in self.rope_rows:
+            if self.rope_rows:
+                raise BackendError("onnx-npu takes one LongRoPE length per model; this graph has "
+                                   f"{next(iter(self.rope_rows))} and {original}")
+            self.rope_rows[original] = self.claim("rope_rows")
+        return self.rope_rows[original]
+
 
 def lower_embedding(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     ids, table = node.inputs
@@ -87,26 +105,36 @@ def lower_embedding(b: NpuBuilder, node: Node, outs: list[str]) -> None:
         b.node("Mul", [gathered, b.const(scale, node.outputs[0].dtype.numpy, f"{outs[0]}/scale")], outs)
 
 
-def rope_table(rotary: int, base: float, scaling_items: tuple, positions: int, which: int, dtype_name: str):
-    """cos (which 0) or sin (1) [positions, rotary/2] in ``dtype_name``."""
-    inv_freq, factor = rope_inv_freq(rotary, base, dict(scaling_items) if scaling_items else None)
-    tables = rope_cos_sin(np.arange(positions)[None, :], inv_freq, factor)
-    return tables[which][0].astype(DType.parse(dtype_name).numpy)
+def rope_table(rotary: int, base: float, scaling_items: tuple, positions: int, which: int, dtype_name: str,
+               stacked: bool = False):
+    """cos (which 0) or sin (1) [positions, rotary/2] in ``dtype_name`` (``stacked``, for a
+    LongRoPE: the short set's rows, then the long set's)."""
+    scaling = dict(scaling_items) if scaling_items else None
+    inv_freq, factor = rope_inv_freq(rotary, base, scaling)
+    sets = list(rope_switch(rotary, base, scaling)[:2]) if stacked else [inv_freq]
+    tables = [rope_cos_sin(np.arange(positions)[None, :], freqs, factor)[which][0] for freqs in sets]
+    return np.concatenate(tables).astype(DType.parse(dtype_name).numpy)
 
 
 def gathered_rope(b: NpuBuilder, position_ids, rotary: int, base: float, scaling, dtype: DType) -> tuple[str, str]:
-    """cos and sin [1, T, R/2] gathered from tables of ``context`` rows."""
+    """cos and sin [1, T, R/2] gathered from tables of ``context`` rows (LongRoPE: 2 x
+    ``context`` rows, gathered by ``rope_rows``)."""
     check_scaling("rope", scaling)
     items = tuple(sorted((scaling or {}).items()))
     key = ("npu-rope", rotary, float(base), repr(items), dtype)
+    switch = rope_switch(rotary, base, scaling)
+    if switch is not None and b.context <= switch[2]:
+        switch = None  # every position the cache holds is below n: the long set never applies
 
     def make():
         names = []
+        rows = b.value(position_ids) if switch is None else b.rows(switch[2])
+        count = b.context * (1 if switch is None else 2)
         for which, role in enumerate(("cos", "sin")):
-            load = functools.partial(rope_table, rotary, float(base), items, b.context, which, dtype.name)
-            table = b.derived(f"rope/{rotary}/{base:g}/{role}", dtype, (b.context, rotary // 2), (), load)
-            names.append(b.op("Gather", [table, b.value(position_ids)], f"rope/{rotary}/{base:g}/{role}_rows",
-                              axis=0))
+            load = functools.partial(rope_table, rotary, float(base), items, b.context, which, dtype.name,
+                                     switch is not None)
+            table = b.derived(f"rope/{rotary}/{base:g}/{role}", dtype, (count, rotary // 2), (), load)
+            names.append(b.op("Gather", [table, rows], f"rope/{rotary}/{base:g}/{role}_rows", axis=0))
         return tuple(names)
 
     return b.cached(key, make)
@@ -142,9 +170,6 @@ def lower_attention(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     if o["past_key"] is None or not a["causal"]:
         raise BackendError("onnx-npu attention needs a causal attention with a KV cache (the decoder form)",
                            hint="compile a decoder spec: its attention reads past_key_values.*")
-    if o.get("sinks") is not None:
-        raise BackendError(f"{node.outputs[0].name}: onnx-npu has no lowering for attention sinks (GPT-OSS) yet",
-                           hint="compile GPT-OSS with --target onnx or onnx-ort")
     tokens, heads, kv_heads = b.size(o["seq"]), o["heads"], o["kv_heads"]
     group, width, v_width = heads // kv_heads, o["head_dim"], o["v_head_dim"]
     shape = dict(batch=1, seq=tokens)
@@ -154,16 +179,33 @@ def lower_attention(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     v4 = heads_first(b, b.value(o["v"]), heads=kv_heads, width=v_width, out=outs[2], **shape)
     keys = b.op("Concat", [b.value(o["past_key"]), k4], f"{name}/keys", axis=2)
     values = b.op("Concat", [b.value(o["past_value"]), v4], f"{name}/values", axis=2)
+    sinks = "" if o["sinks"] is None else sink_column(b, o["sinks"], kv_heads, group, tokens, o["q"].dtype)
     attended = attend(b, q4, keys, values, grouped_mask(b, a["window"], group, tokens), kv_heads=kv_heads,
                       group=group, tokens=tokens, width=width, v_width=v_width, scale=o["scale"], cap=a["softcap"],
-                      dtype=o["q"].dtype, out=b.fresh(f"{name}/heads"))
+                      dtype=o["q"].dtype, out=b.fresh(f"{name}/heads"), sinks=sinks)
     merge_heads(b, attended, heads=heads, width=v_width, out=name, **shape)
 
 
+def sink_rows(kv_heads: int, group: int, tokens: int, dtype_name: str, sinks) -> np.ndarray:
+    """[1, K, G*T, 1]: row g*T + t of kv head k holds the sink of query head k*G + g."""
+    column = np.repeat(np.asarray(sinks, np.float32).reshape(kv_heads, group), tokens, axis=1)
+    return column.reshape(1, kv_heads, group * tokens, 1).astype(DType.parse(dtype_name).numpy)
+
+
+def sink_column(b: NpuBuilder, sinks, kv_heads: int, group: int, tokens: int, dtype: DType) -> str:
+    """The sink logits as one constant score column per grouped query row, in ``dtype``."""
+    if not isinstance(sinks, Param):
+        raise BackendError(f"onnx-npu takes attention sinks as a weight param, not the computed value %{sinks.name}",
+                           hint="compile with the sinks as the checkpoint's attn.sinks")
+    load = functools.partial(sink_rows, kv_heads, group, tokens, dtype.name)
+    return b.derived(f"{sinks.name}/rows{group}x{tokens}", dtype, (1, kv_heads, group * tokens, 1), (sinks,), load)
+
+
 def attend(b: NpuBuilder, q4: str, keys: str, values: str, mask: str, *, kv_heads: int, group: int, tokens: int,
-           width: int, v_width: int, scale: float, cap, dtype: DType, out: str) -> str:
+           width: int, v_width: int, scale: float, cap, dtype: DType, out: str, sinks: str = "") -> str:
     """softmax(q k^T * scale + mask) v for q [1, H, T, D] over keys/values [1, K, S, D]:
-    the G query heads of a kv head are one [G*T, D] block. Returns [1, H, T, Dv]."""
+    the G query heads of a kv head are one [G*T, D] block; ``sinks`` (a [1, K, G*T, 1]
+    column, or "") join each row's softmax and take no weight. Returns [1, H, T, Dv]."""
     q_groups = b.op("Reshape", [q4, b.i64([1, kv_heads, group * tokens, width])], f"{out}/q_groups")
     keys_t = b.op("Transpose", [keys], f"{out}/keys_t", perm=[0, 1, 3, 2])
     scores = b.op("MatMul", [q_groups, keys_t], f"{out}/qk")
@@ -171,7 +213,12 @@ def attend(b: NpuBuilder, q4: str, keys: str, values: str, mask: str, *, kv_head
     if cap is not None:
         scores = portable.softcap(b, scores, cap, dtype, b.fresh(f"{out}/softcapped"))
     masked = b.op("Add", [scores, mask], f"{out}/masked")
-    probs = b.op("Softmax", [masked], f"{out}/probs", axis=-1)
+    if sinks:
+        with_sink = b.op("Concat", [masked, sinks], f"{out}/masked_and_sink", axis=-1)
+        probs_all = b.op("Softmax", [with_sink], f"{out}/probs_and_sink", axis=-1)
+        probs = b.op("Slice", [probs_all, b.i64([0]), b.i64([-1]), b.i64([-1])], f"{out}/probs")
+    else:
+        probs = b.op("Softmax", [masked], f"{out}/probs", axis=-1)
     weighted = b.op("MatMul", [probs, values], f"{out}/weighted")
     return b.node("Reshape", [weighted, b.i64([1, kv_heads * group, tokens, v_width])], [out])[0]
 

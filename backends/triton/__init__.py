@@ -18,7 +18,8 @@ gelu_mlp                                    two matmuls (bias, gelu epilogue)
 rms_norm, layer_norm, elementwise ops,      fused row kernels (residual add + norm, ...;
 embedding                                   a 0-d constant operand broadcast: relu²)
 rope                                        rope kernel, in place / into the KV cache
-attention                                   flash attention: prefill, split-KV decode
+attention                                   flash attention: prefill, split-KV decode;
+                                            sinks (GPT-OSS) seed the online softmax
 mla_absorbed_attention                      matmuls, row and rope kernels, MLA attention
                                             over the latent cache
 mla_latent_attention                        the same, plus the per-head GEMM (W^UK into

@@ -51,11 +51,27 @@ HELPERS = {
     """The k largest (smallest) values along the last axis and their indices, sorted."""
     order = top_indices(values, k, largest)
     return torch.gather(values, -1, order), order''',
-    "moe_route": '''def moe_route(x, router, router_bias, *, experts, top_k, scoring, norm_topk_prob, routed_scale,
-              n_group, topk_group, group_score):
+    "moe_route": '''def moe_route(x, router, router_bias, logit_bias, *, experts, top_k, scoring, norm_topk_prob,
+              routed_scale, n_group, topk_group, group_score, jitter_eps):
     """irc.ops.moe.route in torch: (expert_ids [N, k] i64, weights [N, k] f32)."""
     tokens = x.float().reshape(-1, router.shape[1])
     logits = tokens @ router.float().T
+    if logit_bias is not None:
+        logits = logits + logit_bias.float()
+    if scoring == "sparsemixer":
+        scores, chosen, kept_weights = logits, [], []
+        for _ in range(2):
+            best = torch.argmax(scores, dim=-1, keepdim=True)
+            top = torch.gather(scores, -1, best)
+            far = (top - logits) / torch.maximum(logits.abs(), top) > 2.0 * jitter_eps
+            probs = torch.softmax(torch.where(far, torch.full_like(scores, float("-inf")), scores), dim=-1)
+            chosen.append(best)
+            kept_weights.append(torch.gather(probs, -1, best))
+            scores = scores.scatter(-1, best, float("-inf"))
+        expert_ids, weights = torch.cat(chosen, dim=-1), torch.cat(kept_weights, dim=-1)
+        if norm_topk_prob:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        return expert_ids, (weights * routed_scale).float()
     if scoring == "softmax":
         exp = torch.exp(logits - logits.max(dim=-1, keepdim=True).values)
         scores = exp / exp.sum(dim=-1, keepdim=True)
@@ -122,7 +138,7 @@ TEMPLATES = {
 }
 TEMPLATE_HELPERS = {"gather": {"take"}, "quantize_kv": {"quantize_kv"}}
 MOE_ROUTE_ARGS = ("experts", "top_k", "scoring", "norm_topk_prob", "routed_scale", "n_group", "topk_group",
-                  "group_score")
+                  "group_score", "jitter_eps")
 
 
 def fallback_line(op: str, attrs: dict, args: list[str], outputs: list) -> tuple[str, set]:
@@ -155,7 +171,8 @@ def fallback_line(op: str, attrs: dict, args: list[str], outputs: list) -> tuple
         return f"topk({args[0]}, {attrs['k']}, {attrs['largest']})", {"topk", "top_indices"}
     if op == "moe_route":
         kwargs = ", ".join(f"{k}={attrs[k]!r}" for k in MOE_ROUTE_ARGS)
-        return f"moe_route({args[0]}, {args[1]}, {args[2]}, {kwargs})", {"moe_route", "top_indices"}
+        operands = ", ".join((args + ["None"] * 4)[:4])  # x, router, router_bias, router_logit_bias
+        return f"moe_route({operands}, {kwargs})", {"moe_route", "top_indices"}
     if op == "dequantize":
         return (f"dequantize_blocks({args[0]}, {args[1]}, {args[2] if len(args) > 2 else 'None'}, {attrs['bits']}, "
                 f"{attrs['block_size']}, {attrs['K']})", {"dequantize_blocks"})

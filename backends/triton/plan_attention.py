@@ -5,7 +5,9 @@
   the present KV cache when the rotated k only feeds an attention with a past cache;
 - ``attention``: the present caches were allocated up front (``Planner._present_caches``);
   new V rows (and K rows not written by RoPE) are copied in by ``store_heads``, then the
-  flash-attention launcher picks the prefill or split-KV decode kernel by T.
+  flash-attention launcher picks the prefill or split-KV decode kernel by T; GPT-OSS's sinks
+  [H] are an operand of those kernels (their online softmax starts from the sink:
+  ``backends.triton.kernels.attention``), never a refusal.
 """
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Node, Value
 from irc.ops.registry import pad_inputs
-from irc.ops.rope import rope_inv_freq
+from irc.ops.rope import rope_inv_freq, rope_switch
 
 from backends.triton.kernels import attention as attention_kernels
+from backends.triton.kernels import torch_type
 from backends.triton.kernels import rope
 
 
@@ -47,6 +50,11 @@ class AttentionPlanning:
                 inv_freq, factor = rope_inv_freq(rotary, base, scaling)
                 self.weights[f"rope.{k}.inv_freq"] = np.asarray(inv_freq, np.float32)
                 inv = f"W['rope.{k}.inv_freq']"
+                switch = rope_switch(rotary, base, scaling)
+                if switch is not None:  # LongRoPE: the long set once max(positions) + 1 > switch[2]
+                    self.weights[f"rope.{k}.long_inv_freq"] = switch[1]
+                    self.helpers.add("longrope_inv_freq")
+                    inv = f"longrope_inv_freq({inv}, W['rope.{k}.long_inv_freq'], {switch[2]}, {pos})"
             self.helpers.add("rope_tables")
             line = f"cos_{k}, sin_{k} = rope_tables({pos}, {inv}, {float(factor)!r})"
             self.step([], [line], torch_ops=["rope tables"])
@@ -96,17 +104,18 @@ class AttentionPlanning:
         return None
 
     def _attention(self, node: Node) -> None:
-        q, k, v, mask = pad_inputs(node.inputs, 4)
-        if len(node.inputs) > 6 and node.inputs[6] is not None:
-            raise BackendError(f"{node.outputs[0].name}: the Triton target has no kernel for attention sinks "
-                               "(GPT-OSS) yet", hint="compile GPT-OSS with --target onnx or onnx-ort")
+        q, k, v, mask, _, _, sinks = pad_inputs(node.inputs, 7)
         attrs = node.attrs
+        if not attrs["causal"] and attrs["window"] is not None:  # the kernels' window looks back only
+            raise BackendError(f"{node.outputs[0].name}: the Triton kernels have no symmetric window for "
+                               "bidirectional attention", hint="compile it with --target onnx or onnx-ort")
         heads, kv_heads, head_dim = attrs["heads"], attrs["kv_heads"], attrs["head_dim"]
         v_dim = head_dim if attrs["v_head_dim"] is None else attrs["v_head_dim"]
         batch, seq = q.shape[:2]
         out = node.outputs[0]
         features = attention_kernels.AttentionFeatures(softcap=attrs["softcap"] is not None,
-                                                       window=attrs["window"] is not None)
+                                                       window=attrs["window"] is not None,
+                                                       sinks=sinks is not None)
         name = self.attention_kernels(q.dtype, features, [node])
         lines = [self.alloc(out)] + [self.late_caches[v.name] for v in node.outputs[1:] if v.name in self.late_caches]
         kernels = [name]
@@ -127,15 +136,20 @@ class AttentionPlanning:
         if not attrs["causal"]:
             options.append("causal=False")
         query = f"{self.var(q)}.reshape({batch}, {seq}, {heads}, {head_dim})"
+        operands = [repr(float(scale))]
+        if sinks is not None:  # the kernels read them in q's type
+            same = sinks.dtype == q.dtype
+            operands.append(self.var(sinks) + ("" if same else f".to({torch_type(q.dtype)})"))
         lines.append(f"launch_{name}({query}, {keys[0]}, {keys[1]}, {self.var(out)}.view({batch}, {seq}, {heads}, "
-                     f"{v_dim}), {self.var(mask)}, {float(scale)!r}, {', '.join(options)})")
+                     f"{v_dim}), {self.var(mask)}, {', '.join(operands + options)})")
         self.step([node], lines, kernels=kernels)
 
     def attention_kernels(self, dtype: DType, features, nodes) -> str:
         """Register prefill, decode and combine kernels plus their launcher; returns the
         launcher's name (launch_<name>)."""
         tag = "mla" if features.mla else "attention"
-        suffix = ("_softcap" if features.softcap else "") + ("_window" if features.window else "")
+        suffix = ("_softcap" if features.softcap else "") + ("_window" if features.window else "") \
+            + ("_sinks" if features.sinks else "")
         prefill = self.use_kernel(f"{tag}_prefill{suffix}", lambda n: attention_kernels.attention_kernel(
             n, dtype, features, decode=False), nodes)
         decode = self.use_kernel(f"{tag}_decode{suffix}", lambda n: attention_kernels.attention_kernel(
@@ -144,6 +158,7 @@ class AttentionPlanning:
         if features.softcap:
             self.helpers.add("tanh_f32")
         name = f"{tag}{suffix}"
-        self.launchers[name] = attention_kernels.attention_launcher(name, prefill, decode, combine, features.mla)
+        self.launchers[name] = attention_kernels.attention_launcher(name, prefill, decode, combine, features.mla,
+                                                                    features.sinks)
         return name
 

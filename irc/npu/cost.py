@@ -84,19 +84,23 @@ class GemmShape:
 @dataclass(frozen=True)
 class AttentionShape:
     """One attention group: M query rows (the query heads sharing a KV head, times the new
-    tokens) over S keys with key width Dk and value width Dv."""
+    tokens) over S keys with key width Dk and value width Dv; ``sinks`` > 0: that many sink
+    logits (one per query head of the group, GPT-OSS) join the softmax, read once per group
+    as fp32 into a resident buffer (``attention_nest``)."""
 
     M: int
     S: int
     Dk: int
     Dv: int
+    sinks: int = 0
 
     @property
     def macs(self) -> int:
         return self.M * self.S * (self.Dk + self.Dv)
 
     def to_json(self) -> dict:
-        return {"M": self.M, "S": self.S, "Dk": self.Dk, "Dv": self.Dv}
+        data = {"M": self.M, "S": self.S, "Dk": self.Dk, "Dv": self.Dv}
+        return {**data, "sinks": self.sinks} if self.sinks else data
 
 
 @dataclass
@@ -173,6 +177,9 @@ def attention_nest(shape: AttentionShape, m: Machine, tq, tkv) -> Nest:
         Stream("v", ("kv",), S * row_bytes(Dv, ob, align), ekv * row_bytes(Dv, ob, align)),
         Stream("o", ("q",), M * row_bytes(Dv, m.out_bytes, align), eq * state, role="out", partial=M * state),
     ]
+    if shape.sinks:  # no loop: loaded once, resident while every tile of the group runs
+        sinks = row_bytes(shape.sinks, SOFTMAX_BYTES, align)
+        streams.append(Stream("sinks", (), sinks, sinks))
     scores = eq * row_bytes(ekv, max(m.acc_bytes, SOFTMAX_BYTES), align)
     compute = array_passes(M, tq, m.rows) * (array_passes(S, tkv, m.cols) * Dk + ceil_div(Dv, m.cols) * S) / m.rate
     return Nest({"q": ceil_div(M, tq), "kv": ceil_div(S, tkv)}, streams, {"s": scores}, compute)
@@ -300,7 +307,7 @@ def attention_lower_bound(shape: AttentionShape, m: Machine) -> dict:
     2MNK/sqrt(S) + MN bound of the score GEMM is dominated by writing the scores, which a
     fused schedule never does. What remains:
 
-    - compulsory: Q, K and V read once, the output written once;
+    - compulsory: Q, K and V (and the sink logits, fp32) read once, the output written once;
     - query-stationary: query rows keep Q (operand width) and the fp32 softmax state
       (output row, max, sum) in SRAM next to at least one cols-wide block of keys and its
       scores; K and V are streamed once per block of rows: (K + V) * ceil(M / rows);
@@ -313,14 +320,15 @@ def attention_lower_bound(shape: AttentionShape, m: Machine) -> dict:
     M, S, Dk, Dv = shape.M, shape.S, shape.Dk, shape.Dv
     ob, sram = m.op_bytes, m.sram_bytes
     q_all, k_all, v_all, o_all = M * Dk * ob, S * Dk * ob, S * Dv * ob, M * Dv * m.out_bytes
+    once = o_all + shape.sinks * SOFTMAX_BYTES  # moved once in every schedule: the output, the sink logits
     state = Dv * SOFTMAX_BYTES + 2 * SOFTMAX_BYTES
     score = max(m.acc_bytes, SOFTMAX_BYTES)
-    compulsory = q_all + k_all + v_all + o_all
+    compulsory = q_all + k_all + v_all + once
     rows = (sram - m.cols * (Dk + Dv) * ob) / (Dk * ob + state + m.cols * score)
     keys = (sram - m.rows * (Dk * ob + state)) / ((Dk + Dv) * ob + m.rows * score)
-    by_rows = q_all + o_all + (k_all + v_all) * math.ceil(M / rows) if rows > 0 else math.inf
+    by_rows = q_all + once + (k_all + v_all) * math.ceil(M / rows) if rows > 0 else math.inf
     blocks = math.ceil(S / keys) if keys > 0 else math.inf
-    by_keys = k_all + v_all + o_all + q_all * blocks + 2 * M * state * (blocks - 1)
+    by_keys = k_all + v_all + once + q_all * blocks + 2 * M * state * (blocks - 1)
     bound = max(compulsory, min(by_rows, by_keys))
     return {"bytes": math.ceil(bound), "compulsory": compulsory, "pebbling": None,
             "panel": math.ceil(min(by_rows, by_keys)), "whole_tiles": math.ceil(bound), "words": sram // m.acc_bytes}

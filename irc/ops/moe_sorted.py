@@ -3,9 +3,11 @@
 The form real MoE kernels use, in small ops rather than one blob (N tokens, k = top_k,
 M = N * k token-slot pairs, E experts):
 
-- ``moe_route`` (x [N, d], router [E, d], router_bias? [E]) -> (expert_ids [N, k] i64,
-  weights [N, k] f32): ``irc.ops.moe.route`` (softmax or sigmoid scores, selection bias,
-  group-limited top-k, renormalisation, routed scale), with the ``moe`` op's routing attrs.
+- ``moe_route`` (x [N, d], router [E, d], router_bias? [E], router_logit_bias? [E]) ->
+  (expert_ids [N, k] i64, weights [N, k] f32): ``irc.ops.moe.route`` (GPT-OSS's logit bias
+  added to the router logits; softmax or sigmoid scores, selection bias,
+  group-limited top-k, or sparsemixer's two rounds; renormalisation, routed scale), with the
+  ``moe`` op's routing attrs.
 - ``moe_dispatch`` (expert_ids [N, k]) -> (token_index [M], slot_index [M], indptr [E+1]),
   all i64: the token-slot pairs stably sorted by expert. Sorted row r reads token
   ``token_index[r]`` and gating weight ``weights.reshape(M)[slot_index[r]]``; expert e owns
@@ -33,13 +35,14 @@ import numpy as np
 
 from irc import dims
 from irc.dtypes import DType
-from irc.ops.moe import check_routing_attrs
+from irc.ops.moe import check_routing_attrs, routing_other_flops
 from irc.ops.moe import activate, route, routing_attrs, shared_expert
 from irc.ops.nn import f32
 from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, pad_inputs, register, same_dims
 
 ROUTING_DEFAULTS = {"experts": REQUIRED, "top_k": REQUIRED, "scoring": "softmax", "norm_topk_prob": True,
-                    "routed_scale": 1.0, "n_group": None, "topk_group": None, "group_score": "max"}
+                    "routed_scale": 1.0, "n_group": None, "topk_group": None, "group_score": "max",
+                    "jitter_eps": 0.01}
 
 
 # ---- array functions ---------------------------------------------------------------------
@@ -106,7 +109,7 @@ def moe_sorted(x, router, w_gate, w_up, w_down, router_bias=None, shared_gate=No
 # ---- moe_route -----------------------------------------------------------------------------
 
 def _route_infer(inputs, attrs):
-    x, router, bias = pad_inputs(inputs, 3)
+    x, router, bias, logit_bias = pad_inputs(inputs, 4)
     check_routing_attrs({**attrs, "activation": "silu"})
     experts, d = attrs["experts"], x.shape[-1]
     expect(x.dtype.is_float and x.rank >= 2, f"moe_route: x must be float [..., d], got {dims.format_shape(x.shape)}")
@@ -114,27 +117,30 @@ def _route_infer(inputs, attrs):
            f"moe_route: router {dims.format_shape(router.shape)} should be [{experts},{d}]")
     expect(bias is None or (bias.rank == 1 and same_dims(bias.shape[0], experts)),
            f"moe_route: router_bias should be [{experts}]")
+    expect(bias is None or attrs["scoring"] != "sparsemixer", "moe_route: sparsemixer routing takes no router_bias")
+    expect(logit_bias is None or (logit_bias.rank == 1 and same_dims(logit_bias.shape[0], experts)),
+           f"moe_route: router_logit_bias should be [{experts}]")
     shape = (dims.product(x.shape[:-1]), attrs["top_k"])
     return [TensorType(DType.i64, shape), TensorType(DType.f32, shape)]
 
 
 def _route_reference(inputs, attrs):
     """Expert ids [N, k] (best first) and gating weights [N, k] of tokens x [..., d]."""
-    x, router, bias = pad_inputs(inputs, 3)
-    return list(route(x, router, bias, **routing_attrs(attrs)))
+    x, router, bias, logit_bias = pad_inputs(inputs, 4)
+    return list(route(x, router, bias, logit_bias=logit_bias, **routing_attrs(attrs)))
 
 
 def _route_cost(inputs, outputs, attrs):
     """The router projection, 2 FLOPs per router weight per token; scoring and top-k apart."""
     x, router = inputs[:2]
     tokens = x.numel // x.shape[-1]
-    return Cost(flops=2 * tokens * router.numel, other_flops=5 * tokens * attrs["experts"],
+    return Cost(flops=2 * tokens * router.numel, other_flops=tokens * routing_other_flops(attrs),
                 bytes_read=sum(t.nbytes for t in inputs if t is not None),
                 bytes_written=sum(t.nbytes for t in outputs))
 
 
-register(OpDef("moe_route", ("x", "router", "router_bias?"), dict(ROUTING_DEFAULTS), _route_infer,
-               _route_reference, _route_cost))
+register(OpDef("moe_route", ("x", "router", "router_bias?", "router_logit_bias?"), dict(ROUTING_DEFAULTS),
+               _route_infer, _route_reference, _route_cost))
 
 
 # ---- moe_dispatch --------------------------------------------------------------------------

@@ -11,6 +11,8 @@ attention core, named ``<node>`` for a single-GEMM node (``layers.0.q``) and
 - ``attention``: one flash-style core per KV head, its query heads grouped as rows
   (M = heads/kv_heads * T) over S = P + T keys (P capped by a sliding window as
   ``irc.analysis`` does); the k/v projections write the new rows straight into the cache;
+  with sinks (GPT-OSS) the group's heads/kv_heads sink logits join its softmax (H floats per
+  layer, ``AttentionShape.sinks``; the executor starts each row's online softmax from them);
 - ``mla_attention``: ``q_a``/``q_b`` (or ``wq``), ``kv_a``, ``kv_b``, the per-head core
   (Dk = nope + rope, Dv = v) and ``wo``; ``mla_absorbed_attention``: ``q_a``,
   ``q_b_absorbed`` (or ``wq_absorbed``), ``kv_a``, one core of H*T rows over the latent
@@ -20,8 +22,10 @@ attention core, named ``<node>`` for a single-GEMM node (``layers.0.q``) and
 - ``ssd``, ``gated_delta_rule``, ``causal_conv1d``: one scan per sequence over head (or
   channel) tiles and token chunks, the state resident (``passes.npu_tile.recurrent``,
   ``irc.npu.scan``);
-- ``moe``: ``router``, ``shared.gate_up``/``shared.down`` and the routed experts. Routed
-  rows are the *expected* load under balanced routing: the T*top_k token slots spread over
+- ``moe``: ``router``, ``shared.gate_up``/``shared.down`` and the routed experts (GPT-OSS:
+  the router's logit bias and each expert's down bias as row operands, the gate and up
+  biases as ``bias`` rows before the GLU, the clamped GLU's alpha and limit in its step).
+  Routed rows are the *expected* load under balanced routing: the T*top_k token slots spread over
   min(E, T*top_k) experts as evenly as possible (so for decode, top_k experts of one row
   each; for a 512-token prefill over DeepSeek-V2's 160 experts, 32 experts of 20 rows and
   128 of 19). Real routing is uneven; the worst case for one expert is T rows, which
@@ -90,8 +94,8 @@ def extract(graph: Graph, bindings: dict) -> tuple[list[Work], set]:
         if node.name in covered:
             continue
         rule = RULES.get(node.op)
-        if rule is None or (node.op == "attention" and len(node.inputs) > 6 and node.inputs[6] is not None):
-            continue  # unplanned (unplanned_bytes counts it); attention sinks have no tile form yet
+        if rule is None:
+            continue  # unplanned (unplanned_bytes counts it)
         try:
             found = rule(graph, node, _Sizes(bindings))
         except KeyError as err:
@@ -202,12 +206,13 @@ def _keys(node, sizes, tokens) -> tuple[int, int]:
     return past, past + tokens
 
 
-def _core(node, sizes, role, batch, tokens, group, count, key_dim, value_dim, scale) -> Work:
+def _core(node, sizes, role, batch, tokens, group, count, key_dim, value_dim, scale, sinks=False) -> Work:
     past, keys = _keys(node, sizes, tokens)
-    return Work(f"{node.name}:{role}", node.name, node.op, role, AttentionShape(group * tokens, keys, key_dim, value_dim),
-                batch * count, attention={"group": group, "tokens": tokens, "past": past,
-                                          "causal": bool(node.attrs.get("causal", True)), "scale": scale,
-                                          "softcap": node.attrs.get("softcap"), "window": node.attrs.get("window")})
+    shape = AttentionShape(group * tokens, keys, key_dim, value_dim, group if sinks else 0)
+    return Work(f"{node.name}:{role}", node.name, node.op, role, shape, batch * count,
+                attention={"group": group, "tokens": tokens, "past": past,
+                           "causal": bool(node.attrs.get("causal", True)), "scale": scale,
+                           "softcap": node.attrs.get("softcap"), "window": node.attrs.get("window")})
 
 
 def _attention(graph, node, sizes):
@@ -215,8 +220,9 @@ def _attention(graph, node, sizes):
     batch, tokens = sizes.shape(node.inputs[0])[:2]
     v_dim = a["v_head_dim"] or a["head_dim"]
     scale = a["scale"] if a["scale"] is not None else a["head_dim"] ** -0.5
+    sinks = len(node.inputs) > 6 and node.inputs[6] is not None
     return [_core(node, sizes, "attention", batch, tokens, a["heads"] // a["kv_heads"], a["kv_heads"], a["head_dim"],
-                  v_dim, scale)]
+                  v_dim, scale, sinks)]
 
 
 def _mla(graph, node, sizes):
@@ -256,23 +262,32 @@ def _mla(graph, node, sizes):
 def _moe(graph, node, sizes):
     x, router, w_gate = node.inputs[:3]
     shared = node.inputs[6] if len(node.inputs) > 6 else None
+    logit_bias, b_gate, b_up, b_down = pad_inputs(node.inputs, 14)[10:14]
     a = node.attrs
     M = sizes.rows(x)
     experts, f, d = w_gate.shape
     glu = [{"op": "glu", "activation": a["activation"]}]
-    works = [_gemm(graph, node, "router", M, d, experts)]
+    if a["activation"] == "swiglu_oai":
+        glu[0].update(alpha=a["swiglu_alpha"], limit=a["swiglu_limit"])
+    row = {"operand": "row", "swap": False}
+    bias = [{"op": "add", **row}] if logit_bias is not None else []
+    works = [_gemm(graph, node, "router", M, d, experts, steps=bias, rows=len(bias))]
     if shared is not None:
         fs = shared.shape[0]
         works += [_gemm(graph, node, "shared.gate_up", M, d, fs, weights=2, steps=glu),
                   _gemm(graph, node, "shared.down", M, fs, d)]
+    # GPT-OSS's expert biases: gate's and up's rows before the GLU, down's after the GEMM
+    biases = [{"op": "bias", "weight": w, **row} for w, b in enumerate((b_gate, b_up)) if b is not None]
+    down = [{"op": "add", **row}] if b_down is not None else []
     slots = M * a["top_k"]
     active = min(experts, slots)
     base, extra = divmod(slots, active)
     for rows, count in ((base + 1, extra), (base, active - extra)):
         if count and rows:
-            works += [_gemm(graph, node, f"experts.gate_up[{rows} rows]", rows, d, f, weights=2, steps=glu,
-                            count=count),
-                      _gemm(graph, node, f"experts.down[{rows} rows]", rows, f, d, count=count)]
+            works += [_gemm(graph, node, f"experts.gate_up[{rows} rows]", rows, d, f, weights=2, steps=biases + glu,
+                            rows=len(biases), count=count),
+                      _gemm(graph, node, f"experts.down[{rows} rows]", rows, f, d, steps=down, rows=len(down),
+                            count=count)]
     return works
 
 

@@ -1,7 +1,7 @@
 """moe with GPT-OSS's additions (router logit bias, expert biases, the clamped ``swiglu_oai``
 GLU): the reference against transformers' GptOssMLP and a hand-written NumPy expert loop,
 the ONNX lowerings (standard ops and com.microsoft.MoE) against the reference, inference
-refusals, cost, and moe-sort's note."""
+refusals, cost, and moe-sort's sorted form of them."""
 import numpy as np
 import pytest
 
@@ -194,12 +194,41 @@ def test_onnx_lowerings_equal_the_reference(tmp_path, target, contrib, activatio
     assert relative(got, irc_moe(w, attrs)) <= 1e-5
 
 
-def test_moe_sort_leaves_gpt_oss_experts_with_a_note():
+@pytest.mark.parametrize("biases", [True, False], ids=["biases", "no-biases"])
+def test_moe_sort_lowers_gpt_oss_experts_to_primitives(biases, tmp_path):
+    """The sorted form takes the router logit bias (moe_route), the expert biases (rows
+    gathered by each sorted row's expert) and the clamps (neg/maximum): equal to the
+    reference with the clamps biting, through the interpreter and ONNX Runtime; the golden
+    dump, the changed flag and idempotence as every pass test (``assert_pass``)."""
+    ort = pytest.importorskip("onnxruntime")
+    from backends.onnx.emit import emit_model
+    from irc.interpreter import run
+    from irc.testing import apply_pass, assert_pass
+    from passes.moe_sort import MoeSort
+
+    w = weights(3, biases=biases, scale=3.0)
+    graph = moe_graph(w, OAI)
+    feeds = {"x": w["x"]}
+    assert assert_pass(MoeSort(), graph, golden="moe-sort-gpt-oss" if biases else None, feeds=feeds)
+    result, _ = apply_pass(MoeSort(), graph)
+    assert {"moe_route", "grouped_gemm", "maximum", "neg"} <= {n.op for n in result.nodes} and \
+        "moe" not in {n.op for n in result.nodes}
+    want = irc_moe(w, OAI)
+    assert relative(run(result, feeds)["out"], want) <= 1e-5
+    path = str(tmp_path / "sorted.onnx")
+    emit_model(result, path, target="onnx", genai=False)
+    (got,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert relative(got, want) <= 1e-5
+
+
+def test_moe_sort_with_a_capacity_leaves_down_biases_with_a_note():
+    """A dropped pair would still add its down bias: with capacity_factor the node stays a
+    moe op, and moe-sort says why; without down biases it is sorted."""
     from irc.testing import apply_pass
     from passes.moe_sort import MoeSort
 
-    for biases, reason in ((True, "router_logit_bias, b_gate, b_up, b_down"), (False, "swiglu_oai")):
-        sort = MoeSort()
-        result, changed = apply_pass(sort, moe_graph(weights(3, biases=biases), OAI))
-        assert not changed and [n.op for n in result.nodes] == ["moe"]
-        assert len(sort.notes) == 1 and reason in sort.notes[0]
+    sort = MoeSort(capacity_factor=1.0)
+    result, changed = apply_pass(sort, moe_graph(weights(3), OAI))
+    assert not changed and [n.op for n in result.nodes] == ["moe"]
+    assert len(sort.notes) == 1 and "capacity_factor with expert down biases (b_down)" in sort.notes[0]
+    assert apply_pass(MoeSort(capacity_factor=1.0), moe_graph(weights(3, biases=False), OAI))[1]

@@ -12,6 +12,13 @@ mask[b, j] != 0 (HAS_MASK). SOFTCAP > 0 caps the scaled scores (Gemma 2) before 
 WINDOW and SOFTCAP are compile-time options; the code for them is generated only when the
 graph has a windowed or soft-capped attention.
 
+Sinks (GPT-OSS, ``irc.ops.attention``): with a ``sink_ptr`` [H] operand the online softmax
+starts from the head's sink logit instead of an empty row: running max m = sink, running
+sum l = exp(sink - sink) = 1, no value. The key tiles then rescale it like any earlier
+tile, so the result is exactly softmax over [scores, sink] with the sink column's weight
+dropped (a row seeing no key outputs zeros: acc stays 0 while l = 1). Split-KV decode
+seeds only split 0, so ``combine`` counts the sink once.
+
 Variants (same math):
 - ``prefill``: grid (query tiles, B * kv heads, head chunks); the key loop stops at the
   causal frontier and starts at the window's edge.
@@ -38,6 +45,7 @@ class AttentionFeatures:
     softcap: bool = False
     window: bool = False
     mla: bool = False
+    sinks: bool = False
 
 
 def _signature(dtype: DType, features: AttentionFeatures, decode: bool) -> dict:
@@ -45,6 +53,8 @@ def _signature(dtype: DType, features: AttentionFeatures, decode: bool) -> dict:
     sig = {"q_ptr": ptr, "k_ptr": ptr}
     sig["r_ptr" if features.mla else "v_ptr"] = ptr
     sig.update({"o_ptr": ptr, "mask_ptr": "*i64"})
+    if features.sinks:
+        sig["sink_ptr"] = ptr
     if decode:
         sig.update({"part_ptr": "*fp32", "ml_ptr": "*fp32"})
     names = ["stride_qb", "stride_qt", "stride_qh", "stride_kb", "stride_kh", "stride_ks"]
@@ -135,6 +145,13 @@ def _prologue(features: AttentionFeatures, decode: bool) -> list[str]:
     lines += ['m_i = tl.full([BLOCK_G * BLOCK_T], float("-inf"), tl.float32)',
               "l_i = tl.zeros([BLOCK_G * BLOCK_T], tl.float32)",
               "acc = tl.zeros([BLOCK_G * BLOCK_T, BLOCK_DV], tl.float32)"]
+    if features.sinks:  # the sink as the first 'key': running max sink, sum exp(0) = 1, no value
+        lines.append("sink = tl.load(sink_ptr + head, mask=row_ok, other=0.0).to(tl.float32)")
+        if decode:
+            lines += ["m_i = tl.where(split == 0, sink, m_i)  # one split carries the sink",
+                      "l_i = tl.where(split == 0, l_i + 1.0, l_i)"]
+        else:
+            lines += ["m_i = sink", "l_i = l_i + 1.0"]
     if decode:
         lines += ["lo = split * KEYS_PER_SPLIT",
                   "hi = tl.minimum(S, lo + KEYS_PER_SPLIT)"]
@@ -226,8 +243,9 @@ def combine_kernel(name: str, dtype: DType) -> Kernel:
     return Kernel(name, "attention", source, "", sig, {"BLOCK_S": 16, "BLOCK_DV": 64})
 
 
-def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: bool) -> str:
-    """The launch helper choosing the prefill or decode kernel (and the split count)."""
+def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: bool, sinks: bool = False) -> str:
+    """The launch helper choosing the prefill or decode kernel (and the split count); with
+    ``sinks`` it takes the per-head sink logits [H] (``sinks=``) and hands them to both."""
     if mla:
         signature = "q, latent, rope, out, mask, scale, causal=True, splits=None"
         unpack = ["    B, T, H, _ = q.shape",
@@ -240,6 +258,8 @@ def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: 
                   "    sizes = (D, DV, DR)"]
     else:
         signature = "q, k, v, out, mask, scale, window=0, softcap=0.0, causal=True, splits=None"
+        if sinks:
+            signature = signature.replace("scale, ", "scale, sinks, ")
         unpack = ["    B, T, H, D = q.shape",
                   "    KV, S, DV = k.shape[1], k.shape[2], v.shape[3]",
                   "    second = v",
@@ -247,6 +267,7 @@ def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: 
                   "    extra = {}",
                   "    strides = (k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2))",
                   "    sizes = (D, DV)"]
+    operands = "q, k, second, out, mask, sinks" if sinks else "q, k, second, out, mask"
     return "\n".join([
         f"def launch_{name}({signature}):",
         '    """out [B, T, H, DV] = attention of q over the S keys of the cache views, the T new',
@@ -274,7 +295,7 @@ def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: 
         "        part = torch.empty((B, H, splits, DV), device=q.device, dtype=torch.float32) if splits > 1 else q",
         "        ml = torch.empty((B, H, splits, 2), device=q.device, dtype=torch.float32) if splits > 1 else q",
         f"        {decode}[(B * KV, splits, chunks)](",
-        "            q, k, second, out, mask, part, ml, *common, per_split, splits, scale,",
+        f"            {operands}, part, ml, *common, per_split, splits, scale,",
         "            BLOCK_G=block_g, BLOCK_T=1, BLOCK_N=ATTENTION_BLOCK_N, SPLIT=splits > 1, **options)",
         "        if splits > 1:",
         f"            {combine}[(B * H,)](part, ml, out, out.stride(0), out.stride(2), H, splits, DV,",
@@ -282,6 +303,6 @@ def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: 
         "        return",
         "    block_t = max(1, ATTENTION_ROWS // block_g)",
         f"    {prefill}[(triton.cdiv(T, block_t), B * KV, triton.cdiv(group, block_g))](",
-        "        q, k, second, out, mask, *common, scale,",
+        f"        {operands}, *common, scale,",
         "        BLOCK_G=block_g, BLOCK_T=block_t, BLOCK_N=ATTENTION_BLOCK_N, **options)",
     ])
