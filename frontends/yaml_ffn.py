@@ -10,12 +10,12 @@ from frontends import yaml_ssm
 from frontends.dsl import Model
 from frontends.yaml_attention import blame
 from irc.ops.moe import MOE_ACTIVATIONS
-from irc.yamlloc import Fields, boolean, choice, non_negative_int, optional, positive_int, positive_number
+from irc.yamlloc import Fields, boolean, choice, non_negative_int, number, optional, positive_int, positive_number
 
 MLP_KEYS = ("kind", "d_ff", "approximate", "bias")
 MOE_KEYS = ("experts", "top_k", "d_ff", "shared_experts", "shared_d_ff", "router", "router_bias",
             "norm_topk_prob", "routed_scale", "group_limited", "dense_layers", "layers", "shared_expert_gate",
-            "activation", "swiglu_alpha", "swiglu_limit", "router_logit_bias", "expert_bias")
+            "activation", "swiglu_alpha", "swiglu_limit", "router_logit_bias", "expert_bias", "jitter_eps")
 GROUP_KEYS = ("groups", "top_groups", "score")
 
 
@@ -66,9 +66,9 @@ class FeedForwardReader:
             "d_ff": moe.get("d_ff", positive_int),
             "shared_experts": moe.get("shared_experts", non_negative_int, 0),
             "shared_d_ff": moe.get("shared_d_ff", optional(positive_int), None),
-            "scoring": moe.get("router", choice("softmax", "sigmoid"), "softmax"),
+            "scoring": moe.get("router", choice("softmax", "sigmoid", "sparsemixer"), "softmax"),
             "router_bias": moe.get("router_bias", boolean, False),
-            "norm_topk_prob": moe.get("norm_topk_prob", boolean, True),
+            "norm_topk_prob": moe.get("norm_topk_prob", boolean, None),  # the DSL's default per router
             "routed_scale": moe.get("routed_scale", positive_number, 1.0),
             "shared_expert_gate": moe.get("shared_expert_gate", boolean, False),
             "activation": moe.get("activation", choice(*MOE_ACTIVATIONS), "silu"),
@@ -80,6 +80,10 @@ class FeedForwardReader:
                 raise moe.error(key, "applies to activation swiglu_oai only")
             if moe.has(key):
                 self.moe[key] = moe.get(key, positive_number)
+        if moe.has("jitter_eps"):
+            if self.moe["scoring"] != "sparsemixer":
+                raise moe.error("jitter_eps", "applies to router sparsemixer only")
+            self.moe["jitter_eps"] = moe.get("jitter_eps", number)
         self.group_f = moe.sub("group_limited", GROUP_KEYS)
         if self.group_f is not None:
             g = self.group_f

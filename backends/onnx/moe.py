@@ -3,7 +3,10 @@
 Standard ops (``lower_moe``), the routing of ``irc.ops.moe.route`` step by step: softmax or
 sigmoid scores, the selection bias, expert groups (max or top-2 sum per group, the best
 ``topk_group`` groups kept through a OneHot mask), ``TopK`` (lower index first on ties, as
-the reference), the unbiased scores of the chosen experts, renormalised and scaled. The
+the reference), the unbiased scores of the chosen experts, renormalised and scaled; or
+sparsemixer's two rounds (``sparsemixer``: ArgMax, the ratio (max - s) / Max(|s|, max) against
+2 * jitter_eps through Greater, a Where to -inf, Softmax, GatherElements; round 2 after the
+first choice is masked out by an Equal against Range(E)), in f32 as the reference. The
 experts then run densely: one MatMul over all experts' gate and up rows ([d, E*f], stored
 that way), the activation, each expert's hidden units times its gating weight (0 for an
 expert not chosen), one MatMul with all down projections ([E*f, d]). That is E/top_k times
@@ -17,9 +20,11 @@ its gating weight. ``swiglu_oai`` is written out: Min(gate, limit), Clip(up, -li
 limit), gate * Sigmoid(alpha * gate) * (up + 1).
 
 ORT (``lower_moe_ort``): ``com.microsoft.MoE`` where it matches the op: softmax routing
-without selection bias or groups, routed scale 1, SwiGLU or GPT-OSS's clamped SwiGLU
-experts (``activation_alpha``, ``activation_beta`` 1 and ``swiglu_limit``: ORT 1.32 computes
-exactly that form), with their biases (fc1's interleaved like its weight, fc2's as they are);
+without selection bias or groups (not sparsemixer: ORT 1.32's CPU MoE accepts
+``use_sparse_mixer`` and routes plain softmax top-2 all the same), routed scale 1, SwiGLU
+or GPT-OSS's clamped SwiGLU experts (``activation_alpha``, ``activation_beta`` 1 and
+``swiglu_limit``: ORT 1.32 computes exactly that form), with their biases (fc1's
+interleaved like its weight, fc2's as they are);
 a router logit bias is added to the logits it is given. On CPU SwiGLU needs
 ``swiglu_fusion=1`` (gate and up rows interleaved in one [E, 2f, d] weight, built at write
 time) and no separate fc3. The shared expert (and its sigmoid gate) stays in standard
@@ -106,16 +111,10 @@ def route(b: Builder, logits: str, bias, attrs: dict, out: str, dtype: DType = D
     top_k = attrs["top_k"]
     if dtype != DType.f32:
         logits = b.op("Cast", [logits], f"{out}/router_logits_f32", to=TensorProto.FLOAT)
-    if attrs["scoring"] == "softmax":
-        scores = b.op("Softmax", [logits], f"{out}/scores", axis=-1)
+    if attrs["scoring"] == "sparsemixer":
+        ids, weights = sparsemixer(b, logits, attrs, out)
     else:
-        scores = b.op("Sigmoid", [logits], f"{out}/scores")
-    choice = scores if bias is None else b.op("Add", [scores, b.weight(bias, dtype=DType.f32)], f"{out}/choice")
-    if attrs["n_group"] is not None:
-        choice = _limit_groups(b, choice, attrs, out)
-    ids = b.fresh(f"{out}/expert_ids")
-    b.node("TopK", [choice, b.i64([top_k])], [b.fresh(f"{out}/top_scores"), ids], axis=-1, largest=1, sorted=1)
-    weights = b.op("GatherElements", [scores, ids], f"{out}/weights", axis=-1)
+        ids, weights = _top_k(b, logits, bias, attrs, out)
     if attrs["norm_topk_prob"]:
         total = b.op("ReduceSum", [weights, b.i64([-1])], f"{out}/weights_sum", keepdims=1)
         total = b.op("Add", [total, b.const(1e-20, np.float32, f"{out}/tiny")], f"{out}/weights_sum_eps")
@@ -124,6 +123,46 @@ def route(b: Builder, logits: str, bias, attrs: dict, out: str, dtype: DType = D
         weights = b.op("Mul", [weights, b.const(attrs["routed_scale"], np.float32, f"{out}/routed_scale")],
                        f"{out}/weights_scaled")
     return ids, weights
+
+
+def _top_k(b: Builder, logits: str, bias, attrs: dict, out: str) -> tuple[str, str]:
+    """Softmax or sigmoid scores, the selection bias, groups, TopK: (ids, unbiased scores)."""
+    if attrs["scoring"] == "softmax":
+        scores = b.op("Softmax", [logits], f"{out}/scores", axis=-1)
+    else:
+        scores = b.op("Sigmoid", [logits], f"{out}/scores")
+    choice = scores if bias is None else b.op("Add", [scores, b.weight(bias, dtype=DType.f32)], f"{out}/choice")
+    if attrs["n_group"] is not None:
+        choice = _limit_groups(b, choice, attrs, out)
+    ids = b.fresh(f"{out}/expert_ids")
+    b.node("TopK", [choice, b.i64([attrs["top_k"]])], [b.fresh(f"{out}/top_scores"), ids], axis=-1, largest=1,
+           sorted=1)
+    return ids, b.op("GatherElements", [scores, ids], f"{out}/weights", axis=-1)
+
+
+def sparsemixer(b: Builder, logits: str, attrs: dict, out: str) -> tuple[str, str]:
+    """Phi-3.5-MoE's two rounds over f32 logits [N, E] (``irc.ops.moe.sparsemixer``):
+    (ids [N, 2] i64, weights [N, 2] f32)."""
+    threshold = b.const(np.float32(2.0 * attrs["jitter_eps"]), np.float32, f"{out}/sparsemixer_threshold")
+    minus_inf = b.const(-np.inf, np.float32, "moe/minus_inf")
+    magnitude = b.op("Abs", [logits], f"{out}/logits_abs")
+    scores, ids, weights = logits, [], []
+    for r in (1, 2):
+        best = b.op("ArgMax", [scores], f"{out}/round{r}_id", axis=-1, keepdims=1)
+        top = b.op("ReduceMax", [scores, b.i64([-1])], f"{out}/round{r}_max", keepdims=1)
+        ratio = b.op("Div", [b.op("Sub", [top, logits], f"{out}/round{r}_gap"),
+                             b.op("Max", [magnitude, top], f"{out}/round{r}_factor")], f"{out}/round{r}_ratio")
+        far = b.op("Greater", [ratio, threshold], f"{out}/round{r}_far")
+        kept = b.op("Where", [far, minus_inf, scores], f"{out}/round{r}_kept")
+        probs = b.op("Softmax", [kept], f"{out}/round{r}_probs", axis=-1)
+        weights.append(b.op("GatherElements", [probs, best], f"{out}/round{r}_weight", axis=-1))
+        ids.append(best)
+        if r == 1:
+            experts = b.i64(np.arange(attrs["experts"]), f"{out}/expert_range")
+            first = b.op("Equal", [experts, best], f"{out}/round1_chosen")
+            scores = b.op("Where", [first, minus_inf, logits], f"{out}/round2_scores")
+    return (b.op("Concat", ids, f"{out}/expert_ids", axis=-1),
+            b.op("Concat", weights, f"{out}/weights", axis=-1))
 
 
 def _limit_groups(b: Builder, choice: str, attrs: dict, out: str) -> str:
@@ -215,6 +254,8 @@ def lower_moe(b: Builder, node: Node, outs: list[str]) -> None:
 def moe_fits_ort(node: Node):
     """Why ORT's MoE op cannot compute this node (None when it can)."""
     a, ops = node.attrs, _operands(node)
+    if a["scoring"] == "sparsemixer":
+        return "sparsemixer routing (ORT 1.32's CPU MoE ignores use_sparse_mixer: it routes softmax top-2)"
     if a["scoring"] != "softmax":
         return f"{a['scoring']} router scores (MoE applies softmax)"
     if ops["router_bias"] is not None:

@@ -12,6 +12,15 @@ Routing (``route``), all in float32:
 5. gating weights are the *unbiased* scores of the chosen experts, divided by their sum
    (+1e-20, as HF) when norm_topk_prob, times routed_scale.
 
+``scoring="sparsemixer"`` (Phi-3.5-MoE's sparsemixer at inference) replaces steps 1-4 with two
+rounds over the logits s (+ router_logit_bias), exactly 2 experts, no selection bias, no groups:
+round 1 picks e1 = argmax s (ties to the lower index) with max m; logits with
+(m - s) / max(|s|, m) > 2 * ``jitter_eps`` are masked to -inf and the weight is the softmax
+of what is left, at e1. Round 2 masks e1 out of s, picks e2 = argmax, and repeats with that
+maximum m2 (the ratio still over the unmasked |s|). Both in float32, as transformers computes
+them (a 0/0 ratio compares false: kept); step 5 then applies (the Phi family sets
+norm_topk_prob false).
+
 Experts are gated MLPs: down(act(gate(x)) * up(x)) with weights [E, f, d], [E, f, d],
 [E, d, f] (HF layout per expert), optional biases b_gate, b_up [E, f] and b_down [E, d]
 (each expert's own row added after its projection). ``activation`` is the gate function
@@ -23,10 +32,12 @@ sigmoid(x @ shared_expert_gate.T).
 Mixtral: softmax, top_k, norm_topk_prob=True. DeepSeek-V3: sigmoid, router_bias, groups
 with "top2_sum", routed_scale. Qwen2-MoE: softmax, shared expert with its gate. GPT-OSS:
 softmax with router_logit_bias and norm_topk_prob=True (a softmax over the top-k logits),
-expert biases, swiglu_oai (alpha 1.702, limit 7).
+expert biases, swiglu_oai (alpha 1.702, limit 7). Phi-3.5-MoE: sparsemixer (jitter_eps =
+router_jitter_noise, 0.01), norm_topk_prob=False, SwiGLU experts.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import numpy as np
@@ -36,7 +47,7 @@ from irc.ops.nn import f32
 from irc.ops.primitives import gelu, silu
 from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, by_name, expect, pad_inputs, register, same_dims
 
-SCORINGS = ("softmax", "sigmoid")
+SCORINGS = ("softmax", "sigmoid", "sparsemixer")
 GROUP_SCORES = ("max", "top2_sum")
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # gate functions (the NPU executor's epilogues too)
 MOE_ACTIVATIONS = ACTIVATIONS + ("swiglu_oai",)  # what the moe op's ``activation`` takes
@@ -71,20 +82,47 @@ def _top_indices(values, k: int) -> np.ndarray:
     return np.argsort(-values, axis=-1, kind="stable")[..., :k]
 
 
+def _softmax(logits) -> np.ndarray:
+    exp = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def sparsemixer(logits, jitter_eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Phi-3.5-MoE's two-round routing of logits [N, E] (the module docstring):
+    (expert_ids [N, 2] i64, weights [N, 2] f32), the round-1 choice first."""
+    logits = f32(logits)
+    threshold = np.float32(2.0 * jitter_eps)
+    rows, columns = np.arange(len(logits)), np.arange(logits.shape[-1])
+    scores, ids, weights = logits, [], []
+    for _ in range(2):
+        best = np.argmax(scores, axis=-1)  # the first of equal maxima, as torch.max
+        top = scores[rows, best][:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            far = (top - logits) / np.maximum(np.abs(logits), top) > threshold
+        weights.append(_softmax(np.where(far, -np.inf, scores))[rows, best])
+        ids.append(best)
+        scores = np.where(columns == best[:, None], -np.inf, scores)  # round 2: without the first choice
+    return np.stack(ids, axis=-1).astype(np.int64), np.stack(weights, axis=-1).astype(np.float32)
+
+
 def route(x, router, router_bias=None, *, top_k: int, scoring: str = "softmax", norm_topk_prob: bool = True,
           routed_scale: float = 1.0, n_group: Optional[int] = None, topk_group: Optional[int] = None,
-          group_score: str = "max", logit_bias=None) -> tuple[np.ndarray, np.ndarray]:
+          group_score: str = "max", jitter_eps: float = 0.01, logit_bias=None) -> tuple[np.ndarray, np.ndarray]:
     """Choose experts for each token of x [..., d]: (expert_ids [N, k] i64, weights [N, k] f32),
     N the number of tokens, experts best first (see the module docstring; ``logit_bias`` is
-    the router's own bias, added to the logits)."""
+    the router's own bias, added to the logits; ``jitter_eps`` is read by sparsemixer only)."""
     router = f32(router)
     tokens = f32(x).reshape(-1, router.shape[1])
     logits = tokens @ router.T
     if logit_bias is not None:
         logits = logits + f32(logit_bias)
+    if scoring == "sparsemixer":
+        if top_k != 2 or router_bias is not None or n_group is not None:
+            raise ValueError("sparsemixer routes 2 experts, without selection bias or groups")
+        expert_ids, weights = sparsemixer(logits, jitter_eps)
+        return _finish(expert_ids, weights, norm_topk_prob, routed_scale)
     if scoring == "softmax":
-        exp = np.exp(logits - logits.max(axis=-1, keepdims=True))
-        scores = exp / exp.sum(axis=-1, keepdims=True)
+        scores = _softmax(logits)
     elif scoring == "sigmoid":
         scores = 1.0 / (1.0 + np.exp(-logits))
     else:
@@ -104,17 +142,24 @@ def route(x, router, router_bias=None, *, top_k: int, scoring: str = "softmax", 
         np.put_along_axis(keep, _top_indices(per_group, topk_group), True, axis=-1)
         choice = np.where(np.repeat(keep, experts // n_group, axis=-1), choice, -np.inf)
     expert_ids = _top_indices(choice, top_k)
-    weights = np.take_along_axis(scores, expert_ids, axis=-1)
+    return _finish(expert_ids, np.take_along_axis(scores, expert_ids, axis=-1), norm_topk_prob, routed_scale)
+
+
+def _finish(expert_ids, weights, norm_topk_prob: bool, routed_scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """Step 5: renormalised when asked, times routed_scale."""
     if norm_topk_prob:
         weights = weights / (weights.sum(axis=-1, keepdims=True) + np.float32(1e-20))
     weights = weights * np.float32(routed_scale)
     return expert_ids.astype(np.int64), weights.astype(np.float32)
 
 
+ROUTING_ATTRS = ("top_k", "scoring", "norm_topk_prob", "routed_scale", "n_group", "topk_group", "group_score",
+                 "jitter_eps")
+
+
 def routing_attrs(attrs: dict) -> dict:
     """The keyword arguments of ``route`` taken from the op's attributes."""
-    return {key: attrs[key] for key in ("top_k", "scoring", "norm_topk_prob", "routed_scale", "n_group",
-                                        "topk_group", "group_score")}
+    return {key: attrs[key] for key in ROUTING_ATTRS}
 
 
 def _plus(y, bias) -> np.ndarray:
@@ -199,7 +244,13 @@ def check_routing_attrs(attrs) -> None:
     expect(attrs["scoring"] in SCORINGS, f"moe: scoring must be one of {', '.join(SCORINGS)}")
     expect(attrs["group_score"] in GROUP_SCORES, f"moe: group_score must be one of {', '.join(GROUP_SCORES)}")
     expect(attrs["activation"] in MOE_ACTIVATIONS, f"moe: activation must be one of {', '.join(MOE_ACTIVATIONS)}")
+    eps = attrs["jitter_eps"]
+    expect(isinstance(eps, (int, float)) and not isinstance(eps, bool) and math.isfinite(eps) and eps >= 0,
+           f"moe: jitter_eps must be a non-negative number, got {eps!r}")
     n_group, topk_group = attrs["n_group"], attrs["topk_group"]
+    if attrs["scoring"] == "sparsemixer":
+        expect(top_k == 2, f"moe: sparsemixer routes exactly 2 experts, got top_k {top_k}")
+        expect(n_group is None, "moe: sparsemixer has no expert groups (n_group)")
     expect((n_group is None) == (topk_group is None), "moe: n_group and topk_group must be set together")
     if n_group is not None:
         expect(isinstance(n_group, int) and n_group > 0 and experts % n_group == 0,
@@ -242,6 +293,7 @@ def _moe_infer(inputs, attrs):
     _check("w_up", w_up, (experts, f, d))
     _check("w_down", w_down, (experts, d, f))
     if bias is not None:
+        expect(attrs["scoring"] != "sparsemixer", "moe: sparsemixer routing takes no router_bias (selection bias)")
         _check("router_bias", bias, (experts,))
     shared = (s_gate, s_up, s_down)
     expect(all(s is None for s in shared) or all(s is not None for s in shared),
@@ -261,8 +313,9 @@ def _moe_infer(inputs, attrs):
 
 def _moe_reference(inputs, attrs):
     """Routed gated-MLP experts (top-k of softmax or sigmoid scores, optional selection and
-    logit biases, groups, renormalisation and scale; optional expert biases; SwiGLU, GELU or
-    GPT-OSS's clamped SwiGLU) plus an optional, optionally gated, shared expert."""
+    logit biases, groups, renormalisation and scale, or sparsemixer's two rounds; optional
+    expert biases; SwiGLU, GELU or GPT-OSS's clamped SwiGLU) plus an optional, optionally
+    gated, shared expert."""
     x = inputs[0]
     operands = pad_inputs(inputs, 14)
     return [moe_dense(*operands, activation=attrs["activation"], swiglu_alpha=attrs["swiglu_alpha"],
@@ -272,6 +325,12 @@ def _moe_reference(inputs, attrs):
 def _moe_active_fraction(attrs: dict, operand: str) -> float:
     """One token touches top_k of the experts' weights; everything else in full."""
     return attrs["top_k"] / attrs["experts"] if operand in EXPERT_OPERANDS else 1.0
+
+
+def routing_other_flops(attrs: dict) -> int:
+    """Elementwise routing work per token: ~5 per expert for scores and top-k; sparsemixer's
+    two rounds (ratio, mask, softmax, the first choice masked out) ~16."""
+    return (16 if attrs.get("scoring") == "sparsemixer" else 5) * attrs["experts"]
 
 
 def _moe_cost(inputs, outputs, attrs):
@@ -284,7 +343,7 @@ def _moe_cost(inputs, outputs, attrs):
     hidden = attrs["top_k"] * w_gate.shape[1] + (inputs[6].shape[0] if len(inputs) > 6 and inputs[6] is not None else 0)
     per_unit = 8 if attrs["activation"] == "swiglu_oai" else 4  # clamps, the +1 and the sigmoid's gain
     biases = sum(t.numel // attrs["experts"] for t in inputs[11:14] if t is not None)  # one row per chosen expert
-    other = tokens * (5 * attrs["experts"] + per_unit * hidden + attrs["top_k"] * biases)
+    other = tokens * (routing_other_flops(attrs) + per_unit * hidden + attrs["top_k"] * biases)
     return Cost(flops=flops, other_flops=other, bytes_read=sum(t.nbytes for t in inputs if t is not None),
                 bytes_written=outputs[0].nbytes)
 
@@ -292,5 +351,5 @@ def _moe_cost(inputs, outputs, attrs):
 register(OpDef("moe", OPERANDS,
                {"experts": REQUIRED, "top_k": REQUIRED, "scoring": "softmax", "norm_topk_prob": True,
                 "routed_scale": 1.0, "n_group": None, "topk_group": None, "group_score": "max",
-                "activation": "silu", "swiglu_alpha": 1.702, "swiglu_limit": 7.0},
+                "activation": "silu", "swiglu_alpha": 1.702, "swiglu_limit": 7.0, "jitter_eps": 0.01},
                _moe_infer, _moe_reference, _moe_cost, level="model", active_fraction=_moe_active_fraction))
