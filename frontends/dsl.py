@@ -19,9 +19,12 @@ Conventions the backends and analyses rely on:
   [B,K,P,D] and ``.value`` [B,K,P,Dv] (made by the layer's attention), and a state-space
   layer's ``past_key_values.{i}.conv_state`` / ``.recurrent_state`` (fixed size but the
   batch: ``frontends.dsl_ssm``). Outputs: ``logits`` f32[B,T,V], then ``present.{i}.*`` in
-  the order the layers made them. Every graph is in KV-cache form; bind P to 0 for prefill
-  (and feed zero states). MLA caches per head: [B,H,P,nope+rope] and [B,H,P,v]. A model
-  whose layers never read ``position_ids`` (no RoPE: Mamba) does not take it.
+  the order the layers made them. Every decoder graph is in KV-cache form; bind P to 0 for
+  prefill (and feed zero states). An encoder (``Model(encoder=True)``, an embedding model:
+  ``frontends.dsl_encoder``) takes ``input_ids`` and ``attention_mask`` [B,T] only, computes
+  its positions, and returns ``last_hidden_state`` (and ``sentence_embedding``). MLA caches
+  per head: [B,H,P,nope+rope] and [B,H,P,v]. A model whose layers never read
+  ``position_ids`` (no RoPE: Mamba) does not take it.
 - Weights are params with dotted checkpoint-like names (``layers.3.attn.wq``), data absent,
   dtype ``Model(dtype=...)`` (default ``"f32"``). Activations and the KV cache are always
   f32: when the embedding table is not f32, a ``cast`` to f32 follows the lookup.
@@ -45,6 +48,7 @@ from irc.limits import LimitError, check_layers, check_nodes
 from frontends.dsl_args import ArgError, call_site, one_of, positive, positive_float
 from frontends.dsl_attention import AttentionLayer
 from frontends.dsl_delta import DeltaLayer
+from frontends.dsl_encoder import EncoderOutputs
 from frontends.dsl_lightning import LightningLayer
 from frontends.dsl_mlp import MlpLayer
 from frontends.dsl_moe import MoeLayer
@@ -88,10 +92,11 @@ class Tensor:
         return f"Tensor({self.value!r})"
 
 
-class Model:
-    """Builds one decoder graph; see the module docstring for the conventions."""
+class Model(EncoderOutputs):
+    """Builds one decoder graph, or with ``encoder`` an encoder graph (no caches, no logits:
+    ``frontends.dsl_encoder``); see the module docstring for the conventions."""
 
-    def __init__(self, name: str, vocab: int, d_model: int, dtype: str = "f32"):
+    def __init__(self, name: str, vocab: int, d_model: int, dtype: str = "f32", encoder: bool = False):
         if not isinstance(name, str) or not name:
             raise ArgError("name", f"expected a non-empty string, got {name!r}", call_site())
         self.vocab = positive("vocab", vocab)
@@ -111,6 +116,12 @@ class Model:
             "moe": None, "tied_embeddings": False, "embedding_scale": None, "final_softcap": None,
             "ssm": None, "layer_kinds": [],
         }
+        if not isinstance(encoder, bool):
+            raise ArgError("encoder", f"expected true or false, got {encoder!r}", call_site())
+        self.encoder = encoder
+        if encoder:
+            self._graph.meta["encoder"] = True
+        self._pooling: dict = {}  # an encoder's pooling operands, made once
         self._origin_override: Optional[str] = None
         self._scope = ""
         self._n_layers = 0
@@ -176,6 +187,9 @@ class Model:
         return d
 
     def _past(self, layer: int, heads: int, key_dim: int, value_dim: int) -> tuple[Value, Value]:
+        if self.encoder:
+            raise self.error("encoder", f"layer {layer}: this attention form keeps a cache, and an encoder "
+                                        "caches nothing", hint="the encoder form takes layer.attention(...)")
         prefix = f"past_key_values.{layer}"
         if any(v.name == f"{prefix}.key" for v in self._graph.inputs):
             raise self.error("layer", f"layer {layer} already has an attention cache")
@@ -185,6 +199,9 @@ class Model:
 
     def _state(self, layer: int, kind: str, shape: tuple) -> Value:
         """The layer's ``past_key_values.{layer}.{kind}`` state input [B, *shape] (f32)."""
+        if self.encoder:
+            raise self.error("encoder", f"layer {layer}'s {kind}: an encoder has no recurrent state",
+                             hint="the encoder form takes attention layers and feed-forward blocks")
         name = f"past_key_values.{layer}.{kind}"
         if any(v.name == name for v in self._graph.inputs):
             raise self.error("layer", f"layer {layer} already has a {kind}")
@@ -197,13 +214,28 @@ class Model:
 
     # ---- model-level calls -------------------------------------------------------------
     def input_ids(self) -> Tensor:
-        """The token ids; also declares ``attention_mask`` and ``position_ids``."""
+        """The token ids; also declares ``attention_mask`` and ``position_ids`` (an encoder:
+        ``attention_mask`` [B, T], the positions 0..T-1 computed in the graph)."""
         if self._ids is None:
             g = self._graph
             self._ids = Tensor(self, g.add_input("input_ids", DType.i64, ("B", "T")))
-            self._mask = g.add_input("attention_mask", DType.i64, ("B", TOTAL))
-            self._positions = g.add_input("position_ids", DType.i64, ("B", "T"))
+            self._mask = g.add_input("attention_mask", DType.i64, ("B", "T" if self.encoder else TOTAL))
+            if self.encoder:
+                index = self.emit("range_like", [self._ids], {"axis": 1}, "position_index")[0]
+                row = self.emit("reshape", [index], {"shape": [1, "T"]}, "position_row")[0]
+                self._positions = self.emit("expand", [row], {"shape": ["B", "T"]}, "position_ids")[0].value
+            else:
+                self._positions = g.add_input("position_ids", DType.i64, ("B", "T"))
         return self._ids
+
+    def _drop_unused_positions(self) -> None:
+        """An encoder whose layers never read its positions (no RoPE) loses their nodes."""
+        value = self._positions
+        while value is not None and value.producer is not None and not value.uses:
+            node = value.producer
+            value = node.inputs[0] if node.op != "range_like" else None
+            self._graph.remove(node)
+            self._positions = None
 
     def embed(self, ids: Tensor, scale: Optional[float] = None) -> Tensor:
         """Token embedding ``@embed`` [V, d], times ``scale`` (Gemma: sqrt(d)) when set."""
@@ -308,6 +340,9 @@ class Model:
         logits_scaling), optionally soft-capped; sets the graph outputs: logits, then the
         present caches. The scale is applied to the head's input (no bias then): the head
         stays the last matmul (``last-logits`` finds it)."""
+        if self.encoder:
+            raise self.error("encoder", "an encoder has no logits",
+                             hint="its outputs are m.last_hidden_state(...) and m.sentence_embedding(...)")
         if bias and scale is not None:
             raise self.error("bias", "a head with a bias takes no logits scale")
         softcap = positive_float("softcap", softcap, self.origin())

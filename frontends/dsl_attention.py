@@ -130,14 +130,13 @@ class AttentionLayer:
         if query_scale is not None:  # (beta, original, max positions): Llama-4's, after RoPE
             q = m.emit("mul", [q, llama4_query_scale(m, *query_scale)], None, f"{p}q_scaled")[0]
         mask, _ = m._context()
-        past_key, past_value = m._past(i, kv_heads, head_dim, head_dim)
+        past_key, past_value = (None, None) if m.encoder else m._past(i, kv_heads, head_dim, head_dim)
         attrs = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "v_head_dim": None,
                  "causal": bool(causal), "window": window, "softcap": softcap, "scale": scale}
         sink = m.param(f"{p}attn.sinks", (heads,)) if sinks else None
-        out, present_key, present_value = m.emit(
-            "attention", [q, k, v, mask, past_key, past_value, sink], attrs,
-            [f"{p}attn", f"present.{i}.key", f"present.{i}.value"])
-        m._presents += [present_key.value, present_value.value]
+        out, *presents = m.emit("attention", [q, k, v, mask, past_key, past_value, sink], attrs,
+                                [f"{p}attn", f"present.{i}.key", f"present.{i}.value"])
+        m._presents += [present.value for present in presents]  # none in an encoder
         out = gated_output(self, out, gate) if output_gate else out
         wo = m.param(f"{p}attn.wo", (d, q_dim))
         bo = m.param(f"{p}attn.bo", (d,)) if out_bias else None

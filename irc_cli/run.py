@@ -126,6 +126,10 @@ def _source(args):
                        hint="compile it first: irc compile SPEC --target onnx -o OUT/model.onnx")
     weights.check(args.weights, weights.CHOICES[:1])
     graph = load(args.spec)
+    if graph.meta.get("encoder"):
+        raise IRCError("this model is an encoder (an embedding model): it has no logits to generate with",
+                       location=args.spec, hint="compile it to an embedding model: irc compile SPEC --target onnx "
+                                                "-o OUT/model.onnx")
     weights.require(args.spec, graph, args.weights)
     _apply_passes(graph, args)
     eos = graph.meta.get("eos_token_id")

@@ -40,7 +40,8 @@ class GqaBroadcast(LoweringPass):
     their names ``present.{i}.key/value``), scores times ``scale`` (head_dim ** -0.5 by
     default), Gemma-2 ``softcap``, and visibility built from positions: query row t sits at
     cache index P + t (``range_like`` over T plus ``dim_size`` of the past), key j is
-    visible iff j <= P + t (causal), j > P + t - window, and attention_mask[b, j] != 0.
+    visible iff j <= P + t (causal), j > P + t - window (and j < P + t + window without
+    causal: a bidirectional window is symmetric), and attention_mask[b, j] != 0.
     Hidden scores become float32's lowest value, so the softmax gives them exactly 0; with
     an attention_mask a query row may see no key at all (left padding), and such rows are
     zeroed after the softmax, as the op's reference does. MHA (kv_heads == heads) is left
@@ -148,6 +149,10 @@ class GroupedAttention:
                 window = self.e.constant(int(attrs["window"]), i64, "window")
                 oldest = self.e("sub", [query_index, window], "window_start")
                 inside = self.e("less", [oldest, key_index], "in_window")
+                if not attrs["causal"]:  # bidirectional: the window is symmetric, |j - (P + t)| < window
+                    newest = self.e("add", [query_index, window], "window_end")
+                    ahead = self.e("less", [key_index, newest], "in_window_ahead")
+                    inside = self.e("logical_and", [inside, ahead], "in_window_both")
                 visible = inside if visible is None else self.e("logical_and", [visible, inside], "causal_window")
         if mask is not None:
             real = self.e("cast", [mask], "key_is_real", {"to": "bool"})

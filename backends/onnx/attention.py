@@ -5,11 +5,14 @@ op's inverse frequencies (an initializer, from ``irc.ops.rope.rope_inv_freq``), 
 RoPE configuration and shared by every layer; at opset 23 ``RotaryEmbedding`` takes them
 without ``position_ids`` (the 3-D cos/sin form), so no table bounds the context. Before
 opset 23 the rotation is written out (slices, multiplies, a concat). Dynamic NTK scaling
-depends on the longest position at run time and is refused.
+depends on the longest position at run time and is refused. LongRoPE's two frequency sets
+are both initializers and ``Where(max(position_ids) + 1 > n, long, short)`` picks one per
+call (``longrope_selected``), as ``irc.ops.rope`` computes it.
 
 Masks: a bool [B, 1, T, P+T] "query t may see key j" (causal, window and
 ``attention_mask``), built once per window and shared by the layers; the query at row t
-sits at key index P+t, as in ``irc.ops.attention``.
+sits at key index P+t, as in ``irc.ops.attention`` (a bidirectional attention's window is
+symmetric there too).
 
 Attention: at opset 23, ``Attention`` with q_num_heads/kv_num_heads (grouped, K/V not
 repeated), the bool mask, softcap and past_key/past_value; a query row that sees no key
@@ -38,7 +41,7 @@ from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Node, Param, Value
 from irc.ops.registry import pad_inputs
-from irc.ops.rope import rope_inv_freq
+from irc.ops.rope import rope_inv_freq, rope_switch
 
 from backends.onnx.builder import ONNX_TYPES, Builder
 from backends.onnx.portable import slice_, softcap
@@ -52,7 +55,7 @@ def check_scaling(op: str, scaling) -> None:
     if scaling and scaling.get("kind") == "dynamic":
         raise BackendError(f"{op}: dynamic NTK RoPE scaling depends on the longest position at run time; "
                            "the ONNX backend does not express it",
-                           hint="use a static scaling (linear, yarn, llama3) or the numpy target")
+                           hint="use a static scaling (linear, yarn, llama3), longrope, or the numpy target")
 
 
 def rope_tables(b: Builder, position_ids: Value, rotary: int, base: float, scaling, dtype: DType) -> tuple[str, str]:
@@ -64,8 +67,14 @@ def rope_tables(b: Builder, position_ids: Value, rotary: int, base: float, scali
         inv_freq, factor = rope_inv_freq(rotary, base, scaling)
         hint = f"rope/{rotary}/{base:g}"
         pos = b.op("Cast", [b.value(position_ids)], f"{hint}/positions", to=TensorProto.FLOAT)
+        inverse = b.const(inv_freq, np.float32, f"{hint}/inv_freq")
+        switch = rope_switch(rotary, base, scaling)
+        if switch is not None:
+            long = longrope_selected(b, position_ids, switch[2])
+            inverse = b.op("Where", [long, b.const(switch[1], np.float32, f"{hint}/long_inv_freq"), inverse],
+                           f"{hint}/inv_freq_selected")
         pos = b.op("Unsqueeze", [pos, b.i64([-1])], f"{hint}/positions3")
-        angles = b.op("Mul", [pos, b.const(inv_freq, np.float32, f"{hint}/inv_freq")], f"{hint}/angles")
+        angles = b.op("Mul", [pos, inverse], f"{hint}/angles")
         tables = []
         for fn in ("Cos", "Sin"):
             table = b.op(fn, [angles], f"{hint}/{fn.lower()}")
@@ -78,6 +87,16 @@ def rope_tables(b: Builder, position_ids: Value, rotary: int, base: float, scali
         return tuple(tables)
 
     return b.cached(key, make)
+
+
+def longrope_selected(b: Builder, position_ids: Value, original: int) -> str:
+    """A bool scalar: max(position_ids) + 1 > ``original`` (LongRoPE's long set applies)."""
+    def make():
+        longest = b.op("ReduceMax", [b.value(position_ids)], "rope/longest_position", keepdims=0)
+        last_short = b.const(original - 1, position_ids.dtype.numpy, f"rope/original_max_{original}")
+        return b.op("Greater", [longest, last_short], f"rope/long_{original}")
+
+    return b.cached(("longrope-selected", position_ids.name, original), make)
 
 
 def rotate(b: Builder, x: str, shape: tuple, cos: str, sin: str, convention: str, rotary: int, out: str) -> str:
@@ -158,11 +177,17 @@ def _make_visibility(b: Builder, mask, seq, total, causal: bool, window) -> str:
         if window is not None:
             start = b.op("Sub", [queries, b.i64(window)], f"{hint}/window_start")
             inside = b.op("Greater", [keys, start], f"{hint}/window")
+            if not causal:  # bidirectional: the window is symmetric, |j - (P+t)| < W
+                end = b.op("Add", [queries, b.i64(window)], f"{hint}/window_end")
+                inside = b.op("And", [inside, b.op("Less", [keys, end], f"{hint}/window_ahead")],
+                              f"{hint}/window_both")
             visible = inside if visible is None else b.op("And", [visible, inside], f"{hint}/causal_window")
     if mask is None:
         return b.op("Unsqueeze", [visible, b.i64([0, 1])], f"{hint}/visible")
     keep = b.cached(("keep", mask.name), lambda: _keep(b, mask))
-    return keep if visible is None else b.op("And", [visible, keep], f"{hint}/visible")
+    if visible is None:  # padding alone (bidirectional): one row per query, as Attention's mask must have
+        return b.op("Expand", [keep, b.shape((1, 1, seq, 1))], f"{hint}/visible")
+    return b.op("And", [visible, keep], f"{hint}/visible")
 
 
 def _queries(b: Builder, seq, total) -> str:
@@ -285,6 +310,10 @@ def lower_attention(b: Builder, node: Node, outs: list[str]) -> None:
     q, k, v = (b.value(o[name]) for name in ("q", "k", "v"))
     sinks = _sinks_f32(b, o["sinks"])
     if b.opset >= 23 and not sinks:
+        if o["v"].producer is not None and o["v"].producer.op == "reshape":
+            # ORT 1.2x infers Attention's output width wrongly when V's shape is unknown (a
+            # Reshape to run-time dims): a Reshape to [0, 0, K·Dv] states it
+            v = b.op("Reshape", [v, b.i64([0, 0, o["kv_heads"] * o["v_head_dim"]])], f"{outs[0]}/v_width")
         b.node("Attention", [q, k, v, visible, *past], outs, q_num_heads=o["heads"], kv_num_heads=o["kv_heads"],
                scale=float(o["scale"]), softcap=None if a["softcap"] is None else float(a["softcap"]), is_causal=0)
         return

@@ -1,5 +1,6 @@
 """``genai_config.json`` beside the model, so onnxruntime-genai loads and generates with it.
 
+Never for an encoder (meta ``encoder``: an embedding model), which genai does not run.
 Written when the graph has genai's decoder signature: ``input_ids``, ``attention_mask``
 (and ``position_ids``, which genai fills from the mask), one ``past_key_values.{i}.key``
 / ``.value`` pair per attention layer with equal [K, D] for keys and values, and for a
@@ -8,7 +9,9 @@ state-space layer its ``past_key_values.{i}.conv_state`` / ``.recurrent_state`` 
 the KV caches of the attention layers; the names are its defaults, written out in
 ``decoder.inputs``/``outputs``), or only a conv state (LFM2's short convolution: see
 ``layer_types`` below); genai allocates both
-caches with one head size; MLA's caches differ, so DeepSeek specs get no config unless
+caches with one head size (``num_hidden_layers`` counts the layers with a cache: a layer
+that reuses another's K/V, Gemma-3n's KV sharing, has none); MLA's caches differ, so
+DeepSeek specs get no config unless
 ``mla-absorb{cache=halves}`` splits the latent cache into two equal halves; nor does
 an int8 cache from ``quantize{kv_cache=true}``, whose ``*_scale`` inputs genai does not
 allocate; and ``logits`` plus ``present.{i}.key/.value``.
@@ -61,6 +64,8 @@ def decoder_layers(graph: Graph):
     attention layers (a model without any: 1 and its width, which genai does not read)."""
     inputs = {v.name: v for v in graph.inputs}
     outputs = {v.name for v in graph.outputs}
+    if graph.meta.get("encoder"):
+        return None, None, None, "the model is an encoder (an embedding model), and onnxruntime-genai runs decoders"
     for name in ("input_ids", "attention_mask"):
         if name not in inputs:
             return None, None, None, f"no {name} input"
@@ -74,6 +79,8 @@ def decoder_layers(graph: Graph):
     if not kv and not states:
         return None, None, None, "no past_key_values.{i}.key or recurrent-state inputs"
     layers = graph.meta.get("n_layers") or max(kv + list(states)) + 1
+    if kv and not states:  # the layers with a cache: a KV-sharing layer (Gemma-3n's) has none
+        layers = len(kv)
     if kv and not states and kv != list(range(len(kv))):
         return None, None, None, "no past_key_values.{i}.key inputs numbered from 0"
     for i, kinds in sorted(states.items()):

@@ -20,6 +20,7 @@ import os
 
 from frontends.hf.build import attach_weights, build_graph
 from frontends.hf.config import CONFIG, Arch, Config
+from frontends.hf.encoder import SENTENCE_FILES, attach_modules, base_model_view, read_modules
 from frontends.hf.families import checkpoint_source, describe
 from frontends.hf.generation import GENERATION_CONFIG, generation_meta
 from frontends.hf.weights import Checkpoint
@@ -43,17 +44,22 @@ def is_hf_folder(path) -> bool:
 def companion_files(folder) -> dict:
     """The folder's tokenizer files and generation_config.json that exist, by name -> path
     (copied beside the model so onnxruntime-genai and ``irc run`` run the output folder as
-    it is)."""
-    paths = {name: os.path.join(str(folder), name) for name in TOKENIZER_FILES}
+    it is), and sentence-transformers' settings an embedding model's user reads (its
+    prompts: ``frontends.hf.encoder.SENTENCE_FILES``)."""
+    paths = {name: os.path.join(str(folder), name) for name in TOKENIZER_FILES + SENTENCE_FILES}
     return {name: path for name, path in paths.items() if os.path.isfile(path)}
 
 
 def read_arch(folder) -> tuple[Arch, Config]:
-    """The normalised architecture of a folder's config.json."""
+    """The normalised architecture of a folder's config.json (an encoder's, ``Arch.encoder``,
+    with bidirectional attention or sentence-transformers' modules.json:
+    ``frontends.hf.encoder``)."""
     folder = str(folder)
     cfg = Config.read(folder)
     name = os.path.basename(os.path.normpath(os.path.abspath(folder))) or "model"
-    return describe(cfg, name), cfg
+    arch = describe(cfg, name)
+    read_modules(folder, arch)  # sentence-transformers' modules.json: the encoder form
+    return arch, cfg
 
 
 def load_hf(folder, weights: bool = True) -> Graph:
@@ -64,6 +70,8 @@ def load_hf(folder, weights: bool = True) -> Graph:
         raise SpecError(f"no {CONFIG} in this folder", location=folder)
     arch, cfg = read_arch(folder)
     checkpoint = Checkpoint.find(folder) if weights else None
+    if checkpoint is not None and arch.encoder is not None:
+        checkpoint = base_model_view(checkpoint)
     if checkpoint is not None:
         if arch.quantized:
             raise cfg.error("quantization_config", "quantized checkpoints are not supported",
@@ -73,5 +81,7 @@ def load_hf(folder, weights: bool = True) -> Graph:
     graph = build_graph(arch, cfg)
     graph.meta.update(generation_meta(folder, cfg.data))  # token ids, positions, search defaults
     if checkpoint is not None:
+        if arch.encoder is not None:
+            attach_modules(graph, arch.encoder)
         attach_weights(graph, arch, checkpoint)
     return graph

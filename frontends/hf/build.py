@@ -9,6 +9,8 @@ The decoder is the one every family shares (``frontends.yaml_spec`` builds the s
                 h = mlp_norm(x);  f = mlp or moe(h) [-> post_mlp_norm];   x = x + f [* residual_scale]
                   (left out where the layer has no feed-forward block: Mamba)
     logits = lm_head(norm(x)) [* logits_scale] [softcapped]
+      (an encoder, ``Arch.encoder``: last_hidden_state = norm(x), then sentence-transformers'
+       Pooling / Dense / Normalize: ``frontends.hf.encoder``)
 
 What each layer holds is its ``LayerSpec`` (``mixer``, ``ffn``, ``moe``, ``rope``, ``window``);
 the multipliers are the ``Arch``'s.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from frontends.dsl import ArgError, Model, Rope
 from frontends.hf.config import Arch, Config
+from frontends.hf.encoder import build_outputs
 from frontends.hf.families import DSL_ARGS, LAYOUTS, checkpoint_source, is_spare
 from frontends.hf.weights import Checkpoint, CheckpointData
 from irc.errors import SpecError
@@ -42,7 +45,8 @@ def expand(arch: Arch, origin: str) -> Graph:
     propagates as ``ArgError`` (``build_graph`` names the config.json key behind it)."""
     if arch.expand is not None:
         return arch.expand(arch, origin)
-    m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
+    m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype,
+              encoder=arch.encoder is not None)
     eps, offset = arch.norm_eps, arch.norm_offset
     with m.at(origin):
         x = m.embed(m.input_ids(), scale=arch.embedding_scale)
@@ -62,6 +66,9 @@ def expand(arch: Arch, origin: str) -> Graph:
             if arch.sandwich:
                 h = layer.rms_norm(h, "post_mlp_norm", eps, offset)
             x = x + _residual(arch, h)
+        if arch.encoder is not None:  # an embedding model: frontends.hf.encoder
+            build_outputs(m, arch.encoder, m.rms_norm(x, "norm", eps, offset))
+            return m.graph
         m.logits(m.rms_norm(x, "norm", eps, offset), tied=arch.tied, softcap=arch.final_softcap,
                  scale=arch.logits_scale)
     return m.graph
@@ -77,7 +84,7 @@ def _attention(arch: Arch, layer, spec, h):
     return layer.attention(h, a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, rope=rope, window=spec.window,
                            softcap=a.softcap, scale=a.scale, qkv_bias=a.qkv_bias, qk_norm=a.qk_norm,
                            qk_norm_eps=arch.norm_eps, qk_norm_offset=arch.norm_offset,
-                           query_scale=a.query_scale)
+                           query_scale=a.query_scale, causal=arch.encoder is None or arch.encoder.causal)
 
 
 def _ssm(arch: Arch, layer, spec, h):
@@ -112,6 +119,8 @@ def attach_weights(graph: Graph, arch: Arch, checkpoint: Checkpoint) -> None:
     used: set[str] = set()
     resolve = LAYOUTS[arch.checkpoint].get("_resolve")
     for param in graph.params.values():
+        if param.data is not None:  # set from another file already (a sentence-transformers Dense)
+            continue
         source = resolve(arch, param.name, checkpoint) if resolve else None
         source = source or checkpoint_source(arch, param.name)
         for name in source.names():

@@ -7,7 +7,9 @@ Layouts: activations [B, T, features]; caches [B, K, P, D] (K kv heads, P past t
 
 Visibility: the query at row t sits at cache index P+t; key j is visible iff j <= P+t
 (when causal), j > P+t-W (with window W, HF ``sliding_window`` semantics) and
-attention_mask[b, j] == 1. A query row that sees no key outputs zeros, never NaN.
+attention_mask[b, j] == 1. Without ``causal`` (bidirectional: an encoder) the window is
+symmetric, |j - (P+t)| < W, as transformers' Gemma 3 with ``use_bidirectional_attention``
+masks its sliding layers. A query row that sees no key outputs zeros, never NaN.
 
 Sinks (``attention``'s optional ``sinks`` operand [H], GPT-OSS's ``self_attn.sinks``): one
 learned logit per query head joins every softmax denominator, always visible, with no value:
@@ -45,7 +47,7 @@ def visible_keys(batch: int, seq: int, past: int, attention_mask=None, causal: b
     if causal:
         visible &= key <= query
     if window is not None:
-        visible &= key > query - window
+        visible &= (key > query - window) if causal else (np.abs(key - query) < window)
     visible = np.broadcast_to(visible, (batch, seq, past + seq))
     if attention_mask is not None:
         visible = visible & (np.asarray(attention_mask) != 0)[:, None, :]
