@@ -25,9 +25,6 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "frontends"))
 SMALL = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 REFUSED = {  # families irc does not build yet: name -> (config class, overrides of SMALL)
-    "phimoe": ("PhimoeConfig", dict(num_local_experts=4, num_experts_per_tok=2)),
-    "gemma3n_text": ("Gemma3nTextConfig", dict(head_dim=8, num_kv_shared_layers=0, laurel_rank=4,
-                                              altup_num_inputs=2, hidden_size_per_layer_input=8)),
 }
 
 
@@ -59,6 +56,18 @@ def cases(everything: bool) -> dict:
             found[name] = (test_hf_models, name)
             seen.add(class_name)
     found.update({name: (Refused, name) for name in REFUSED})
+    import test_hf_gemma4  # Gemma-4's twins (its own module: per-layer shapes, the multimodal layout)
+
+    for name in sorted(test_hf_gemma4.CASES) if everything else ["gemma4-ple-kv-shared-wide"]:
+        found[name] = (test_hf_gemma4, name)
+    import test_hf_gemma3n  # Gemma-3n's twins (AltUp, LAuReL, per-layer inputs, KV sharing, sparsity)
+
+    for name in sorted(test_hf_gemma3n.CASES) if everything else ["gemma3n-shared-sparse"]:
+        found[name] = (test_hf_gemma3n, name)
+    import test_hf_phimoe  # Phi-3.5-MoE's twins (sparsemixer routing, biases, Phi-MoE's LongRoPE)
+
+    for name in sorted(test_hf_phimoe.CASES) if everything else ["phimoe-biases-window-wide-mixer"]:
+        found[name] = (test_hf_phimoe, name)
     return found
 
 

@@ -293,8 +293,11 @@ def memory_against_context(graph: Graph, contexts=MEMORY_CONTEXTS, cache_dtype: 
 def _mha_elements(graph: Graph, context: int = 1) -> int:
     """Cache elements for ``context`` tokens if every attention layer kept one K and one V
     per query head (MHA-shaped), windows kept. For MLA this is 2·H·d_h with d_h =
-    v_head_dim, the DeepSeek-V2 paper's comparison."""
+    v_head_dim, the DeepSeek-V2 paper's comparison. A layer reading another layer's cache
+    inputs (KV sharing: Gemma-3n) adds none, as it stores none."""
     total = 0
+    past = {v.name for v in past_inputs(graph)}
+    seen = set()
     for node in graph.nodes:
         a = node.attrs
         if node.op == "attention":
@@ -303,6 +306,10 @@ def _mha_elements(graph: Graph, context: int = 1) -> int:
             per_token = 2 * a["heads"] * a["v_head_dim"]
         else:
             continue
+        caches = tuple(v.name for v in node.inputs if v is not None and v.name in past)
+        if caches and caches in seen:
+            continue
+        seen.add(caches)
         window = a.get("window")
         total += per_token * (min(context, window) if window else context)
     return total

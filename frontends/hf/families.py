@@ -19,7 +19,9 @@ gemma2             (1 + w) RMS norms in a sandwich, sqrt(d) embedding scale, tan
                    GeGLU, query_pre_attn_scalar, attention and final softcaps, local /
                    global layers (``layer_types``; default: even layers local)
 gemma3_text        Gemma 2 + (1 + w) q/k norms, per-layer-type RoPE (local base vs global
-                   base and scaling), ``layer_types`` or ``sliding_window_pattern``
+                   base and scaling), ``layer_types`` or ``sliding_window_pattern``;
+                   ``use_bidirectional_attention``: an encoder (``frontends.hf.encoder``);
+                   ``attn_logit_softcapping`` ignored, as transformers' Gemma3Attention does
 phi3               fused ``qkv_proj`` and ``gate_up_proj`` (split on load), partial rotary
 mamba, mamba2 ...  ``families_ssm`` (mamba, falcon_mamba, mamba2), ``families_hybrid``
                    (jamba, bamba, granitemoehybrid, nemotron_h), ``families_composite``
@@ -31,10 +33,16 @@ olmo2, olmo3,      layer forms of their own: ``families_olmo`` (OLMo-2/3's norms
 olmoe, starcoder2  branches, OLMoE, StarCoder2's biased LayerNorms)
 gpt2, gpt_neox,    the classic LayerNorm decoders with biases, parallel blocks, learned
 phi                positions, fused and transposed projections: ``families_classic``
+gemma3n_text,      Gemma-3n: AltUp streams, LAuReL, per-layer embeddings, KV sharing, activation
+gemma3n            sparsity (the multimodal one's text model): ``families_gemma3n``
+gemma4_text,       Gemma-4: per-layer head dims, KV sharing, per-layer embeddings, proportional
+gemma4, gemma4_    RoPE, v norms, layer scalars, its MoE (the multimodal one's text model;
+unified(_text)     Gemma-4-unified's decoder without PLE and MoE): ``families_gemma4``
 cohere, cohere2,   Cohere's parallel blocks (Cohere-2's NoPE global layers) and GLM-4's
 glm4               sandwich norms: ``families_cohere``
 kimi_linear        Kimi Delta Attention beside MLA attention, DeepSeek-V3 MoE: ``families_kimi``
 minimax            lightning attention beside softmax attention, Mixtral MoE: ``families_minimax``
+phimoe             Phi-3.5-MoE: LayerNorms with bias, sparsemixer-routed MoE: ``families_phimoe``
 =================  ==========================================================================
 
 Keys a config.json leaves out take the defaults of transformers' config class for that
@@ -56,11 +64,13 @@ import re
 from typing import Callable
 
 from frontends.hf.config import Arch, Attention, Config, LayerSpec, RopeSpec, int_list, read_rope
+from frontends.hf.encoder import bidirectional, symmetric_window
 from irc.yamlloc import Bad, boolean, non_negative_int, positive_int, positive_number, string
 from frontends.hf.weights import Rows, Source, Stack, Tensor
 from frontends.hf import (families_classic, families_cohere, families_composite, families_delta, families_kimi,
                           families_lfm2, families_llama_like, families_minimax, families_olmo, families_ssm)
-from frontends.hf import families_gpt_oss
+from frontends.hf import families_gemma3n, families_gemma4, families_gpt_oss
+from frontends.hf import families_phimoe
 from irc.errors import SpecError
 from frontends.hf.families_common import (FULL, SLIDING, _arch, _dims, _every_layer_window, _experts, _layer_types,
                                           _no, _qwen_windows, _rope, _silu, _swiglu, _windows)
@@ -98,12 +108,13 @@ DEFAULTS = {
                "final_logit_softcapping": 30.0, "num_key_value_heads": 4},
     "gemma3_text": {**_GEMMA, "max_position_embeddings": 131072, "num_key_value_heads": 4,
                     "use_bidirectional_attention": False},
-    "phi3": {**_LLAMA, "rms_norm_eps": 1e-5, "max_position_embeddings": 4096},
+    "phi3": {**_LLAMA, "rms_norm_eps": 1e-5, "max_position_embeddings": 4096, "original_max_position_embeddings": 4096},
     **families_ssm.DEFAULTS,
     **families_composite.DEFAULTS,
     **families_lfm2.DEFAULTS, **families_delta.DEFAULTS, **families_kimi.DEFAULTS, **families_minimax.DEFAULTS,
     **families_llama_like.DEFAULTS, **families_olmo.DEFAULTS, **families_classic.DEFAULTS, **families_cohere.DEFAULTS,
-    **families_gpt_oss.DEFAULTS,
+    **families_gpt_oss.DEFAULTS, **families_gemma4.DEFAULTS, **families_gemma3n.DEFAULTS,
+    **families_phimoe.DEFAULTS,
 }
 
 # DSL argument -> the config.json key a refusal should name
@@ -250,8 +261,11 @@ def _gemma(cfg: Config, name: str, model_type: str) -> Arch:
     approximate = {"gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "gelu": "none"}.get(activation)
     if approximate is None:
         raise cfg.unsupported("hidden_activation", activation, hint="Gemma's MLP is GeGLU: gelu_pytorch_tanh or gelu")
+    encoder = bidirectional(cfg) if gemma3 else None  # EmbeddingGemma: frontends.hf.encoder
+    if not gemma3:
+        cfg.check("use_bidirectional_attention", lambda v: not v, hint="transformers' Gemma 2 keeps a causal mask "
+                  "but tells sdpa is_causal=False: the answer depends on the attention kernel; irc refuses to guess")
     if gemma3:
-        cfg.check("use_bidirectional_attention", lambda v: not v, hint="irc builds causal decoders")
         pattern = cfg.data.get("sliding_window_pattern", cfg.data.get("_sliding_window_pattern", 6))
         try:
             pattern = positive_int(pattern)
@@ -264,14 +278,16 @@ def _gemma(cfg: Config, name: str, model_type: str) -> Arch:
     else:
         types = _layer_types(cfg, n, lambda i: SLIDING if (i + 1) % 2 else FULL)
         ropes = [_rope(cfg, dims["head_dim"])] * n
-    attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"], qk_norm=gemma3,
-                          softcap=cfg.get("attn_logit_softcapping", positive_number, None),
+    # transformers 5.24's Gemma3Attention never hands attn_logit_softcapping to its attention
+    softcap = None if gemma3 else cfg.get("attn_logit_softcapping", positive_number, None)
+    attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"], qk_norm=gemma3, softcap=softcap,
                           scale=cfg.get("query_pre_attn_scalar", positive_number) ** -0.5)
-    layers = [LayerSpec(window, rope) for window, rope in zip(_windows(cfg, types), ropes)]
+    windows = [symmetric_window(w) for w in _windows(cfg, types)] if encoder else _windows(cfg, types)
+    layers = [LayerSpec(window, rope) for window, rope in zip(windows, ropes)]
     mlp = {"kind": "geglu", "d_ff": cfg.get("intermediate_size", positive_int), "approximate": approximate}
     return _arch(cfg, name, model_type, dims, attention, layers, mlp, norm_offset=1.0, sandwich=True,
                  final_softcap=cfg.get("final_logit_softcapping", positive_number, None),
-                 embedding_scale=dims["d"] ** 0.5, checkpoint="gemma")
+                 embedding_scale=dims["d"] ** 0.5, checkpoint="gemma", encoder=encoder)
 
 
 def _gemma3_rope(cfg: Config, head_dim: int, layer_type: str) -> RopeSpec:
@@ -296,7 +312,8 @@ FAMILIES = {
     **families_composite.FAMILIES,
     **families_lfm2.FAMILIES, **families_delta.FAMILIES, **families_kimi.FAMILIES, **families_minimax.FAMILIES,
     **families_llama_like.FAMILIES, **families_olmo.FAMILIES, **families_classic.FAMILIES, **families_cohere.FAMILIES,
-    **families_gpt_oss.FAMILIES,
+    **families_gpt_oss.FAMILIES, **families_gemma4.FAMILIES, **families_gemma3n.FAMILIES,
+    **families_phimoe.FAMILIES,
 }
 
 
@@ -380,7 +397,8 @@ LAYOUTS = {  # the families' departures from LAYER_NAMES
     **families_composite.LAYOUTS,
     **families_lfm2.layouts(Experts), **families_delta.LAYOUTS, **families_kimi.LAYOUTS, **families_minimax.layouts(Experts),
     **families_llama_like.LAYOUTS, **families_olmo.LAYOUTS, **families_classic.LAYOUTS, **families_cohere.LAYOUTS,
-    **families_gpt_oss.LAYOUTS,
+    **families_gpt_oss.LAYOUTS, **families_gemma4.LAYOUTS, **families_gemma3n.LAYOUTS,
+    **families_phimoe.layouts(Experts),
 }
 # a layout's "_prefix" (the layers' names, default model.layers.) and "_top" (embed, norm
 # and lm_head, default TOP_NAMES) say where a family departs from Llama's names
@@ -420,7 +438,7 @@ def is_spare(arch: Arch, key: str) -> bool:
     a tied model, cached RoPE tables, extra layers past num_hidden_layers (DeepSeek-V3's
     multi-token-prediction layer), names under a layout's ``_spare`` prefixes or ending in
     its ``_spare_suffixes``."""
-    if key == "lm_head.weight" and arch.tied:
+    if key == "lm_head.weight" and (arch.tied or arch.encoder is not None):  # an encoder has no head
         return True
     layout = LAYOUTS[arch.checkpoint]
     if key.endswith(("rotary_emb.inv_freq", *layout.get("_spare_suffixes", ()))) or \
