@@ -3,7 +3,8 @@
 ``Hparams`` reads keys without the architecture prefix and names the full key in every
 error (``llama.attention.head_count: missing required key``). RoPE comes from
 ``rope.freq_base``, ``rope.dimension_count`` (partial rotary) and ``rope.scaling.*``
-(linear, yarn; DeepSeek's ``yarn_log_multiplier`` is 0.1 * mscale_all_dim), or, for
+(linear, yarn; DeepSeek's ``yarn_log_multiplier`` is 0.1 * mscale_all_dim, ``yarn_attn_factor``
+HF's ``attention_factor``), or, for
 Llama 3's scaling, from the ``rope_freqs`` tensor of per-frequency divisors llama.cpp's
 converter writes: irc recognises Llama 3's formula in it (``llama3_factors``) and refuses
 any other table. ``frontends.gguf.families`` builds each family from these.
@@ -182,6 +183,8 @@ def _scaling(hp: Hparams, base: float, dim: int) -> Optional[dict]:
     for field in ("beta_fast", "beta_slow"):
         if hp.has(f"rope.scaling.yarn_{field}"):
             scaling[field] = hp.number(f"rope.scaling.yarn_{field}")
+    if hp.has("rope.scaling.yarn_attn_factor"):  # HF's attention_factor, as the converter copies it
+        scaling["attention_factor"] = hp.number("rope.scaling.yarn_attn_factor")
     log_multiplier = hp.number("rope.scaling.yarn_log_multiplier", None, positive=False)
     if log_multiplier:  # DeepSeek: 0.1 * mscale_all_dim, and llama.cpp takes mscale equal to it
         scaling["mscale"] = scaling["mscale_all_dim"] = log_multiplier / 0.1

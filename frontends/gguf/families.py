@@ -22,6 +22,7 @@ gemma3     Gemma 2 + q/k norms, local layers at ``rope.freq_base_swa`` (default 
            unscaled, global ones at ``rope.freq_base`` with the file's scaling; 5 local to 1
            global unless ``sliding_window_pattern`` says; 27B is 62 layers
 phi3       fused qkv and gate/up split on load, partial rotary (``rope.dimension_count``),
+           LongRoPE from ``rope_factors_long/short.weight`` (``frontends.gguf.longrope``),
            ``sliding_window`` on every layer (HF's semantics; llama.cpp disables it)
 deepseek2  MLA (q_lora or direct q; ``key_length_mla``/``value_length_mla``, or the older
            ``key_length``/``value_length``), interleaved RoPE, YaRN with
@@ -35,10 +36,12 @@ granitemoe scale), ``residual_scale`` and ``logit_scale`` (the logits divided by
            a softmax top-k MoE, renormalised, on every layer
 smollm3    Llama (Q/K permuted) with every fourth layer NoPE (llama.cpp's fixed
            ``n_no_rope_layer_step``: no key holds it)
-olmo2 ...  olmo2, starcoder2, command-r, gpt2, phi2 (their own layer forms): ``frontends.gguf.classic``
+olmo2 ...  olmo2 (and OLMo-3), starcoder2, command-r, cohere2, gpt2, phi2, gptneox, falcon, glm4,
+           olmoe, gpt-oss (their own layer forms): ``frontends.gguf.classic``
 mamba ...  Mamba-1 (Falcon-Mamba with ``ssm.dt_b_c_rms``), mamba2, jamba: ``frontends.gguf.ssm``
 hybrids    granitehybrid (Granite-4.0-H and Bamba), nemotron_h, falcon-h1: ``frontends.gguf.hybrid``
 linear     lfm2, lfm2moe (short convolutions), qwen3next, qwen35, qwen35moe (gated DeltaNet): ``frontends.gguf.linear``
+kimi-...   kimi-linear (Kimi Delta Attention beside MLA, DeepSeek-V3 MoE): ``frontends.gguf.kimi``
 =========  ================================================================================
 
 A layer is MoE exactly when its block has ``ffn_gate_inp``. Every error is a SpecError
@@ -48,8 +51,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from frontends.gguf import classic, hybrid, linear, ssm
+from frontends.gguf import classic, hybrid, kimi, linear, ssm
 from frontends.gguf.arch import Hparams, dense_mlp, make_arch, moe_layers, read_dims, read_rope, window_layers
+from frontends.gguf.longrope import phi3_longrope
 from frontends.gguf.reader import GGUFFile
 from frontends.hf.config import Arch, Attention, LayerSpec
 
@@ -74,10 +78,6 @@ def _llama_like(hp: Hparams, name: str) -> Arch:
     arch = hp.arch
     dims = read_dims(hp)
     n = dims["layers"]
-    if arch == "phi3":
-        for tensor in ("rope_factors_long.weight", "rope_factors_short.weight"):
-            if _has(hp, tensor):
-                raise hp.gguf.error(tensor, "Phi-3's longrope scaling is not supported")
     windows = [None] * n
     if arch in ("llama", "phi3"):
         windows = [hp.count("attention.sliding_window", None)] * n
@@ -87,6 +87,8 @@ def _llama_like(hp: Hparams, name: str) -> Arch:
     attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"], qkv_bias=qkv_bias,
                           qk_norm=arch in QK_NORM)
     rope = read_rope(hp, dims["head_dim"])
+    if arch == "phi3":
+        rope = phi3_longrope(hp, rope, dims["head_dim"])
     layers = [LayerSpec(window, rope, is_moe) for window, is_moe in zip(windows, moe_flags)]
     return make_arch(hp, name, model_type, dims, attention, layers, dense_mlp(hp, moe_flags), moe=moe)
 
@@ -227,4 +229,5 @@ def _deepseek_moe(hp: Hparams, gating: str) -> dict:
 FAMILIES = {"llama": _llama_like, "qwen2": _llama_like, "qwen3": _llama_like, "qwen2moe": _llama_like,
             "qwen3moe": _llama_like, "phi3": _llama_like, "gemma": _gemma1, "gemma2": _gemma, "gemma3": _gemma,
             "granite": _granite, "granitemoe": _granite, "smollm3": _smollm3,
-            "deepseek2": _deepseek, **ssm.FAMILIES, **hybrid.FAMILIES, **linear.FAMILIES, **classic.FAMILIES}
+            "deepseek2": _deepseek, **ssm.FAMILIES, **hybrid.FAMILIES, **linear.FAMILIES, **classic.FAMILIES,
+            **kimi.FAMILIES}

@@ -5,14 +5,15 @@ param name (``layers.3.attn.wq`` -> ``blk.3.attn_q.weight``, un-permuted for Lla
 granite, granitemoe, smollm3, granitehybrid and nemotron_h). The names and the converter's changes are listed in
 ``frontends.gguf.tensors`` (the state-space layers' in ``frontends.gguf.ssm``, the hybrids'
 departures in ``frontends.gguf.hybrid``, LFM2's and the gated DeltaNets' in
-``frontends.gguf.linear``); ``consumed`` names the tensors the architecture
-itself reads (Llama 3's ``rope_freqs``).
+``frontends.gguf.linear``, Kimi-Linear's in ``frontends.gguf.kimi``); ``consumed`` names the
+tensors the architecture itself reads (Llama 3's ``rope_freqs``, Phi-3's LongRoPE factors).
 """
 from __future__ import annotations
 
 import re
 
-from frontends.gguf import classic, hybrid, linear, ssm
+from frontends.gguf import classic, hybrid, kimi, linear, ssm
+from frontends.gguf.longrope import TENSORS as LONGROPE_TENSORS
 from frontends.gguf.reader import GGUFFile
 from frontends.gguf.tensors import LAYER, TOP, KvFromHalves, TensorSource
 from frontends.hf.config import Arch
@@ -28,10 +29,11 @@ class Layout:
 
     def __init__(self, gguf: GGUFFile, arch: Arch):
         self.gguf, self.arch = gguf, arch
-        self.consumed = {"rope_freqs.weight"} & set(gguf.tensors)
+        read = {"rope_freqs.weight", *(LONGROPE_TENSORS.values() if gguf.arch == "phi3" else ())}
+        self.consumed = read & set(gguf.tensors)
 
     def source(self, param: str):
-        for module in (linear, classic):
+        for module in (linear, classic, kimi):
             if self.gguf.arch in module.FAMILIES:
                 match = LAYER_PARAM.fullmatch(param)
                 block, suffix = (f"blk.{match.group(1)}.", match.group(2)) if match else (None, None)
