@@ -5,6 +5,7 @@ Per model (``MODELS``: SmolLM2-135M-Instruct Q4_1 with its Q8_0 tied table, from
 ``real_model.py``; Qwen2.5-Coder-0.5B-Instruct Q4_K_M, from ``real_qwen_coder.py``):
 
 - ``gguf as is``: ``irc compile FILE.gguf --target onnx-ort`` (what a user types);
+- ``gguf --gguf-weights int4``: the same with Q8_0 re-expressed as 4-bit codes too;
 - ``irc int4``: ``irc compile HF --target onnx-ort --passes
   "lower-mlp,quantize{bits=4},dce"`` (quantize's defaults) on the Hugging Face
   folder dequantized from the same file;
@@ -60,7 +61,9 @@ def build(work: str, name: str, extras: dict) -> dict:
     """{row: folder} for one model: the GGUF as is, irc's int4 of its HF folder, the extras."""
     gguf, hf = MODELS[name]
     irc = [sys.executable, "-m", "irc_cli", "compile"]
-    jobs = {"gguf as is": irc + [gguf, "--target", "onnx-ort", "-o", os.path.join(work, name, "gguf", "model.onnx")]}
+    jobs = {"gguf as is": irc + [gguf, "--target", "onnx-ort", "-o", os.path.join(work, name, "gguf", "model.onnx")],
+            "gguf --gguf-weights int4": irc + [gguf, "--target", "onnx-ort", "--gguf-weights", "int4", "-o",
+                                               os.path.join(work, name, "gguf-int4", "model.onnx")]}
     if os.path.exists(os.path.join(hf, "config.json")):
         jobs["irc int4"] = irc + [hf, "--target", "onnx-ort", "--passes", INT4, "-o",
                                       os.path.join(work, name, "int4", "model.onnx")]
@@ -103,14 +106,23 @@ def prompt_ids(gguf: str) -> list:
 
 
 def report_speed(name: str, rows: dict, timings: dict) -> None:
+    """Median decode tok/s over all steps, and the spread: each round's median tok/s and its
+    ratio to irc int4's in the same round (min-max over rounds)."""
     base = "irc int4" if "irc int4" in rows else None
     print(f"\n{name}: prefill {PROMPT} tokens, decode {NEW} through onnxruntime-genai")
-    print(f"  {'model':<28} {'MB on disk':>10} {'prefill ms':>10} {'decode tok/s':>12} {'vs int4':>8}")
+    print(f"  {'model':<28} {'MB on disk':>10} {'prefill ms':>10} {'decode tok/s':>12} {'rounds min-max':>15} "
+          f"{'vs int4':>8} {'rounds min-max':>15}")
     speed = {row: 1 / median(steps) for row, (_, steps) in timings.items()}
+    per_round = {row: [1 / median(steps[i:i + NEW]) for i in range(0, len(steps), NEW)]
+                 for row, (_, steps) in timings.items()}
     for row, folder in rows.items():
-        ratio = f"{speed[row] / speed[base]:8.2f}" if base else f"{'-':>8}"
+        spread = f"{min(per_round[row]):.1f}-{max(per_round[row]):.1f}"
+        ratio, ratios = f"{'-':>8}", "-"
+        if base:
+            paired = [a / b for a, b in zip(per_round[row], per_round[base])]
+            ratio, ratios = f"{speed[row] / speed[base]:8.2f}", f"{min(paired):.2f}-{max(paired):.2f}"
         print(f"  {row:<28} {disk_bytes(folder) / 1e6:10.1f} {median(timings[row][0]) * 1000:10.1f} "
-              f"{speed[row]:12.1f} {ratio}")
+              f"{speed[row]:12.1f} {spread:>15} {ratio} {ratios:>15}")
 
 
 def full_logits(graph, ids: list, path: str) -> np.ndarray:
@@ -141,11 +153,17 @@ def variants(gguf) -> dict:
 
     from frontends.gguf import build as build_graph
 
-    found = {"default (forms.FORMS)": build_graph(gguf)}
+    from frontends.gguf import forms
+
+    found = {"default (frontends.gguf.forms)": build_graph(gguf)}
     types = {entry.ggml_type for entry in gguf.tensors.values()}
     if T.Q8_0 in types:
-        with requantizing((T.Q5_0, T.Q6_K)):
-            found["Q8_0 kept as 8-bit codes"] = build_graph(gguf)
+        if T.Q8_0 in forms.REQUANTIZED:
+            with requantizing(tuple(t for t in forms.REQUANTIZED if t != T.Q8_0)):
+                found["Q8_0 kept as 8-bit codes"] = build_graph(gguf)
+        else:
+            with requantizing(forms.REQUANTIZED + (T.Q8_0,)):
+                found["Q8_0 as 4-bit codes (requantized)"] = build_graph(gguf)
     exact = build_graph(gguf, weights="exact")
     found["file's codes, level 0 (weights=exact)"] = exact
     level4 = build_graph(gguf, weights="exact")

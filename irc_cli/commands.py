@@ -292,10 +292,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="weight-only quantization after the pipeline: int4 is quantize{bits=4} (every weight, "
                            "the embedding table and head included, block 32), int8 quantize{bits=8}; other "
                            "options go in --passes")
-    comp.add_argument("--gguf-weights", default="blocks", choices=("blocks", "exact", "float"),
+    comp.add_argument("--gguf-weights", default="blocks", choices=("blocks", "exact", "int4", "float"),
                       help="a GGUF's block formats: blocks keeps those a fast kernel holds as codes (Q5/Q6 as "
                            "4-bit codes, lossy, noted), exact keeps every one as the file's codes (accuracy level "
-                           "0, slow), float dequantizes all [blocks]")
+                           "0, slow), int4 makes Q8_0 4-bit codes too (irc int4's speed, lossy, noted), float "
+                           "dequantizes all [blocks]")
     comp.add_argument("--quiet", action="store_true",
                       help="no progress bar (shown only on a terminal anyway), no report or summary lines; errors still")
     weights_cli.add_argument(comp)

@@ -22,8 +22,9 @@ Weights (codes and scales in MatMulNBits' layout, ``irc.ops.quant``):
   (uint4/uint8) with uint4/uint8 zero points [nb, N]. The padding of a last partial block
   is dropped (DequantizeLinear takes ceil(K / block_size) scales along the axis).
 - Float zero points (one per block in the scales' type, ``frontends.gguf``'s Q4_1 and
-  K-quants): MatMulNBits takes them as they are with 4-bit codes (onnx-ort; ORT 1.32's CPU
-  kernel refuses them with 8-bit codes, which take the portable form). DequantizeLinear cannot, so
+  K-quants): on onnx-ort, 4-bit codes take MatMulNBits with the nearest u8 codes plus an exact
+  correction for the fractions, shared by packed weights (``backends.onnx.quant_pack``); ORT
+  1.32's CPU kernel refuses them with 8-bit codes, which take the portable form. DequantizeLinear cannot, so
   the portable form computes what the reference does, (Cast(codes) - zero point) * scale
   per block, with codes, scales and zero points stored blocked ([nb, bs, N] and [nb, 1, N],
   or [..., N, nb, bs] and [..., N, nb, 1]), then Reshape (and Slice off a padded last
@@ -49,7 +50,7 @@ from onnx import TensorProto
 from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Node, Value
-from irc.ops.quant import KV_QMAX, block_count, pack_codes, packed_width, unpack_codes
+from irc.ops.quant import KV_QMAX, block_count, unpack_codes
 
 from backends.onnx import gqa_fuse, quant_embedding, quant_pack
 from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
@@ -206,49 +207,23 @@ def matmul_nbits(b: Builder, x: str, dtype: DType, weight: Value, out: str) -> b
     return True
 
 
-def integer_zero_points(zero_points, *, bits: int) -> np.ndarray:
-    """Float zero points -> the nearest codes (clipped to [0, 2^bits)), packed u8."""
-    return pack_codes(np.clip(np.round(np.asarray(zero_points, np.float32)), 0, 2 ** bits - 1), bits)
-
-
-def zero_offsets(zero_points, scales, *, bits: int) -> np.ndarray:
-    """(zero point - its nearest code) * scale per block, [nb, N]: what the block sums of x
-    are multiplied by to finish ``integer_zero_points``' product."""
-    zero = np.asarray(zero_points, np.float32)
-    fraction = zero - np.clip(np.round(zero), 0, 2 ** bits - 1)
-    return (fraction * np.asarray(scales, np.float32)).T
-
-
 def emit_matmul_nbits(b: Builder, x: str, rank, qweight, scales, zero_points, attrs: dict, n: int, out: str,
                       bias: str = "") -> None:
-    """x @ W.T (+ bias) as MatMulNBits over the stored codes. Float zero points avoid ORT
-    1.32's CPU path for them, which dequantizes the whole weight on every call (13 ms where
-    u8 zero points take 0.15 ms for a 1536 x 576 weight at one token): with zi the nearest
-    code to zp, x @ ((q - zp) * s).T = MatMulNBits(x, q, s, zi) - blocksums(x) @ ((zp - zi) * s).T,
-    the block sums over each block of K inputs; the second term is small (|zp - zi| <= 1/2
-    inside the code range), so little is lost to cancellation."""
+    """x @ W.T (+ bias) as MatMulNBits over the stored codes; float zero points as u8 codes
+    plus the correction ``quant_pack.subtract_zero_fractions`` adds (ORT 1.32's CPU kernel
+    for float zero points dequantizes the whole weight on every call)."""
     a = attrs
     float_zero = zero_points is not None and zero_points.dtype.is_float
-    zero = b.value(zero_points)
     if float_zero:
-        zero = b.derived(f"{zero_points.name}.codes", DType.u8, qweight.shape[:-2] + (packed_width(scales.shape[-1],
-                         a["bits"]),), (zero_points,), partial(integer_zero_points, bits=a["bits"]))
+        zero = quant_pack.zero_codes(b, [zero_points], [scales], a["bits"], f"{zero_points.name}.codes")
+    else:
+        zero = b.value(zero_points)
     product = b.fresh(f"{out}/codes") if float_zero else out
     b.node("MatMulNBits", [x, b.weight(qweight), b.weight(scales), zero, "", bias], [product], domain=MS_DOMAIN,
            K=a["K"], N=n, bits=a["bits"], block_size=a["block_size"], **accuracy_level(a))
-    if not float_zero:
-        return
-    nb, block = scales.shape[-1], a["block_size"]
-    blocks = b.op("Reshape", [x, b.i64([0] * (rank - 1) + [nb, block])], f"{out}/blocks") if rank else \
-        b.op("Reshape", [x, b.i64([-1, nb, block])], f"{out}/blocks")
-    sums = b.op("ReduceSum", [blocks, b.i64([-1])], f"{out}/block_sums", keepdims=0)
-    offsets = b.derived(f"{zero_points.name}.offsets", scales.dtype, (nb, n), (zero_points, scales),
-                        partial(zero_offsets, bits=a["bits"]))
-    correction = b.op("MatMul", [sums, offsets], f"{out}/zero_correction")
-    if not rank:
-        shape = b.op("Shape", [product], f"{out}/shape")
-        correction = b.op("Reshape", [correction, shape], f"{out}/zero_correction_shaped")
-    b.node("Sub", [product, correction], [out])
+    if float_zero:
+        stem = qweight.name[:-len(".qweight")] if qweight.name.endswith(".qweight") else qweight.name
+        quant_pack.subtract_zero_fractions(b, x, rank, product, [zero_points], [scales], a, stem, out)
 
 
 def accuracy_level(attrs: dict) -> dict:

@@ -10,10 +10,21 @@ another: the model on disk is the same size, and each output row is computed fro
 numbers as before.
 
 Packed when they all fit MatMulNBits (``backends.onnx.quant.matmul_nbits_fits``) and agree
-on K, bits, block_size, accuracy level, the scales' dtype and whether there are (u8) zero
-points and biases (``packable``); the first node in graph order emits the pack and marks the
+on K, bits, block_size, accuracy level, the scales' dtype, the zero points' kind (none, u8
+or float) and whether there are biases (``packable``); the first node in graph order emits the pack and marks the
 others handled. Projections a GroupQueryAttention reads packed (``backends.onnx.gqa_fuse``'s
 ``pack-qkv``: q, k and v as its packed query, no Split) are not grouped here.
+
+Float zero points (a GGUF's Q4_1 and K-quant minima, 4-bit codes): ORT 1.32's CPU MatMulNBits
+takes them, but then dequantizes the whole weight on every call (6-13 ms where u8 zero points
+take 0.1 ms for a 4864 x 896 weight at one token, ``benchmarks/gguf_speed.py --kernels``). So
+the kernel gets zi, the nearest code to each zero point zp, as u8 zero points, and the rest
+is added back exactly: x @ ((q - zp) * s).T = MatMulNBits(x, q, s, zi) - blocksums(x) @
+((zp - zi) * s).T, the block sums over each block of K inputs (``subtract_zero_fractions``:
+Reshape, ReduceSum, MatMul, Sub). The second term is small (|zp - zi| <= 1/2 inside the code
+range), so little is lost to cancellation. Packed weights share it: one block sum of x and one
+correction MatMul over their offsets stacked along N, so a packed group costs four small ops,
+not four per weight.
 """
 from __future__ import annotations
 
@@ -21,7 +32,9 @@ from functools import partial
 
 import numpy as np
 
+from irc.dtypes import DType
 from irc.graph import Node
+from irc.ops.quant import pack_codes, packed_width
 
 from backends.onnx.builder import MS_DOMAIN, Builder
 from backends.onnx.gqa_fuse import absorbed
@@ -35,21 +48,17 @@ def _operands(node: Node) -> list:
 
 def _signature(node: Node) -> tuple:
     _, _, scales, zero_points, bias = _operands(node)
-    return (tuple(node.attrs.get(k) for k in KEYS), scales.dtype, zero_points is not None, bias is not None)
+    return (tuple(node.attrs.get(k) for k in KEYS), scales.dtype, None if zero_points is None else zero_points.dtype,
+            bias is not None)
 
 
 def packable(nodes, fits) -> bool:
     """Can one MatMulNBits over stacked codes compute these dequant_linear nodes? Each fits
-    MatMulNBits (``fits(n)`` is None), none has float zero points (their product takes a
-    correction term per weight), and all share K, bits, block size, accuracy level, the
-    scales' dtype and whether there are zero points and biases."""
+    MatMulNBits (``fits(n)`` is None), and all share K, bits, block size, accuracy level, the
+    scales' dtype, the zero points' (none, u8 or float: then one shared correction) and
+    whether there are biases."""
     first = _signature(nodes[0])
-    for n in nodes:
-        zero_points = _operands(n)[3]
-        if (n.op != "dequant_linear" or fits(n) is not None or _signature(n) != first
-                or zero_points is not None and zero_points.dtype.is_float):
-            return False
-    return True
+    return all(n.op == "dequant_linear" and fits(n) is None and _signature(n) == first for n in nodes)
 
 
 def siblings(b: Builder, node: Node, fits) -> list[Node]:
@@ -75,24 +84,78 @@ def _stacked(b: Builder, params: list, hint: str) -> str:
 
 def packed_matmul(b: Builder, group: list[Node], accuracy: dict) -> str:
     """One MatMulNBits over the stacked codes (and biases) of ``group`` (``packable``), in
-    that order: its output's last axis holds each node's output one after another."""
+    that order: its output's last axis holds each node's output one after another (float
+    zero points: after the shared correction, module docstring)."""
     first = group[0]
     columns = [_operands(n) for n in group]
     stem = columns[0][1].name[:-len(".qweight")] if columns[0][1].name.endswith(".qweight") else columns[0][1].name
     stem += "+" + "+".join(c[1].name.split(".")[-2] for c in columns[1:])
+    zero_points, scales = [c[3] for c in columns], [c[2] for c in columns]
+    float_zero = zero_points[0] is not None and zero_points[0].dtype.is_float
+    a = first.attrs
     inputs = [b.value(first.inputs[0])]
     for index, part in ((1, "qweight"), (2, "scales"), (3, "zero_points")):
         if columns[0][index] is None:
             inputs.append("")
+        elif index == 3 and float_zero:
+            inputs.append(zero_codes(b, zero_points, scales, a["bits"], f"{stem}.zero_points.codes"))
         else:
             inputs.append(_stacked(b, [c[index] for c in columns], f"{stem}.{part}"))
     inputs.append("")  # g_idx
     if columns[0][4] is not None:
         inputs.append(_stacked(b, [c[4] for c in columns], f"{stem}.bias"))
     sizes = [n.attrs["N"] for n in group]
-    a = first.attrs
-    return b.op("MatMulNBits", inputs, f"{stem}/packed", domain=MS_DOMAIN, K=a["K"], N=sum(sizes), bits=a["bits"],
-                block_size=a["block_size"], **accuracy)
+    out = b.fresh(f"{stem}/packed")
+    product = b.fresh(f"{stem}/packed_codes") if float_zero else out
+    b.node("MatMulNBits", inputs, [product], domain=MS_DOMAIN, K=a["K"], N=sum(sizes), bits=a["bits"],
+           block_size=a["block_size"], **accuracy)
+    if float_zero:
+        subtract_zero_fractions(b, inputs[0], first.inputs[0].rank, product, zero_points, scales, a, stem, out)
+    return out
+
+
+def integer_zero_points(*zero_points, bits: int) -> np.ndarray:
+    """Float zero points [N_i, nb] (stacked along N) -> the nearest codes (clipped to
+    [0, 2^bits)), packed u8 [sum N_i, ceil(nb * bits / 8)]."""
+    zero = np.concatenate([np.asarray(z, np.float32) for z in zero_points], axis=0)
+    return pack_codes(np.clip(np.round(zero), 0, 2 ** bits - 1).astype(np.uint8), bits)
+
+
+def zero_offsets(*zeros_then_scales, bits: int) -> np.ndarray:
+    """Float zero points [N_i, nb] then their scales -> (zero point - its nearest code) *
+    scale per block, [nb, sum N_i]: what the block sums of x are multiplied by to finish
+    ``integer_zero_points``' product."""
+    half = len(zeros_then_scales) // 2
+    zero = np.concatenate([np.asarray(z, np.float32) for z in zeros_then_scales[:half]], axis=0)
+    scales = np.concatenate([np.asarray(s, np.float32) for s in zeros_then_scales[half:]], axis=0)
+    fraction = zero - np.clip(np.round(zero), 0, 2 ** bits - 1)
+    return np.ascontiguousarray((fraction * scales).T)
+
+
+def zero_codes(b: Builder, zero_points: list, scales: list, bits: int, name: str) -> str:
+    """The u8 zero points MatMulNBits reads for float ones (``integer_zero_points``), stacked."""
+    rows = sum(z.shape[0] for z in zero_points)
+    return b.derived(name, DType.u8, (rows, packed_width(scales[0].shape[-1], bits)), tuple(zero_points),
+                     partial(integer_zero_points, bits=bits))
+
+
+def subtract_zero_fractions(b: Builder, x: str, rank, product: str, zero_points: list, scales: list, attrs: dict,
+                            stem: str, out: str) -> None:
+    """out = product - blocksums(x) @ offsets (module docstring): x [..., K] of known ``rank``
+    (None: unknown, reshaped back to the product's shape), ``product`` the MatMulNBits over
+    the codes with ``zero_codes``, one float zero point per block for each weight."""
+    nb, block = scales[0].shape[-1], attrs["block_size"]
+    n = sum(z.shape[0] for z in zero_points)
+    lead = [0] * (rank - 1) if rank else [-1]
+    blocks = b.op("Reshape", [x, b.i64(lead + [nb, block])], f"{stem}/blocks")
+    sums = b.op("ReduceSum", [blocks, b.i64([-1])], f"{stem}/block_sums", keepdims=0)
+    offsets = b.derived(f"{stem}.zero_points.offsets", scales[0].dtype, (nb, n), (*zero_points, *scales),
+                        partial(zero_offsets, bits=attrs["bits"]))
+    correction = b.op("MatMul", [sums, offsets], f"{stem}/zero_correction")
+    if not rank:
+        shape = b.op("Shape", [product], f"{stem}/shape")
+        correction = b.op("Reshape", [correction, shape], f"{stem}/zero_correction_shaped")
+    b.node("Sub", [product, correction], [out])
 
 
 def lower_packed(b: Builder, group: list[Node], accuracy: dict) -> None:
@@ -104,4 +167,5 @@ def lower_packed(b: Builder, group: list[Node], accuracy: dict) -> None:
         b.handled.add(id(n))
 
 
-__all__ = ["packable", "siblings", "packed_matmul", "lower_packed", "stack_rows"]
+__all__ = ["packable", "siblings", "packed_matmul", "lower_packed", "stack_rows", "zero_codes",
+           "subtract_zero_fractions"]

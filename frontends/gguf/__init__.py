@@ -18,9 +18,11 @@ tensor at a time;
 
 ``weights``: ``"blocks"`` (default) keeps the block formats ``blocks`` expresses quantized,
 in the forms ``forms`` gives them (the file's codes where a fast ONNX Runtime kernel holds
-them, Q5_0 / Q6_K / Q8_0 re-expressed as 4-bit codes, lossy; MatMulNBits at accuracy level 4)
+them, Q8_0 as its 8-bit codes, Q5_0 / Q6_K / Q5_1 / Q5_K re-expressed as 4-bit codes, lossy;
+MatMulNBits at accuracy level 4)
 and dequantizes the rest to float32; ``"exact"`` keeps every such format as the file's codes
-and asks for float activations (accuracy level 0: exact products, slow 8-bit kernels);
+and asks for float activations (accuracy level 0: exact products, slow 8-bit kernels); ``"int4"``
+re-expresses Q8_0 as 4-bit codes too (every projection 4-bit: irc's int4 speed, lossy, noted);
 ``"float"`` dequantizes everything (the numbers transformers' GGUF
 loader computes); ``None`` builds the structure alone (params absent). The graph is
 float32 and named after the file; ``meta`` carries the tokenizer's special token ids
@@ -43,7 +45,7 @@ from irc.graph import Graph
 
 __all__ = ["load_gguf", "is_gguf", "tokenizer_files", "GGUFFile"]
 
-WEIGHTS = ("blocks", "exact", "float", None)
+WEIGHTS = ("blocks", "exact", "int4", "float", None)
 # DSL argument -> the GGUF key (after the architecture prefix) a refusal should name
 GGUF_KEYS = {"n": "block_count", "vocab": "vocab_size", "d_model": "embedding_length", "heads": "attention.head_count",
              "kv_heads": "attention.head_count_kv", "head_dim": "attention.key_length",
@@ -93,7 +95,8 @@ def build(gguf: GGUFFile, weights="blocks") -> Graph:
         graph.meta["max_positions"] = gguf.get(gguf.arch_key("context_length"), int)
     # a file without tensors (a vocabulary-only GGUF) gives the structure alone, like weights=None
     notes = [] if weights is None or not gguf.tensors else attach_weights(
-        graph, arch, gguf, keep_blocks=weights in ("blocks", "exact"), exact_forms=weights == "exact")
+        graph, arch, gguf, keep_blocks=weights in ("blocks", "exact", "int4"), exact_forms=weights == "exact",
+        four_bit=weights == "int4")
     graph.meta["gguf"] = {"architecture": gguf.arch, "notes": notes}
     return graph
 

@@ -3,13 +3,14 @@
 fast kernel to match irc's own int4.
 
 Measured on ONNX Runtime 1.32's CPU MatMulNBits, one token times a 4864 x 896 weight on 2
-threads (``benchmarks/gguf_speed.py --kernels``): 4-bit codes 0.13-0.19 ms at accuracy
-level 4 (int8 activations) and 0.45-0.6 ms at level 0; 8-bit codes 0.16-0.29 ms at level 4
-but 44-49 ms at level 0 (the kernel dequantizes the whole weight on every call); float zero
-points 20-25 ms at either level, which is why ``backends.onnx.quant`` turns them into u8
-zero points plus a correction term. So every weight runs at level 4, the level irc's int4
-uses (``backends.onnx.quant.ORT_ACCURACY_LEVEL``): the weights stay the file's, the
-activations are rounded to int8 per block inside the kernel.
+threads (``benchmarks/gguf_speed.py --kernels``, 2026-12-01): 4-bit codes 0.10 ms at accuracy
+level 4 (int8 activations), symmetric or with u8 zero points alike, and 0.3-0.5 ms at level 0;
+8-bit codes 0.12-0.28 ms at level 4 but 12-31 ms at level 0 (the kernel dequantizes the whole
+weight on every call); float zero points 6-13 ms at either level (the same whole-weight path),
+which is why ``backends.onnx.quant_pack`` gives the kernel u8 zero points and adds the
+fractions back with one small correction per activation (exact up to float rounding). So every
+weight runs at level 4, the level irc's int4 uses (``backends.onnx.quant.ORT_ACCURACY_LEVEL``):
+the weights stay the file's, the activations are rounded to int8 per block inside the kernel.
 
 ``form(ggml type)`` -> ``Form``:
 
@@ -18,8 +19,11 @@ Q4_0       4-bit codes, symmetric: exact
 Q4_1,      4-bit codes, float zero points: exact up to float rounding (``blocks``); the ONNX
 Q4_K,Q2_K  backend adds the zero points' fractions back as a correction
 Q3_K       4-bit codes, block 16, symmetric: exact
-Q8_0       8-bit codes, symmetric: exact (the 8-bit kernel at level 4 is fast; as 4-bit codes
-           SmolLM2's tied Q8_0 table moved perplexity from 84.35 to 97.8)
+Q8_0       8-bit codes, symmetric: exact. The 8-bit kernel at level 4 reads twice the bytes of
+           4-bit codes (a 49152 x 576 head: 3.9 ms of CPU time against 1.8 ms), but as 4-bit
+           codes SmolLM2's tied Q8_0 table and head moved perplexity from 85.06 to 97.8 and
+           top-1 agreement with the file's float values from 95.7% to 77.1% (Qwen2.5-Coder-0.5B's
+           head and attn_v: 70.2 to 72.4, 84.3% to 82.6%), so it stays as the file has it
 Q5_0,Q6_K  ``requantize``: 4-bit codes with u8 zero points over the same blocks. A block whose
            integer levels (with 0) span at most 16 values is exact; any other is rounded to
            16 levels over its range (lossy: ``benchmarks/gguf_speed.py --quality`` prints the
@@ -29,6 +33,8 @@ Q5_1,Q5_K  ``requantize`` too, every block rounded (their float zero points leav
            MatMulNBits refuses: the ONNX model would hold a float weight (float MatMul)
 =========  ===================================================================================
 
+``four_bit=True`` (``load_gguf(..., weights="int4")``, ``irc compile --gguf-weights int4``) re-expresses
+Q8_0 too, every projection in 4-bit codes: irc's int4 size and speed, at the cost above.
 ``exact_forms=True`` (``load_gguf(..., weights="exact")``) keeps those as the file's 8-bit codes
 and asks for accuracy level 0: the products are those of the file's weights in
 float32, at the 8-bit kernel's level-0 speed (the whole weight dequantized per call). A
@@ -67,10 +73,11 @@ class Form:
         return f"{self.bits}-bit codes, block {self.block}, {zero} ({how})"
 
 
-def form(ggml_type: T, exact_forms: bool = False) -> Form:
-    """The ``Form`` a block type of ``blocks.EXACT`` takes (module docstring)."""
+def form(ggml_type: T, exact_forms: bool = False, four_bit: bool = False) -> Form:
+    """The ``Form`` a block type of ``blocks.EXACT`` takes (module docstring); ``four_bit``
+    (``weights="int4"``) re-expresses Q8_0 as well, so every type is 4-bit codes."""
     scheme = EXACT[ggml_type]
-    if ggml_type in REQUANTIZED and not exact_forms:
+    if not exact_forms and (ggml_type in REQUANTIZED or four_bit and scheme.bits > 4):
         return Form(4, scheme.block, "u8", False)
     return Form(scheme.bits, scheme.block, "float" if scheme.float_zero else "none", True)
 

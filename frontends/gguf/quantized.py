@@ -1,7 +1,7 @@
 """Giving a float graph's params their GGUF data: block codes where the format has a form
 (``frontends.gguf.forms``), dequantized floats elsewhere.
 
-``attach_weights(graph, arch, gguf, keep_blocks, exact_forms)`` checks every param against
+``attach_weights(graph, arch, gguf, keep_blocks, exact_forms, four_bit)`` checks every param against
 its GGUF tensor (present, readable type, shape as the hyperparameters say), sets lazy data,
 and refuses GGUF tensors the model has no place for. With ``keep_blocks``, a param of rank
 >= 2 stored in a format of ``frontends.gguf.blocks.EXACT`` is replaced by
@@ -11,8 +11,10 @@ readers change as the ``quantize`` pass changes them: ``linear(x, W, b)`` become
 ``dequant_linear(x, qweight, scales, zero_points?, b)`` (MatMulNBits at accuracy level 4, or
 0 with ``exact_forms``), ``embedding(ids, W)`` becomes ``dequant_embedding`` (only the
 looked-up rows are dequantized: GatherBlockQuantized; a table no linear reads keeps the
-file's codes), any other reader (the MLPs, ``moe``, MLA) reads one ``dequantize`` node named
-after the param. Everything else is dequantized to float32 with ``gguf``'s dequantizer; the
+file's codes); a gated MLP (``swiglu``, ``geglu``) is first unfolded into the ``linear`` layers
+``lower-mlp`` writes (``unfold_gated``), so gate and up pack into one MatMulNBits as irc's
+int4 does; any other reader (the ungated MLPs, ``moe``, MLA) reads one ``dequantize`` node
+named after the param. Everything else is dequantized to float32 with ``gguf``'s dequantizer; the
 notes (``graph.meta["gguf"]["notes"]``, one line per format) say which tensors went which way,
 in which form, and whether that form is the file's values.
 """
@@ -30,7 +32,7 @@ from frontends.hf.config import Arch
 from irc.build import emit1
 from irc.dtypes import DType
 from irc.errors import SpecError
-from irc.graph import Graph, Param
+from irc.graph import Graph, Node, Param, Value
 from irc.ops.quant import dequantize_blocks, packed_width
 from irc.rewrite.edit import replace_node
 
@@ -38,7 +40,7 @@ PARTS = ("qweight", "scales", "zero_points")
 
 
 def attach_weights(graph: Graph, arch: Arch, gguf: GGUFFile, keep_blocks: bool = True,
-                   exact_forms: bool = False) -> list[str]:
+                   exact_forms: bool = False, four_bit: bool = False) -> list[str]:
     """Point every param at the file (module docstring); returns the notes."""
     layout = Layout(gguf, arch)
     used = set(layout.consumed)
@@ -58,7 +60,7 @@ def attach_weights(graph: Graph, arch: Arch, gguf: GGUFFile, keep_blocks: bool =
         used.update(source.names())
         kind = gguf.tensor(source.names()[0]).ggml_type
         if keep_blocks and param.rank >= 2 and source.exact(gguf):
-            key = (kind, *use_blocks(graph, param, gguf, source, exact_forms))
+            key = (kind, *use_blocks(graph, param, gguf, source, exact_forms, four_bit))
             kept[key] += 1
             samples.setdefault(key, source)
             continue
@@ -102,12 +104,40 @@ def sampled_error(gguf: GGUFFile, source, held) -> str:
             f" x RMS) on rows {rows[0]}-{rows[1] - 1} of {source.name}")
 
 
-def use_blocks(graph: Graph, param: Param, gguf: GGUFFile, source, exact_forms: bool = False) -> tuple:
+GATED = {"swiglu": "silu", "geglu": "gelu"}  # gated MLP op -> its activation
+
+
+def unfold_gated(graph: Graph, node: Node) -> Value:
+    """A gated MLP (``swiglu``, ``geglu``) as the ``linear`` layers and activation that
+    ``lower-mlp`` writes (same names), so each of its weights in blocks becomes one
+    ``dequant_linear`` and gate and up, reading one activation, share one MatMulNBits
+    (``backends.onnx.quant_pack``) instead of two; the reference result is the same up to
+    float32 rounding."""
+    x, w_gate, w_up, w_down = node.inputs
+    out = node.outputs[0].name
+
+    def step(op, inputs, role, attrs=None):
+        return emit1(graph, op, inputs, attrs or {}, f"{out}.{role}" if role else out, before=node,
+                     origin=node.origin)
+
+    gate = step("linear", [x, w_gate], "gate")
+    attrs = {"approximate": node.attrs["approximate"]} if node.op == "geglu" else None
+    hidden = step("mul", [step(GATED[node.op], [gate], "act", attrs), step("linear", [x, w_up], "up")], "hidden")
+    down = step("linear", [hidden, w_down], None)
+    replace_node(graph, node, [down])
+    return down
+
+
+def use_blocks(graph: Graph, param: Param, gguf: GGUFFile, source, exact_forms: bool = False,
+               four_bit: bool = False) -> tuple:
     """Replace ``param`` by its blocks in their form (``frontends.gguf.forms``) and rewire its
     readers (module docstring); returns (the form, whether lookups are its only readers)."""
     level = {"accuracy_level": EXACT_LEVEL if exact_forms else ACCURACY_LEVEL}
+    for node in [n for n in graph.users(param) if n.op in GATED]:
+        unfold_gated(graph, node)
     lookups_only = all(node.op == "embedding" for node in graph.users(param))
-    held = form(gguf.tensor(source.name).ggml_type, exact_forms or lookups_only)  # a lookup costs the same in any form
+    # a lookup costs the same in any form: the file's codes
+    held = form(gguf.tensor(source.name).ggml_type, exact_forms or lookups_only, four_bit)
     *lead, n, k = param.shape
     nb = k // held.block
     shapes = {"qweight": (DType.u8, (*lead, n, nb, held.block * held.bits // 8)),

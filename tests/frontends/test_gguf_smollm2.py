@@ -125,9 +125,12 @@ def test_float_weights_match_transformers(model_file, text_ids, reference):
 def test_exact_int4_onnx_ort_matches_transformers(model_file, compiled, text_ids, reference):
     nodes = onnx.load(str(compiled / "model.onnx"), load_external_data=False).graph.node
     counts = Counter(n.op_type for n in nodes)
-    assert counts["MatMulNBits"] == 30 * 7 + 1  # every projection, and the tied head
-    # the only float matmuls finish the Q4_1 products: block sums of x times (zp - round(zp)) * scale
+    # per layer q|k|v (GroupQueryAttention's packed query), o, gate|up, down; and the tied head
+    assert counts["MatMulNBits"] == 30 * 4 + 1
+    # the only float matmuls finish the Q4_1 products, one per activation: block sums of x
+    # times (zp - round(zp)) * scale (backends.onnx.quant_pack)
     assert all(n.input[1].endswith(".zero_points.offsets") for n in nodes if n.op_type == "MatMul")
+    assert counts["MatMul"] == counts["ReduceSum"] == 30 * 4
     assert counts["GatherBlockQuantized"] == 1 and counts["DequantizeLinear"] == 0  # lookups read rows only
     levels = {a.i for n in nodes if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "accuracy_level"}
     assert levels == {4}  # int8 activations (frontends.gguf.forms): the weights are the file's
