@@ -315,11 +315,17 @@ def _operand_kind(value: Value, shape: tuple) -> Optional[str]:
 
 
 def _row_view(var: str, kind: str, width) -> str:
-    if kind in ("vector", "scalar"):
+    """A row kernel's operand as it indexes it: dense rows. A view whose rows are not dense
+    (expand's stride-0 rows, a transpose) is copied first; ``contiguous`` passes a dense
+    tensor as it is (``reshape`` alone would keep such a view, and the kernel would read
+    past its storage)."""
+    if kind == "scalar":
         return var
+    if kind == "vector":
+        return f"{var}.contiguous()"
     if kind == "rowscalar":
-        return f"{var}.reshape(-1, 1, 1)"
-    return f"{var}.reshape(-1, 1, {width})"
+        return f"{var}.contiguous().reshape(-1, 1, 1)"
+    return f"{var}.contiguous().reshape(-1, 1, {width})"
 
 
 def ir_lines(nodes: list[Node]) -> list[str]:

@@ -126,3 +126,25 @@ def test_int4_model_matches_its_quantized_reference(tmp_path):
     expected = Interpreter(graph).run(feeds)
     actual = module.forward(module.load_weights(), **feeds)
     assert relative_error(as_numpy(actual["logits"]), expected["logits"]) <= TOLERANCE
+
+
+def test_row_kernels_read_expanded_operands_as_their_values(tmp_path):
+    """An operand that is a stride-0 view (expand of a scalar to rows, or to a vector) is
+    read as the values it shows, not past its storage (the row kernels index dense rows)."""
+    import torch
+
+    from irc.parser import parse_graph
+
+    graph = parse_graph("""graph t(%x: f32[64,32]) -> (%y: f32[64,32]) {
+      %c = constant {value=2.0} : f32[]
+      %rows = expand %c {shape=[64,32]} : f32[64,32]
+      %d = constant {value=-3.0} : f32[]
+      %vector = expand %d {shape=[32]} : f32[32]
+      %s = add %x, %rows : f32[64,32]
+      %y = mul %s, %vector : f32[64,32]
+      return %y
+    }""")
+    emit_module(graph, str(tmp_path / "t.py"))
+    x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    y = as_numpy(load_module(str(tmp_path / "t.py")).forward({}, x=torch.from_numpy(x))["y"])
+    np.testing.assert_allclose(y, (x + 2.0) * -3.0, rtol=1e-6)
