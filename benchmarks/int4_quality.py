@@ -9,7 +9,7 @@ Instruct (``real_model``), Gemma-3-270M (``real_gemma3``), Qwen2.5-Coder-0.5B-In
   checked against transformers (eager, float32) on the first 2 plain and 2 chat prompts
   (16 greedy tokens) and on the first text's perplexity, printed above the table;
 - ``irc M g32`` for every method M in ``METHODS``: ``--passes "lower-mlp,quantize{bits=4,
-  group=32,embeddings=true,method=M},dce"`` (imatrix and gptq add ``calibration=CALIBRATION,
+  group=32,embeddings=true,method=M},dce"`` (imatrix, gptq and awq add ``calibration=CALIBRATION,
   tokenizer=HF/tokenizer.json``), MatMulNBits at the target's default accuracy level
   (printed); a method that fails to compile or to run is "not available" with its error;
 - ``builder int4``: ``python -m onnxruntime_genai.models.builder -i HF -o OUT -p int4 -e cpu``;
@@ -53,7 +53,7 @@ complete when its ``.done`` file exists (the command and its seconds). An edited
 is not noticed: ``--rebuild`` names rows to compile afresh (``int4``: every irc int4 row).
 
     python benchmarks/int4_quality.py [--models smollm2,gemma3,qwen-coder] [--workdir DIR]
-        [--methods rtn,ort,mse,imatrix,gptq] [--threads 2] [--rebuild irc-gptq-g32,...]
+        [--methods rtn,ort,mse,imatrix,gptq,awq] [--threads 2] [--rebuild irc-gptq-g32,...]
         [--no-extra] [--compile-only] [--only 'irc gptq g32,irc ort g32'] [--report-only]
 """
 from __future__ import annotations
@@ -82,8 +82,8 @@ from quantize_onnx import disk_bytes  # noqa: E402
 SEEDS = os.path.join(os.path.dirname(ROOT), "shared", "seeds")
 EVAL_TEXTS = (os.path.join(SEEDS, "001_03b3848d8222c4ff.txt"), os.path.join(SEEDS, "004_966d6c578af5acc0.txt"))
 EVAL_TOKENS, NEW_TOKENS, REPEAT_RUN, DIGIT_RUN = 512, 16, 8, 10
-METHODS = ("rtn", "ort", "mse", "imatrix", "gptq")
-CALIBRATED = ("imatrix", "gptq")
+METHODS = ("rtn", "ort", "mse", "imatrix", "gptq", "awq")
+CALIBRATED = ("imatrix", "gptq", "awq")
 PROMPTS = os.path.join(HERE, "prompts_int4.json")
 LOCK = "/tmp/bench.lock"
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<eos>")  # an output ends after the first

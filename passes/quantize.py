@@ -17,6 +17,7 @@ from irc.quant_report import pass_report
 from irc.text import format_bytes
 from irc.rewrite.edit import is_graph_output, replace_node
 
+from passes.quantize_awq import awq_fold
 from passes.quantize_calibrate import importance, unobserved
 from passes.quantize_gptq import SpilledWeight, calibrated_codes
 from passes.quantize_delta import DELTA_OPERANDS, delta_rows, recurrence_params, split_rows
@@ -82,7 +83,10 @@ class Quantize(Pass):
     ``calibration_tokens`` tokens, run through the reference interpreter layer by layer:
     ``passes.quantize_calibrate``) or ``gptq`` (error feedback with each weight's Hessian
     from the same calibration run through the quantized layers before it:
-    ``passes.quantize_gptq``); see ``passes.quantize_methods``. The default was chosen by
+    ``passes.quantize_gptq``), ``awq`` (per-input-channel scales searched on the same
+    calibration run and folded exactly into the preceding norm or linear, then ``ort`` codes of
+    the scaled weights: ``passes.quantize_awq``; run ``lower-mlp`` first); see
+    ``passes.quantize_methods``. The default was chosen by
     ``benchmarks/int4_quality.py`` (greedy agreement and degenerate outputs on real models,
     not one perplexity): ``mse`` answered a prompt with a run of digits on SmolLM2-135M.
     ``accuracy_level`` (null, 0, 1, 2, 3, 4): MatMulNBits'
@@ -315,6 +319,11 @@ class Quantize(Pass):
                             f"(a shape-only compile)", hint="compile a model folder, or give the output a target "
                             "that seeds absent weights")
         names = [p.name for p in params]
+        if c["method"] == "awq":  # scales searched and folded into the params now; codes are ort's
+            _, skipped, notes = awq_fold(graph, tokens, params, c, self.block_size)
+            self.notes += notes + [f"quantize: awq leaves @{name} unscaled (ort codes): {why}"
+                                   for name, why in sorted(skipped.items())]
+            return {}
         if c["method"] == "gptq":  # codes chosen now, layer by layer, and kept on disk
             stats = calibrated_codes(graph, tokens, params, c, self.block_size)
         else:
@@ -344,7 +353,7 @@ class Quantize(Pass):
         c = self.config
         k = param.shape[-1]
         block = self.block_size(k)
-        method = c["method"] if stats is not None or c["method"] not in CALIBRATED else "mse"
+        method = c["method"] if stats is not None or c["method"] not in CALIBRATED or c["method"] == "awq" else "mse"
         weight = stats if isinstance(stats, SpilledWeight) else \
             QuantizedWeight(param, c["bits"], block, c["symmetric"], method, stats)
         parts = quantized_params(graph, weight)

@@ -12,7 +12,8 @@ asymmetric.
 
 ``ort`` is onnxruntime's compiled blockwise quantizer (``passes.quantize_ort``, the scheme of
 onnxruntime-genai's builder int4): the signed largest-magnitude weight onto j = -8, so the
-full [-8, 7]; bit for bit its NumPy statement, ``ort_blocks_numpy``.
+full [-8, 7]; bit for bit its NumPy statement, ``ort_blocks_numpy``. ``awq`` writes the same
+codes, of each weight as ``passes.quantize_awq`` left it (its AWQ scale folded in, or not).
 
 ``mse`` and ``imatrix`` search each group's scale to minimise its weighted squared error
 Σ a (w - ŵ)², in the spirit of llama.cpp's ``make_qx_quants`` / ``make_qkx2_quants`` (read,
@@ -60,8 +61,8 @@ from irc.graph import Graph, Param
 from irc.ops.quant import block_count, pack_codes, packed_width, quantize_blocks
 from irc.weights import Derived, materialize, read_rows, read_rows_stored
 
-METHODS = ("rtn", "ort", "mse", "imatrix", "gptq")
-CALIBRATED = ("imatrix", "gptq")
+METHODS = ("rtn", "ort", "mse", "imatrix", "gptq", "awq")
+CALIBRATED = ("imatrix", "gptq", "awq")
 CHUNK_ELEMENTS = 1 << 16  # weights searched at once: 256 KiB of float32, cache-sized
 SYMMETRIC_STEPS = range(-9, 10, 3)   # 7 candidates (plus RTN's): as good as 19 on real weights
 ASYMMETRIC_STEPS = range(-9, 10, 3)
@@ -75,7 +76,7 @@ def quantize_weight(weight, *, bits: int, block_size: int, symmetric: bool, meth
     if method == "rtn":
         return quantize_blocks(weight, bits=bits, block_size=block_size, symmetric=symmetric,
                                scale_dtype=scale_dtype)
-    if method == "ort":
+    if method in ("ort", "awq"):  # awq: the ort codes of the weight as passes.quantize_awq scaled it
         from passes.quantize_ort import ort_blocks
         return ort_blocks(weight, bits=bits, block_size=block_size, symmetric=symmetric, scale_dtype=scale_dtype)
     if method == "gptq":
@@ -221,8 +222,8 @@ class QuantizedWeight:
         if rows != self._rows or name not in self._pending:
             if rows is None:
                 weight = materialize(self.source)
-            else:  # the compiled kernel (ort) widens a bfloat16 / float16 checkpoint's rows itself
-                weight = (read_rows_stored if self.method == "ort" else read_rows)(self.source, *rows)
+            else:  # the compiled kernel (ort, awq) widens a bfloat16 / float16 checkpoint's rows itself
+                weight = (read_rows_stored if self.method in ("ort", "awq") else read_rows)(self.source, *rows)
             arrays = quantize_weight(weight, bits=self.bits, block_size=self.block_size, symmetric=self.symmetric,
                                      method=self.method, scale_dtype=self.source.dtype.numpy.name,
                                      importance=self.importance)
