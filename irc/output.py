@@ -18,6 +18,9 @@ Guarantees:
   too when this block created it; no partial model and no stray temporary file remain;
 - the renames run with SIGINT and SIGTERM held back, so a signal cannot leave half of the
   files new and half old; it takes effect once they are all in place;
+- a signal is remembered as well as raised (``record_signals``, which ``irc compile`` calls
+  first; SIGTERM always): an interrupt that something swallowed on the way (one raised inside a
+  finaliser is printed and dropped) still keeps the block from committing;
 - a staging folder is named ``.irc-tmp-<pid>-<random>``; one left by a process that no
   longer runs (killed with SIGKILL, say) is removed by the next ``OutputFolder`` there.
 
@@ -45,6 +48,25 @@ class OutputError(IRCError):
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM arrived while an output was being written."""
+
+
+_SEEN: list = []  # signals received since record_signals and not yet honoured (an exception that ended a block)
+_RECORDING: list = []
+
+
+def record_signals() -> None:
+    """From now on SIGINT and SIGTERM are remembered as well as raised (Ctrl-C as
+    ``KeyboardInterrupt``; main thread only, elsewhere a no-op): no ``OutputFolder`` commits
+    while one is unhonoured (module docstring)."""
+    if threading.current_thread() is threading.main_thread():
+        forget_signals()
+        _RECORDING[:] = [True]
+        signal.signal(signal.SIGINT, _raise_interrupted)
+
+
+def forget_signals() -> None:
+    """The signals seen so far were honoured (the command ended on them)."""
+    _SEEN.clear()
 
 
 class OutputFolder:
@@ -85,6 +107,12 @@ class OutputFolder:
         return self
 
     def __exit__(self, kind, error, traceback) -> bool:
+        if kind is None and _SEEN:  # a signal's exception was swallowed on the way: commit nothing
+            stop = (Terminated if signal.SIGTERM in _SEEN else KeyboardInterrupt)(f"signal {_SEEN[0]}")
+            self.__exit__(type(stop), stop, None)
+            raise stop
+        if kind is not None and issubclass(kind, KeyboardInterrupt):
+            forget_signals()  # this block ends on it
         held = kind is None and self._previous_handler is not None
         try:
             if held:  # no signal between the first rename and the last
@@ -194,4 +222,10 @@ def _running(pid: int) -> bool:
 
 
 def _raise_terminated(signum, frame):
+    _SEEN.extend([signum] if _RECORDING else [])
     raise Terminated(f"signal {signum}")
+
+
+def _raise_interrupted(signum, frame):
+    _SEEN.append(signum)
+    raise KeyboardInterrupt

@@ -25,7 +25,7 @@ from irc.dtypes import DType
 from irc.errors import BackendError, IRCError, PassError
 from irc.heap import keep_freed_memory
 from irc.interpreter import random_feeds
-from irc.output import Terminated
+from irc.output import Terminated, forget_signals, record_signals
 from irc.passmanager import PASSES, PassManager, parse_pipeline
 from irc.printer import print_graph
 from irc.progress import SILENT, Progress
@@ -177,6 +177,7 @@ def _memory_lines(memory: list, summary: dict) -> list[str]:
 
 def cmd_compile(args) -> int:
     started, wall = time.perf_counter(), time.time()
+    record_signals()  # a Ctrl-C swallowed on the way still keeps the output from being committed (irc.output)
     keep_freed_memory()  # weights stream through buffers of tens of MB: reuse them (irc.heap)
     target = get_target(args.target)
     options = EmitOptions(args.target, args.spec, args.seed, args.context, _target_options(args))
@@ -338,6 +339,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM while an output is written
         if args.debug:
             raise
+        forget_signals()
         print("irc: interrupted; no output was left behind", file=sys.stderr)
         return 143 if isinstance(stop, Terminated) else 130
 

@@ -130,3 +130,27 @@ def test_sigterm_during_a_numpy_compile(tmp_path):
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=60) == 143
     assert list(out.iterdir()) == []
+
+
+def test_a_swallowed_interrupt_keeps_the_block_from_committing(tmp_path):
+    """A Ctrl-C whose KeyboardInterrupt something swallowed (a finaliser drops what it raises)
+    still ends the block: nothing is committed, and the interrupt is raised at its end."""
+    from irc.output import OutputFolder, forget_signals, record_signals
+
+    record_signals()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with OutputFolder(str(tmp_path / "out"), primary="model.txt") as out:
+                out.write("model.txt", "new")
+                try:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(1.0)  # the handler raises here...
+                except KeyboardInterrupt:
+                    pass  # ...and this swallows it
+        assert not (tmp_path / "out").exists()
+        with OutputFolder(str(tmp_path / "out"), primary="model.txt") as out:  # honoured: the next one commits
+            out.write("model.txt", "new")
+        assert (tmp_path / "out" / "model.txt").read_text() == "new"
+    finally:
+        forget_signals()
+        signal.signal(signal.SIGINT, signal.default_int_handler)

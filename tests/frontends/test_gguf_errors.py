@@ -124,7 +124,7 @@ def test_split_set_loads_like_one_file(tmp_path):
 def test_weights_option_is_checked(tmp_path):
     from frontends.gguf import load_gguf
     with pytest.raises(SpecError, match="weights="):
-        load_gguf(write_file(tmp_path / "m.gguf", "llama", KEYS, tensors()), weights="int4")
+        load_gguf(write_file(tmp_path / "m.gguf", "llama", KEYS, tensors()), weights="int3")
 
 
 def test_other_formats_are_dequantized_with_a_note(tmp_path, capsys):
