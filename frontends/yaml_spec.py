@@ -156,6 +156,39 @@ brackets; ``null`` is allowed where a default is null.
       learned_positions: null         # a learned position table of this many rows, added
                                       # to the embedding (GPT-2's n_positions) [null]
       head_bias: false                # the LM head has a bias (Phi-2) [false]
+      gemma3n:                        # Gemma-3n's layer form (frontends.yaml_gemma) [null]
+        altup: {num_inputs: 4, active_idx: 0, correct_scale: true}
+                                      # AltUp's streams (required), the active one [0], the
+                                      # learned scale of the corrected active stream [true]
+                                      # (altup_coef_clip is training-only: no key)
+        laurel_rank: 64               # required: LAuReL's low rank
+        per_layer_input: {hidden_size: 256, vocab_size: 262144}
+                                      # the per-layer embeddings' width (required) and table
+                                      # rows [vocab_size]; ids past them read row 0
+        kv_shared_layers: 15          # the last layers reuse the K/V of the last earlier
+                                      # layer of their kind (local / global) [0]
+        activation_sparsity: [0.95, 0.95, 0.0]  # per layer p in [0, 1): the GeGLU keeps gate
+                                      # values above mean + std * icdf(p) [0.0 each: dense]
+        d_ff: [16384, 16384, 16384]   # per-layer MLP widths [mlp.d_ff each]
+        local_rope_base: 10000        # the RoPE base of local layers, unscaled; global layers
+                                      # use attention.rope [10000]
+                                      # Requires norm sandwich: true (rms, offset 0),
+                                      # attention qk_norm: true and scale: 1.0, a rope, mlp kind
+                                      # geglu; refuses layers, moe, the mixers, multipliers,
+                                      # attention biases / sinks / softcap / nope_layers
+      gemma4:                         # Gemma-4's layer form (frontends.yaml_gemma), with the
+                                      # same requirements as gemma3n (not with it) [null]
+        global_attention: {head_dim: 512, n_kv_heads: 1}
+                                      # the global layers' shape [attention's head_dim and
+                                      # n_kv_heads]; their RoPE is attention.rope (Gemma-4's
+                                      # scaling {kind: proportional, partial_rotary_factor}),
+                                      # no rotary_dim; the last layer must be global
+        k_eq_v: false                 # global layers' values are their key projection [false]
+        per_layer_input: {hidden_size: 256, vocab_size: 262144}  # as gemma3n's [null: none]
+        kv_shared_layers: 0           # as gemma3n's [0]
+        double_wide_mlp: false        # the KV-sharing layers' MLPs are 2 * mlp.d_ff wide [false]
+        moe: {experts: 128, top_k: 8, d_ff: 704}   # a MoE beside every layer's MLP [null]
+        local_rope_base: 10000        # as gemma3n's [10000]
 
 Layer kinds: ``attention``, ``mamba``, ``mamba2``, ``conv`` (LFM2's short convolution,
 ``short_conv``), ``gated_delta`` (Qwen3-Next's gated DeltaNet, ``gated_delta``), ``kimi_delta``
@@ -179,7 +212,8 @@ Errors are ``SpecError`` at the offending key's file:line:col, the message start
 its key path: ``model.attention.n_kv_heads: 32 heads are not divisible by 5 kv heads``.
 Each node's origin is the ``file:line`` of the key that produced it (norms: ``norm``,
 attention: ``attention``, state-space mixers: ``mamba`` / ``mamba2`` / ``short_conv`` / ``gated_delta``,
-residual adds: ``n_layers``, embedding: ``vocab_size``, ...).
+residual adds: ``n_layers``, embedding: ``vocab_size``, ...; a Gemma-3n or Gemma-4 graph:
+``gemma3n`` / ``gemma4``).
 """
 from __future__ import annotations
 
@@ -187,7 +221,7 @@ import math
 from typing import Optional
 
 from irc import yamlloc
-from frontends import yaml_ssm
+from frontends import yaml_gemma, yaml_ssm
 from frontends.dsl import Model
 from frontends.dsl_hybrid import scaled
 from frontends.dsl_lightning import lightning_slopes
@@ -201,7 +235,7 @@ from irc.graph import Graph
 MODEL_KEYS = ("name", "dtype", "vocab_size", "d_model", "n_layers", "layers", "norm", "attention", "mamba", "mamba2",
               "short_conv", "gated_delta", "mlp", "moe", "tied_embeddings", "final_softcap", "embedding_scale",
               "residual_scale", "logits_scale", "kimi_delta", "lightning", "normed_residual", "learned_positions",
-              "head_bias")
+              "head_bias", "gemma3n", "gemma4")
 NORMED_RESIDUAL_KEYS = ("attention", "mixer", "feed_forward")
 NORM_KEYS = ("kind", "eps", "offset", "sandwich", "bias", "placement")
 PARALLEL = ("none", "shared_norm", "two_norms")
@@ -279,6 +313,10 @@ class _Expander(AttentionReader, FeedForwardReader):
         self._read_normed_residual(model.sub("normed_residual", NORMED_RESIDUAL_KEYS))
         self._read_moe(model.sub("moe", MOE_KEYS))
         self._read_mlp(model.sub("mlp", MLP_KEYS))
+        gemma3n = model.sub("gemma3n", yaml_gemma.GEMMA3N_KEYS)
+        gemma4 = model.sub("gemma4", yaml_gemma.GEMMA4_KEYS)
+        self.gemma = yaml_gemma.Gemma3nReader(self, gemma3n) if gemma3n is not None else \
+            yaml_gemma.Gemma4Reader(self, gemma4) if gemma4 is not None else None
 
     # ---- reading -----------------------------------------------------------------------
     def _read_norm(self, norm: Optional[Fields]) -> None:
@@ -332,6 +370,8 @@ class _Expander(AttentionReader, FeedForwardReader):
 
     # ---- expanding ---------------------------------------------------------------------
     def run(self) -> Graph:
+        if self.gemma is not None:
+            return self.gemma.graph()
         f = self.f
         with blame(f, {"vocab": (f, "vocab_size"), "d_model": (f, "d_model"), "name": (f, "name")}):
             m = Model(self.name, vocab=self.vocab, d_model=self.d_model, dtype=self.dtype)

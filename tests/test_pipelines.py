@@ -32,7 +32,9 @@ def test_lowering_pipeline_holds_the_reference(name, tmp_path):
     changed = {r.name: r.changed for r in manager.records}
     assert changed["lower-norms"] and changed["lower-linear"] and changed["fold"]
     left = {n.op for n in graph.nodes}
-    assert "transpose" not in left  # every weight transpose was folded into a derived param
+    # every weight transpose was folded into a derived param; those left move activations
+    # (symbolic dims: Gemma-3n's AltUp coefficient maps)
+    assert all(any(isinstance(d, str) for d in n.inputs[0].shape) for n in graph.nodes if n.op == "transpose")
     assert not left & {"rms_norm", "layer_norm", "linear", "swiglu", "geglu", "gelu_mlp", "embedding", "softcap"}
     text = print_graph(graph)
     assert print_graph(parse_graph(text)) == text

@@ -262,8 +262,19 @@ def lower_cast(b: NpuBuilder, node: Node, outs: list[str]) -> None:
 ACCEPTED = ("add", "sub", "mul", "div", "exp", "tanh", "sqrt", "sigmoid", "neg", "rsqrt", "silu", "gelu",
             "constant", "reduce_mean", "reduce_sum", "reduce_max", "softmax", "matmul", "reshape", "transpose",
             "slice", "concat", "gather", "expand", "maximum")
+
+
+def lower_constant(b: NpuBuilder, node: Node, outs: list[str]) -> None:
+    """An integer constant in int32, the type of every integer value here (``to_onnx_type``:
+    Gemma-3n's per-layer id arithmetic meets the int32 ``input_ids``)."""
+    dtype = DType.parse(node.attrs["dtype"])
+    value = np.asarray(node.attrs["value"], dtype=np.int32 if dtype in (DType.i64, DType.i32) else dtype.numpy)
+    b.node("Identity", [b.const(value, value.dtype, f"{outs[0]}/value")], outs)
+
+
 LOWERINGS = {**{op: portable.LOWERINGS[op] for op in ACCEPTED}, "cast": lower_cast, "embedding": lower_embedding,
-             "rope": lower_rope, "attention": lower_attention, "linear": lower_linear, "moe": lower_moe}
+             "rope": lower_rope, "attention": lower_attention, "linear": lower_linear, "moe": lower_moe,
+             "constant": lower_constant}
 NEEDS = {
     "rms_norm": "lower-norms", "layer_norm": "lower-norms", "swiglu": "lower-mlp", "geglu": "lower-mlp",
     "gelu_mlp": "lower-mlp", "softcap": "lower-softcap",
