@@ -31,7 +31,7 @@ from frontends.dsl_gemma3n import Gemma3nSpec, gemma3n_graph
 from frontends.hf.config import Arch, Attention, LayerSpec, RopeSpec
 from frontends.hf.families_common import FULL, SLIDING
 from frontends.hf.families_gemma4 import Gemma4Arch, Gemma4Layer
-from frontends.hf.families_gemma4 import _expand as gemma4_decoder  # Gemma-4's decoder loop, one for both forms
+from frontends.hf.families_gemma4 import decoder as gemma4_decoder  # Gemma-4's decoder loop, one for both forms
 from frontends.yaml_attention import blame
 from irc.yamlloc import Bad, Fields, boolean, non_negative_int, number, positive_int, positive_number
 

@@ -42,6 +42,9 @@ mamba ...  Mamba-1 (Falcon-Mamba with ``ssm.dt_b_c_rms``), mamba2, jamba: ``fron
 hybrids    granitehybrid (Granite-4.0-H and Bamba), nemotron_h, falcon-h1: ``frontends.gguf.hybrid``
 linear     lfm2, lfm2moe (short convolutions), qwen3next, qwen35, qwen35moe (gated DeltaNet): ``frontends.gguf.linear``
 kimi-...   kimi-linear (Kimi Delta Attention beside MLA, DeepSeek-V3 MoE): ``frontends.gguf.kimi``
+gemma3n    Gemma-3n's text model (AltUp, LAuReL, per-layer embeddings, KV sharing): ``frontends.gguf.gemma3n``
+phimoe     Phi-3.5-MoE (LayerNorms with bias, sparsemixer routing as transformers): ``frontends.gguf.phimoe``
+gemma4     Gemma-4's dense text model (per-type head sizes, k = v, proportional RoPE): ``frontends.gguf.gemma4``
 =========  ================================================================================
 
 A layer is MoE exactly when its block has ``ffn_gate_inp``. Every error is a SpecError
@@ -51,7 +54,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from frontends.gguf import classic, hybrid, kimi, linear, ssm
+from frontends.gguf import classic, gemma3n, gemma4, hybrid, kimi, linear, phimoe, ssm
 from frontends.gguf.arch import Hparams, dense_mlp, make_arch, moe_layers, read_dims, read_rope, window_layers
 from frontends.gguf.longrope import phi3_longrope
 from frontends.gguf.reader import GGUFFile
@@ -230,4 +233,4 @@ FAMILIES = {"llama": _llama_like, "qwen2": _llama_like, "qwen3": _llama_like, "q
             "qwen3moe": _llama_like, "phi3": _llama_like, "gemma": _gemma1, "gemma2": _gemma, "gemma3": _gemma,
             "granite": _granite, "granitemoe": _granite, "smollm3": _smollm3,
             "deepseek2": _deepseek, **ssm.FAMILIES, **hybrid.FAMILIES, **linear.FAMILIES, **classic.FAMILIES,
-            **kimi.FAMILIES}
+            **kimi.FAMILIES, **gemma3n.FAMILIES, **gemma4.FAMILIES, **phimoe.FAMILIES}

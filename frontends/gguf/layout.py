@@ -5,14 +5,15 @@ param name (``layers.3.attn.wq`` -> ``blk.3.attn_q.weight``, un-permuted for Lla
 granite, granitemoe, smollm3, granitehybrid and nemotron_h). The names and the converter's changes are listed in
 ``frontends.gguf.tensors`` (the state-space layers' in ``frontends.gguf.ssm``, the hybrids'
 departures in ``frontends.gguf.hybrid``, LFM2's and the gated DeltaNets' in
-``frontends.gguf.linear``, Kimi-Linear's in ``frontends.gguf.kimi``); ``consumed`` names the
-tensors the architecture itself reads (Llama 3's ``rope_freqs``, Phi-3's LongRoPE factors).
+``frontends.gguf.linear``, Kimi-Linear's in ``frontends.gguf.kimi``, Gemma-3n's and Gemma-4's
+in ``frontends.gguf.gemma3n`` / ``gemma4``, Phi-MoE's in ``frontends.gguf.phimoe``); ``consumed`` names the
+tensors the architecture itself reads (Llama 3's ``rope_freqs``, Phi-3's and Phi-MoE's LongRoPE factors).
 """
 from __future__ import annotations
 
 import re
 
-from frontends.gguf import classic, hybrid, kimi, linear, ssm
+from frontends.gguf import classic, gemma3n, gemma4, hybrid, kimi, linear, phimoe, ssm
 from frontends.gguf.longrope import TENSORS as LONGROPE_TENSORS
 from frontends.gguf.reader import GGUFFile
 from frontends.gguf.tensors import LAYER, TOP, KvFromHalves, TensorSource
@@ -29,11 +30,12 @@ class Layout:
 
     def __init__(self, gguf: GGUFFile, arch: Arch):
         self.gguf, self.arch = gguf, arch
-        read = {"rope_freqs.weight", *(LONGROPE_TENSORS.values() if gguf.arch == "phi3" else ())}
-        self.consumed = read & set(gguf.tensors)
+        read = {"rope_freqs.weight", *(LONGROPE_TENSORS.values() if gguf.arch in ("phi3", "phimoe") else ())}
+        shared_kv = gemma3n.consumed(gguf) if gguf.arch in ("gemma3n", "gemma4") else set()  # unread shared K/V
+        self.consumed = read & set(gguf.tensors) | shared_kv
 
     def source(self, param: str):
-        for module in (linear, classic, kimi):
+        for module in (linear, classic, kimi, gemma3n, gemma4, phimoe):
             if self.gguf.arch in module.FAMILIES:
                 match = LAYER_PARAM.fullmatch(param)
                 block, suffix = (f"blk.{match.group(1)}.", match.group(2)) if match else (None, None)

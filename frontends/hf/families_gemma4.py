@@ -152,7 +152,7 @@ def _gemma4(cfg: Config, name: str, model_type: str) -> Arch:
         mlp={"kind": "geglu", "d_ff": d_ff, "approximate": approximate}, sandwich=True,
         tied=outer.get("tie_word_embeddings", boolean),
         final_softcap=cfg.get("final_logit_softcapping", positive_number, None), embedding_scale=d ** 0.5,
-        checkpoint=checkpoint, expand=_expand, gemma4_layers=layers, ple_width=width,
+        checkpoint=checkpoint, expand=decoder, gemma4_layers=layers, ple_width=width,
         ple_vocab=cfg.get("vocab_size_per_layer_input", positive_int) if width else 0, approximate=approximate)
 
 
@@ -258,7 +258,7 @@ def _rope(cfg: Config, kind: str, head_dim: int) -> RopeSpec:
                                                    "partial_rotary_factor": values["partial_rotary_factor"]})
 
 
-def _expand(arch: Gemma4Arch, origin: str):
+def decoder(arch: Gemma4Arch, origin: str):
     """The decoder (module docstring) through the DSL."""
     from frontends import dsl_gemma4
     from frontends.dsl import Model, Rope
