@@ -69,7 +69,7 @@ def _full_rope(hp: Hparams, head_dim: int) -> RopeSpec:
 
 
 def describe_gemma4(hp: Hparams, name: str) -> Arch:
-    from frontends.hf.families_gemma4 import Gemma4Arch, Gemma4Layer, _expand
+    from frontends.hf.families_gemma4 import Gemma4Arch, Gemma4Layer, decoder
 
     gguf = hp.gguf
     moe = next((t for t in sorted(gguf.tensors) if t.endswith(("ffn_gate_inp.weight", "ffn_gate_up_exps.weight"))),
@@ -118,7 +118,7 @@ def describe_gemma4(hp: Hparams, name: str) -> Arch:
                                                                     "approximate": "tanh"},
         sandwich=True, tied="output.weight" not in gguf.tensors,
         final_softcap=hp.number("final_logit_softcapping", None), embedding_scale=d ** 0.5, checkpoint="gemma4",
-        expand=_expand, gemma4_layers=layers, ple_width=width,
+        expand=decoder, gemma4_layers=layers, ple_width=width,
         ple_vocab=_tensor_rows(hp, "per_layer_token_embd.weight") if width else 0, approximate="tanh")
 
 
