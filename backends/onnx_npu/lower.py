@@ -261,7 +261,7 @@ def lower_cast(b: NpuBuilder, node: Node, outs: list[str]) -> None:
 # outside the table is refused with the pass named in NEEDS.
 ACCEPTED = ("add", "sub", "mul", "div", "exp", "tanh", "sqrt", "sigmoid", "neg", "rsqrt", "silu", "gelu",
             "constant", "reduce_mean", "reduce_sum", "reduce_max", "softmax", "matmul", "reshape", "transpose",
-            "slice", "concat", "gather", "expand", "maximum")
+            "slice", "concat", "gather", "expand", "maximum", "less_equal")
 
 
 def lower_constant(b: NpuBuilder, node: Node, outs: list[str]) -> None:

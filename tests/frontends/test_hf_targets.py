@@ -1,0 +1,79 @@
+"""One tiny twin per model_type of ``test_hf_models`` (the breadth families: Cohere, Falcon,
+GLM-4, GPT-2, GPT-NeoX, OLMo, Phi, StarCoder2, ...) on the targets whose kernels are not ONNX
+Runtime's standard ones:
+
+- ``--target triton`` (its default pipeline), run by Triton's interpreter on CPU: the prefill
+  logits of the left-padded batch of two equal the reference interpreter's within 1e-4;
+- ``--target onnx-npu`` in f32 on ONNX Runtime's CPU provider (static chunk and decode
+  graphs, the host loop): the long row's greedy tokens equal the reference interpreter's.
+  The dynamic-NTK Llama twin is left out there: the ONNX backends refuse dynamic RoPE by
+  design (it depends on the longest position at run time).
+
+Transformers is the judge of the reference interpreter in ``test_hf_models``; here the
+reference interpreter is the judge of the targets."""
+import numpy as np
+import pytest
+
+from backends.triton.interpreter import use_interpreter
+
+use_interpreter()  # TRITON_INTERPRET=1 before triton is imported: kernels run on CPU tensors
+
+from frontends import load_spec  # noqa: E402
+from tests.frontends.test_hf_models import CASES, TOLERANCE, build_case, irc_logits, prompts, relative_error  # noqa: E402
+
+pytest.importorskip("transformers")
+STEPS = 4
+ONE_PER_TYPE = sorted({CASES[name][0]: name for name in sorted(CASES, reverse=True)}.values())
+STATIC_ROPE = [name for name in ONE_PER_TYPE if name != "llama-dynamic-rope"]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    cache = {}
+
+    def folder(name):
+        if name not in cache:
+            cache[name] = build_case(name, tmp_path_factory.mktemp(name) / "hf")[1]
+        return cache[name]
+    return folder
+
+
+@pytest.mark.parametrize("name", ONE_PER_TYPE)
+def test_triton_prefill_matches_the_reference(folders, tmp_path, name):
+    pytest.importorskip("triton")
+    import passes  # noqa: F401  (registers the passes)
+    from backends.onnx import runtime
+    from backends.triton import DEFAULT_PIPELINE
+    from backends.triton.emit import emit_module, load_module
+    from irc.passmanager import PassManager, parse_pipeline
+
+    folder = folders(name)
+    graph = load_spec(str(folder))
+    PassManager(parse_pipeline(DEFAULT_PIPELINE)).run(graph)
+    emit_module(graph, str(tmp_path / "m_tt.py"), source=name)
+    module = load_module(str(tmp_path / "m_tt.py"))
+    weights = module.load_weights()
+
+    def engine(feeds):
+        out = module.forward(weights, **feeds)
+        return {k: v.cpu().float().numpy() if v.is_floating_point() else v.cpu().numpy() for k, v in out.items()}
+
+    ids, mask, positions = prompts()
+    result = runtime.greedy(engine, graph, [ids[0].tolist(), ids[1][mask[1] == 1].tolist()], STEPS)
+    real = mask.astype(bool)
+    want = irc_logits(load_spec(str(folder)), ids, mask, positions)[real]
+    assert relative_error(np.asarray(result["prefill"]["logits"])[real], want) <= TOLERANCE
+
+
+@pytest.mark.parametrize("name", STATIC_ROPE)
+def test_onnx_npu_f32_generates_the_reference_tokens(folders, tmp_path, name):
+    from backends.onnx_npu.host import generate
+    from irc.interpreter import generate as reference_generate
+    from irc_cli.commands import main
+
+    folder = folders(name)
+    prompt = prompts()[0][0].tolist()
+    expected, _ = reference_generate(load_spec(str(folder)), prompt, STEPS)
+    assert main(["compile", str(folder), "--target", "onnx-npu", "-o", str(tmp_path / "npu"), "--context", "32",
+                 "--chunk", "4", "--quiet", "--precision", "f32"]) == 0
+    assert generate(str(tmp_path / "npu"), prompt, STEPS) == expected
