@@ -4,6 +4,9 @@ Runtime's standard ones:
 
 - ``--target triton`` (its default pipeline), run by Triton's interpreter on CPU: the prefill
   logits of the left-padded batch of two equal the reference interpreter's within 1e-4;
+- the NumPy emitter: the generated module, run where irc cannot be imported, gives the
+  reference interpreter's outputs bit for bit (2 rows, 3 new tokens after 2 past, the last row
+  left-padded);
 - ``--target onnx-npu`` in f32 on ONNX Runtime's CPU provider (static chunk and decode
   graphs, the host loop): the long row's greedy tokens equal the reference interpreter's.
   The dynamic-NTK Llama twin is left out there: the ONNX backends refuse dynamic RoPE by
@@ -77,3 +80,12 @@ def test_onnx_npu_f32_generates_the_reference_tokens(folders, tmp_path, name):
     assert main(["compile", str(folder), "--target", "onnx-npu", "-o", str(tmp_path / "npu"), "--context", "32",
                  "--chunk", "4", "--quiet", "--precision", "f32"]) == 0
     assert generate(str(tmp_path / "npu"), prompt, STEPS) == expected
+
+
+@pytest.mark.parametrize("name", ONE_PER_TYPE)
+def test_numpy_module_matches_the_reference_exactly(folders, tmp_path, name):
+    from irc.interpreter import random_feeds
+    from tests.backends.test_numpy_emit import assert_matches_interpreter
+
+    graph = load_spec(str(folders(name)))
+    assert_matches_interpreter(graph, random_feeds(graph, batch=2, tokens=3, past=2, left_pad=1), tmp_path)
