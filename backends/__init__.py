@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from irc.errors import IRCError
 from irc.graph import Graph
+from irc.output import signals_held
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,9 @@ class Target:
 
     def emit(self, graph: Graph, path: str, options: EmitOptions) -> list[str]:
         module, function = self.emitter.split(":")
-        return getattr(importlib.import_module(module), function)(graph, path, options)
+        with signals_held():  # Ctrl-C inside onnx's native init would abort the process (irc.output)
+            emitter = getattr(importlib.import_module(module), function)
+        return emitter(graph, path, options)
 
 
 ONNX_ARGUMENTS = ("opset", "weights", "dtype", "tied_head", "logits", "unfuse")

@@ -33,6 +33,7 @@ import shutil
 import signal
 import tempfile
 import threading
+from contextlib import contextmanager
 from typing import Optional
 
 from irc.errors import IRCError
@@ -62,6 +63,32 @@ def record_signals() -> None:
         forget_signals()
         _RECORDING[:] = [True]
         signal.signal(signal.SIGINT, _raise_interrupted)
+
+
+@contextmanager
+def signals_held():
+    """SIGINT and SIGTERM deferred while the block runs (main thread; elsewhere Python takes
+    no signals), then handled as they would have been. For importing a native extension: a
+    KeyboardInterrupt raised inside its module init aborts the process (onnx's nanobind init
+    calls std::terminate) instead of ending it cleanly. The handlers are swapped rather than
+    the signals masked: a process-directed signal blocked in the main thread would still reach
+    another thread, and Python would raise it in the main thread all the same."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list = []
+    previous = {s: signal.signal(s, lambda signum, frame: pending.append(signum)) for s in sorted(HELD_SIGNALS)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for s in pending[:1]:
+            handler = previous[s]
+            if callable(handler):
+                handler(s, None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(s)
 
 
 def forget_signals() -> None:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from irc.ops.quant import block_count, pack_codes, packed_width
+from irc.output import signals_held
 
 KERNEL_BLOCKS = (16, 32, 64, 128, 256)
 CHUNK_ELEMENTS = 1 << 22  # weights per kernel call: 16 MiB of float32, tens of ms
@@ -60,8 +61,8 @@ def ort_blocks(weight, *, bits: int, block_size: int, symmetric: bool, scale_dty
     the scheme of the module docstring, computed by ``passes._quantize_kernel`` (compiled,
     ``CHUNK_ELEMENTS`` weights a call); equal, bit for bit, to ``ort_blocks_numpy`` and to
     onnxruntime's own kernel (``ort_blocks_mlas``)."""
-    from passes._quantize_kernel import quantize_rows
-
+    with signals_held():  # numba's native init, like onnx's, must not see a KeyboardInterrupt (irc.output)
+        from passes._quantize_kernel import quantize_rows
     w = np.asarray(weight)
     if bits not in (4, 8):
         return ort_blocks_numpy(w, bits=bits, block_size=block_size, symmetric=symmetric, scale_dtype=scale_dtype)

@@ -154,3 +154,17 @@ def test_a_swallowed_interrupt_keeps_the_block_from_committing(tmp_path):
     finally:
         forget_signals()
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def test_signals_held_are_delivered_when_the_block_ends():
+    """Inside ``signals_held`` (a native extension's import) a Ctrl-C waits; it is raised as
+    the block ends, not inside it."""
+    from irc.output import signals_held
+
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)
+            reached.append("inside")  # not interrupted
+    assert reached == ["inside"]
