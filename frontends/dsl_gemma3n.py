@@ -38,7 +38,6 @@ from typing import Optional
 from frontends.dsl import ACTIVATION, Model, Tensor
 from frontends.dsl_args import ArgError
 from frontends.dsl_gemma_shared import KVSharing, attention, per_layer_inputs
-from frontends.dsl_rope import Rope
 
 
 @dataclass
@@ -97,8 +96,9 @@ def decoder_layer(layer, spec, arch, s: Gemma3nSpec, streams: Tensor, layer_inpu
     active = stream(m, predictions, s.active, f"{p}active")
     normed = layer.rms_norm(active, "attn_norm", eps)
     augmented = laurel(layer, normed, s.laurel_rank, eps)
-    a, r = arch.attention, spec.rope
-    rope = Rope(base=r.base, convention=r.convention, scaling=r.scaling, rotary_dim=r.rotary_dim)
+    from frontends.hf.config import dsl_rope  # not at the top: frontends.hf imports this module
+
+    a, rope = arch.attention, dsl_rope(spec.rope)
     attn = attention(layer, normed, a.heads, a.kv_heads, a.head_dim, rope, spec.window, eps, sharing)
     attn = layer.rms_norm(attn, "post_attn_norm", eps)
     x = m.add(active, attn, f"{p}attn_residual")

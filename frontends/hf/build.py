@@ -20,8 +20,8 @@ odd rotary width, ...) is re-raised naming the config.json key behind the argume
 """
 from __future__ import annotations
 
-from frontends.dsl import ArgError, Model, Rope
-from frontends.hf.config import Arch, Config
+from frontends.dsl import ArgError, Model
+from frontends.hf.config import Arch, Config, dsl_rope
 from frontends.hf.encoder import build_outputs
 from frontends.hf.families import DSL_ARGS, LAYOUTS, checkpoint_source, is_spare
 from frontends.hf.weights import Checkpoint, CheckpointData
@@ -76,9 +76,7 @@ def expand(arch: Arch, origin: str) -> Graph:
 
 def _attention(arch: Arch, layer, spec, h):
     a = arch.attention
-    r = spec.rope
-    rope = None if r is None else Rope(base=r.base, convention=r.convention, scaling=r.scaling,
-                                       rotary_dim=r.rotary_dim)
+    rope = dsl_rope(spec.rope)
     if a.kind == "mla":
         return layer.mla_attention(h, a.heads, rope=rope, eps=arch.norm_eps, scale=a.scale, **a.mla)
     return layer.attention(h, a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, rope=rope, window=spec.window,

@@ -69,6 +69,15 @@ class RopeSpec:
     rotary_dim: Optional[int] = None
 
 
+def dsl_rope(spec: Optional[RopeSpec]):
+    """``spec`` as the DSL's ``Rope`` (None: a layer without rotary)."""
+    if spec is None:
+        return None
+    from frontends.dsl import Rope
+
+    return Rope(base=spec.base, convention=spec.convention, scaling=spec.scaling, rotary_dim=spec.rotary_dim)
+
+
 @dataclass
 class Attention:
     """``kind`` "gqa" (any grouping, MHA and MQA included) or "mla"; ``mla`` holds the

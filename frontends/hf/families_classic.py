@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from frontends.hf.config import Arch, Attention, Config, LayerSpec
+from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope
 from frontends.hf.families_common import _rope
 from frontends.hf.weights import View
 from irc.yamlloc import boolean, layer_count, positive_int, positive_number
@@ -142,7 +142,7 @@ def _expand(form: str, arch: Arch, origin: str):
     """The decoder through the DSL: ``sequential`` (x + attn(ln1(x)); x + mlp(ln2(x)); GPT-2
     with learned positions under ``gpt2``), ``parallel_two_norms`` (GPT-NeoX) or
     ``parallel_one_norm`` (Phi: attn and mlp of one norm); LayerNorms with bias throughout."""
-    from frontends.dsl import Model, Rope
+    from frontends.dsl import Model
 
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps, mlp = arch.attention, arch.norm_eps, arch.mlp
@@ -151,9 +151,7 @@ def _expand(form: str, arch: Arch, origin: str):
         if form == "gpt2":
             x = m.embed_positions(x, mlp["positions"])
         for layer, spec in zip(m.layers(arch.n_layers), arch.layers):
-            r = spec.rope
-            rope = None if r is None else Rope(base=r.base, convention=r.convention, scaling=r.scaling,
-                                               rotary_dim=r.rotary_dim)
+            rope = dsl_rope(spec.rope)
             h = layer.layer_norm(x, "attn_norm", eps)
             y = layer.attention(h, a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, rope=rope, scale=a.scale,
                                 qkv_bias=a.qkv_bias, out_bias=a.qkv_bias)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from frontends.hf.config import Arch, Attention, Config, LayerSpec
+from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope
 from frontends.hf.families_common import FULL, SLIDING, _arch, _dims, _layer_types, _no, _rope, _silu, _windows
 from irc.yamlloc import boolean, positive_int, positive_number
 
@@ -66,16 +66,14 @@ def _cohere(cfg: Config, name: str, model_type: str) -> Arch:
 
 def _expand(arch: Arch, origin: str, qk_norm=False):
     """Cohere's decoder through the DSL: x + attn(h) + mlp(h), h = LayerNorm(x) (no bias)."""
-    from frontends.dsl import Model, Rope
+    from frontends.dsl import Model
 
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps = arch.attention, arch.norm_eps
     with m.at(origin):
         x = m.embed(m.input_ids())
         for layer, spec in zip(m.layers(arch.n_layers), arch.layers):
-            r = spec.rope
-            rope = None if r is None else Rope(base=r.base, convention=r.convention, scaling=r.scaling,
-                                               rotary_dim=r.rotary_dim)
+            rope = dsl_rope(spec.rope)
             h = layer.layer_norm(x, "attn_norm", eps, bias=False)
             y = layer.attention(h, a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, rope=rope, window=spec.window,
                                 qk_norm=qk_norm, qk_norm_eps=eps)

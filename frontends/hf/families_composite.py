@@ -63,10 +63,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Optional
 
-from frontends.dsl import Model, Rope
+from frontends.dsl import Model
 from frontends.dsl_hybrid import glu, low_rank, norm_with, scaled, scope, shared_attention
 from frontends.hf.config import (Arch, Attention, Config, LayerSpec, RopeSpec, read_rope, rope_dict, string_list,
-                                 time_step_limit)
+                                 time_step_limit, dsl_rope)
 from frontends.hf.families_ssm import ssm_names
 from irc.yamlloc import Bad, boolean, layer_count, number, positive_int, positive_number, size
 
@@ -193,12 +193,6 @@ def _non_negative_number(value) -> float:
     return float(value)
 
 
-def _dsl_rope(rope: Optional[RopeSpec]) -> Optional[Rope]:
-    if rope is None:
-        return None
-    return Rope(base=rope.base, convention=rope.convention, scaling=rope.scaling, rotary_dim=rope.rotary_dim)
-
-
 # ---- Falcon-H1 -------------------------------------------------------------------------------
 
 @dataclass
@@ -286,7 +280,7 @@ def falcon_h1_graph(s: FalconH1, arch: Arch, origin: str):
                              in_scale=s.ssm_multipliers, **norm)
             y = scaled(m, y, s.ssm_out, f"{p}ssm_out_scaled")
             att = layer.attention(scaled(m, h, s.attention_in, f"{p}attn_in_scaled"), a.heads, kv_heads=a.kv_heads,
-                                  head_dim=a.head_dim, rope=_dsl_rope(spec.rope), scale=a.scale)
+                                  head_dim=a.head_dim, rope=dsl_rope(spec.rope), scale=a.scale)
             att = scaled(m, att, s.attention_out, f"{p}attn_out_scaled")
             x = x + m.add(y, att, f"{p}mixers_out")
             h = layer.rms_norm(x, "mlp_norm", eps)
@@ -437,7 +431,7 @@ def _zamba2_graph(s: Zamba2, arch: Arch, origin: str):
             block, adapters = blocks[use % s.blocks], _adapters(m, s, arch, owner, use)
             joined = m.emit("concat", [x, embeddings], {"axis": -1}, f"{p}shared_in")[0]
             h = norm_with(m, joined, block["attn_norm"], eps, f"{p}shared_attn_norm_out")
-            h = shared_attention(layer, h, block, a.heads, a.kv_heads, a.head_dim, rope=_dsl_rope(spec.rope),
+            h = shared_attention(layer, h, block, a.heads, a.kv_heads, a.head_dim, rope=dsl_rope(spec.rope),
                                  scale=a.scale, adapters={k: v for k, v in adapters.items() if k != "mlp"})
             h = norm_with(m, h, block["mlp_norm"], eps, f"{p}shared_mlp_norm_out")
             gate_up = m.emit("linear", [h, block["w_gate_up"], block.get("b_gate_up")], None, f"{p}mlp_gate_up")[0]

@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Optional
 
 from frontends.hf.config import (Arch, Attention, Config, LayerSpec, attention_dims, int_list, layer_types, read_rope,
-                                 rope_dict)
+                                 rope_dict, dsl_rope)
 from irc.errors import SpecError
 from irc.yamlloc import boolean, layer_count, non_negative_int, positive_int, positive_number, string
 
@@ -168,7 +168,7 @@ def _qwen_delta(cfg: Config, name: str, model_type: str) -> Arch:
 def expand(arch: Arch, origin: str):
     """The decoder: x + mixer(input_layernorm(x)), then x + mlp or moe(post_attention_layernorm(x)),
     the mixer a gated DeltaNet or the gated attention."""
-    from frontends.dsl import Model, Rope
+    from frontends.dsl import Model
 
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     eps, offset, a = arch.norm_eps, arch.norm_offset, arch.attention
@@ -177,8 +177,7 @@ def expand(arch: Arch, origin: str):
         x = m.embed(m.input_ids())
         for layer, spec in zip(m.layers(arch.n_layers), arch.layers):
             if spec.mixer == "attention":
-                r = spec.rope
-                rope = Rope(base=r.base, convention=r.convention, scaling=r.scaling, rotary_dim=r.rotary_dim)
+                rope = dsl_rope(spec.rope)
                 h = layer.attention(layer.rms_norm(x, "attn_norm", eps, offset), a.heads, kv_heads=a.kv_heads,
                                     head_dim=a.head_dim, rope=rope, qk_norm=True, qk_norm_eps=eps,
                                     qk_norm_offset=offset, output_gate=True)

@@ -60,7 +60,7 @@ from typing import Optional
 
 import numpy as np
 
-from frontends.hf.config import Arch, Attention, Config, LayerSpec, RopeSpec, _show
+from frontends.hf.config import Arch, Attention, Config, LayerSpec, RopeSpec, _show, dsl_rope
 from frontends.hf.families_common import FULL, SLIDING, _layer_types
 from frontends.hf.families_gemma_shared import TOWERS, gelu_approximate, kv_sources, text_model
 from frontends.hf.weights import Checkpoint, Tensor
@@ -261,7 +261,7 @@ def _rope(cfg: Config, kind: str, head_dim: int) -> RopeSpec:
 def decoder(arch: Gemma4Arch, origin: str):
     """The decoder (module docstring) through the DSL."""
     from frontends import dsl_gemma4
-    from frontends.dsl import Model, Rope
+    from frontends.dsl import Model
     from frontends.dsl_gemma_shared import KVSharing, attention, per_layer_inputs, plain_rms_norm
 
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
@@ -274,8 +274,7 @@ def decoder(arch: Gemma4Arch, origin: str):
         if arch.ple_width:
             ple = per_layer_inputs(m, ids, x, arch.n_layers, arch.ple_width, arch.ple_vocab, eps)
         for layer, spec in zip(m.layers(arch.n_layers), arch.gemma4_layers):
-            r = spec.rope
-            rope = Rope(base=r.base, convention=r.convention, scaling=r.scaling)
+            rope = dsl_rope(spec.rope)
             h = attention(layer, layer.rms_norm(x, "attn_norm", eps), a.heads, spec.kv_heads, spec.head_dim, rope,
                           spec.window, eps, sharing, k_eq_v=spec.k_eq_v)
             x = x + layer.rms_norm(h, "post_attn_norm", eps)

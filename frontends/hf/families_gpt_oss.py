@@ -30,7 +30,7 @@ from typing import Optional
 
 import numpy as np
 
-from frontends.hf.config import Arch, Attention, Config, LayerSpec, read_rope, rope_dict
+from frontends.hf.config import Arch, Attention, Config, LayerSpec, read_rope, rope_dict, dsl_rope
 from frontends.hf.families_common import FULL, SLIDING, _arch, _dims, _experts, _layer_types, _windows
 from frontends.hf.weights import Checkpoint, Tensor
 from irc.errors import SpecError
@@ -73,15 +73,14 @@ def _gpt_oss(cfg: Config, name: str, model_type: str) -> Arch:
 
 def _expand(arch: Arch, origin: str):
     """Pre-norm decoder: x + attention(rms_norm(x)) with sinks, x + moe(rms_norm(x))."""
-    from frontends.dsl import Model, Rope
+    from frontends.dsl import Model
 
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps = arch.attention, arch.norm_eps
     with m.at(origin):
         x = m.embed(m.input_ids())
         for layer, spec in zip(m.layers(arch.n_layers), arch.layers):
-            r = spec.rope
-            rope = Rope(base=r.base, convention=r.convention, scaling=r.scaling, rotary_dim=r.rotary_dim)
+            rope = dsl_rope(spec.rope)
             x = x + layer.attention(layer.rms_norm(x, "attn_norm", eps), a.heads, kv_heads=a.kv_heads,
                                     head_dim=a.head_dim, rope=rope, window=spec.window, qkv_bias=a.qkv_bias,
                                     out_bias=a.qkv_bias, sinks=True)

@@ -49,10 +49,10 @@ import os
 from dataclasses import dataclass
 from functools import partial
 
-from frontends.dsl import Model, Rope
+from frontends.dsl import Model
 from frontends.dsl_hybrid import scaled
 from frontends.dsl_lightning import lightning_slopes
-from frontends.hf.config import Arch, Attention, Config, LayerSpec, attention_dims, layer_types, read_rope, rope_dict
+from frontends.hf.config import Arch, Attention, Config, LayerSpec, attention_dims, layer_types, read_rope, rope_dict, dsl_rope
 from frontends.hf.weights import Checkpoint
 from irc.errors import SpecError
 from irc.weights import convert
@@ -170,8 +170,7 @@ def minimax_graph(s: MiniMax, arch: Arch, origin: str):
             p = layer.prefix
             if spec.mixer == "attention":
                 kind, h = FULL, layer.rms_norm(x, "attn_norm", eps)
-                r = spec.rope
-                rope = Rope(base=r.base, convention=r.convention, scaling=r.scaling, rotary_dim=r.rotary_dim)
+                rope = dsl_rope(spec.rope)
                 y = layer.attention(h, a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, rope=rope,
                                     window=spec.window)
             else:

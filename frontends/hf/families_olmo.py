@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from frontends.hf.config import Arch, Attention, Config, LayerSpec
+from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope
 from frontends.hf.families_common import FULL, SLIDING, _arch, _dims, _layer_types, _no, _rope, _silu, _windows
 from irc.yamlloc import boolean, positive_int, positive_number
 
@@ -108,7 +108,7 @@ def _expand(form: str, clip, arch: Arch, origin: str):
     (OLMoE: x + branch(norm(x))) with full-width q/k norms, ``plain`` (OLMo-1: pre
     LayerNorms without weights), or ``layer`` (StarCoder2: pre LayerNorms with bias, biases
     on the attention output and the MLP); q/k/v clamped to ±``clip`` where set."""
-    from frontends.dsl import Model, Rope
+    from frontends.dsl import Model
 
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps = arch.attention, arch.norm_eps
@@ -123,8 +123,7 @@ def _expand(form: str, clip, arch: Arch, origin: str):
     with m.at(origin):
         x = m.embed(m.input_ids())
         for layer, spec in zip(m.layers(arch.n_layers), arch.layers):
-            r = spec.rope
-            rope = Rope(base=r.base, convention=r.convention, scaling=r.scaling, rotary_dim=r.rotary_dim)
+            rope = dsl_rope(spec.rope)
             h = x if form == "post" else norm(x, f"{layer.prefix}attn_norm")
             y = layer.attention(h, a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, rope=rope, window=spec.window,
                                 qkv_bias=a.qkv_bias, out_bias=a.qkv_bias, qk_norm=qk_norm, qk_norm_eps=eps,

@@ -32,7 +32,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable
 
-from frontends.hf.config import Arch, Attention, Config, LayerSpec, RopeSpec, read_rope, rope_dict
+from frontends.hf.config import Arch, Attention, Config, LayerSpec, RopeSpec, read_rope, rope_dict, dsl_rope
 from frontends.hf.families_common import _arch, _dims, _every_layer_window, _experts, _silu
 from irc.yamlloc import boolean, number, positive_int
 
@@ -106,15 +106,14 @@ def _rope(cfg: Config, head_dim: int) -> RopeSpec:
 def _expand(lm_head_bias: bool, arch: Arch, origin: str):
     """x + attention(layer_norm(x)), x + moe(layer_norm(x)); LayerNorms with bias, the head's
     bias with ``lm_head_bias``."""
-    from frontends.dsl import Model, Rope
+    from frontends.dsl import Model
 
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps = arch.attention, arch.norm_eps
     with m.at(origin):
         x = m.embed(m.input_ids())
         for layer, spec in zip(m.layers(arch.n_layers), arch.layers):
-            r = spec.rope
-            rope = Rope(base=r.base, convention=r.convention, scaling=r.scaling, rotary_dim=r.rotary_dim)
+            rope = dsl_rope(spec.rope)
             h = layer.layer_norm(x, "attn_norm", eps)
             x = x + layer.attention(h, a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, rope=rope,
                                     window=spec.window, qkv_bias=a.qkv_bias, out_bias=a.qkv_bias)
