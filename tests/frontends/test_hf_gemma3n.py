@@ -14,8 +14,8 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, built_once, hf_logits, irc_logits, prompts,
-                                            randomize, relative_error)
+from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_rows_match, built_once, hf_logits,  # noqa: F401
+                                            irc_logits, prompts, randomize, relative_error, save_twin)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -42,10 +42,7 @@ def build_case(name: str, folder):
     config = transformers.Gemma3nTextConfig(**{**SMALL, **CASES[name]})
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
     randomize(model, seed=sorted(CASES).index(name), norm_centre=1.0)  # plain norm weights, not 1 + w
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    model.save_pretrained(folder)
-    return model, folder
+    return save_twin(model, folder)
 
 
 @pytest.fixture(scope="module")
@@ -76,17 +73,6 @@ def hf_greedy(model, prompt) -> list:
         out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
                              max_new_tokens=NEW_TOKENS, do_sample=False)
     return out[0, len(prompt):].tolist()
-
-
-def assert_rows_match(graph, model) -> None:
-    ids, mask, positions = prompts()
-    got, want = irc_logits(graph, ids, mask, positions), hf_logits(model, ids, mask, positions)
-    real = mask.astype(bool)
-    assert relative_error(got[real], want[real]) <= TOLERANCE
-    for row in range(len(ids)):
-        alone = ids[row:row + 1, real[row]]
-        by_itself = hf_logits(model, alone, np.ones_like(alone), np.arange(alone.shape[1])[None])
-        assert relative_error(got[row, real[row]], by_itself[0]) <= TOLERANCE
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

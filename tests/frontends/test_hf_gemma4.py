@@ -15,8 +15,9 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, built_once, hf_batch_greedy,  # noqa: F401
-                                            hf_logits, irc_logits, prompts, randomize, relative_error)
+from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_rows_match, built_once,  # noqa: F401
+                                            hf_batch_greedy, hf_logits, irc_logits, prompts, randomize,
+                                            relative_error, save_twin)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -77,10 +78,7 @@ def build_case(name: str, folder):
                 p.copy_(3.0 + torch.randn(p.shape, generator=generator))
             elif key.endswith("per_expert_scale"):
                 p.copy_(0.5 + torch.rand(p.shape, generator=generator))
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    model.save_pretrained(folder)
-    return model, folder
+    return save_twin(model, folder)
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +88,6 @@ def models(tmp_path_factory):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_logits_match_the_padded_batch_and_each_row_alone(models, name):
-    from tests.frontends.test_hf_gemma3n import assert_rows_match
-
     model, folder = models(name)
     assert_rows_match(load_spec(folder), model)
 

@@ -10,8 +10,9 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, built_once, hf_batch_greedy,  # noqa: F401
-                                            hf_logits, irc_logits, prompts, randomize, relative_error)
+from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_rows_match, built_once,  # noqa: F401
+                                            hf_batch_greedy, hf_logits, irc_logits, prompts, randomize,
+                                            relative_error, save_twin)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -38,10 +39,7 @@ def build(name: str, folder):
         for layer in model.model.layers:
             layer.self_attn.sinks.mul_(10.0)  # sinks of order 1-2: they move the softmax
             layer.mlp.experts.gate_up_proj.mul_(scale)
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    model.save_pretrained(folder)
-    return model, folder
+    return save_twin(model, folder)
 
 
 @pytest.fixture(scope="module")
@@ -53,14 +51,7 @@ def models(tmp_path_factory):
 def test_logits_match_the_padded_batch_and_each_row_alone(models, name):
     model, folder = models(name)
     graph = load_spec(folder)
-    ids, mask, positions = prompts()
-    got, want = irc_logits(graph, ids, mask, positions), hf_logits(model, ids, mask, positions)
-    real = mask.astype(bool)
-    assert relative_error(got[real], want[real]) <= TOLERANCE
-    for row in range(len(ids)):
-        alone = ids[row:row + 1, real[row]]
-        by_itself = hf_logits(model, alone, np.ones_like(alone), np.arange(alone.shape[1])[None])
-        assert relative_error(got[row, real[row]], by_itself[0]) <= TOLERANCE
+    assert_rows_match(graph, model)
 
 
 def test_the_twins_exercise_sinks_windows_and_clamps(models):

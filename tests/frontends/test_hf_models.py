@@ -174,15 +174,21 @@ def randomize(model, seed: int, norm_centre: float) -> None:
                 b.copy_(0.2 * randn(b.shape))
 
 
+def save_twin(model, folder):
+    """Save a twin as the tests read it: generation never stops at an eos, pads with 0;
+    returns (model, folder)."""
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    model.save_pretrained(folder)
+    return model, folder
+
+
 def build_case(name: str, folder):
     class_name, overrides = CASES[name]
     config = getattr(transformers, class_name)(**{**SMALL, **overrides})
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
     randomize(model, seed=sorted(CASES).index(name), norm_centre=0.0 if "gemma" in name else 1.0)
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    model.save_pretrained(folder)
-    return model, folder
+    return save_twin(model, folder)
 
 
 def built_once(build, tmp_path_factory):
@@ -244,6 +250,19 @@ def assert_logits_match(graph, model) -> None:
     real = mask.astype(bool)
     assert got.shape == want.shape
     assert relative_error(got[real], want[real]) <= TOLERANCE
+
+
+def assert_rows_match(graph, model) -> None:
+    """``assert_logits_match``, and each row's logits equal transformers' on that row run
+    alone (no padding)."""
+    ids, mask, positions = prompts()
+    got, want = irc_logits(graph, ids, mask, positions), hf_logits(model, ids, mask, positions)
+    real = mask.astype(bool)
+    assert relative_error(got[real], want[real]) <= TOLERANCE
+    for row in range(len(ids)):
+        alone = ids[row:row + 1, real[row]]
+        by_itself = hf_logits(model, alone, np.ones_like(alone), np.arange(alone.shape[1])[None])
+        assert relative_error(got[row, real[row]], by_itself[0]) <= TOLERANCE
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

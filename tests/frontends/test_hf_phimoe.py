@@ -12,8 +12,9 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, built_once, hf_batch_greedy,  # noqa: F401
-                                            hf_logits, irc_logits, prompts, randomize, relative_error)
+from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_rows_match, built_once,  # noqa: F401
+                                            hf_batch_greedy, hf_logits, irc_logits, prompts, randomize,
+                                            relative_error, save_twin)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -39,10 +40,7 @@ def build_case(name: str, folder):
     config = transformers.PhimoeConfig(**{**SMALL, **CASES[name]})
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
     randomize(model, seed=sorted(CASES).index(name), norm_centre=1.0)
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    model.save_pretrained(folder)
-    return model, folder
+    return save_twin(model, folder)
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +52,7 @@ def models(tmp_path_factory):
 def test_logits_match_the_padded_batch_and_each_row_alone(models, name):
     model, folder = models(name)
     graph = load_spec(folder)
-    ids, mask, positions = prompts()
-    got, want = irc_logits(graph, ids, mask, positions), hf_logits(model, ids, mask, positions)
-    real = mask.astype(bool)
-    assert relative_error(got[real], want[real]) <= TOLERANCE
-    for row in range(len(ids)):
-        alone = ids[row:row + 1, real[row]]
-        by_itself = hf_logits(model, alone, np.ones_like(alone), np.arange(alone.shape[1])[None])
-        assert relative_error(got[row, real[row]], by_itself[0]) <= TOLERANCE
+    assert_rows_match(graph, model)
 
 
 def router_logits(model, ids, mask) -> np.ndarray:
