@@ -317,31 +317,12 @@ def test_block_formats_stay_quantized_and_match_float(models, tmp_path, name):
     model = models(case)[0]
     arch = "gpt-oss" if case in GPT_OSS else CASES[case]
     path = write_converted(tmp_path / f"{name}.gguf", model, arch, qtype=qtype, mxfp4=case in GPT_OSS)
-    blocks, floats = load_gguf(path, weights="exact"), load_gguf(path, weights="float")
-    assert sum(n.op in ("dequant_linear", "dequantize") for n in blocks.nodes) >= 4
-    ids, mask, positions = prompts()
-    real = mask.astype(bool)
-    want = irc_logits(floats, ids, mask, positions)
-    assert relative_error(irc_logits(blocks, ids, mask, positions)[real], want[real]) <= 1e-5
-    long, short = ids[0].tolist(), ids[1][mask[1] == 1].tolist()
-    for target in ("onnx", "onnx-ort"):
-        onnx_path = str(tmp_path / f"{target}.onnx")
-        emit.emit_model(blocks, onnx_path, target=target, genai=False, context=64)
-        result = runtime.greedy(runtime.ort_engine(onnx_path), blocks, [long, short], 4)
-        assert relative_error(result["prefill"]["logits"][real], want[real]) <= TOLERANCE
+    assert_blocks_match_float(path, tmp_path)
 
 
 def test_the_same_file_compiles_to_the_same_bytes(models, tmp_path):
-    from backends.onnx import emit
-
     path = models("gpt-oss-mxfp4-experts")[2]
-    written = []
-    for run in range(2):
-        onnx_path = tmp_path / f"{run}" / "model.onnx"
-        onnx_path.parent.mkdir()
-        emit.emit_model(load_spec(path), str(onnx_path), target="onnx-ort", genai=False, context=64)
-        written.append(sorted((p.name, p.read_bytes()) for p in onnx_path.parent.iterdir()))
-    assert written[0] == written[1]
+    assert_compiles_to_the_same_bytes(path, tmp_path)
 
 
 # ---- Kimi-Linear ------------------------------------------------------------------------------
@@ -420,3 +401,35 @@ def test_kimi_linear_other_gating_is_refused_naming_the_key(kimi, tmp_path, caps
     keys = {**kimi_keys(model.config), "kimi-linear.expert_gating_func": 1}
     path = write_file(tmp_path / "softmax.gguf", "kimi-linear", keys, kimi_converted(model.config, folder))
     refused(capsys, tmp_path, path, "kimi-linear.expert_gating_func: 1 is not sigmoid gating (2)")
+
+
+def assert_blocks_match_float(path, tmp_path, targets=("onnx", "onnx-ort")) -> None:
+    """The file's blocks kept (``weights="exact"``) give the float-weights graph's logits on
+    the left-padded batch: the interpreter within 1e-5, then each ONNX target's prefill."""
+    from backends.onnx import emit, runtime
+
+    blocks, floats = load_gguf(path, weights="exact"), load_gguf(path, weights="float")
+    assert sum(n.op in ("dequant_linear", "dequantize") for n in blocks.nodes) >= 4
+    ids, mask, positions = prompts()
+    real = mask.astype(bool)
+    want = irc_logits(floats, ids, mask, positions)
+    assert relative_error(irc_logits(blocks, ids, mask, positions)[real], want[real]) <= 1e-5
+    long, short = ids[0].tolist(), ids[1][mask[1] == 1].tolist()
+    for target in targets:
+        onnx_path = str(tmp_path / f"{target}.onnx")
+        emit.emit_model(blocks, onnx_path, target=target, genai=False, context=64)
+        result = runtime.greedy(runtime.ort_engine(onnx_path), blocks, [long, short], 4)
+        assert relative_error(result["prefill"]["logits"][real], want[real]) <= TOLERANCE
+
+
+def assert_compiles_to_the_same_bytes(path, tmp_path) -> None:
+    """Two onnx-ort compiles of the file write the same files, byte for byte."""
+    from backends.onnx import emit
+
+    written = []
+    for run in range(2):
+        onnx_path = tmp_path / f"{run}" / "model.onnx"
+        onnx_path.parent.mkdir()
+        emit.emit_model(load_spec(path), str(onnx_path), target="onnx-ort", genai=False, context=64)
+        written.append(sorted((p.name, p.read_bytes()) for p in onnx_path.parent.iterdir()))
+    assert written[0] == written[1]

@@ -16,7 +16,7 @@ from frontends import load_spec
 from frontends.gguf import load_gguf
 from gguf_convert_gemma import gemma3n_converted, gemma3n_keys, write_gemma3n
 from irc.interpreter import generate
-from test_gguf_decoders import refused
+from test_gguf_decoders import assert_blocks_match_float, assert_compiles_to_the_same_bytes, refused
 from test_hf_models import NEW_TOKENS, TOLERANCE, hf_logits, irc_logits, prompts, randomize, relative_error
 
 torch = pytest.importorskip("torch")
@@ -123,35 +123,14 @@ def test_q8_0_blocks_stay_quantized_and_match_float(models, tmp_path):
     give the float-weights graph's logits, through the interpreter and both ONNX targets; the
     stacked AltUp projections (slabs of one tensor) are read in float."""
     import gguf
-    from backends.onnx import emit, runtime
 
     model = models("gemma3n-shared-sparse")[0]
     path = write_gemma3n(tmp_path / "q8.gguf", model, qtype=gguf.GGMLQuantizationType.Q8_0)
-    blocks, floats = load_gguf(path, weights="exact"), load_gguf(path, weights="float")
-    assert sum(n.op in ("dequant_linear", "dequantize") for n in blocks.nodes) >= 4
-    ids, mask, positions = prompts()
-    real = mask.astype(bool)
-    want = irc_logits(floats, ids, mask, positions)
-    assert relative_error(irc_logits(blocks, ids, mask, positions)[real], want[real]) <= 1e-5
-    long, short = ids[0].tolist(), ids[1][mask[1] == 1].tolist()
-    for target in ("onnx", "onnx-ort"):
-        onnx_path = str(tmp_path / f"{target}.onnx")
-        emit.emit_model(blocks, onnx_path, target=target, genai=False, context=64)
-        result = runtime.greedy(runtime.ort_engine(onnx_path), blocks, [long, short], 4)
-        assert relative_error(result["prefill"]["logits"][real], want[real]) <= TOLERANCE
+    assert_blocks_match_float(path, tmp_path)
 
 
 def test_the_same_file_compiles_to_the_same_bytes(models, tmp_path):
-    from backends.onnx import emit
-
-    path = models("gemma3n-shared-sparse")[2]
-    written = []
-    for run in range(2):
-        onnx_path = tmp_path / f"{run}" / "model.onnx"
-        onnx_path.parent.mkdir()
-        emit.emit_model(load_spec(path), str(onnx_path), target="onnx-ort", genai=False, context=64)
-        written.append(sorted((p.name, p.read_bytes()) for p in onnx_path.parent.iterdir()))
-    assert written[0] == written[1]
+    assert_compiles_to_the_same_bytes(models("gemma3n-shared-sparse")[2], tmp_path)
 
 
 def _rewritten(model, path, keys=None, drop=()) -> str:

@@ -23,7 +23,7 @@ from frontends import load_spec
 from frontends.gguf import load_gguf
 from gguf_writer import write_file
 from irc.interpreter import generate
-from test_gguf_decoders import refused
+from test_gguf_decoders import assert_blocks_match_float, refused
 from test_hf_models import NEW_TOKENS, TOLERANCE, hf_logits, irc_logits, prompts, randomize, relative_error
 
 torch = pytest.importorskip("torch")
@@ -179,9 +179,4 @@ def test_q8_0_blocks_stay_quantized_and_match_float(models, tmp_path):
     tensors = {name: (gguf.quants.quantize(data, qtype), qtype) if _quantizable(name, data, qtype) else data
                for name, data in phimoe_converted(model.config, folder).items()}
     path = write_file(tmp_path / "q8.gguf", "phimoe", phimoe_keys(model.config), tensors)
-    blocks, floats = load_gguf(path, weights="exact"), load_gguf(path, weights="float")
-    assert sum(n.op in ("dequant_linear", "dequantize") for n in blocks.nodes) >= 4
-    ids, mask, positions = prompts()
-    real = mask.astype(bool)
-    assert relative_error(irc_logits(blocks, ids, mask, positions)[real],
-                          irc_logits(floats, ids, mask, positions)[real]) <= 1e-5
+    assert_blocks_match_float(path, tmp_path, targets=())
