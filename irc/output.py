@@ -91,6 +91,16 @@ def signals_held():
                 signal.raise_signal(s)
 
 
+def import_native(module: str):
+    """``importlib.import_module(module)`` under ``signals_held``: for an extension imported
+    late (onnxruntime for ``--check``, onnxruntime-genai for ``irc run``), whose native init a
+    KeyboardInterrupt must not reach."""
+    import importlib
+
+    with signals_held():
+        return importlib.import_module(module)
+
+
 def forget_signals() -> None:
     """The signals seen so far were honoured (the command ended on them)."""
     _SEEN.clear()

@@ -29,6 +29,7 @@ import numpy as np
 
 from irc import dims
 from irc.errors import IRCError
+from irc.output import import_native
 from irc.ops.rope import CACHE_REFRESH_KEY, cache_refresh_length
 
 GENAI_CONFIG = "genai_config.json"
@@ -148,7 +149,7 @@ def genai(folder, prompt, max_new_tokens, eos, clock) -> Result:
 
 def _genai_module():
     try:
-        import onnxruntime_genai
+        onnxruntime_genai = import_native("onnxruntime_genai")  # Ctrl-C deferred past its native init
     except ImportError:
         raise IRCError("--engine genai needs the onnxruntime-genai package",
                        hint="pip install onnxruntime-genai, or use --engine ort (plain onnxruntime)") from None

@@ -168,3 +168,20 @@ def test_signals_held_are_delivered_when_the_block_ends():
             time.sleep(0.2)
             reached.append("inside")  # not interrupted
     assert reached == ["inside"]
+
+
+def test_a_late_native_import_finishes_before_a_ctrl_c(tmp_path, monkeypatch):
+    """``import_native`` (onnxruntime for ``--check``, onnxruntime-genai for ``irc run``): a
+    Ctrl-C arriving while the module's init runs lets the init finish, then ends the command."""
+    import sys
+
+    from irc.output import import_native
+
+    (tmp_path / "slow_native_init.py").write_text(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(0.2)\nFINISHED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        import_native("slow_native_init")
+    assert sys.modules["slow_native_init"].FINISHED
+    del sys.modules["slow_native_init"]
+    assert import_native("json") is __import__("json")

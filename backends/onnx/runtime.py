@@ -16,6 +16,7 @@ import numpy as np
 from irc import dims
 from irc.analysis import past_inputs
 from irc.graph import Graph
+from irc.output import import_native
 from irc.ops.rope import cache_refresh_length
 
 Engine = Callable[[Mapping[str, np.ndarray]], dict]
@@ -23,7 +24,7 @@ Engine = Callable[[Mapping[str, np.ndarray]], dict]
 
 def ort_session(path: str, threads: Optional[int] = 2):
     """An ONNX Runtime CPU session (``threads`` intra-op threads; None: ORT's default)."""
-    import onnxruntime as ort
+    ort = import_native("onnxruntime")  # deferring Ctrl-C past its native init (irc.output)
 
     options = ort.SessionOptions()
     if threads is not None:

@@ -35,6 +35,7 @@ import numpy as np
 
 from irc.dtypes import DType
 from irc.errors import IRCError
+from irc.output import import_native
 
 CONTRACT = "irc_npu.json"
 Engine = Callable[[Mapping[str, np.ndarray]], dict]
@@ -57,7 +58,7 @@ def ort_engines(folder: str, contract: dict, threads: int = 2) -> dict:
 
 def cpu_session(path: str, threads: int = 2):
     """An ONNX Runtime CPU session computing QDQ graphs exactly."""
-    import onnxruntime as ort
+    ort = import_native("onnxruntime")  # deferring Ctrl-C past its native init (irc.output)
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
