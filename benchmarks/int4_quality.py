@@ -101,8 +101,16 @@ def irc_argv(hf: str, out: str, method: str | None = None, group: int = 32) -> l
             "--quiet", "-o", os.path.join(out, "model.onnx")]
     if method is None:
         return argv
-    extra = f",calibration={CALIBRATION},tokenizer={os.path.join(hf, 'tokenizer.json')}" if method in CALIBRATED else ""
-    return argv + ["--passes", f"lower-mlp,quantize{{bits=4,group={group},embeddings=true,method={method}{extra}}},dce"]
+    name, *more = method.split(":")  # "ort:symmetric=false": a method with more quantize options
+    extra = "".join("," + option for option in more)
+    if name in CALIBRATED:
+        extra += f",calibration={CALIBRATION},tokenizer={os.path.join(hf, 'tokenizer.json')}"
+    return argv + ["--passes", f"lower-mlp,quantize{{bits=4,group={group},embeddings=true,method={name}{extra}}},dce"]
+
+
+def slug(method: str) -> str:
+    """A row's folder-name part: ``ort:symmetric=false`` -> ``ort-symmetric-false``."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", method)
 
 
 def builder_argv(hf: str, out: str) -> list:
@@ -363,7 +371,7 @@ def run_model(model: str, args, rebuild: set) -> dict:
     print(f"\n{model}: {hf}; chat prompts: {data['chat']}; work dir {work}", flush=True)
     jobs = {"irc fp32": ("irc-fp32", lambda out: irc_argv(hf, out), False)}
     for method in args.methods:
-        jobs[f"irc {method} g32"] = (f"irc-{method}-g32", lambda out, m=method: irc_argv(hf, out, m), True)
+        jobs[f"irc {method} g32"] = (f"irc-{slug(method)}-g32", lambda out, m=method: irc_argv(hf, out, m), True)
     jobs["builder int4"] = ("builder-int4", lambda out: builder_argv(hf, out), False)
     old = load_saved(work) if args.only else None
     wanted = set(args.only) if old else set(jobs)
@@ -382,7 +390,7 @@ def run_model(model: str, args, rebuild: set) -> dict:
     if best and not args.no_extra:
         extra = {}
         for group in (64, 128):
-            extra[f"irc {best} g{group}"] = build(work, f"irc-{best}-g{group}",
+            extra[f"irc {best} g{group}"] = build(work, f"irc-{slug(best)}-g{group}",
                                                   lambda out, g=group: irc_argv(hf, out, best, g), True, rebuild)
         extra[f"irc {best} g32 acc0"] = (with_level(rows[f"irc {best} g32"][0], 0, args.threads), "")
         with Locked():
