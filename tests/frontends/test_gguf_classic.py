@@ -9,8 +9,8 @@ import pytest
 from frontends import load_spec
 from frontends.gguf import load_gguf
 from gguf_writer import write_classic
-from irc.interpreter import generate
-from test_hf_models import SMALL, TOLERANCE, build_case, built_once, hf_logits, irc_logits, prompts, relative_error
+from test_hf_models import (SMALL, TOLERANCE, assert_greedy_matches, build_case, built_once, hf_logits, irc_logits,
+                            prompts, relative_error)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -40,11 +40,7 @@ def test_logits_greedy_tokens_and_params_match(models, name):
     got = irc_logits(graph, ids, mask, positions)
     assert relative_error(got[real], hf_logits(model, ids, mask, positions)[real]) <= TOLERANCE
     prompt = ids[0].tolist()
-    tokens, _ = generate(graph, prompt, NEW_TOKENS)
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             max_new_tokens=NEW_TOKENS, do_sample=False)
-    assert tokens == out[0, len(prompt):].tolist()
+    assert_greedy_matches(graph, model, prompt, NEW_TOKENS)
     from_gguf, from_hf = load_gguf(path, weights="float"), load_spec(hf_folder)
     assert {n: p.shape for n, p in from_gguf.params.items()} == {n: p.shape for n, p in from_hf.params.items()}
     for param in from_hf.params:

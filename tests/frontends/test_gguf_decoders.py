@@ -19,8 +19,8 @@ from frontends.gguf import load_gguf
 from gguf_convert import converted, mxfp4_checkpoint, mxfp4_round_experts, mxfp4_values, repack_mxfp4, write_converted
 from irc.interpreter import generate
 from test_hf_kimi import SMALL as KIMI_BASE
-from test_hf_models import NEW_TOKENS, SMALL, TOLERANCE, build_case, hf_logits, irc_logits, prompts, randomize, \
-    relative_error
+from test_hf_models import (NEW_TOKENS, SMALL, TOLERANCE, assert_greedy_matches, build_case, hf_logits, irc_logits,
+                            prompts, randomize, relative_error)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -133,11 +133,7 @@ def test_logits_greedy_tokens_and_params_match(models, name):
     assert relative_error(irc_logits(graph, ids, mask, positions)[real],
                           hf_logits(model, ids, mask, positions)[real]) <= TOLERANCE
     prompt = ids[0].tolist()
-    tokens, _ = generate(graph, prompt, NEW_TOKENS)
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             max_new_tokens=NEW_TOKENS, do_sample=False)
-    assert tokens == out[0, len(prompt):].tolist()
+    assert_greedy_matches(graph, model, prompt, NEW_TOKENS)
     from_gguf, from_hf = load_gguf(path, weights="float"), load_spec(hf_folder)
     assert [n.op for n in from_gguf.nodes] == [n.op for n in from_hf.nodes]
     assert {n: p.shape for n, p in from_gguf.params.items()} == {n: p.shape for n, p in from_hf.params.items()}

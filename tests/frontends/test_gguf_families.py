@@ -17,8 +17,8 @@ from frontends import load_spec
 from frontends.gguf import load_gguf
 from frontends.gguf.blocks import EXACT
 from gguf_writer import write_model
-from irc.interpreter import generate
-from test_hf_models import MLA, SMALL, TOLERANCE, assert_logits_match, built_once, irc_logits, prompts, randomize, relative_error
+from test_hf_models import (MLA, SMALL, TOLERANCE, assert_greedy_matches, assert_logits_match, built_once, irc_logits,
+                            prompts, randomize, relative_error)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -99,11 +99,7 @@ def test_logits_match_transformers(models, name):
 def test_greedy_generation_matches(models, name):
     model, path = models(name)
     prompt = prompts()[0][0].tolist()
-    tokens, _ = generate(load_spec(path), prompt, NEW_TOKENS)
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             max_new_tokens=NEW_TOKENS, do_sample=False)
-    assert tokens == out[0, len(prompt):].tolist()
+    assert_greedy_matches(load_spec(path), model, prompt, NEW_TOKENS)
 
 
 def test_the_graph_is_the_hf_frontends(models, tmp_path):

@@ -19,9 +19,9 @@ from frontends import load_spec
 from frontends.gguf import load_gguf
 from gguf_writer import falcon_h1_folded, hybrid_converted, hybrid_keys, write_file, write_hybrid
 from irc.errors import SpecError
-from irc.interpreter import generate
 from test_gguf_ssm import as_float32
-from test_hf_models import TOLERANCE, built_once, hf_logits, irc_logits, prompts, randomize, relative_error
+from test_hf_models import (TOLERANCE, assert_greedy_matches, built_once, hf_logits, irc_logits, prompts, randomize,
+                            relative_error)
 from test_hf_ssm import unpadded_logits
 
 torch = pytest.importorskip("torch")
@@ -91,11 +91,7 @@ def test_logits_match_transformers_on_a_left_padded_batch(models, name):
 def test_greedy_generation_matches(models, name):
     model, _, path = models(name)
     prompt = prompts()[0][0].tolist()
-    tokens, _ = generate(load_spec(path), prompt, NEW_TOKENS)
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             max_new_tokens=NEW_TOKENS, do_sample=False)
-    assert tokens == out[0, len(prompt):].tolist()
+    assert_greedy_matches(load_spec(path), model, prompt, NEW_TOKENS)
 
 
 def as_llama_cpp_computes(model, folder, arch: str, into):

@@ -14,8 +14,7 @@ from frontends import load_spec
 from frontends.gguf import load_gguf
 from gguf_writer import linear_converted, linear_keys, write_file, write_linear
 from irc.errors import SpecError
-from irc.interpreter import generate
-from test_hf_models import TOLERANCE, built_once, irc_logits, prompts, randomize, relative_error
+from test_hf_models import TOLERANCE, assert_greedy_matches, built_once, irc_logits, prompts, randomize, relative_error
 from test_hf_ssm import unpadded_logits
 
 torch = pytest.importorskip("torch")
@@ -84,11 +83,7 @@ def test_logits_and_greedy_tokens_match_transformers(models, name):
     got = irc_logits(graph, ids, mask, positions)
     assert relative_error(got[real], unpadded_logits(model, ids, mask)[real]) <= TOLERANCE
     prompt = ids[0].tolist()
-    tokens, _ = generate(graph, prompt, NEW_TOKENS)
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             max_new_tokens=NEW_TOKENS, do_sample=False)
-    assert tokens == out[0, len(prompt):].tolist()
+    assert_greedy_matches(graph, model, prompt, NEW_TOKENS)
 
 
 @pytest.mark.parametrize("name", ["lfm2-biased-untied", "lfm2moe", "qwen3next-moe-ssm-in", "qwen35-dense"])

@@ -15,7 +15,8 @@ from frontends.gguf import load_gguf
 from gguf_writer import converted, ssm_keys, write_file, write_model
 from irc.errors import SpecError
 from irc.interpreter import generate
-from test_hf_models import TOLERANCE, built_once, hf_logits, irc_logits, prompts, randomize, relative_error
+from test_hf_models import (TOLERANCE, assert_greedy_matches, built_once, hf_logits, irc_logits, prompts, randomize,
+                            relative_error)
 from test_hf_ssm import SMALL, unpadded_logits
 
 torch = pytest.importorskip("torch")
@@ -73,11 +74,7 @@ def test_logits_match_transformers_on_a_left_padded_batch(models, name):
 def test_greedy_generation_matches(models, name):
     model, path = models(name)
     prompt = prompts()[0][0].tolist()
-    tokens, _ = generate(load_spec(path), prompt, NEW_TOKENS)
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             max_new_tokens=NEW_TOKENS, do_sample=False)
-    assert tokens == out[0, len(prompt):].tolist()
+    assert_greedy_matches(load_spec(path), model, prompt, NEW_TOKENS)
 
 
 def as_float32(attrs: dict) -> dict:

@@ -14,8 +14,8 @@ import pytest
 from frontends import load_spec
 from irc.errors import SpecError
 from irc.interpreter import generate
-from tests.frontends.test_hf_models import NEW_TOKENS, TOLERANCE, built_once, hf_logits, irc_logits, prompts, \
-    randomize, relative_error
+from tests.frontends.test_hf_models import NEW_TOKENS, TOLERANCE, assert_ort_run_matches, built_once, irc_logits, \
+    prompts, randomize, relative_error
 from tests.frontends.test_hf_ssm import unpadded_logits
 from tests.frontends.test_hf_ssm_onnx import genai_greedy, hf_greedy  # noqa: F401 (hf_greedy: a fixture)
 
@@ -93,21 +93,16 @@ def test_onnx_and_genai_match_transformers(models, hf_greedy, tmp_path, name, ta
     """Both rows through ONNX Runtime (irc's greedy loop), then onnxruntime-genai on the
     same folder: its RecurrentState finds each DeltaNet layer's conv and recurrent state
     beside the attention layers' KV caches."""
-    from backends.onnx import emit, runtime
+    from backends.onnx import emit
 
     model, folder = models(name)
     graph = load_spec(folder)
     path = str(tmp_path / "model.onnx")
     emitted = emit.emit_model(graph, path, target=target, context=64)
-    ids, mask, _ = prompts()
-    long, short = ids[0].tolist(), ids[1][mask[1] == 1].tolist()
-    result = runtime.greedy(runtime.ort_engine(path), graph, [long, short], NEW_TOKENS)
-    real = mask.astype(bool)
-    assert relative_error(result["prefill"]["logits"][real], unpadded_logits(model, ids, mask)[real]) <= TOLERANCE
-    np.testing.assert_array_equal(result["tokens"], hf_greedy(name))
+    assert_ort_run_matches(path, graph, unpadded_logits(model, *prompts()[:2]), hf_greedy(name))
     og = pytest.importorskip("onnxruntime_genai")
     assert emitted.genai_config, emitted.genai_note
-    assert genai_greedy(og, tmp_path, ids[0], NEW_TOKENS) == hf_greedy(name)[0].tolist()
+    assert genai_greedy(og, tmp_path, prompts()[0][0], NEW_TOKENS) == hf_greedy(name)[0].tolist()
 
 
 @needs_torch

@@ -14,8 +14,9 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_rows_match, built_once, hf_logits,  # noqa: F401
-                                            irc_logits, prompts, randomize, relative_error, save_twin)
+from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_ort_run_matches,  # noqa: F401
+                                            assert_rows_match, built_once, hf_batch_greedy, hf_greedy_tokens,
+                                            hf_logits, irc_logits, prompts, randomize, relative_error, save_twin)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -48,31 +49,6 @@ def build_case(name: str, folder):
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     return built_once(build_case, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def hf_batch_greedy(models):
-    """name -> transformers' greedy tokens [2, 16] for the left-padded batch; computed once."""
-    done = {}
-
-    def get(name):
-        if name not in done:
-            model, _ = models(name)
-            ids, mask, _ = prompts()
-            with torch.no_grad():
-                out = model.generate(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
-                                     max_new_tokens=NEW_TOKENS, do_sample=False)
-            done[name] = out[:, ids.shape[1]:].numpy()
-        return done[name]
-
-    return get
-
-
-def hf_greedy(model, prompt) -> list:
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             max_new_tokens=NEW_TOKENS, do_sample=False)
-    return out[0, len(prompt):].tolist()
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -120,26 +96,20 @@ def test_greedy_generation_matches(models, name):
     model, folder = models(name)
     prompt = prompts()[0][0].tolist()
     tokens, _ = generate(load_spec(folder), prompt, NEW_TOKENS)
-    assert tokens == hf_greedy(model, prompt)
+    assert tokens == hf_greedy_tokens(model, prompt)
 
 
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_onnx_runtime_matches_transformers(models, hf_batch_greedy, tmp_path, name, target):
     pytest.importorskip("onnxruntime")
-    from backends.onnx import emit, runtime
+    from backends.onnx import emit
 
     model, folder = models(name)
     graph = load_spec(folder)
     path = str(tmp_path / "model.onnx")
     emit.emit_model(graph, path, target=target, genai=False, context=64)
-    ids, mask, positions = prompts()
-    long, short = ids[0].tolist(), ids[1][mask[1] == 1].tolist()
-    result = runtime.greedy(runtime.ort_engine(path), graph, [long, short], NEW_TOKENS)
-    real = mask.astype(bool)
-    want = hf_logits(model, ids, mask, positions)
-    assert relative_error(result["prefill"]["logits"][real], want[real]) <= TOLERANCE
-    np.testing.assert_array_equal(result["tokens"], hf_batch_greedy(name))
+    assert_ort_run_matches(path, graph, hf_logits(model, *prompts()), hf_batch_greedy(name))
     again = tmp_path / "again.onnx"
     emit.emit_model(load_spec(folder), str(again), target=target, genai=False, context=64)
     assert again.read_bytes() == (tmp_path / "model.onnx").read_bytes()
@@ -160,7 +130,7 @@ def test_genai_and_irc_run_generate_transformers_tokens(models, tmp_path, capsys
     config = json.loads((tmp_path / "genai_config.json").read_text())
     assert config["model"]["decoder"]["num_hidden_layers"] == 4
     prompt = prompts()[0][0]
-    want = hf_greedy(model, prompt.tolist())
+    want = hf_greedy_tokens(model, prompt.tolist())
     assert genai_greedy(og, tmp_path, prompt, NEW_TOKENS) == want
     capsys.readouterr()
     ids = ",".join(str(t) for t in prompt)

@@ -8,15 +8,14 @@ back); onnxruntime-genai 0.18 on ``mla-absorb{cache=halves}``. Then the refusals
 SpecError naming config.json and the key; ``irc compile`` exits 2 and writes nothing."""
 import json
 
-import numpy as np
 import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
 from irc.interpreter import generate
 from irc_cli import main
-from tests.frontends.test_hf_models import NEW_TOKENS, TOLERANCE, built_once, hf_logits, irc_logits, prompts, \
-    randomize, relative_error
+from tests.frontends.test_hf_models import NEW_TOKENS, TOLERANCE, assert_ort_run_matches, built_once, hf_logits, \
+    irc_logits, prompts, randomize, relative_error
 from tests.frontends.test_hf_ssm import unpadded_logits
 from tests.frontends.test_hf_ssm_onnx import genai_greedy, hf_greedy  # noqa: F401 (hf_greedy: a fixture)
 
@@ -116,19 +115,14 @@ def test_the_module_layout_is_read_as_transformers_reads_it(models):
 @pytest.mark.parametrize("name", ["direct-q-groups", "q-lora-layer-types"])
 def test_onnx_matches_transformers(models, hf_greedy, tmp_path, name, target):  # noqa: F811
     """Both rows through ONNX Runtime, irc's greedy loop feeding every state and cache back."""
-    from backends.onnx import emit, runtime
+    from backends.onnx import emit
 
     model, folder = models(name)
     graph = load_spec(folder)
     path = str(tmp_path / "model.onnx")
     emitted = emit.emit_model(graph, path, target=target, context=64)
     assert emitted.genai_config is None and "different cache layouts" in emitted.genai_note
-    ids, mask, _ = prompts()
-    long, short = ids[0].tolist(), ids[1][mask[1] == 1].tolist()
-    result = runtime.greedy(runtime.ort_engine(path), graph, [long, short], NEW_TOKENS)
-    real = mask.astype(bool)
-    assert relative_error(result["prefill"]["logits"][real], unpadded_logits(model, ids, mask)[real]) <= TOLERANCE
-    np.testing.assert_array_equal(result["tokens"], hf_greedy(name))
+    assert_ort_run_matches(path, graph, unpadded_logits(model, *prompts()[:2]), hf_greedy(name))
 
 
 @needs_torch

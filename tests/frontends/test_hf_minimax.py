@@ -15,8 +15,8 @@ import pytest
 from frontends import load_spec
 from irc.interpreter import generate
 from irc_cli import main
-from tests.frontends.test_hf_models import NEW_TOKENS, TOLERANCE, built_once, hf_logits, irc_logits, prompts, \
-    randomize, relative_error
+from tests.frontends.test_hf_models import NEW_TOKENS, TOLERANCE, assert_ort_run_matches, built_once, hf_logits, \
+    irc_logits, prompts, randomize, relative_error
 from tests.frontends.test_hf_ssm import unpadded_logits
 from tests.frontends.test_hf_ssm_onnx import hf_greedy  # noqa: F401 (a fixture)
 
@@ -149,19 +149,14 @@ def test_interpreter_matches_transformers(models, greedy, name):
 def test_onnx_matches_transformers(models, greedy, tmp_path, name, target):
     """Both rows through ONNX Runtime (irc's greedy loop, the states fed back). genai gets no
     config: its RecurrentState finds a recurrent layer by a conv state, which MiniMax lacks."""
-    from backends.onnx import emit, runtime
+    from backends.onnx import emit
 
     model, folder = models(name)
     graph = load_spec(folder)
     path = str(tmp_path / "model.onnx")
     emitted = emit.emit_model(graph, path, target=target, context=64)
     assert not emitted.genai_config and "without a conv state" in emitted.genai_note
-    ids, mask, _ = prompts()
-    long, short = ids[0].tolist(), ids[1][mask[1] == 1].tolist()
-    result = runtime.greedy(runtime.ort_engine(path), graph, [long, short], NEW_TOKENS)
-    real = mask.astype(bool)
-    assert relative_error(result["prefill"]["logits"][real], unpadded_logits(model, ids, mask)[real]) <= TOLERANCE
-    np.testing.assert_array_equal(result["tokens"], greedy(name))
+    assert_ort_run_matches(path, graph, unpadded_logits(model, *prompts()[:2]), greedy(name))
 
 
 @needs_torch

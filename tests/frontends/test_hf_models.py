@@ -265,6 +265,34 @@ def assert_rows_match(graph, model) -> None:
         assert relative_error(got[row, real[row]], by_itself[0]) <= TOLERANCE
 
 
+def hf_greedy_tokens(model, prompt: list, new_tokens: int = NEW_TOKENS) -> list:
+    """transformers' greedy continuation of one unpadded ``prompt``: ``new_tokens`` ids."""
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             max_new_tokens=new_tokens, do_sample=False)
+    return out[0, len(prompt):].tolist()
+
+
+def assert_greedy_matches(graph, model, prompt: list, new_tokens: int = NEW_TOKENS) -> None:
+    """The reference interpreter's greedy continuation of ``prompt`` equals transformers'."""
+    tokens, _ = generate(graph, prompt, new_tokens)
+    assert tokens == hf_greedy_tokens(model, prompt, new_tokens)
+
+
+def assert_ort_run_matches(path: str, graph, want_logits: np.ndarray, want_tokens) -> None:
+    """The ONNX model at ``path`` in ONNX Runtime on the left-padded batch (``prompts``; the
+    short row fed unpadded): prefill logits within ``TOLERANCE`` of ``want_logits`` on the
+    real tokens, and ``NEW_TOKENS`` greedy tokens per row equal to ``want_tokens``."""
+    from backends.onnx import runtime
+
+    ids, mask, _ = prompts()
+    long, short = ids[0].tolist(), ids[1][mask[1] == 1].tolist()
+    result = runtime.greedy(runtime.ort_engine(path), graph, [long, short], NEW_TOKENS)
+    real = mask.astype(bool)
+    assert relative_error(result["prefill"]["logits"][real], want_logits[real]) <= TOLERANCE
+    np.testing.assert_array_equal(result["tokens"], want_tokens)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_logits_match_on_a_left_padded_batch(models, name):
     model, folder = models(name)
@@ -276,11 +304,7 @@ def test_greedy_generation_matches(models, name):
     model, folder = models(name)
     graph = load_spec(folder)
     prompt = prompts()[0][0].tolist()
-    tokens, _ = generate(graph, prompt, NEW_TOKENS)
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             max_new_tokens=NEW_TOKENS, do_sample=False)
-    assert tokens == out[0, len(prompt):].tolist()
+    assert_greedy_matches(graph, model, prompt, NEW_TOKENS)
 
 
 # ---- through ONNX Runtime -----------------------------------------------------------------
@@ -308,7 +332,7 @@ def hf_batch_greedy(models):
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_onnx_runtime_matches_transformers(models, hf_batch_greedy, tmp_path, name, target):
-    from backends.onnx import emit, runtime
+    from backends.onnx import emit
 
     model, folder = models(name)
     graph = load_spec(folder)
@@ -319,10 +343,4 @@ def test_onnx_runtime_matches_transformers(models, hf_batch_greedy, tmp_path, na
             emit.emit_model(graph, path, target=target, genai=False)
         return
     emit.emit_model(graph, path, target=target, genai=False)
-    ids, mask, positions = prompts()
-    long, short = ids[0].tolist(), ids[1][mask[1] == 1].tolist()
-    result = runtime.greedy(runtime.ort_engine(path), graph, [long, short], NEW_TOKENS)
-    real = mask.astype(bool)
-    want = hf_logits(model, ids, mask, positions)
-    assert relative_error(result["prefill"]["logits"][real], want[real]) <= TOLERANCE
-    np.testing.assert_array_equal(result["tokens"], hf_batch_greedy(name))
+    assert_ort_run_matches(path, graph, hf_logits(model, *prompts()), hf_batch_greedy(name))

@@ -12,7 +12,8 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_rows_match, built_once,  # noqa: F401
+from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_greedy_matches,  # noqa: F401
+                                            assert_ort_run_matches, assert_rows_match, built_once,
                                             hf_batch_greedy, hf_logits, irc_logits, prompts, randomize,
                                             relative_error, save_twin)
 
@@ -88,34 +89,22 @@ def test_the_twins_exercise_the_mixers_mask_and_softmax(models):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_greedy_generation_matches(models, name):
-    from irc.interpreter import generate
-
     model, folder = models(name)
     prompt = prompts()[0][0].tolist()
-    tokens, _ = generate(load_spec(folder), prompt, NEW_TOKENS)
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             max_new_tokens=NEW_TOKENS, do_sample=False)
-    assert tokens == out[0, len(prompt):].tolist()
+    assert_greedy_matches(load_spec(folder), model, prompt, NEW_TOKENS)
 
 
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_onnx_runtime_matches_transformers(models, hf_batch_greedy, tmp_path, name, target):
     pytest.importorskip("onnxruntime")
-    from backends.onnx import emit, runtime
+    from backends.onnx import emit
 
     model, folder = models(name)
     graph = load_spec(folder)
     path = str(tmp_path / "model.onnx")
     emit.emit_model(graph, path, target=target, genai=False, context=64)
-    ids, mask, positions = prompts()
-    long, short = ids[0].tolist(), ids[1][mask[1] == 1].tolist()
-    result = runtime.greedy(runtime.ort_engine(path), graph, [long, short], NEW_TOKENS)
-    real = mask.astype(bool)
-    want = hf_logits(model, ids, mask, positions)
-    assert relative_error(result["prefill"]["logits"][real], want[real]) <= TOLERANCE
-    np.testing.assert_array_equal(result["tokens"], hf_batch_greedy(name))
+    assert_ort_run_matches(path, graph, hf_logits(model, *prompts()), hf_batch_greedy(name))
 
 
 def test_onnx_ort_routes_in_standard_ops_not_com_microsoft_moe(models, tmp_path):

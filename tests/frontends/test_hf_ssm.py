@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 
 from frontends import load_spec
-from irc.interpreter import generate
-from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, built_once, hf_logits, irc_logits, prompts,
-                                            randomize, relative_error)
+from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_greedy_matches, built_once, hf_logits,
+                                            irc_logits, prompts, randomize, relative_error)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -145,8 +144,4 @@ def test_greedy_generation_matches(models, name):
     model, folder = models(name)
     graph = load_spec(folder)
     prompt = prompts()[0][0].tolist()
-    tokens, _ = generate(graph, prompt, NEW_TOKENS)
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             max_new_tokens=NEW_TOKENS, do_sample=False)
-    assert tokens == out[0, len(prompt):].tolist()
+    assert_greedy_matches(graph, model, prompt, NEW_TOKENS)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from frontends import load_spec
-from tests.frontends.test_hf_models import NEW_TOKENS, TOLERANCE, prompts, relative_error
+from tests.frontends.test_hf_models import NEW_TOKENS, assert_ort_run_matches, prompts
 from tests.frontends.test_hf_ssm import CASES, models, unpadded_logits  # noqa: F401 (models: a fixture)
 
 torch = pytest.importorskip("torch")
@@ -40,19 +40,13 @@ def hf_greedy(models):  # noqa: F811
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_onnx_runtime_matches_transformers(models, hf_greedy, tmp_path, name, target):  # noqa: F811
-    from backends.onnx import emit, runtime
+    from backends.onnx import emit
 
     model, folder = models(name)
     graph = load_spec(folder)
     path = str(tmp_path / "model.onnx")
     emit.emit_model(graph, path, target=target, genai=False)
-    ids, mask, _ = prompts()
-    long, short = ids[0].tolist(), ids[1][mask[1] == 1].tolist()
-    result = runtime.greedy(runtime.ort_engine(path), graph, [long, short], NEW_TOKENS)
-    real = mask.astype(bool)
-    want = unpadded_logits(model, ids, mask)
-    assert relative_error(result["prefill"]["logits"][real], want[real]) <= TOLERANCE
-    np.testing.assert_array_equal(result["tokens"], hf_greedy(name))
+    assert_ort_run_matches(path, graph, unpadded_logits(model, *prompts()[:2]), hf_greedy(name))
 
 
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
