@@ -134,12 +134,7 @@ def test_logits_greedy_tokens_and_params_match(models, name):
                           hf_logits(model, ids, mask, positions)[real]) <= TOLERANCE
     prompt = ids[0].tolist()
     assert_greedy_matches(graph, model, prompt, NEW_TOKENS)
-    from_gguf, from_hf = load_gguf(path, weights="float"), load_spec(hf_folder)
-    assert [n.op for n in from_gguf.nodes] == [n.op for n in from_hf.nodes]
-    assert {n: p.shape for n, p in from_gguf.params.items()} == {n: p.shape for n, p in from_hf.params.items()}
-    for param in from_hf.params:
-        np.testing.assert_allclose(from_gguf.params[param].array(), from_hf.params[param].array(), rtol=0, atol=1e-6,
-                                   err_msg=param)
+    assert_same_graph_as_hf(path, hf_folder)
 
 
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
@@ -360,9 +355,41 @@ def kimi(tmp_path_factory):
 def test_kimi_linear_matches_transformers(kimi, tmp_path, name):
     """Logits, 16 greedy tokens, the HF frontend's graph and params; both ONNX targets on the
     left-padded batch (conv and recurrent states and the MLA cache fed back)."""
+    model, hf_folder, path = kimi(name)
+    assert_gguf_twin_matches(path, hf_folder, model, tmp_path)
+
+
+def test_kimi_linear_other_gating_is_refused_naming_the_key(kimi, tmp_path, capsys):
+    from gguf_convert import kimi_converted, kimi_keys
+    from gguf_writer import write_file
+
+    model, folder, _ = kimi("kimi-direct-q")
+    keys = {**kimi_keys(model.config), "kimi-linear.expert_gating_func": 1}
+    path = write_file(tmp_path / "softmax.gguf", "kimi-linear", keys, kimi_converted(model.config, folder))
+    refused(capsys, tmp_path, path, "kimi-linear.expert_gating_func: 1 is not sigmoid gating (2)")
+
+
+def assert_same_graph_as_hf(path, hf_folder, attrs_of=()) -> None:
+    """The file read with float weights is the HF frontend's graph of ``hf_folder``: the same
+    ops in order (the same attrs on the ops named in ``attrs_of``), param shapes, and values
+    within 1e-6."""
+    from_gguf, from_hf = load_gguf(path, weights="float"), load_spec(hf_folder)
+    assert [n.op for n in from_gguf.nodes] == [n.op for n in from_hf.nodes]
+    for op in attrs_of:
+        assert [n.attrs for n in from_gguf.nodes if n.op == op] == [n.attrs for n in from_hf.nodes if n.op == op]
+    assert {n: p.shape for n, p in from_gguf.params.items()} == {n: p.shape for n, p in from_hf.params.items()}
+    for param in from_hf.params:
+        np.testing.assert_allclose(from_gguf.params[param].array(), from_hf.params[param].array(), rtol=0,
+                                   atol=1e-6, err_msg=param)
+
+
+def assert_gguf_twin_matches(path, hf_folder, model, tmp_path, attrs_of=()) -> None:
+    """A GGUF twin against its transformers model: the interpreter's logits on the
+    left-padded batch and its first row's greedy tokens; the HF frontend's graph
+    (``assert_same_graph_as_hf``); then both ONNX targets' prefill logits and the batch's
+    greedy tokens through ONNX Runtime (every state fed back)."""
     from backends.onnx import emit, runtime
 
-    model, hf_folder, path = kimi(name)
     graph = load_spec(path)
     ids, mask, positions = prompts()
     real = mask.astype(bool)
@@ -374,12 +401,7 @@ def test_kimi_linear_matches_transformers(kimi, tmp_path, name):
     batch = out[:, ids.shape[1]:].numpy()
     tokens, _ = generate(graph, ids[0].tolist(), NEW_TOKENS)
     assert tokens == batch[0].tolist()
-    from_gguf, from_hf = load_gguf(path, weights="float"), load_spec(hf_folder)
-    assert [n.op for n in from_gguf.nodes] == [n.op for n in from_hf.nodes]
-    assert {n: p.shape for n, p in from_gguf.params.items()} == {n: p.shape for n, p in from_hf.params.items()}
-    for param in from_hf.params:
-        np.testing.assert_allclose(from_gguf.params[param].array(), from_hf.params[param].array(), rtol=0,
-                                   atol=1e-6, err_msg=param)
+    assert_same_graph_as_hf(path, hf_folder, attrs_of)
     long, short = ids[0].tolist(), ids[1][mask[1] == 1].tolist()
     for target in ("onnx", "onnx-ort"):
         onnx_path = str(tmp_path / f"{target}.onnx")
@@ -387,16 +409,6 @@ def test_kimi_linear_matches_transformers(kimi, tmp_path, name):
         result = runtime.greedy(runtime.ort_engine(onnx_path), graph, [long, short], NEW_TOKENS)
         assert relative_error(result["prefill"]["logits"][real], want[real]) <= TOLERANCE
         np.testing.assert_array_equal(result["tokens"], batch)
-
-
-def test_kimi_linear_other_gating_is_refused_naming_the_key(kimi, tmp_path, capsys):
-    from gguf_convert import kimi_converted, kimi_keys
-    from gguf_writer import write_file
-
-    model, folder, _ = kimi("kimi-direct-q")
-    keys = {**kimi_keys(model.config), "kimi-linear.expert_gating_func": 1}
-    path = write_file(tmp_path / "softmax.gguf", "kimi-linear", keys, kimi_converted(model.config, folder))
-    refused(capsys, tmp_path, path, "kimi-linear.expert_gating_func: 1 is not sigmoid gating (2)")
 
 
 def assert_blocks_match_float(path, tmp_path, targets=("onnx", "onnx-ort")) -> None:

@@ -20,11 +20,9 @@ import numpy as np
 import pytest
 
 from frontends import load_spec
-from frontends.gguf import load_gguf
 from gguf_writer import write_file
-from irc.interpreter import generate
-from test_gguf_decoders import assert_blocks_match_float, refused
-from test_hf_models import NEW_TOKENS, TOLERANCE, hf_logits, irc_logits, prompts, randomize, relative_error
+from test_gguf_decoders import assert_blocks_match_float, assert_gguf_twin_matches, refused
+from test_hf_models import NEW_TOKENS, prompts, randomize
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -115,34 +113,8 @@ def models(tmp_path_factory):
 def test_phimoe_matches_transformers(models, tmp_path, name):
     """Logits, 16 greedy tokens, the HF frontend's graph and params; both ONNX targets on the
     left-padded batch."""
-    from backends.onnx import emit, runtime
-
     model, hf_folder, path = models(name)
-    graph = load_spec(path)
-    ids, mask, positions = prompts()
-    real = mask.astype(bool)
-    want = hf_logits(model, ids, mask, positions)
-    assert relative_error(irc_logits(graph, ids, mask, positions)[real], want[real]) <= TOLERANCE
-    with torch.no_grad():
-        out = model.generate(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), max_new_tokens=NEW_TOKENS,
-                             do_sample=False)
-    batch = out[:, ids.shape[1]:].numpy()
-    tokens, _ = generate(graph, ids[0].tolist(), NEW_TOKENS)
-    assert tokens == batch[0].tolist()
-    from_gguf, from_hf = load_gguf(path, weights="float"), load_spec(hf_folder)
-    assert [n.op for n in from_gguf.nodes] == [n.op for n in from_hf.nodes]
-    assert [n.attrs for n in from_gguf.nodes if n.op == "moe"] == [n.attrs for n in from_hf.nodes if n.op == "moe"]
-    assert {n: p.shape for n, p in from_gguf.params.items()} == {n: p.shape for n, p in from_hf.params.items()}
-    for param in from_hf.params:
-        np.testing.assert_allclose(from_gguf.params[param].array(), from_hf.params[param].array(), rtol=0,
-                                   atol=1e-6, err_msg=param)
-    long, short = ids[0].tolist(), ids[1][mask[1] == 1].tolist()
-    for target in ("onnx", "onnx-ort"):
-        onnx_path = str(tmp_path / f"{target}.onnx")
-        emit.emit_model(graph, onnx_path, target=target, genai=False, context=64)
-        result = runtime.greedy(runtime.ort_engine(onnx_path), graph, [long, short], NEW_TOKENS)
-        assert relative_error(result["prefill"]["logits"][real], want[real]) <= TOLERANCE
-        np.testing.assert_array_equal(result["tokens"], batch)
+    assert_gguf_twin_matches(path, hf_folder, model, tmp_path, attrs_of=("moe",))
 
 
 def test_top_k_other_than_two_is_refused_naming_the_key(models, tmp_path, capsys):
