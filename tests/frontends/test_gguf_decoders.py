@@ -19,8 +19,8 @@ from frontends.gguf import load_gguf
 from gguf_convert import converted, mxfp4_checkpoint, mxfp4_round_experts, mxfp4_values, repack_mxfp4, write_converted
 from irc.interpreter import generate
 from test_hf_kimi import SMALL as KIMI_BASE
-from test_hf_models import (NEW_TOKENS, SMALL, TOLERANCE, assert_greedy_matches, build_case, hf_logits, irc_logits,
-                            prompts, randomize, relative_error)
+from test_hf_models import (NEW_TOKENS, SMALL, TOLERANCE, assert_greedy_matches, assert_ort_run_matches, build_case,
+                            hf_logits, irc_logits, prompts, randomize, relative_error)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -141,32 +141,23 @@ def test_logits_greedy_tokens_and_params_match(models, name):
 @pytest.mark.parametrize("name", ALL)
 def test_onnx_runtime_matches_transformers(models, batch_greedy, tmp_path, name, target):
     pytest.importorskip("onnxruntime")
-    from backends.onnx import emit, runtime
+    from backends.onnx import emit
 
     model, _, path = models(name)
     graph = load_spec(path)
     onnx_path = str(tmp_path / "model.onnx")
     emit.emit_model(graph, onnx_path, target=target, genai=False, context=64)
-    ids, mask, positions = prompts()
-    long, short = ids[0].tolist(), ids[1][mask[1] == 1].tolist()
-    result = runtime.greedy(runtime.ort_engine(onnx_path), graph, [long, short], NEW_TOKENS)
-    real = mask.astype(bool)
-    assert relative_error(result["prefill"]["logits"][real], hf_logits(model, ids, mask, positions)[real]) <= TOLERANCE
-    np.testing.assert_array_equal(result["tokens"], batch_greedy(name))
+    assert_ort_run_matches(onnx_path, graph, hf_logits(model, *prompts()), batch_greedy(name))
 
 
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
 @pytest.mark.parametrize("name", GENAI)
 def test_genai_runs_the_gguf_built_folder(models, batch_greedy, tmp_path, name, target):
-    og = pytest.importorskip("onnxruntime_genai")
-    from backends.onnx import emit
-    from tests.frontends.test_hf_ssm_onnx import genai_greedy, until_eos
+    from tests.frontends.test_hf_ssm_onnx import assert_genai_generates, emit_genai_folder
 
     _, _, path = models(name)
-    emitted = emit.emit_model(load_spec(path), str(tmp_path / "model.onnx"), target=target, context=64)
-    assert emitted.genai_config, emitted.genai_note
-    prompt = prompts()[0][0]
-    assert genai_greedy(og, tmp_path, prompt, NEW_TOKENS) == until_eos(batch_greedy(name)[0].tolist(), tmp_path)
+    emit_genai_folder(load_spec(path), tmp_path, target)
+    assert_genai_generates(tmp_path, batch_greedy(name)[0].tolist())
 
 
 # ---- MXFP4 -----------------------------------------------------------------------------------

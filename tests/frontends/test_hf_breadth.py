@@ -10,7 +10,7 @@ import pytest
 from frontends import load_spec
 from irc.errors import SpecError
 from tests.frontends.test_hf_models import NEW_TOKENS, hf_batch_greedy, models, prompts  # noqa: F401 (fixtures)
-from tests.frontends.test_hf_ssm_onnx import genai_greedy, until_eos
+from tests.frontends.test_hf_ssm_onnx import assert_genai_generates, emit_genai_folder
 
 torch = pytest.importorskip("torch")
 FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smollm3-nope-list-window",
@@ -22,14 +22,9 @@ FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smoll
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_genai_generates_transformers_tokens(models, hf_batch_greedy, tmp_path, name):  # noqa: F811
-    og = pytest.importorskip("onnxruntime_genai")
-    from backends.onnx import emit
-
     _, folder = models(name)
-    emitted = emit.emit_model(load_spec(folder), str(tmp_path / "model.onnx"), target="onnx-ort", context=64)
-    assert emitted.genai_config, emitted.genai_note
-    prompt = prompts()[0][0]
-    assert genai_greedy(og, tmp_path, prompt, NEW_TOKENS) == until_eos(hf_batch_greedy(name)[0].tolist(), tmp_path)
+    emit_genai_folder(load_spec(folder), tmp_path, "onnx-ort")
+    assert_genai_generates(tmp_path, hf_batch_greedy(name)[0].tolist())
 
 
 SMALL = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,

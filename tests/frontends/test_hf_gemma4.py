@@ -19,6 +19,7 @@ from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_greedy
                                             assert_ort_run_matches, assert_rows_match, built_once,
                                             hf_batch_greedy, hf_logits, irc_logits, prompts, randomize,
                                             relative_error, save_twin)
+from tests.frontends.test_hf_ssm_onnx import assert_genai_generates, emit_genai_folder
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -138,18 +139,12 @@ def test_genai_generates_transformers_tokens(models, hf_batch_greedy, tmp_path, 
     """onnxruntime-genai 0.18 on a twin whose caches share one layout (KV-shared layers
     included: they have no cache for genai to allocate, so its config counts the 2 of 4
     layers that hold one, as for Gemma-3n)."""
-    og = pytest.importorskip("onnxruntime_genai")
-    from backends.onnx import emit
-    from tests.frontends.test_hf_ssm_onnx import genai_greedy, until_eos
-
     name = "gemma4-uniform-kv-shared"
     _, folder = models(name)
-    emitted = emit.emit_model(load_spec(folder), str(tmp_path / "model.onnx"), target=target, context=64)
-    assert emitted.genai_config, emitted.genai_note
+    emit_genai_folder(load_spec(folder), tmp_path, target)
     config = json.loads((tmp_path / "genai_config.json").read_text())
     assert config["model"]["decoder"]["num_hidden_layers"] == 2
-    prompt = prompts()[0][0]
-    assert genai_greedy(og, tmp_path, prompt, NEW_TOKENS) == until_eos(hf_batch_greedy(name)[0].tolist(), tmp_path)
+    assert_genai_generates(tmp_path, hf_batch_greedy(name)[0].tolist())
 
 
 def irc_run(folder, *options) -> list:

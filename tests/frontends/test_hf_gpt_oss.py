@@ -14,6 +14,7 @@ from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_greedy
                                             assert_ort_run_matches, assert_rows_match, built_once,
                                             hf_batch_greedy, hf_logits, irc_logits, prompts, randomize,
                                             relative_error, save_twin)
+from tests.frontends.test_hf_ssm_onnx import assert_genai_generates, emit_genai_folder
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -108,16 +109,10 @@ def test_onnx_ort_runs_the_moe_as_com_microsoft_moe(models, tmp_path):
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
 def test_genai_generates_transformers_tokens(models, hf_batch_greedy, tmp_path, target):
     """onnxruntime-genai 0.18 on both targets' folders."""
-    og = pytest.importorskip("onnxruntime_genai")
-    from backends.onnx import emit
-    from tests.frontends.test_hf_ssm_onnx import genai_greedy, until_eos
-
     name = "gpt-oss-alternating-yarn"
     _, folder = models(name)
-    emitted = emit.emit_model(load_spec(folder), str(tmp_path / "model.onnx"), target=target, context=64)
-    assert emitted.genai_config, emitted.genai_note
-    prompt = prompts()[0][0]
-    assert genai_greedy(og, tmp_path, prompt, NEW_TOKENS) == until_eos(hf_batch_greedy(name)[0].tolist(), tmp_path)
+    emit_genai_folder(load_spec(folder), tmp_path, target)
+    assert_genai_generates(tmp_path, hf_batch_greedy(name)[0].tolist())
 
 
 def test_gpt_oss_20b_structure_compiles_without_weights(tmp_path):

@@ -18,7 +18,8 @@ from irc.printer import print_graph
 from tests.frontends.test_hf_models import NEW_TOKENS, TOLERANCE, built_once, irc_logits, prompts, randomize, \
     relative_error
 from tests.frontends.test_hf_ssm import unpadded_logits
-from tests.frontends.test_hf_ssm_onnx import genai_greedy, hf_greedy, until_eos  # noqa: F401 (hf_greedy: a fixture)
+from tests.frontends.test_hf_ssm_onnx import (assert_genai_generates, emit_genai_folder,  # noqa: F401 (hf_greedy: a fixture)
+                                              hf_greedy)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -142,18 +143,13 @@ def test_onnx_runtime_matches_transformers(models, hf_greedy, tmp_path, name, ta
 def test_genai_generates_transformers_tokens(models, hf_greedy, tmp_path, name, target):  # noqa: F811
     """genai finds the conv-only layers through ``decoder.layer_types`` (its LFM2 cache: conv
     states and KV caches) and generates transformers' greedy tokens from irc's folder."""
-    og = pytest.importorskip("onnxruntime_genai")
-    from backends.onnx import emit
-
     _, folder = models(name)
     graph = load_spec(folder)
-    emitted = emit.emit_model(graph, str(tmp_path / "model.onnx"), target=target, context=64)
-    assert emitted.genai_config, emitted.genai_note
+    emit_genai_folder(graph, tmp_path, target)
     config = json.loads((tmp_path / "genai_config.json").read_text())["model"]
     kinds = ["conv" if kind == "short_conv" else "full_attention" for kind in graph.meta["layer_kinds"]]
     assert (config["type"], config["decoder"]["layer_types"]) == ("lfm2", kinds)
-    prompt = prompts()[0][0]
-    assert genai_greedy(og, tmp_path, prompt, NEW_TOKENS) == until_eos(hf_greedy(name)[0].tolist(), tmp_path)
+    assert_genai_generates(tmp_path, hf_greedy(name)[0].tolist())
 
 
 # ---- bad input ------------------------------------------------------------------------------

@@ -55,14 +55,9 @@ def test_genai_generates_transformers_tokens(models, hf_greedy, tmp_path, name, 
     """onnxruntime-genai 0.18 runs the folder irc writes (its RecurrentState finds each
     layer's conv and recurrent state by name beside the attention layers' KV caches) and
     generates transformers' greedy tokens."""
-    og = pytest.importorskip("onnxruntime_genai")
-    from backends.onnx import emit
-
     model, folder = models(name)
-    emitted = emit.emit_model(load_spec(folder), str(tmp_path / "model.onnx"), target=target, context=64)
-    assert emitted.genai_config, emitted.genai_note
-    prompt = prompts()[0][0]
-    assert genai_greedy(og, tmp_path, prompt, NEW_TOKENS) == until_eos(hf_greedy(name)[0].tolist(), tmp_path)
+    emit_genai_folder(load_spec(folder), tmp_path, target)
+    assert_genai_generates(tmp_path, hf_greedy(name)[0].tolist())
 
 
 def genai_greedy(og, folder, prompt, new_tokens: int) -> list:
@@ -81,6 +76,24 @@ def until_eos(tokens: list, folder) -> list:
     """``tokens`` up to the folder's first eos (genai stops before it)."""
     eos = emitted_eos(folder)
     return tokens[:next((i for i, t in enumerate(tokens) if t in eos), len(tokens))]
+
+
+def emit_genai_folder(graph, folder, target: str = "onnx-ort"):
+    """``graph`` emitted for ``target`` (context 64) into ``folder``, its genai_config
+    written (asserted); the emit result. Skips where onnxruntime-genai is missing."""
+    pytest.importorskip("onnxruntime_genai")
+    from backends.onnx import emit
+
+    emitted = emit.emit_model(graph, str(Path(folder) / "model.onnx"), target=target, context=64)
+    assert emitted.genai_config, emitted.genai_note
+    return emitted
+
+
+def assert_genai_generates(folder, want_tokens) -> None:
+    """onnxruntime-genai's greedy continuation of the first prompt (``prompts``) from
+    ``folder`` equals ``want_tokens`` up to the folder's first eos."""
+    og = pytest.importorskip("onnxruntime_genai")
+    assert genai_greedy(og, folder, prompts()[0][0], NEW_TOKENS) == until_eos(list(want_tokens), folder)
 
 
 def emitted_eos(folder) -> set:
