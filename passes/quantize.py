@@ -83,9 +83,11 @@ class Quantize(Pass):
     ``calibration_tokens`` tokens, run through the reference interpreter layer by layer:
     ``passes.quantize_calibrate``) or ``gptq`` (error feedback with each weight's Hessian
     from the same calibration run through the quantized layers before it:
-    ``passes.quantize_gptq``), ``awq`` (per-input-channel scales searched on the same
-    calibration run and folded exactly into the preceding norm or linear, then ``ort`` codes of
-    the scaled weights: ``passes.quantize_awq``; run ``lower-mlp`` first); see
+    ``passes.quantize_gptq``; ``act_order=true`` processes each weight's input columns by
+    decreasing calibration energy, groups unchanged: its step 6, off by default, as measured
+    there), ``awq`` (per-input-channel scales searched on the same calibration run and folded
+    exactly into the preceding norm or linear, then ``ort`` codes of the scaled weights:
+    ``passes.quantize_awq``; run ``lower-mlp`` first); see
     ``passes.quantize_methods``. The default was chosen by
     ``benchmarks/int4_quality.py`` (greedy agreement and degenerate outputs on real models,
     not one perplexity): ``mse`` answered a prompt with a run of digits on SmolLM2-135M.
@@ -130,7 +132,8 @@ class Quantize(Pass):
     options = {"bits": 4, "group": None, "symmetric": True, "method": DEFAULT_METHOD, "accuracy_level": None,
                "embeddings": True, "lm_head": False, "kv_cache": False, "weights": True,
                "calibration": None, "tokenizer": None, "calibration_tokens": 1024, "recurrent": False,
-               "recurrent_state": False, "positions": 4096}
+               "recurrent_state": False, "positions": 4096,
+               "act_order": False}
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -142,7 +145,7 @@ class Quantize(Pass):
                                                    and group > 0 and group * c["bits"] % 8 == 0):
             raise PassError(f"pass quantize: group must be a positive block size filling whole bytes, "
                             f"'channel' or null, got {group!r}", hint="group=32, group=128 or group=channel")
-        for key in ("symmetric", "embeddings", "lm_head", "kv_cache", "weights", "recurrent"):
+        for key in ("symmetric", "embeddings", "lm_head", "kv_cache", "weights", "recurrent", "act_order"):
             if not isinstance(c[key], bool):
                 raise PassError(f"pass quantize: {key} must be true or false, got {c[key]!r}")
         if c["method"] not in METHODS:
@@ -152,6 +155,9 @@ class Quantize(Pass):
         if c["method"] in CALIBRATED and not (c["calibration"] and c["tokenizer"]):
             raise PassError(f"pass quantize: method={c['method']} needs a calibration text and its tokenizer",
                             hint="quantize{method=imatrix,calibration=TEXT_FILE,tokenizer=MODEL/tokenizer.json}")
+        if c["act_order"] and c["method"] != "gptq":
+            raise PassError(f"pass quantize: act_order=true orders GPTQ's columns; method={c['method']} has no "
+                            f"column order", hint="method=gptq,act_order=true, or drop act_order")
         tokens = c["calibration_tokens"]
         if not (isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 2):
             raise PassError(f"pass quantize: calibration_tokens must be an int >= 2, got {tokens!r}")
