@@ -86,7 +86,8 @@ class Quantize(Pass):
     ``passes.quantize_gptq``; ``act_order=true`` processes each weight's input columns by
     decreasing calibration energy, groups unchanged: its step 6, off by default, as measured
     there), ``awq`` (per-input-channel scales searched on the same calibration run and folded
-    exactly into the preceding norm or linear, then ``ort`` codes of the scaled weights:
+    exactly into the preceding norm or linear, each block's range clipped (searched too), then
+    ``ort`` codes:
     ``passes.quantize_awq``; run ``lower-mlp`` first); see
     ``passes.quantize_methods``. The default was chosen by
     ``benchmarks/int4_quality.py`` (greedy agreement and degenerate outputs on real models,

@@ -27,7 +27,15 @@ X (Q(W s) / s)^T over every output of the group's weights, Q the ``ort`` blockwi
 of the pass's bits / block / symmetry, applied to W s rounded to the param's dtype exactly as
 the folded param is later computed. The α with the smallest loss is kept (the first on a tie).
 α = 0 is s = 1, plain ``ort``: so on the calibration activations no group's output error is
-ever larger than ``ort``'s. AutoAWQ's second step (clipping search) is not done.
+ever larger than ``ort``'s.
+
+Then AutoAWQ's second step, the clipping search (``passes.quantize_awq_clip``), on by
+default (``awq_fold(clip=False)`` skips it): every linear weight but the query / key
+projections and the LM head gets, per output row and block, the max-abs shrink (1, 0.95,
+..., 0.55) whose clamp, quantized by the same ``ort`` codes, has the smallest block output
+error on its input x / s, searched once the weight's data is final (up's rows / s of the down
+group included); a row whose whole output error would grow keeps no clip, so the guarantee
+above still holds after the clip.
 
 Folds are lazy (``irc.weights.Derived`` over ``Folded``, by rows), so the float graph with
 the scales folded computes the same function (up to float rounding) and a shape-only graph
@@ -35,8 +43,9 @@ is never materialised. Calibration streams like GPTQ's (``passes.quantize_calibr
 layerwise run, on the float graph: AWQ's activations are the float model's, as AutoAWQ's
 are): memory is the live activations (calibration_tokens x width each, all windows) plus one
 group's search: X, and per chunk of ``CHUNK_ELEMENTS`` weights its rows, their scaled and
-quantized copy and two [T, rows] outputs. It grows with calibration_tokens x d_ff, not with the
-model's depth or size beyond its widest layer.
+quantized copy and two [T, rows] outputs (the clip's: ``passes.quantize_awq_clip``; an input
+x / s waits, copied, for its weight's last fold, at most until the next group). It grows with
+calibration_tokens x d_ff, not with the model's depth or size beyond its widest layer.
 """
 from __future__ import annotations
 
@@ -55,6 +64,7 @@ from irc.ops.quant import dequantize_blocks
 from irc.rewrite.edit import is_graph_output
 from irc.weights import Derived, convert, read_rows
 
+from passes.quantize_awq_clip import clip as apply_clip, is_head, plan_clips, search_clip
 from passes.quantize_calibrate import _Layerwise
 from passes.quantize_ort import ort_blocks
 
@@ -203,8 +213,7 @@ def plan_groups(graph: Graph, wanted: set) -> tuple:
         weights = [n.inputs[1] for n in linears]
         readers = graph.users(x)
         why = None
-        if any(w.name.split(".")[-1] == "lm_head" or any(u.op == "embedding" for u in graph.users(w))
-               for w in weights):
+        if any(is_head(graph, w) for w in weights):
             why = "the LM head (and a table tied to it) keeps ort codes, as AutoAWQ leaves the head"
         elif is_graph_output(graph, x):
             why = f"%{x.name} is a graph output"
@@ -229,8 +238,10 @@ def plan_groups(graph: Graph, wanted: set) -> tuple:
 
 
 def awq_fold(graph: Graph, tokens: list, params: list, config: dict, block_size, window: int = 512,
-             seed: int = 0) -> tuple:
-    """Search and fold every scalable group of ``params`` in ``graph`` (module docstring).
+             seed: int = 0, clip: bool = True) -> tuple:
+    """Search and fold every scalable group of ``params`` in ``graph``, then (``clip``) search
+    and apply the clip of every clippable linear weight (``passes.quantize_awq_clip``), once
+    its data is final (after the group that divides its rows, if any), on its input / s.
     Returns ({weight name: α} for the searched weights (α = 0: nothing folded),
     {weight name: why not scaled}, notes). PassError when the text gives fewer than
     ``calibration_tokens`` tokens."""
@@ -238,36 +249,72 @@ def awq_fold(graph: Graph, tokens: list, params: list, config: dict, block_size,
         raise PassError(f"quantize: the calibration text gives {len(tokens)} tokens, method=awq asks for "
                         f"calibration_tokens={config['calibration_tokens']}", location=config["calibration"],
                         hint=f"give a longer text, or calibration_tokens={len(tokens)}")
-    groups, skipped = plan_groups(graph, {p.name for p in params})
-    alphas, notes = {}, []
-    if not groups:
+    wanted = {p.name for p in params}
+    groups, skipped = plan_groups(graph, wanted)
+    clips, unclipped = plan_clips(graph, wanted) if clip else ({}, {})
+    alphas, notes, scales, pending = {}, [], {}, []
+    if not groups and not clips:
         return alphas, skipped, notes
+    ready = {w.name: index for index, w in clips.items()}
+    for group in groups:
+        for param, _ in group.divided:
+            if param.name in ready:
+                ready[param.name] = max(ready[param.name], group.index)
     clone = graph.clone()
     run = _Layerwise(clone, windows(tokens, window), seed)
-    stop = groups[-1].index
-    pending = iter(groups)
-    group = next(pending)
+    stop = max([g.index for g in groups] + list(clips))
+    by_index = {group.index: group for group in groups}  # a group sits at its first linear: one an index
     for index, node in enumerate(clone.nodes[:stop + 1]):
-        while group is not None and group.index == index:
+        x = None
+        if index in by_index:
+            group = by_index[index]
             x = np.concatenate([f32(a).reshape(-1, a.shape[-1]) for a in run.values(node.inputs[0])])
-            block = block_size(x.shape[1])
-            sources = [(partial(read_rows, w), w.shape[0], w.dtype) for w in group.weights]
-            alpha, s, losses = search_scale(x, sources, bits=config["bits"], block_size=block,
-                                            symmetric=config["symmetric"])
-            del x
-            names = [w.name for w in group.weights]
-            if alpha > 0:
-                for weight in group.weights:
-                    fold(weight, f"columns times s (alpha={alpha:.2f})", multiply=s)
-                for param, offset in group.divided:
-                    fold(param, f"divided by s of {', '.join(names)} (alpha={alpha:.2f})", divide=s, offset=offset)
-            alphas.update({name: alpha for name in names})
-            notes.append(f"quantize: awq {', '.join('@' + n for n in names)}: alpha={alpha:.2f}, output error "
-                         f"{losses.min() / losses[0] if losses[0] > 0 else 1.0:.3f} of ort's")
-            group = next(pending, None)
+            alpha, s = _scale_group(group, x, config, block_size, notes)
+            alphas.update({w.name: alpha for w in group.weights})
+            scales.update({w.name: s for w in group.weights if alpha > 0})
+        if index in clips:
+            weight = clips[index]
+            if x is None:
+                x = np.concatenate([f32(a).reshape(-1, a.shape[-1]) for a in run.values(node.inputs[0])])
+            pending.append((ready[weight.name], weight, x / scales[weight.name] if weight.name in scales else x))
+        del x
+        for _, weight, x_scaled in [job for job in pending if job[0] <= index]:
+            _clip_weight(weight, x_scaled, config, block_size, notes)
+        pending = [job for job in pending if job[0] > index]
         if index < stop:
             run.run(index, node, {})
+    for why in sorted(set(unclipped.values())):
+        names = [f"@{n}" for n, w in sorted(unclipped.items()) if w == why]
+        notes.append(f"quantize: awq leaves {len(names)} weight(s) unclipped: {why}: {', '.join(names[:4])}"
+                     f"{', ...' if len(names) > 4 else ''}")
     return alphas, skipped, notes
+
+
+def _scale_group(group: Group, x: np.ndarray, config: dict, block_size, notes: list) -> tuple:
+    """Search ``group``'s scale on ``x`` [T, K] and fold it when α > 0; (α, s)."""
+    sources = [(partial(read_rows, w), w.shape[0], w.dtype) for w in group.weights]
+    alpha, s, losses = search_scale(x, sources, bits=config["bits"], block_size=block_size(x.shape[1]),
+                                    symmetric=config["symmetric"])
+    names = [w.name for w in group.weights]
+    if alpha > 0:
+        for weight in group.weights:
+            fold(weight, f"columns times s (alpha={alpha:.2f})", multiply=s)
+        for param, offset in group.divided:
+            fold(param, f"divided by s of {', '.join(names)} (alpha={alpha:.2f})", divide=s, offset=offset)
+    notes.append(f"quantize: awq {', '.join('@' + n for n in names)}: alpha={alpha:.2f}, output error "
+                 f"{losses.min() / losses[0] if losses[0] > 0 else 1.0:.3f} of ort's")
+    return alpha, s
+
+
+def _clip_weight(weight: Param, x: np.ndarray, config: dict, block_size, notes: list) -> None:
+    """Search ``weight``'s clip on its input ``x`` [T, K] (already / s) and apply it when any block shrinks."""
+    block = block_size(weight.shape[-1])
+    choice, (before, after) = search_clip(x, partial(read_rows, weight), weight.shape[0], weight.dtype,
+                                          bits=config["bits"], block_size=block, symmetric=config["symmetric"])
+    if choice.any():
+        apply_clip(weight, choice, block)
+    notes.append(f"quantize: awq clip @{weight.name}: {np.mean(choice > 0):.0%} of blocks shrunk, output error "
+                 f"{after / before if before > 0 else 1.0:.3f} of unclipped")
 
 
 __all__ = ["GRID", "candidate_scales", "search_scale", "fake_quantized", "scaled_rows", "Folded", "plan_groups",

@@ -17,13 +17,14 @@ from irc.dtypes import DType
 from irc.errors import PassError
 from irc.evaluate import text_tokens
 from irc.interpreter import Interpreter, random_feeds
-from irc.ops.nn import rms_norm
+from irc.ops.nn import f32, rms_norm
 from irc.ops.quant import dequantize_blocks
 from irc.passmanager import PassManager, parse_pipeline
 from irc.printer import print_graph
 from irc.testing import apply_pass, check_golden
 from passes.quantize import Quantize
 from passes.quantize_awq import awq_fold, plan_groups, search_scale
+from passes.quantize_awq_clip import RATIOS, clipped_rows, search_clip
 from passes.quantize_ort import ort_blocks_numpy
 
 from tests.passes.test_quantize_methods import example, text_files  # noqa: F401 (text_files: a fixture)
@@ -106,6 +107,123 @@ def test_awq_clearly_beats_ort_with_outlier_channels():
     assert alpha > 0 and losses.min() < 0.8 * losses[0]
 
 
+# ---- the clip search -------------------------------------------------------------------------------
+
+def direct_clip(w, x, bits=4, block=32, symmetric=True, n_grid=20, max_shrink=0.5, n_sample_token=512):
+    """AutoAWQ's ``_compute_best_clip`` transcribed (its pseudo-quantizer replaced by the ort
+    codes, outputs in float64): the best max_val [co, n_group]."""
+    co, ci = w.shape
+    x = x.reshape(-1, ci).astype(np.float32)
+    x = x.reshape(1, x.shape[0], -1, block)
+    x = x[:, ::max(1, x.shape[1] // n_sample_token)].astype(np.float64)
+    w = w.reshape(co, 1, -1, block)
+    org_max_val = np.abs(w).max(axis=-1, keepdims=True)
+    best_max_val = org_max_val.copy()
+    min_errs = np.ones_like(org_max_val, dtype=np.float64) * 1e9
+    org_out = (x * w).sum(axis=-1)
+    for i_s in range(int(max_shrink * n_grid)):
+        max_val = org_max_val * np.float32(1 - i_s / n_grid)
+        cur_w = np.clip(w, -max_val, max_val).reshape(co, ci)
+        q = ort_blocks_numpy(cur_w, bits=bits, block_size=block, symmetric=symmetric)
+        q_w = dequantize_blocks(*q, bits=bits, block_size=block, k=ci).reshape(w.shape)
+        cur_out = (x * q_w).sum(axis=-1)
+        err = ((cur_out - org_out) ** 2).mean(axis=1).reshape(min_errs.shape)
+        better = err < min_errs
+        min_errs[better] = err[better]
+        best_max_val[better] = max_val[better]
+    return best_max_val.squeeze(1).squeeze(-1)
+
+
+def fake_clipped(w, limits, bits=4, block=32, symmetric=True):
+    """Q(clamp(W, ±limits)) dequantized, float32 [co, ci]; ``limits`` [co, n_group]."""
+    co, ci = w.shape
+    cut = np.clip(w.reshape(co, -1, block), -limits[..., None], limits[..., None]).reshape(co, ci)
+    return dequantize_blocks(*ort_blocks_numpy(cut, bits=bits, block_size=block, symmetric=symmetric), bits=bits,
+                             block_size=block, k=ci)
+
+
+def row_error(x, w, fake):
+    """Squared output error per row over every token, float64."""
+    d = x.reshape(-1, x.shape[-1]).astype(np.float64) @ (fake.astype(np.float64) - w).T
+    return (d ** 2).sum(axis=0)
+
+
+def guarded(w, x, limits, **quantizer):
+    """The row guard on ``limits``: a row whose whole output error grows keeps its maxima."""
+    top = np.abs(w.reshape(w.shape[0], -1, quantizer.get("block", 32))).max(-1)
+    worse = row_error(x, w, fake_clipped(w, limits, **quantizer)) > row_error(x, w, fake_clipped(w, top, **quantizer))
+    return np.where(worse[:, None], top, limits)
+
+
+def heavy_layer(rng, t, k, n, df=3.0):
+    """Heavy-tailed weights (Student t), outlier-channel activations."""
+    x, _ = outlier_layer(rng, t, k, (1,), 1.0)
+    return x, (rng.standard_t(df, (n, k)) / np.sqrt(k)).astype(np.float32)
+
+
+def limits_of(w, choice, block=32):
+    return np.abs(w.reshape(w.shape[0], -1, block)).max(-1) * RATIOS[choice]
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_clip_equals_autoawq_transcribed(symmetric, monkeypatch):
+    """1100 tokens (AutoAWQ samples every 2nd), chunks of 6 rows; with the guard, a row is
+    AutoAWQ's choice or unclipped, the latter exactly where the transcription's clip makes the
+    row's output error over all tokens larger."""
+    import passes.quantize_awq_clip as module
+
+    rng = np.random.default_rng(5)
+    x, w = heavy_layer(rng, 1100, 96, 40)
+    want = direct_clip(w, x, symmetric=symmetric)
+    monkeypatch.setattr(module, "CHUNK_ELEMENTS", 6 * 96 * len(RATIOS))
+    read = lambda a, b: w[a:b]  # noqa: E731
+    choice, _ = search_clip(x, read, 40, DType.f32, bits=4, block_size=32, symmetric=symmetric, guard=False)
+    np.testing.assert_array_equal(limits_of(w, choice), want)
+    assert 0.2 < np.mean(choice > 0) and len(np.unique(choice)) > 3
+    choice, (before, after) = search_clip(x, read, 40, DType.f32, bits=4, block_size=32, symmetric=symmetric)
+    np.testing.assert_array_equal(limits_of(w, choice), guarded(w, x, want, symmetric=symmetric))
+    assert after < 0.97 * before
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2 ** 16), k=st.sampled_from([32, 64, 96]), tokens=st.sampled_from([8, 64, 700]),
+       df=st.floats(1.5, 50), symmetric=st.booleans(), bits=st.sampled_from([4, 8]), rows=st.integers(1, 20))
+def test_clip_never_worse_than_no_clip(seed, k, tokens, df, symmetric, bits, rows):
+    """Per row, over every calibration token, and per block on AutoAWQ's sampled criterion."""
+    rng = np.random.default_rng(seed)
+    x, w = heavy_layer(rng, tokens, k, rows, df)
+    choice, _ = search_clip(x, lambda a, b: w[a:b], rows, DType.f32, bits=bits, block_size=32, symmetric=symmetric)
+    quantizer = {"bits": bits, "symmetric": symmetric}
+    clipped, plain = fake_clipped(w, limits_of(w, choice), **quantizer), fake_clipped(w, limits_of(w, 0 * choice),
+                                                                                    **quantizer)
+    assert np.all(row_error(x, w, clipped) <= row_error(x, w, plain) * (1 + 1e-5) + 1e-12)
+    np.testing.assert_array_equal(clipped_rows(w, choice, 32, DType.f32),
+                                  np.clip(w.reshape(rows, -1, 32), -limits_of(w, choice)[..., None],
+                                          limits_of(w, choice)[..., None]).reshape(rows, k))
+
+
+def test_clipped_rows_keep_the_bfloat16_codes_of_the_search():
+    """A bfloat16 weight: the lazy param's rows (whole or a slice), quantized, dequantize to
+    the very candidate the search scored in each block."""
+    from irc.graph import Param
+    from passes.quantize_awq_clip import Clipped, _candidates
+    from passes.quantize_ort import ort_blocks
+
+    rng = np.random.default_rng(3)
+    x, w = heavy_layer(rng, 300, 64, 24)
+    param = Param("w", DType.bf16, (24, 64), w.astype(DType.bf16.numpy))
+    choice, _ = search_clip(x, lambda a, b: param.data[a:b], 24, DType.bf16, bits=4, block_size=32, symmetric=True)
+    assert choice.any()
+    lazy = Clipped(param, choice, 32)
+    np.testing.assert_array_equal(lazy.rows(5, 17).view(np.uint16), lazy()[5:17].view(np.uint16))
+    assert lazy().dtype == DType.bf16.numpy and np.all(np.abs(f32(lazy())) <= np.abs(f32(param.data)))
+    _, fake = _candidates(param.data, 32, DType.bf16, {"bits": 4, "symmetric": True})
+    scored = np.take_along_axis(fake.reshape(len(RATIOS), 24, 2, 32), choice[None, :, :, None], axis=0)[0]
+    written = dequantize_blocks(*ort_blocks(lazy(), bits=4, block_size=32, symmetric=True, scale_dtype="bfloat16"),
+                                bits=4, block_size=32, k=64)
+    np.testing.assert_array_equal(written, scored.reshape(24, 64))
+
+
 # ---- the folds and the pass ------------------------------------------------------------------------
 
 def lowered(name):
@@ -119,12 +237,13 @@ CONFIG = {"bits": 4, "symmetric": True, "calibration_tokens": 128, "calibration"
 
 @pytest.mark.parametrize("name", ["tiny-llama3", "tiny-gemma2-9b"])
 def test_folded_float_model_equals_the_original(name, text_files):
-    """Gemma-2's norms are (1 + w) (offset 1): w' = (1 + w) / s - 1."""
+    """Without the clip (which changes the weights): Gemma-2's norms are (1 + w) (offset 1):
+    w' = (1 + w) / s - 1."""
     graph = lowered(name)
     folded = graph.clone()
     tokens = text_tokens(*text_files)
     weights = [p for p in folded.params.values() if p.rank >= 2]
-    alphas, skipped, _ = awq_fold(folded, tokens, weights, CONFIG, lambda k: 32)
+    alphas, skipped, _ = awq_fold(folded, tokens, weights, CONFIG, lambda k: 32, clip=False)
     assert sum(a > 0 for a in alphas.values()) >= 6
     assert "Derived(awq" in repr(folded.params["layers.0.mlp.w_up"].data)  # its rows take the down's 1/s
     if name == "tiny-gemma2-9b":
@@ -139,11 +258,12 @@ def test_folded_float_model_equals_the_original(name, text_files):
 
 
 def test_the_pass_writes_the_transcription_codes(text_files):
-    """Layer 0's q|k|v: x is the attention norm of the looked-up rows (one window of 128)."""
+    """Layer 0's q|k|v: x is the attention norm of the looked-up rows (one window of 128); q
+    and k are not clipped, v is, by the transcribed clip search on x / s with the row guard."""
     text, tokenizer = text_files
     graph = lowered("tiny-llama3")
-    out, changed = apply_pass(Quantize(method="awq", calibration=text, tokenizer=tokenizer,
-                                       calibration_tokens=128), graph)
+    q = Quantize(method="awq", calibration=text, tokenizer=tokenizer, calibration_tokens=128)
+    out, changed = apply_pass(q, graph)
     assert changed
     ids = text_tokens(text, tokenizer, 128)
     p = graph.params
@@ -152,10 +272,18 @@ def test_the_pass_writes_the_transcription_codes(text_files):
     ratio, scales, _ = direct_awq(x, [p[n].array() for n in names])
     assert ratio > 0
     for name in names:
-        want = ort_blocks_numpy(p[name].array() * scales, bits=4, block_size=32, symmetric=True)
+        weight = p[name].array() * scales
+        if name.endswith("wv"):
+            limits = guarded(weight, x / scales, direct_clip(weight, x / scales))
+            assert (limits < np.abs(weight).reshape(32, 2, 32).max(-1)).any()
+            weight = np.clip(weight.reshape(32, 2, 32), -limits[..., None], limits[..., None]).reshape(32, 64)
+        want = ort_blocks_numpy(weight, bits=4, block_size=32, symmetric=True)
         np.testing.assert_array_equal(out.params[f"{name}.qweight"].array(), want[0])
         np.testing.assert_array_equal(out.params[f"{name}.scales"].array(), want[1])
     np.testing.assert_array_equal(out.params["layers.0.attn_norm"].array(), p["layers.0.attn_norm"].array() / scales)
+    unclipped = next(n for n in q.notes if "unclipped: a query / key projection" in n)
+    assert "4 weight(s)" in unclipped and "@layers.0.attn.wq" in unclipped
+    assert any(n.startswith("quantize: awq clip @layers.1.mlp.w_up:") for n in q.notes)
 
 
 def awq(text_files, **options):
