@@ -54,7 +54,9 @@ class Initializer:
     weight); ``load`` is a named module-level function (a transpose, say). ``chunking``
     says how the writer may stream it (``backends.onnx.writer``): ``"rows"`` when ``load``
     of rows [a, b) of every param gives rows [a, b) of the result, ``"columns"`` when it
-    gives columns [a, b) of a 2-D result (a transpose), None when only whole."""
+    gives columns [a, b) of a 2-D result (a transpose), ``"stacked"`` when ``load`` stacks
+    its params' rows one after another (``stack_rows``: the writer's ``segments`` streams
+    each param by rows at its place), None when only whole."""
 
     name: str
     dtype: DType

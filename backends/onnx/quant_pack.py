@@ -79,7 +79,8 @@ def stack_rows(*arrays) -> np.ndarray:
 
 def _stacked(b: Builder, params: list, hint: str) -> str:
     rows = sum(p.shape[0] for p in params)
-    return b.derived(hint, params[0].dtype, (rows, *params[0].shape[1:]), tuple(params), partial(stack_rows))
+    return b.derived(hint, params[0].dtype, (rows, *params[0].shape[1:]), tuple(params), partial(stack_rows),
+                     "stacked")  # the writer streams each param's rows at its place
 
 
 def packed_matmul(b: Builder, group: list[Node], accuracy: dict) -> str:

@@ -46,7 +46,7 @@ from irc.output import OutputError
 from irc.progress import SILENT, Progress
 from irc.weights import read_rows, reads_rows
 
-from backends.onnx.builder import ONNX_TYPES, Initializer
+from backends.onnx.builder import ONNX_TYPES, Initializer, as_is
 
 SMALL_TENSOR = 1024
 ALIGN = 4096
@@ -194,7 +194,7 @@ def pieces(layout: Layout) -> list[list[Piece]]:
     pieces, row block by row block (their common source is then computed once per block, and
     never by two threads at once); any other initializer gives one task per piece."""
     groups: dict = {}
-    for init, offset in layout.placed:
+    for init, offset in (unit for placed in layout.placed for unit in segments(*placed)):
         key = _share(init)
         groups.setdefault(("share", key) if key is not None else ("own", init.name), []).append((init, offset))
     tasks = []
@@ -211,6 +211,22 @@ def pieces(layout: Layout) -> list[list[Piece]]:
                    for init, offset in group] for start in range(0, total, step)]
         tasks += [sum(blocks, [])] if kind == "share" else blocks
     return sorted(tasks, key=_longest_first)
+
+
+def segments(init: Initializer, offset: int) -> list:
+    """[(initializer, offset)] that together write ``init``: a ``"stacked"`` one (its params'
+    rows one after another, ``quant_pack``'s packed q|k|v codes) as one ``"rows"``
+    initializer per param at that param's place, so each is streamed by rows like a lone
+    weight (and with the other parts of its quantized weight, which share its source);
+    any other as itself. Stays whole when a param's place would not start on a byte."""
+    if init.chunking != "stacked":
+        return [(init, offset)]
+    row_bits = int(np.prod(init.shape[1:], dtype=np.int64)) * init.dtype.bits
+    starts = np.cumsum([0] + [p.shape[0] for p in init.params[:-1]])
+    if any(start * row_bits % 8 for start in starts):
+        return [(init, offset)]
+    return [(Initializer(f"{init.name}[{p.name}]", init.dtype, (p.shape[0], *init.shape[1:]), (p,), as_is, "rows"),
+             offset + int(start) * row_bits // 8) for p, start in zip(init.params, starts)]
 
 
 def _longest_first(task: list) -> int:

@@ -89,6 +89,32 @@ def test_pieces_write_the_bytes_of_whole_arrays(tmp_path, monkeypatch, target, d
         assert written[name].tobytes() == array.tobytes(), name
 
 
+def test_stacked_codes_stream_each_weight_by_rows(tmp_path, monkeypatch):
+    """q|k|v and gate|up packed into one MatMulNBits (``quant_pack``'s ``"stacked"`` codes,
+    scales): the writer streams each stacked weight by rows at its place, with the other
+    parts of its quantized weight, so no weight is ever quantized whole; the bytes are the
+    stacked arrays'."""
+    from passes.quantize_methods import QuantizedPart
+
+    folder = hf_folder(tmp_path / "hf")
+    graph = compiled_graph(folder, "f32", "lower-mlp,quantize{bits=4,group=32}")
+    weights = build(graph, target="onnx-ort").weights
+    stacked = [w for w in weights if w.chunking == "stacked"]
+    assert {len(w.params) for w in stacked} >= {2, 3}  # gate|up and q|k|v
+    expected = {w.name: w.array() for w in stacked}
+    monkeypatch.setattr(emit, "SMALL_TENSOR", 0)
+    monkeypatch.setattr(writer, "PIECE_ELEMENTS", 96)
+    tasks = writer.pieces(writer.plan(weights, "model.onnx.data", small=0))
+    segments = [piece for task in tasks for piece in task if "[" in piece.init.name]
+    assert segments and not any(piece.whole for piece in segments)
+    assert {piece.init.name.split("[")[0] for piece in segments} == set(expected)
+    monkeypatch.setattr(QuantizedPart, "__call__", lambda self: pytest.fail(f"{self.weight.source.name} whole"))
+    emit_model(graph, str(tmp_path / "out" / "model.onnx"), target="onnx-ort", external_threshold=0, workers=2)
+    written = initializers(tmp_path / "out" / "model.onnx")
+    for name, array in expected.items():
+        assert written[name].tobytes() == array.tobytes(), name
+
+
 def test_each_piece_reads_only_its_rows(tmp_path, monkeypatch):
     folder = hf_folder(tmp_path / "hf")
     graph = compiled_graph(folder, "f32", "")
