@@ -85,7 +85,8 @@ class Quantize(Pass):
     from the same calibration run through the quantized layers before it:
     ``passes.quantize_gptq``; ``act_order=true`` processes each weight's input columns by
     decreasing calibration energy, groups unchanged: its step 6, off by default, as measured
-    there), ``awq`` (per-input-channel scales searched on the same calibration run and folded
+    there; with ``calibration_tokens=4096`` it is the best setting ``benchmarks/int4_quality.py``
+    measured, not the default because its calibration holds more than 2 GB on an 8B shape), ``awq`` (per-input-channel scales searched on the same calibration run and folded
     exactly into the preceding norm or linear, each block's range clipped (searched too), then
     ``ort`` codes:
     ``passes.quantize_awq``; run ``lower-mlp`` first); see
