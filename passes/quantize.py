@@ -22,7 +22,7 @@ from passes.quantize_calibrate import importance, unobserved
 from passes.quantize_gptq import SpilledWeight, calibrated_codes
 from passes.quantize_delta import DELTA_OPERANDS, delta_rows, recurrence_params, split_rows
 from passes.quantize_kv import CACHE_OPERANDS, cache_refusal, quantize_caches
-from passes.quantize_methods import CALIBRATED, METHODS, QuantizedWeight, quantized_params
+from passes.quantize_methods import CALIBRATED, METHODS, QuantizedWeight, is_embedding_or_head, quantized_params
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +86,10 @@ class Quantize(Pass):
     ``passes.quantize_gptq``; ``act_order=true`` processes each weight's input columns by
     decreasing calibration energy, groups unchanged: its step 6, off by default, as measured
     there; with ``calibration_tokens=4096`` it is the best setting ``benchmarks/int4_quality.py``
-    measured, not the default because its calibration holds more than 2 GB on an 8B shape), ``awq`` (per-input-channel scales searched on the same calibration run and folded
-    exactly into the preceding norm or linear, each block's range clipped (searched too), then
-    ``ort`` codes:
-    ``passes.quantize_awq``; run ``lower-mlp`` first); see
+    measured, not the default because its calibration holds more than 2 GB on an 8B shape),
+    ``awq`` (per-input-channel scales searched on the same calibration run and folded exactly
+    into the preceding norm or linear, each block's range clipped (searched too), then ``ort``
+    codes: ``passes.quantize_awq``; run ``lower-mlp`` first); see
     ``passes.quantize_methods``. The default was chosen by
     ``benchmarks/int4_quality.py`` (greedy agreement and degenerate outputs on real models,
     not one perplexity): ``mse`` answered a prompt with a run of digits on SmolLM2-135M.
@@ -134,8 +134,7 @@ class Quantize(Pass):
     options = {"bits": 4, "group": None, "symmetric": True, "method": DEFAULT_METHOD, "accuracy_level": None,
                "embeddings": True, "lm_head": False, "kv_cache": False, "weights": True,
                "calibration": None, "tokenizer": None, "calibration_tokens": 1024, "recurrent": False,
-               "recurrent_state": False, "positions": 4096,
-               "act_order": False}
+               "recurrent_state": False, "positions": 4096, "act_order": False}
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -438,11 +437,6 @@ def weight_uses(graph: Graph) -> dict[Param, list]:
             if name in wanted and isinstance(value, Param) and value.dtype.is_float and value.rank >= 2:
                 uses.setdefault(value, []).append((node, index))
     return uses
-
-
-def is_embedding_or_head(param: Param) -> bool:
-    """An embedding table (read by ``embedding``) or an LM head (named ``lm_head``)."""
-    return param.name.split(".")[-1] == "lm_head" or any(node.op == "embedding" for node in param.uses)
 
 
 __all__ = ["Quantize", "QuantizedWeight", "WEIGHT_OPERANDS", "CACHE_OPERANDS", "DEFAULT_METHOD", "DELTA_OPERANDS",

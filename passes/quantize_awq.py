@@ -64,8 +64,9 @@ from irc.ops.quant import dequantize_blocks
 from irc.rewrite.edit import is_graph_output
 from irc.weights import Derived, convert, read_rows
 
-from passes.quantize_awq_clip import clip as apply_clip, is_head, plan_clips, search_clip
+from passes.quantize_awq_clip import clip as apply_clip, plan_clips, search_clip
 from passes.quantize_calibrate import _Layerwise
+from passes.quantize_methods import is_embedding_or_head
 from passes.quantize_ort import ort_blocks
 
 GRID = 20            # α candidates, i / GRID for i in range(GRID) (AutoAWQ's n_grid)
@@ -213,7 +214,7 @@ def plan_groups(graph: Graph, wanted: set) -> tuple:
         weights = [n.inputs[1] for n in linears]
         readers = graph.users(x)
         why = None
-        if any(is_head(graph, w) for w in weights):
+        if any(is_embedding_or_head(w) for w in weights):
             why = "the LM head (and a table tied to it) keeps ort codes, as AutoAWQ leaves the head"
         elif is_graph_output(graph, x):
             why = f"%{x.name} is a graph output"

@@ -44,6 +44,7 @@ from irc.ops.nn import f32
 from irc.ops.quant import block_count, dequantize_blocks
 from irc.weights import Derived, convert, read_rows
 
+from passes.quantize_methods import is_embedding_or_head
 from passes.quantize_ort import ort_blocks
 
 N_GRID = 20           # AutoAWQ's n_grid
@@ -53,11 +54,6 @@ RATIOS = np.array([1 - i / N_GRID for i in range(int(MAX_SHRINK * N_GRID))], np.
 CHUNK_ELEMENTS = 1 << 21  # candidate weights searched at once (ratios x rows x K)
 TRACE_DEPTH = 4       # nodes followed from a linear's output to an attention's q / k
 QUERY_KEY = ("q", "k")
-
-
-def is_head(graph: Graph, weight: Param) -> bool:
-    """The LM head (a weight named ``lm_head``) or a table an embedding also reads."""
-    return weight.name.split(".")[-1] == "lm_head" or any(u.op == "embedding" for u in graph.users(weight))
 
 
 def feeds_query_or_key(graph: Graph, node: Node) -> bool:
@@ -83,7 +79,7 @@ def plan_clips(graph: Graph, wanted: set) -> tuple:
         weight = node.inputs[1] if node.op == "linear" else None
         if not (isinstance(weight, Param) and weight.name in wanted and weight.rank == 2):
             continue
-        if is_head(graph, weight):
+        if is_embedding_or_head(weight):
             skipped[weight.name] = "the LM head (and a table tied to it), as AutoAWQ leaves the head"
         elif len(graph.users(weight)) > 1:
             skipped[weight.name] = "another node reads the weight too"
@@ -198,5 +194,5 @@ def clip(param: Param, choice: np.ndarray, block_size: int) -> None:
                          f"awq @{param.name}: clipped, {shrunk:.0%} of blocks shrunk")
 
 
-__all__ = ["RATIOS", "N_SAMPLE_TOKENS", "plan_clips", "feeds_query_or_key", "is_head", "clipped_rows",
+__all__ = ["RATIOS", "N_SAMPLE_TOKENS", "plan_clips", "feeds_query_or_key", "clipped_rows",
            "block_errors", "search_clip", "Clipped", "clip"]

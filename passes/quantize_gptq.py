@@ -472,4 +472,5 @@ def calibrated_codes(graph, tokens: list, params: list, config: dict, block_size
     return sequential_hessians(graph, tokens, set(by_name), quantize)
 
 
-__all__ = ["calibrated_codes", "column_order", "gptq_blocks", "gptq_chunks", "permute_symmetric", "upper_factor", "SpillDirectory", "SpilledWeight", "DAMP", "BATCH"]
+__all__ = ["calibrated_codes", "column_order", "gptq_blocks", "gptq_chunks", "permute_symmetric", "upper_factor",
+           "SpillDirectory", "SpilledWeight", "DAMP", "BATCH"]

@@ -205,6 +205,11 @@ def _search_chunk(columns: np.ndarray, a, bits: int, symmetric: bool, scale_dtyp
     return j.astype(np.uint8), stored, best_zero.astype(np.uint8)
 
 
+def is_embedding_or_head(param: Param) -> bool:
+    """An embedding table (read by ``embedding``) or an LM head (named ``lm_head``)."""
+    return param.name.split(".")[-1] == "lm_head" or any(node.op == "embedding" for node in param.uses)
+
+
 class QuantizedWeight:
     """The quantization of one float param by one method, whole or by rows of the source.
 
@@ -273,5 +278,5 @@ def quantized_params(graph: Graph, weight: QuantizedWeight) -> list:
     return params
 
 
-__all__ = ["METHODS", "CALIBRATED", "PARTS", "quantize_weight", "search_blocks", "QuantizedWeight",
-           "QuantizedPart", "quantized_params"]
+__all__ = ["METHODS", "CALIBRATED", "PARTS", "quantize_weight", "search_blocks", "is_embedding_or_head",
+           "QuantizedWeight", "QuantizedPart", "quantized_params"]
