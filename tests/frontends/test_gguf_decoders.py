@@ -20,7 +20,7 @@ from gguf_convert import converted, mxfp4_checkpoint, mxfp4_round_experts, mxfp4
 from irc.interpreter import generate
 from test_hf_kimi import SMALL as KIMI_BASE
 from test_hf_models import (NEW_TOKENS, SMALL, TOLERANCE, assert_greedy_matches, assert_ort_run_matches, build_case,
-                            hf_logits, irc_logits, prompts, randomize, relative_error)
+                            hf_logits, irc_logits, prompts, randomize, relative_error, save_twin)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -333,9 +333,7 @@ def kimi(tmp_path_factory):
             config = transformers.KimiLinearConfig(**KIMI[name])
             model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
             randomize(model, seed=sorted(KIMI).index(name), norm_centre=1.0)
-            model.generation_config.eos_token_id = None
-            model.generation_config.pad_token_id = 0
-            model.save_pretrained(folder)
+            save_twin(model, folder)
             built[name] = model, folder, write_kimi(folder / f"{name}.gguf", model, folder)
         return built[name]
 

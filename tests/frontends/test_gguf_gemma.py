@@ -16,7 +16,7 @@ from frontends import load_spec
 from gguf_convert_gemma import gemma3n_converted, gemma3n_keys, write_gemma3n
 from test_gguf_decoders import (assert_blocks_match_float, assert_compiles_to_the_same_bytes, assert_gguf_twin_matches,
                                 refused)
-from test_hf_models import NEW_TOKENS, TOLERANCE, hf_logits, irc_logits, prompts, randomize, relative_error
+from test_hf_models import NEW_TOKENS, TOLERANCE, hf_logits, irc_logits, prompts, randomize, relative_error, save_twin
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -51,9 +51,7 @@ def models(tmp_path_factory):
             config = transformers.Gemma3nTextConfig(**{**SMALL, **GEMMA3N[name]})
             model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
             randomize(model, seed=ALL.index(name), norm_centre=1.0)  # plain norm weights, not 1 + w
-            model.generation_config.eos_token_id = None
-            model.generation_config.pad_token_id = 0
-            model.save_pretrained(folder)
+            save_twin(model, folder)
             built[name] = model, folder, write_gemma3n(folder / f"{name}.gguf", model)
         return built[name]
 
@@ -198,9 +196,7 @@ def gemma4(tmp_path_factory):
                 for key, buffer in model.named_buffers():
                     if key.endswith("layer_scalar"):  # a checkpoint buffer, ones by default
                         buffer.copy_(0.5 + torch.rand(buffer.shape, generator=generator))
-            model.generation_config.eos_token_id = None
-            model.generation_config.pad_token_id = 0
-            model.save_pretrained(folder)
+            save_twin(model, folder)
             head = {**G4_SMALL, **overrides}["global_head_dim"]
             path = write_file(folder / f"{name}.gguf", "gemma4", gemma4_keys(model.config, head, global_kv),
                               gemma4_converted(model, head))

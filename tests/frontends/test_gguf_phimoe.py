@@ -22,7 +22,7 @@ import pytest
 from frontends import load_spec
 from gguf_writer import write_file
 from test_gguf_decoders import assert_blocks_match_float, assert_gguf_twin_matches, refused
-from test_hf_models import NEW_TOKENS, prompts, randomize
+from test_hf_models import NEW_TOKENS, prompts, randomize, save_twin
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -98,9 +98,7 @@ def models(tmp_path_factory):
             config = transformers.PhimoeConfig(**{**SMALL, **CASES[name]})
             model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
             randomize(model, seed=ALL.index(name), norm_centre=1.0)
-            model.generation_config.eos_token_id = None
-            model.generation_config.pad_token_id = 0
-            model.save_pretrained(folder)
+            save_twin(model, folder)
             path = write_file(folder / f"{name}.gguf", "phimoe", phimoe_keys(model.config),
                               phimoe_converted(model.config, folder))
             built[name] = model, folder, path
