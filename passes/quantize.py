@@ -41,6 +41,12 @@ WEIGHT_OPERANDS = {
     "embedding": ("table",),
 }
 DEFAULT_METHOD = "ort"  # the builder's scheme, compiled; mse degenerates on SmolLM2 (benchmarks/int4_quality.py)
+# A method's own defaults over ``Quantize.options``: GPTQ's best measured setting
+# (benchmarks/int4_quality.py: a quarter to two fifths of the builder's perplexity loss on
+# SmolLM2-135M and Qwen2.5-Coder-0.5B, where 1024 tokens in natural order kept up to 0.82 of
+# it), its calibration at 1.86 GB peak RSS on the Llama-3-8B shape (benchmarks/big_checkpoint.py's
+# 2-layer cut, /usr/bin/time -v)
+METHOD_DEFAULTS = {"gptq": {"calibration_tokens": 4096, "act_order": True}}
 
 DELTA_WHY = "its error would enter the state at every step and compound along the sequence " \
             "(quantize{recurrent=true} quantizes it)"
@@ -84,9 +90,9 @@ class Quantize(Pass):
     ``passes.quantize_calibrate``) or ``gptq`` (error feedback with each weight's Hessian
     from the same calibration run through the quantized layers before it:
     ``passes.quantize_gptq``; ``act_order=true`` processes each weight's input columns by
-    decreasing calibration energy, groups unchanged: its step 6, off by default, as measured
-    there; with ``calibration_tokens=4096`` it is the best setting ``benchmarks/int4_quality.py``
-    measured, not the default because its calibration holds more than 2 GB on an 8B shape),
+    decreasing calibration energy, groups unchanged: its step 6; gptq's defaults are
+    ``act_order=true`` and ``calibration_tokens=4096``, other methods' 1024 tokens, the best
+    setting ``benchmarks/int4_quality.py`` measured: ``METHOD_DEFAULTS``),
     ``awq`` (per-input-channel scales searched on the same calibration run and folded exactly
     into the preceding norm or linear, each block's range clipped (searched too), then ``ort``
     codes: ``passes.quantize_awq``; run ``lower-mlp`` first); see
@@ -138,7 +144,8 @@ class Quantize(Pass):
 
     def __init__(self, **options):
         super().__init__(**options)
-        c = self.config
+        self.options = {**type(self).options, **METHOD_DEFAULTS.get(self.config["method"], {})}
+        self.config = c = {**self.options, **options}
         if c["bits"] not in BITS:
             raise PassError(f"pass quantize: bits must be 4 or 8, got {c['bits']!r}")
         group = c["group"]

@@ -43,10 +43,14 @@ absorb it where H says they can. Steps, as in the paper's reference code except 
    fixed when the first of its columns comes up, from the group's weights as updated so far
    (those in later lazy batches with the current batch's pending feedback applied, so the
    lazy form equals the column-by-column one). Codes are written back in column order.
-   With H_jj already decreasing the order is the natural one and so are the codes. Off by
-   default: ``benchmarks/int4_quality.py`` (g32, ppl A / ppl B / top-1 / greedy of 32) has it
-   win on SmolLM2-135M (94.62 / 88.77 / 75.7% / 2 against 96.66 / 97.79 / 73.4% / 2) but
-   lose on Qwen2.5-Coder-0.5B (72.43 / 57.92 / 83.4% / 8 against 74.18 / 54.50 / 84.3% / 11).
+   With H_jj already decreasing the order is the natural one and so are the codes.
+   ``benchmarks/int4_quality.py`` (g32, ppl A / ppl B / top-1 / greedy of 32): at 1024
+   calibration tokens it wins on SmolLM2-135M (94.62 / 88.77 / 75.7% / 2 against 96.66 /
+   97.79 / 73.4% / 2) but loses on Qwen2.5-Coder-0.5B (72.43 / 57.92 / 83.4% / 8 against
+   74.18 / 54.50 / 84.3% / 11); at 4096 it keeps a quarter to two fifths of the builder's
+   loss on both (SmolLM2 93.00 / 86.69 / 79.2% / 3, Qwen 69.58 / 55.76 / 85.2% / 7), where
+   the natural order keeps 0.56 of it on SmolLM2's second text: so ``quantize``'s gptq
+   defaults are act-order and 4096 tokens (``passes.quantize.METHOD_DEFAULTS``).
 
 The error is weighed by H as given (undampened). Scaling H changes nothing (the dampening is
 relative), so callers may pass the mean X^T X / T. Arithmetic runs in the Hessian's dtype

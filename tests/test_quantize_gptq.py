@@ -5,6 +5,7 @@ pass on a tiny model runs, is idempotent, and its ONNX (onnx-ort) output matches
 reference interpreter."""
 import gc
 import os
+import weakref
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ from irc.printer import print_graph
 from irc.testing import apply_pass
 from irc.weights import seed_absent
 from passes.quantize import Quantize
-from passes.quantize_calibrate import sequential_hessians
+from passes.quantize_calibrate import hessian, sequential_hessians
 from passes.quantize_gptq import (DAMP, SpilledWeight, column_order, gptq_blocks, gptq_chunks, invert_upper,
                                   permute_symmetric, upper_factor)
 from passes.quantize_methods import search_blocks
@@ -325,6 +326,29 @@ def test_layer_two_sees_layer_one_quantized():
     assert not np.allclose(record.hessians["w2"], exact.T @ exact / 50, rtol=1e-3)
 
 
+def test_the_hessian_holds_one_window_at_a_time():
+    """``hessian`` sums a generator's windows as they come: each is released before the next
+    is made (a down projection's hidden at 4096 tokens is 0.24 GB), and the sum is X^T X / T."""
+    rng = np.random.default_rng(3)
+    made, released = [], []
+
+    def windows():
+        for rows in (7, 5, 9):
+            released.append(all(ref() is None for ref in made))
+            window = rng.normal(size=(1, rows, 6)).astype(np.float32)
+            made.append(weakref.ref(window))
+            kept.append(window.copy())
+            yield window
+            del window
+
+    kept = []
+    h = hessian(windows())
+    assert released == [True, True, True]
+    x = np.concatenate([k.reshape(-1, 6) for k in kept]).astype(np.float64)
+    np.testing.assert_allclose(h, x.T @ x / 21, rtol=1e-6, atol=1e-7)
+    assert h.dtype == np.float32
+
+
 def test_one_hessian_per_activation_and_the_hidden_of_a_fused_mlp(text_files):
     """q/k/v read one x: one group, one Hessian; a swiglu's w_down gets its hidden's, from
     the quantized gate and up."""
@@ -375,8 +399,8 @@ def test_pass_runs_is_idempotent_and_spills_its_codes(text_files):
 
 def test_two_runs_write_the_same_bytes(text_files):
     g = example("tiny-llama3")
-    first, _ = apply_pass(gptq(text_files), g)
-    second, _ = apply_pass(gptq(text_files), g)
+    first, _ = apply_pass(gptq(text_files, act_order=False), g)  # the default, act-order: the test below
+    second, _ = apply_pass(gptq(text_files, act_order=False), g)
     for name, param in first.params.items():
         np.testing.assert_array_equal(param.array(), second.params[name].array())
 
@@ -389,7 +413,7 @@ def test_act_order_pass_is_idempotent_and_writes_the_same_bytes_twice(text_files
     text = print_graph(first)
     assert q.run(first) is False and print_graph(first) == text
     second, _ = apply_pass(gptq(text_files, act_order=True), g)
-    natural, _ = apply_pass(gptq(text_files), g)
+    natural, _ = apply_pass(gptq(text_files, act_order=False), g)
     for name, param in first.params.items():
         np.testing.assert_array_equal(param.array(), second.params[name].array())
     assert not np.array_equal(first.params["layers.0.mlp.w_down.qweight"].array(),
@@ -401,6 +425,22 @@ def test_act_order_is_an_option_of_gptq_only(text_files):
         gptq(text_files, act_order="yes")
     with pytest.raises(PassError, match="act_order=true orders GPTQ's columns; method=ort"):
         Quantize(method="ort", act_order=True)
+
+
+def test_gptq_defaults_are_its_best_measured_setting(text_files):
+    """``METHOD_DEFAULTS``: gptq calibrates on 4096 tokens in act-order unless told otherwise;
+    other methods keep 1024 tokens; the pipeline string shows only what differs from the
+    method's defaults."""
+    text, tokenizer = text_files
+    q = Quantize(method="gptq", calibration=text, tokenizer=tokenizer)
+    assert (q.config["calibration_tokens"], q.config["act_order"]) == (4096, True)
+    assert "act_order" not in repr(q) and "calibration_tokens" not in repr(q)
+    natural = Quantize(method="gptq", calibration=text, tokenizer=tokenizer, act_order=False, calibration_tokens=1024)
+    assert (natural.config["calibration_tokens"], natural.config["act_order"]) == (1024, False)
+    assert "act_order=False" in repr(natural) and "calibration_tokens=1024" in repr(natural)
+    imatrix = Quantize(method="imatrix", calibration=text, tokenizer=tokenizer)
+    assert (imatrix.config["calibration_tokens"], imatrix.config["act_order"]) == (1024, False)
+    assert Quantize().config["act_order"] is False
 
 
 def test_calibrated_error_is_smaller_than_rtn_on_the_calibration_text(text_files):
@@ -439,7 +479,7 @@ def test_a_short_calibration_text_is_one_error_naming_the_file(text_files):
     text, tokenizer = text_files
     g = example("tiny-llama3")
     before = print_graph(g)
-    with pytest.raises(PassError, match="gives 192 tokens, method=gptq asks for calibration_tokens=1024") as err:
+    with pytest.raises(PassError, match="gives 192 tokens, method=gptq asks for calibration_tokens=4096") as err:
         Quantize(method="gptq", calibration=text, tokenizer=tokenizer).run(g)
     assert err.value.location == text
     assert print_graph(g) == before
