@@ -42,8 +42,8 @@ WEIGHT_OPERANDS = {
 }
 DEFAULT_METHOD = "ort"  # the builder's scheme, compiled; mse degenerates on SmolLM2 (benchmarks/int4_quality.py)
 # A method's own defaults over ``Quantize.options``: GPTQ's best measured setting
-# (benchmarks/int4_quality.py: a quarter to two fifths of the builder's perplexity loss on
-# SmolLM2-135M and Qwen2.5-Coder-0.5B, where 1024 tokens in natural order kept up to 0.82 of
+# (benchmarks/int4_quality.py: 0.21 to 0.55 of the builder's perplexity loss on SmolLM2-135M
+# and Qwen2.5-Coder-0.5B over two runs, where 1024 tokens in natural order kept up to 0.82 of
 # it), its calibration at 1.86 GB peak RSS on the Llama-3-8B shape (benchmarks/big_checkpoint.py's
 # 2-layer cut, /usr/bin/time -v)
 METHOD_DEFAULTS = {"gptq": {"calibration_tokens": 4096, "act_order": True}}

@@ -47,10 +47,13 @@ absorb it where H says they can. Steps, as in the paper's reference code except 
    ``benchmarks/int4_quality.py`` (g32, ppl A / ppl B / top-1 / greedy of 32): at 1024
    calibration tokens it wins on SmolLM2-135M (94.62 / 88.77 / 75.7% / 2 against 96.66 /
    97.79 / 73.4% / 2) but loses on Qwen2.5-Coder-0.5B (72.43 / 57.92 / 83.4% / 8 against
-   74.18 / 54.50 / 84.3% / 11); at 4096 it keeps a quarter to two fifths of the builder's
-   loss on both (SmolLM2 93.00 / 86.69 / 79.2% / 3, Qwen 69.58 / 55.76 / 85.2% / 7), where
-   the natural order keeps 0.56 of it on SmolLM2's second text: so ``quantize``'s gptq
-   defaults are act-order and 4096 tokens (``passes.quantize.METHOD_DEFAULTS``).
+   74.18 / 54.50 / 84.3% / 11). At 4096 tokens, two runs each (a change in the Hessian's
+   float32 summation order alone moved the results this much: GPTQ is greedy, so read one
+   run as one draw): act-order kept 0.25 / 0.26 and 0.21 / 0.28 of the builder's perplexity
+   loss on SmolLM2 (texts A / B), 0.38 / 0.40 and 0.33 / 0.55 on Qwen; the natural order
+   0.35 / 0.56 on SmolLM2 (one run), 0.26 / 0.21 and 0.48 / 0.36 on Qwen. The order is within the
+   spread on Qwen and better on SmolLM2, so ``quantize``'s gptq defaults are act-order and
+   4096 tokens (``passes.quantize.METHOD_DEFAULTS``).
 
 The error is weighed by H as given (undampened). Scaling H changes nothing (the dampening is
 relative), so callers may pass the mean X^T X / T. Arithmetic runs in the Hessian's dtype
