@@ -22,19 +22,20 @@ table) get none and are quantized by the unweighted search (``mse``); the pass s
 in its notes.
 
 ``sequential_hessians`` (GPTQ's sequential calibration) runs the graph node by node over all
-windows of the text at once (``_Layerwise``): every live activation is held for every
-window (calibration_tokens x d floats each), each weight loaded when its node runs and
-dropped after. At a node reading a weight to quantize (``linear``'s weight; a dense MLP's
-w_gate / w_up from x and w_down from its hidden, recomputed from the already quantized
-gate and up, one window at a time), H = X^T X / T over all windows' inputs (``hessian``:
-each window's sums in float64, added into one float32 d_in² array) goes to the caller's ``quantize(names, hessian)``, which returns the quantized
-weights; the node then runs with its dequantized weight, so every later activation is the
-quantized model's. Weights read from the same activation (q/k/v, gate/up) are one group:
-one Hessian, handed over once, at the first of them. A weight read by several observed nodes is quantized at the
-first; the others read the result. The run stops at the last node with a weight to quantize
-(a tied head's table: the final hidden state's Hessian), and the model's outputs (logits,
-present caches) are never kept. The tied table's lookup, first in the graph, reads the float
-table: its codes are chosen at the end.
+windows of the text at once (``_Layerwise``): every live activation is held for every window
+(calibration_tokens x d floats each), each weight loaded when its node runs and dropped
+after. At a node reading a weight to quantize (``linear``'s weight; a dense MLP's w_gate /
+w_up from x and w_down from its hidden, recomputed from the already quantized gate and up,
+one window at a time), H = X^T X / T over all windows' inputs (``hessian``: each window's
+sums in float64, added into one float32 d_in² array) goes to the caller's ``quantize(names,
+hessian)``, which returns the quantized weights; the node then runs with its dequantized
+weight, so every later activation is the quantized model's. Weights read from the same
+activation (q/k/v, gate/up) are one group: one Hessian, handed over once, at the first of
+them. A weight read by several observed nodes is quantized at the first; the others read the
+result. The run stops at the last node with a weight to quantize (a tied head's table: the
+final hidden state's Hessian), and the model's outputs (logits, present caches) are never
+kept. The tied table's lookup, first in the graph, reads the float table: its codes are
+chosen at the end.
 """
 from __future__ import annotations
 
