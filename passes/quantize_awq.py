@@ -269,14 +269,14 @@ def awq_fold(graph: Graph, tokens: list, params: list, config: dict, block_size,
         x = None
         if index in by_index:
             group = by_index[index]
-            x = np.concatenate([f32(a).reshape(-1, a.shape[-1]) for a in run.values(node.inputs[0])])
+            x = run.rows(node.inputs[0])
             alpha, s = _scale_group(group, x, config, block_size, notes)
             alphas.update({w.name: alpha for w in group.weights})
             scales.update({w.name: s for w in group.weights if alpha > 0})
         if index in clips:
             weight = clips[index]
             if x is None:
-                x = np.concatenate([f32(a).reshape(-1, a.shape[-1]) for a in run.values(node.inputs[0])])
+                x = run.rows(node.inputs[0])
             pending.append((ready[weight.name], weight, x / scales[weight.name] if weight.name in scales else x))
         del x
         for _, weight, x_scaled in [job for job in pending if job[0] <= index]:

@@ -97,26 +97,28 @@ def _blocks(rows: np.ndarray, nb: int, block_size: int) -> np.ndarray:
     return padded.reshape(rows.shape[:-1] + (nb, block_size))
 
 
+def _clamped(w: np.ndarray, ratios: np.ndarray, block_size: int, dtype: DType) -> np.ndarray:
+    """``w`` [..., r, K] float32 with each block clamped to ±(its largest |w|) x ``ratios``
+    (broadcast against [..., r, nb]), rounded to ``dtype``: [..., r, K]."""
+    k = w.shape[-1]
+    blocks = _blocks(w, block_count(k, block_size), block_size)
+    limit = (np.abs(blocks).max(axis=-1) * ratios)[..., None]
+    clamped = np.clip(blocks, -limit, limit)
+    return convert(clamped.reshape(clamped.shape[:-2] + (-1,))[..., :k], dtype)
+
+
 def clipped_rows(rows: np.ndarray, choice: np.ndarray, block_size: int, dtype: DType) -> np.ndarray:
     """``rows`` [r, K] with each block clamped to ±(its largest |w|) x RATIOS[choice] ([r, nb]
     indices), in float32, rounded to ``dtype``. choice 0 (r = 1) leaves a block as it is."""
-    k = rows.shape[-1]
-    blocks = _blocks(f32(rows), choice.shape[-1], block_size)
-    limit = (np.abs(blocks).max(axis=-1) * RATIOS[choice])[..., None]
-    np.clip(blocks, -limit, limit, out=blocks)
-    return convert(blocks.reshape(rows.shape[:-1] + (-1,))[..., :k], dtype)
+    return _clamped(f32(rows), RATIOS[choice], block_size, dtype)
 
 
 def _candidates(rows: np.ndarray, block_size: int, dtype: DType, quantizer: dict) -> tuple:
     """(W float32 [r, K], the dequantized codes of each clamp, float32 [len(RATIOS), r, K])."""
     w = f32(rows)
-    k, nb = w.shape[-1], block_count(w.shape[-1], block_size)
-    blocks = _blocks(w, nb, block_size)
-    limit = (np.abs(blocks).max(axis=-1)[None] * RATIOS[:, None, None])[..., None]
-    clamped = np.clip(blocks[None], -limit, limit)
-    clamped = convert(clamped.reshape(clamped.shape[:2] + (-1,))[..., :k], dtype)
+    clamped = _clamped(w, RATIOS[:, None, None], block_size, dtype)
     parts = ort_blocks(clamped, block_size=block_size, scale_dtype=dtype.numpy.name, **quantizer)
-    return w, dequantize_blocks(*parts, bits=quantizer["bits"], block_size=block_size, k=k)
+    return w, dequantize_blocks(*parts, bits=quantizer["bits"], block_size=block_size, k=w.shape[-1])
 
 
 def block_errors(gram: np.ndarray, w: np.ndarray, fake: np.ndarray, block_size: int) -> np.ndarray:

@@ -179,6 +179,10 @@ class _Layerwise:
         """The activation ``value`` in every window."""
         return [env[id(value)] for env in self.envs]
 
+    def rows(self, value) -> np.ndarray:
+        """The activation ``value`` of every window as one float32 [T, d] (all tokens' rows)."""
+        return np.concatenate([f32(a).reshape(-1, a.shape[-1]) for a in self.values(value)])
+
     def arguments(self, node: Node, weights: dict) -> list:
         """The node's arguments in every window, each param the ``dequantized()`` of its entry
         in ``weights`` (by name) when there, else loaded (once for all windows). An embedding

@@ -96,7 +96,7 @@ BATCH = 128        # columns per lazy batch (the paper's B)
 FACTOR_BLOCK = 512  # tile of the in-place factorisation (d x 512 panels: 29 MB at d=14336)
 CHUNK_ELEMENTS = 1 << 23  # weights quantized at once: 32 MB of float32 (2048 rows of a 4096-wide head)
 GROUP_SCALES = "search"  # how a group's scale is chosen (step 4)
-ACT_ORDER = False  # the column order (step 6): natural unless asked (the quantize pass's act_order option)
+ACT_ORDER = False  # gptq_blocks' column order when not given (step 6); the pass gives its act_order option
 
 
 def upper_factor(h: np.ndarray, block: int = FACTOR_BLOCK) -> np.ndarray:
