@@ -299,7 +299,7 @@ def read_rope(cfg: Config, head_dim: int, params: dict, key: str, *, default_bas
     kind_key = f"{key}.rope_type" if "rope_type" in params else f"{key}.type"
     if not isinstance(kind, str):
         raise cfg.error(kind_key, f"expected a string, got {_show(kind)}")
-    written, kind = kind, KIND_ALIASES.get(cfg.data.get("model_type"), {}).get(kind, kind)
+    kind = KIND_ALIASES.get(cfg.data.get("model_type"), {}).get(kind, kind)
     if kind not in ("default", "longrope") and kind not in SCALING_USES:
         raise cfg.unsupported(kind_key, kind, hint=f"RoPE types irc implements: default, longrope, "
                                                    f"{', '.join(SCALING_USES)}")
@@ -326,8 +326,8 @@ def read_rope(cfg: Config, head_dim: int, params: dict, key: str, *, default_bas
     if kind == "default":
         return RopeSpec(base, convention, None, rotary_dim)
     if kind == "longrope":
-        return RopeSpec(base, convention, read_longrope(cfg, params, key, rotary_dim or head_dim, original_max,
-                                                        written), rotary_dim)
+        return RopeSpec(base, convention, read_longrope(cfg, params, key, rotary_dim or head_dim, original_max),
+                        rotary_dim)
     scaling = {"kind": kind}
     for hf_name in SCALING_USES[kind]:
         value = params.get(hf_name)

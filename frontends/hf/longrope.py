@@ -1,6 +1,6 @@
 """LongRoPE settings from config.json (Phi-3-mini-128k, Phi-3.5-mini, Phi-4-mini, Phi-3.5-MoE).
 
-transformers 5.24 reads them as follows (``_compute_longrope_parameters`` and
+transformers 5.25 reads them as follows (``_compute_longrope_parameters`` and
 ``standardize_rope_params``), and so does ``read_longrope``:
 
 - ``short_factor`` / ``long_factor``: lists of rotary_dim / 2 numbers (required);
@@ -8,8 +8,11 @@ transformers 5.24 reads them as follows (``_compute_longrope_parameters`` and
   against. A top-level key wins over the one inside the RoPE settings (HF gives
   ``self.original_max_position_embeddings`` priority whenever the config has the attribute,
   and Phi-3's config class always has it, 4096 by default: the family default here);
-  without either, ``max_position_embeddings``. Except under the old type name ``su``, which
-  HF renames only after that step: there the RoPE settings' own value is the one, required;
+  without either, ``max_position_embeddings``. The same under Phi-3's old type names ``su``
+  and ``yarn``. transformers 5.24 renamed ``su`` only after that step, so there the RoPE
+  settings' own value won; 5.25 renames both first (``Phi3Config.convert_rope_params_to_dict``),
+  which is what Phi-3's own modeling code (``trust_remote_code``, which reads the top-level
+  ``config.original_max_position_embeddings`` whatever the type) always did: irc follows it;
 - ``factor``: as written (a positive number; only null is unset), else max_position_embeddings /
   original_max_position_embeddings; it only sets the default ``attention_factor``.
 
@@ -41,12 +44,8 @@ def _factors(cfg, params: dict, key: str, name: str, rotary: int) -> list:
     return [_number(cfg, where, value) for value in factors]
 
 
-def _original(cfg, params: dict, key: str, original_max: Optional[int], written: str) -> tuple[int, str]:
-    if written == "su":
-        value, where = params.get(ORIGINAL), f"{key}.{ORIGINAL}"
-        if value is None:
-            raise cfg.error(where, "longrope RoPE (type su) needs it")
-    elif ORIGINAL in cfg.data or ORIGINAL in cfg.defaults:
+def _original(cfg, params: dict, key: str, original_max: Optional[int]) -> tuple[int, str]:
+    if ORIGINAL in cfg.data or ORIGINAL in cfg.defaults:
         value, where = cfg.raw(ORIGINAL), ORIGINAL
     elif params.get(ORIGINAL) is not None:
         value, where = params[ORIGINAL], f"{key}.{ORIGINAL}"
@@ -59,14 +58,12 @@ def _original(cfg, params: dict, key: str, original_max: Optional[int], written:
     return value, where
 
 
-def read_longrope(cfg, params: dict, key: str, rotary: int, original_max: Optional[int],
-                  written: str = "longrope") -> dict:
+def read_longrope(cfg, params: dict, key: str, rotary: int, original_max: Optional[int]) -> dict:
     """irc's ``longrope`` scaling dict from the flat RoPE settings ``params`` (found under
-    ``key``) for a rotary width ``rotary``; ``original_max`` is max_position_embeddings and
-    ``written`` the RoPE type as config.json names it (longrope, or Phi-3's su / yarn)."""
+    ``key``) for a rotary width ``rotary``; ``original_max`` is max_position_embeddings."""
     scaling = {"kind": "longrope", "short_factor": _factors(cfg, params, key, "short_factor", rotary),
                "long_factor": _factors(cfg, params, key, "long_factor", rotary)}
-    original, _ = _original(cfg, params, key, original_max, written)
+    original, _ = _original(cfg, params, key, original_max)
     scaling["original_max_position"] = original
     if params.get("factor") is not None:
         scaling["factor"] = _number(cfg, f"{key}.factor", params["factor"])

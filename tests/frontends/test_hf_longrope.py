@@ -1,4 +1,4 @@
-"""LongRoPE (Phi-3-mini-128k, Phi-3.5-mini, Phi-4-mini) against transformers 5.24.
+"""LongRoPE (Phi-3-mini-128k, Phi-3.5-mini, Phi-4-mini) against transformers 5.25.
 
 Tiny random Phi-3 twins with random-ish short and long factors and a small
 ``original_max_position_embeddings`` n, so the switch to the long factors happens where
@@ -225,14 +225,16 @@ def rope_of(folder):
 @pytest.mark.parametrize("kind", ["longrope", "su", "yarn"])
 def test_old_style_rope_scaling_reads_as_transformers_does(tmp_path, kind):
     """``rope_scaling: {type: su | yarn | longrope}`` is LongRoPE to Phi-3's config class; the
-    top-level original_max_position_embeddings wins over the inner one, except under "su"
-    (renamed after that step); factor is max_position_embeddings / that length."""
+    top-level original_max_position_embeddings wins over the inner one under every name
+    (transformers 5.24 made an exception of "su", renamed after that step; 5.25 renames first,
+    as Phi-3's own modeling code reads the top-level key); factor is max_position_embeddings /
+    that length."""
     scaling = {"type": kind, "short_factor": [1.0, 1.5, 2.0, 2.5], "long_factor": [3.0, 4.0, 5.0, 6.0],
                "original_max_position_embeddings": 8}
     attrs = rope_of(phi3_config(tmp_path, scaling, original_max_position_embeddings=16))
     config = transformers.Phi3Config(**json.loads((tmp_path / "config.json").read_text()))
     original = config.rope_parameters["original_max_position_embeddings"]
-    assert config.rope_parameters["rope_type"] == "longrope" and original == (8 if kind == "su" else 16)
+    assert config.rope_parameters["rope_type"] == "longrope" and original == 16
     assert attrs["scaling"] == {"kind": "longrope", "short_factor": [1.0, 1.5, 2.0, 2.5],
                                 "long_factor": [3.0, 4.0, 5.0, 6.0], "original_max_position": original,
                                 "factor": 64 / original}
