@@ -117,8 +117,8 @@ brackets; ``null`` is allowed where a default is null.
         conv_kernel: 4                # d_conv [4]
         conv_bias: true               # use_conv_bias [true]
         proj_bias: false              # use_bias [false]
-        time_step_limit: [0.0, .inf]  # clamp of the step size dt (Nemotron-H clamps below
-                                      # at time_step_min: [0.001, .inf]) [[0.0, .inf]]
+        time_step_limit: [0.0, .inf]  # clamp of the step size dt (config.json's
+                                      # time_step_limit; time_step_min only initialises) [[0.0, .inf]]
         norm_eps: null                # the gated norm's eps [model.norm.eps]
         norm_before_gate: false       # [false]
       short_conv:                     # LFM2's gated short convolution; for conv layers

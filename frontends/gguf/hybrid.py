@@ -23,8 +23,8 @@ nemotron_h     one pre-normed block a layer (every block's norm is ``attn_norm``
                where ``head_count_kv`` and ``feed_forward_length`` (one entry a layer) are
                both 0, attention (no RoPE) where only the latter is, else a squared-ReLU MLP
                (biases where ``ffn_up.bias`` is); head_dim = ``attention.key_length``; Δ is
-               not clamped (the converter writes no ``time_step_min``; llama.cpp clamps
-               nothing). ``nemotron_h_moe`` is not read.
+               not clamped (the converter writes no ``time_step_limit``; llama.cpp clamps
+               nothing; NVIDIA's checkpoints' limit is (0, inf)). ``nemotron_h_moe`` is not read.
 falcon-h1      every layer attention ‖ Mamba-2 on one normed input, then a SwiGLU MLP, with
                no multiplier in the graph: the converter folds every µP multiplier into the
                weights (below); full RoPE, rotate-half (NEOX, not permuted); the grouped
@@ -63,7 +63,7 @@ What the converter did to the tensors, undone on load (``frontends.gguf.layout``
 
 Lost by the converter, so not recoverable from the file: a tied Falcon-H1's
 embedding_multiplier and lm_head_multiplier (one table serves both, folded once);
-Nemotron-H's ``time_step_min`` (irc, like llama.cpp, clamps Δ nowhere); Granite-4.0-H's
+Nemotron-H's ``time_step_limit`` (irc, like llama.cpp, clamps Δ nowhere); Granite-4.0-H's
 ``position_embedding_type`` "rope" (the converter marks every Granite-4.0-H NoPE).
 """
 from __future__ import annotations

@@ -17,7 +17,7 @@ granitemoehybrid   Granite-4.0-H: Bamba's layers by ``layer_types``; softmax top
                    "rope" (none: NoPE)
 nemotron_h         one block per layer, each x + block(norm(x)), by ``layers_block_type`` (or
                    ``hybrid_override_pattern``: M Mamba-2, * attention (no RoPE), -
-                   squared-ReLU MLP); Δ clamped below at ``time_step_min``
+                   squared-ReLU MLP); Δ clamped to ``time_step_limit``
 =================  ==========================================================================
 
 Layer kinds accept transformers' legacy names ("mamba", "attention"). Keys a config.json
@@ -27,12 +27,17 @@ the value: attention or MLP biases irc's ops lack, activations other than SiLU (
 ReLU in Nemotron-H's MLP), Granite's ``partial_rotary_factor`` (its RoPE ignores it),
 Bamba's ``layer_types`` (transformers cannot set it), a ``num_hidden_layers`` that
 disagrees with a Nemotron-H layer list (transformers warns and follows the list),
-Nemotron-H's ``sliding_window`` and ``time_step_limit`` (transformers ignores both; NVIDIA's
-code reads the limit) and its MoE layers ("E"): their experts are squared-ReLU MLPs
-without a gate, which irc's ``moe`` op does not have.
+Nemotron-H's ``sliding_window`` (transformers ignores it) and its MoE layers ("E"): their
+experts are squared-ReLU MLPs without a gate, which irc's ``moe`` op does not have.
 
-transformers clamps Δ (``time_step_limit``; Nemotron-H: ``time_step_min``) in prefill only,
-not in its one-token step; irc clamps in both.
+transformers clamps Δ to ``time_step_limit`` in prefill only, not in its one-token step (as
+mamba_ssm does: ``mamba_chunk_scan_combined`` takes ``dt_limit``, ``selective_state_update``
+none); irc clamps in both, the same with the default (0, inf). Nemotron-H's clamp changed in
+transformers 5.25: 5.24 clamped below at ``time_step_min`` (and ignored ``time_step_limit``),
+5.25 clamps to ``time_step_limit`` as NVIDIA's own modeling code always did, ``time_step_min``
+being only where ``dt_bias`` is initialised. irc follows 5.25 and NVIDIA: a checkpoint's
+``time_step_min`` (0.001 in NVIDIA's configs) changes nothing at inference, and its
+``time_step_limit`` ([0, inf] there) is the clamp. No config key selects 5.24's reading.
 """
 from __future__ import annotations
 
@@ -40,8 +45,8 @@ from typing import Optional
 
 from frontends.hf.config import (MAMBA2_KEYS, MAMBA_KEYS, Arch, Attention, Config, LayerSpec, RopeSpec,
                                  attention_dims, int_list, mamba2_config, mamba_config, read_rope, rope_dict,
-                                 string_list, time_step_limit)
-from irc.yamlloc import Bad, boolean, layer_count, non_negative_int, number, positive_int, positive_number, string
+                                 string_list)
+from irc.yamlloc import Bad, boolean, layer_count, non_negative_int, positive_int, positive_number, string
 
 MAMBA, ATTENTION = "linear_attention", "full_attention"
 LEGACY_KINDS = {"mamba": MAMBA, "attention": ATTENTION}  # transformers' _LEGACY_LAYER_TYPE_REMAP
@@ -67,7 +72,7 @@ DEFAULTS = {
                    "max_position_embeddings": 4096, "attention_bias": False, "intermediate_size": 21504,
                    "mlp_hidden_act": "relu2", "mlp_bias": False, "ssm_state_size": 128, "mamba_num_heads": 128,
                    "mamba_head_dim": 64, "mamba_hidden_act": "silu", "n_groups": 8, "conv_kernel": 4,
-                   "time_step_min": 0.001, "time_step_limit": [0.0, INF], "use_conv_bias": True, "use_bias": False,
+                   "time_step_limit": [0.0, INF], "use_conv_bias": True, "use_bias": False,
                    "layer_norm_epsilon": 1e-5},
 }
 JAMBA_MAMBA = {**MAMBA_KEYS, "expand": "mamba_expand", "d_inner": None, "state_size": "mamba_d_state",
@@ -78,8 +83,8 @@ HYBRID_MAMBA2 = {**MAMBA2_KEYS, "heads": "mamba_n_heads", "head_dim": "mamba_d_h
                  "conv_bias": "mamba_conv_bias", "proj_bias": "mamba_proj_bias"}
 NEMOTRON_PATTERN = {"M": MAMBA, "*": ATTENTION, "-": "mlp", "E": "moe"}
 NEMOTRON_DEFAULT_LAYERS = [MAMBA, "moe", ATTENTION, "mlp"]  # NemotronHConfig without either key
-NEMOTRON_LEGACY = {"n_groups": "mamba_n_groups", "conv_kernel": "mamba_d_conv", "time_step_min": "mamba_dt_min",
-                   "time_step_limit": "mamba_dt_limit", "use_conv_bias": "mamba_conv_bias"}
+NEMOTRON_LEGACY = {"n_groups": "mamba_n_groups", "conv_kernel": "mamba_d_conv", "time_step_limit": "mamba_dt_limit",
+                   "use_conv_bias": "mamba_conv_bias"}
 
 
 # ---- shared readers ---------------------------------------------------------------------------
@@ -261,24 +266,12 @@ def _nemotron_h(cfg: Config, name: str, model_type: str) -> Arch:
     ssm = mamba2_config(cfg, d, {**MAMBA2_KEYS, "heads": "mamba_num_heads", "head_dim": "mamba_head_dim",
                                  "state_size": "ssm_state_size", "groups": keys["n_groups"],
                                  "conv_kernel": keys["conv_kernel"], "expand": None,
-                                 "conv_bias": keys["use_conv_bias"], "time_step_limit": None})
-    if time_step_limit(cfg, keys["time_step_limit"]) != (0.0, None):
-        raise cfg.unsupported(keys["time_step_limit"], cfg.raw(keys["time_step_limit"]),
-                              hint="transformers' Nemotron-H clamps at time_step_min and ignores the limit; NVIDIA's "
-                                   "code clamps to the limit; irc refuses to guess")
-    ssm["dt_min"] = cfg.get(keys["time_step_min"], _non_negative_number)
+                                 "conv_bias": keys["use_conv_bias"], "time_step_limit": keys["time_step_limit"]})
     mixers = {MAMBA: "mamba2", ATTENTION: "attention", "mlp": None}
     layers = [LayerSpec(None, None, mixer=mixers[kind], ffn=kind == "mlp") for kind in kinds]
     mlp = {"kind": "relu2", "d_ff": cfg.get("intermediate_size", positive_int), "bias": cfg.get("mlp_bias", boolean)}
     return _arch(cfg, name, model_type, d, layers, Attention("gqa", heads, kv_heads, head_dim),
                  mlp if "mlp" in kinds else None, eps_key="layer_norm_epsilon", ssm=ssm)
-
-
-def _non_negative_number(value) -> float:
-    value = number(value)
-    if value < 0:
-        raise Bad(f"expected a non-negative number, got {value!r}")
-    return float(value)
 
 
 FAMILIES = {"jamba": _jamba, "bamba": _bamba, "granitemoehybrid": _granite, "nemotron_h": _nemotron_h}

@@ -96,21 +96,18 @@ def test_greedy_generation_matches(models, name):
 
 def as_llama_cpp_computes(model, folder, arch: str, into):
     """The checkpoint in ``folder`` as the model its GGUF describes: Falcon-H1 with its
-    multipliers folded into the weights and set to 1; Nemotron-H without its Δ clamp
-    (time_step_min 0, which the converter does not write); the others as they are."""
-    if arch == "granitehybrid":
+    multipliers folded into the weights and set to 1; the others as they are (Nemotron-H's Δ
+    clamp, time_step_limit, which the converter does not write, is the default (0, inf) here)."""
+    if arch != "falcon-h1":
         return folder
+    from safetensors.torch import load_file, save_file
+
     shutil.copytree(folder, into)
     config = json.loads((into / "config.json").read_text())
-    if arch == "falcon-h1":
-        from safetensors.torch import load_file, save_file
-
-        tensors = {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}
-        save_file({k: v.contiguous() for k, v in falcon_h1_folded(model.config, tensors).items()},
-                  str(into / "model.safetensors"))
-        config.update(UNIT)
-    else:
-        config["time_step_min"] = 0.0
+    tensors = {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}
+    save_file({k: v.contiguous() for k, v in falcon_h1_folded(model.config, tensors).items()},
+              str(into / "model.safetensors"))
+    config.update(UNIT)
     (into / "config.json").write_text(json.dumps(config))
     return into
 

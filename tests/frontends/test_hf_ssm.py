@@ -19,7 +19,7 @@ SMALL = dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, pad_token_id=0
 ATTENTION = dict(intermediate_size=48, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
 MAMBA2_MIXER = dict(mamba_n_heads=8, mamba_d_state=8, mamba_n_groups=2, mamba_d_conv=4, mamba_chunk_size=4)
 NEMOTRON = dict(ATTENTION, head_dim=8, ssm_state_size=8, mamba_num_heads=8, mamba_head_dim=8, n_groups=2,
-                conv_kernel=4, chunk_size=4, time_step_min=1e-4)  # a small clamp: transformers' decode skips it
+                conv_kernel=4, chunk_size=4)
 CASES = {  # name: (config class, overrides of SMALL)
     "mamba": ("MambaConfig", dict(state_size=8, conv_kernel=4, expand=2)),
     "mamba-bias-rank-5": ("MambaConfig", dict(state_size=4, conv_kernel=3, use_bias=True, time_step_rank=5,
@@ -66,8 +66,10 @@ CASES = {  # name: (config class, overrides of SMALL)
         mamba_head_dim=12, use_conv_bias=False, num_key_value_heads=1, head_dim=16)),
 }
 PREFILL_CASES = {  # prefill logits only: a Δ clamp that binds, which transformers' one-token step skips
+    # both bounds of time_step_limit bind; time_step_min only initialises dt_bias (transformers 5.25, as
+    # NVIDIA's code: 5.24 clamped below at it instead, which this twin tells apart)
     "nemotron-h-dt-clamp": ("NemotronHConfig", dict(NEMOTRON, layers_block_type=["linear_attention", "full_attention"],
-                                                    time_step_min=0.5)),
+                                                    time_step_min=0.5, time_step_limit=(0.2, 1.0))),
 }
 ALL_CASES = {**CASES, **PREFILL_CASES}
 

@@ -75,10 +75,9 @@ CASES = {  # name: (base, changes (None removes a key), the key the message name
     "granite-residual-multiplier": ("granitemoehybrid", {"residual_multiplier": 0}, "residual_multiplier",
                                     "expected a positive number"),
     "nemotron-mlp-act": ("nemotron_h", {"mlp_hidden_act": "silu"}, "mlp_hidden_act", '"silu" is not supported'),
-    "nemotron-time-step-limit": ("nemotron_h", {"time_step_limit": [0.0, 0.1]}, "time_step_limit",
-                                 "is not supported"),
+    "nemotron-time-step-limit": ("nemotron_h", {"time_step_limit": [0.1, 0.01]}, "time_step_limit",
+                                 "expected 0 <= low <= high"),
     "nemotron-sliding-window": ("nemotron_h", {"sliding_window": 4}, "sliding_window", "4 is not supported"),
-    "nemotron-time-step-min": ("nemotron_h", {"time_step_min": -1}, "time_step_min", "non-negative"),
 }
 
 
@@ -121,7 +120,8 @@ def test_nemotron_h_without_a_layer_list_takes_transformers_default_and_refuses_
 def test_legacy_layer_names_and_keys_are_read_as_transformers_reads_them(tmp_path):
     config = changed("nemotron_h", {"hybrid_override_pattern": None, "num_hidden_layers": None,
                                     "layers_block_type": ["mamba", "attention", "mlp"], "n_groups": 4,
-                                    "mamba_n_groups": 2, "mamba_d_conv": 3, "mamba_dt_min": 0.01})
+                                    "mamba_n_groups": 2, "mamba_d_conv": 3, "mamba_dt_limit": [0.01, 0.1],
+                                    "mamba_dt_min": 0.5})  # only initialises dt_bias (transformers 5.25)
     arch, _ = read_arch(folder_with(tmp_path, config))
     assert [spec.mixer for spec in arch.layers] == ["mamba2", "attention", None]
-    assert (arch.ssm["groups"], arch.ssm["conv_kernel"], arch.ssm["dt_min"]) == (2, 3, 0.01)
+    assert (arch.ssm["groups"], arch.ssm["conv_kernel"], arch.ssm["dt_min"], arch.ssm["dt_max"]) == (2, 3, 0.01, 0.1)

@@ -58,7 +58,7 @@ HF_TWINS = {  # each tiny twin as a config.json (no weights) of its Hugging Face
                                 tie_word_embeddings=True),
     "nemotron-h-8b": dict(ATTENTION, model_type="nemotron_h", num_hidden_layers=7, hybrid_override_pattern="M-M*-M-",
                           intermediate_size=128, mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2,
-                          conv_kernel=4, time_step_min=0.001, layer_norm_epsilon=1e-5, tie_word_embeddings=False),
+                          conv_kernel=4, layer_norm_epsilon=1e-5, tie_word_embeddings=False),
     "falcon-h1-7b": dict(ATTENTION, **{**MAMBA2, "mamba_n_heads": 4}, model_type="falcon_h1", num_hidden_layers=2,
                          intermediate_size=128, mamba_d_ssm=64, mamba_rms_norm=True, mamba_norm_before_gate=False,
                          rope_theta=1e11, rms_norm_eps=1e-5,
