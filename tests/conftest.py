@@ -2,12 +2,21 @@
 
 ``pytest --update-golden`` rewrites the golden dumps under ``tests/golden/`` instead of
 comparing against them (``irc.testing.golden``); review the diff before committing.
+
+``pytest -m twin`` runs the tests that hold irc against transformers: those of every test
+module that imports transformers, directly or through another test module (found from the
+imports alone, ``twin_modules``). ``benchmarks/transformers_drift.py`` runs them against the
+newest transformers beside the pinned one.
 """
 from __future__ import annotations
 
+import ast
+from functools import lru_cache
 from pathlib import Path
 
 import irc.testing
+
+TESTS = Path(__file__).resolve().parent
 
 
 def pytest_addoption(parser):
@@ -18,8 +27,48 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "fuzz: mutated inputs of every format (tests/fuzz; IRC_FUZZ_EXAMPLES=2000 "
                                        "for a long run, --hypothesis-seed=N to replay one)")
-    irc.testing.golden.directory = Path(__file__).resolve().parent / "golden"
+    config.addinivalue_line("markers", "twin: holds irc against transformers on a tiny random twin (every test of a "
+                                       "module that imports transformers, directly or through another test module)")
+    irc.testing.golden.directory = TESTS / "golden"
     irc.testing.golden.update = bool(config.getoption("--update-golden"))
+
+
+def _imported_modules(source: str) -> set:
+    """The dotted names of the modules a module imports anywhere in it (``pytest.importorskip``
+    too)."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "importorskip" and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            names.add(node.args[0].value)
+    return names
+
+
+@lru_cache(maxsize=None)
+def twin_modules() -> frozenset:
+    """Paths of the test modules that import transformers, or a test module that does (test
+    modules are imported as ``test_x`` or ``tests.dir.test_x``; their file names are unique)."""
+    imports = {path: _imported_modules(path.read_text()) for path in TESTS.rglob("*.py")}
+    by_stem = {path.stem: path for path in imports}
+    twins = {path for path, names in imports.items() if any(name.split(".")[0] == "transformers" for name in names)}
+    while True:
+        found = {path for path, names in imports.items() if any(by_stem.get(name.split(".")[-1]) in twins
+                                                                    for name in names)} - twins
+        if not found:
+            return frozenset(twins)
+        twins |= found
+
+
+def pytest_collection_modifyitems(config, items):
+    if "twin" not in (config.getoption("markexpr") or ""):
+        return
+    for item in items:
+        if Path(str(item.fspath)).resolve() in twin_modules():
+            item.add_marker(pytest.mark.twin)
 
 
 # ---- shared graphs ---------------------------------------------------------------------
