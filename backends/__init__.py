@@ -23,6 +23,8 @@ from irc.errors import IRCError
 from irc.graph import Graph
 from irc.output import signals_held
 
+from backends.triton import DEFAULT_PIPELINE as TRITON_PIPELINE  # plain data, no torch or triton import
+
 
 @dataclass(frozen=True)
 class EmitOptions:
@@ -112,7 +114,7 @@ TARGETS = {
                        _lazy(NPU + ":add_arguments"), ("chunk", "precision", "calibration"), needs_output=True,
                        prelude=_lazy(NPU + ":prelude")),
     "triton": Target("a Triton module: generated kernels + launcher (+ .pt weights)",
-                     "backends.triton.emit:emit_target", _fixed("dce,cse,mla-absorb,moe-sort")),
+                     "backends.triton.emit:emit_target", _fixed(TRITON_PIPELINE)),
 }
 
 

@@ -222,6 +222,20 @@ def lower_layer_norm(b: Builder, node: Node, outs: list[str]) -> None:
     b.node("LayerNormalization", inputs, outs, axis=-1, epsilon=float(node.attrs["eps"]), stash_type=1)
 
 
+def lower_patch_embed(b: Builder, node: Node, outs: list[str]) -> None:
+    """Conv(kernel = stride = p) [B, d, H/p, W/p], its grid flattened to [B, d, N] and
+    transposed to [B, N, d]: the op as the checkpoint's Conv2d computes it (ONNX Runtime's
+    Conv is one GEMM over the patches, the identity ``lower-patch-embed`` writes out)."""
+    pixels, weight, bias = pad_inputs(node.inputs, 3)
+    batch, count, width = node.outputs[0].shape
+    patch = node.attrs["patch"]
+    operands = [b.value(pixels)] + [b.weight(v, dtype=pixels.dtype) if isinstance(v, Param) else b.value(v)
+                                    for v in (weight, bias) if v is not None]
+    grid = b.op("Conv", operands, f"{outs[0]}/conv", kernel_shape=[patch, patch], strides=[patch, patch])
+    flat = b.op("Reshape", [grid, b.shape([batch, width, count])], f"{outs[0]}/flat", allowzero=1)
+    b.node("Transpose", [flat], outs, perm=[0, 2, 1])
+
+
 # operands that are a [out, in] weight applied as x @ W.T, per op
 MATRIX_OPERANDS = {"linear": {1}, "swiglu": {1, 2, 3}, "geglu": {1, 2, 3}, "gelu_mlp": {1, 2},
                    "moe": {1, 6, 7, 8, 9}, "mla_attention": {5, 6, 8, 9, 11, 12},
@@ -337,4 +351,5 @@ LOWERINGS = {
     "topk": lower_topk, "argsort": lower_argsort,
     "embedding": lower_embedding, "rms_norm": lower_rms_norm, "layer_norm": lower_layer_norm,
     "linear": lower_linear, "swiglu": lower_gated_mlp, "geglu": lower_gated_mlp, "gelu_mlp": lower_gelu_mlp,
+    "patch_embed": lower_patch_embed,
 }

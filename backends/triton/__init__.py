@@ -41,7 +41,10 @@ ssd (Mamba-2), gated_delta_rule             step kernel for decode (T = 1) and u
                                             (per-head decay; per-channel: step kernel).
                                             States are graph inputs/outputs
                                             (``backends.triton.plan_ssm``)
-mla_attention, moe                          refused: run mla-absorb / moe-sort first
+patch_embed (a ViT's patch projection)      lowered by lower-patch-embed: reshape and
+                                            transpose torch ops, then the matmul kernel
+mla_attention, moe, patch_embed             refused: run mla-absorb / moe-sort /
+                                            lower-patch-embed first
 ==========================================  ==============================================
 
 Importing this package imports neither torch nor triton; only emitting (and running the
@@ -49,5 +52,6 @@ emitted module) needs them: ``pip install -e .[triton]``.
 """
 
 # The triton target's default pipeline: MLA and dense MoE are lowered to the forms the
-# kernels take (absorbed MLA over the latent cache; sorted MoE with grouped GEMMs).
-DEFAULT_PIPELINE = "dce,cse,mla-absorb,moe-sort"
+# kernels take (absorbed MLA over the latent cache; sorted MoE with grouped GEMMs), and a
+# ViT's patch_embed to the patches (torch reshapes) and a linear (the matmul kernel).
+DEFAULT_PIPELINE = "dce,cse,mla-absorb,moe-sort,lower-patch-embed"

@@ -41,6 +41,8 @@ from backends.triton.plan_gemm import LINEAR_OPS, GemmPlanning
 REFUSED_HINTS = {
     "mla_attention": "run mla-absorb first (the triton target's default pipeline does): --passes dce,cse,mla-absorb",
     "moe": "run moe-sort first (the triton target's default pipeline does): --passes dce,cse,moe-sort",
+    "patch_embed": "run lower-patch-embed first (the triton target's default pipeline does): "
+                   "--passes dce,cse,lower-patch-embed",
 }
 
 
