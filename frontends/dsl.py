@@ -54,6 +54,7 @@ from frontends.dsl_mlp import MlpLayer
 from frontends.dsl_moe import MoeLayer
 from frontends.dsl_rope import Rope
 from frontends.dsl_ssm import SsmLayer
+from frontends.dsl_vision import VisionInputs, VisionLayer
 
 ACTIVATION = DType.f32
 PAST = "P"
@@ -92,14 +93,15 @@ class Tensor:
         return f"Tensor({self.value!r})"
 
 
-class Model(EncoderOutputs):
+class Model(EncoderOutputs, VisionInputs):
     """Builds one decoder graph, or with ``encoder`` an encoder graph (no caches, no logits:
     ``frontends.dsl_encoder``); see the module docstring for the conventions."""
 
     def __init__(self, name: str, vocab: int, d_model: int, dtype: str = "f32", encoder: bool = False):
         if not isinstance(name, str) or not name:
             raise ArgError("name", f"expected a non-empty string, got {name!r}", call_site())
-        self.vocab = positive("vocab", vocab)
+        # a vision encoder (frontends.dsl_vision) has no vocabulary
+        self.vocab = None if vocab is None and encoder is True else positive("vocab", vocab)
         self.d_model = positive("d_model", d_model)
         try:
             self.dtype = DType.parse(dtype)
@@ -208,6 +210,10 @@ class Model(EncoderOutputs):
         return self._graph.add_input(name, ACTIVATION, ("B",) + tuple(shape))
 
     def _context(self) -> tuple[Value, Value]:
+        """The attention mask and positions (None for a vision encoder: every patch visible,
+        positions learned and added once)."""
+        if self.meta.get("vision") is not None:
+            return None, None
         if self._mask is None:
             raise self.error("x", "call m.input_ids() first: attention needs the mask and positions")
         return self._mask, self._positions
@@ -368,7 +374,7 @@ class Model(EncoderOutputs):
         return logits
 
 
-class Layer(AttentionLayer, MlpLayer, MoeLayer, SsmLayer, DeltaLayer, LightningLayer):
+class Layer(AttentionLayer, MlpLayer, MoeLayer, SsmLayer, DeltaLayer, LightningLayer, VisionLayer):
     """One decoder layer: its weights are ``layers.{i}.*``, its values ``layers.{i}.*``
     (attention ``frontends.dsl_attention``, the MLPs ``frontends.dsl_mlp``, the mixture of
     experts ``frontends.dsl_moe``, the

@@ -125,6 +125,8 @@ class AttentionLayer:
             q, k, v = (self._clip(t, c, which) for t, which in ((q, "q"), (k, "k"), (v, "v")))
         if rope is not None:
             mask, positions = m._context()
+            if positions is None:
+                raise m.error("rope", "a vision encoder's tokens have learned positions here, not RoPE")
             q = emit_rope(m, q, positions, rope, heads, head_dim, f"{p}q_rope")
             k = emit_rope(m, k, positions, rope, kv_heads, head_dim, f"{p}k_rope")
         if query_scale is not None:  # (beta, original, max positions): Llama-4's, after RoPE

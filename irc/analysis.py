@@ -270,6 +270,9 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
         "nodes": len(graph.nodes),
         "layers": list(layers.values()),
     }
+    vision = graph.meta.get("vision")
+    if vision:  # an image encoder (frontends.dsl_vision): its graph has no T, so cost is per image
+        summary["vision"] = {**vision, "flops_per_image": cost.flops, "other_flops_per_image": cost.other_flops}
     latent = _mla_latent_elements(graph)
     if latent:
         summary["kv_cache_latent_elements_per_token_per_layer"] = latent

@@ -131,6 +131,9 @@ def cmd_show(args) -> int:
         return 0
     print(f"{summary['name']}: {summary['n_layers']} layers, {summary['nodes']} nodes")
     print(f"  weights: {weights}")
+    if "vision" in summary:
+        _print_rows(_vision_rows(summary))
+        return 0
     rows = [
         ("parameters", f"{summary['params_total']:,}"),
         ("active parameters", f"{summary['params_active']:,}"),
@@ -153,14 +156,30 @@ def cmd_show(args) -> int:
     if "kv_cache_latent_bytes_per_token" in summary:
         rows.append(("MLA latent cache/token", f"{summary['kv_cache_latent_bytes_per_token']:,} bytes "
                      f"({summary['kv_cache_latent_elements_per_token_per_layer']} elements/layer)"))
-    width = max(len(r[0]) for r in rows)
-    for label, value in rows:
-        print(f"  {label:<{width}}  {value}")
+    _print_rows(rows)
     for line in trade_lines(trade) if trade else []:
         print(line)
     for line in _memory_lines(memory, summary) if memory else []:
         print(line)
     return 0
+
+
+def _print_rows(rows: list) -> None:
+    width = max(len(r[0]) for r in rows)
+    for label, value in rows:
+        print(f"  {label:<{width}}  {value}")
+
+
+def _vision_rows(summary: dict) -> list:
+    """An image encoder's summary: an image in, its tokens out, and the work per image."""
+    vision = summary["vision"]
+    height, width = vision["image_size"]
+    return [("parameters", f"{summary['params_total']:,}"),
+            ("parameter bytes", f"{summary['param_bytes']:,}"),
+            ("image", f"{vision['channels']} x {height} x {width}, patch {vision['patch']}: "
+                      f"{vision['patches']:,} patches"),
+            ("tokens per image", f"{vision['tokens']:,}"),
+            ("FLOPs/image", f"{vision['flops_per_image']:,}")]
 
 
 def _memory_lines(memory: list, summary: dict) -> list[str]:

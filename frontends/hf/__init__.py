@@ -23,6 +23,7 @@ from frontends.hf.config import CONFIG, Arch, Config
 from frontends.hf.encoder import SENTENCE_FILES, attach_modules, base_model_view, read_modules
 from frontends.hf.families import checkpoint_source, describe
 from frontends.hf.generation import GENERATION_CONFIG, generation_meta
+from frontends.hf.vision import is_vision, load_vision
 from frontends.hf.weights import Checkpoint
 from irc.dtypes import DType
 from irc.errors import SpecError
@@ -68,6 +69,9 @@ def load_hf(folder, weights: bool = True) -> Graph:
     folder = str(folder)
     if not is_hf_folder(folder):
         raise SpecError(f"no {CONFIG} in this folder", location=folder)
+    cfg = Config.read(folder)
+    if is_vision(cfg):  # an image encoder: frontends.hf.vision
+        return load_vision(folder, cfg, weights)
     arch, cfg = read_arch(folder)
     checkpoint = Checkpoint.find(folder) if weights else None
     if checkpoint is not None and arch.encoder is not None:

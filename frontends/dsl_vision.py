@@ -1,0 +1,192 @@
+"""The DSL's vision encoder form (part of ``frontends.dsl.Model`` and ``Layer``): a ViT.
+
+    m = Model("tiny-vit", vocab=None, d_model=32, encoder=True)
+    x = m.patch_embed(m.pixel_values(3, 32, 32), patch=8)        # [B, 16, 32]
+    x = m.learned_tokens(x, "cls_token", (1, 1, 32))               # [B, 17, 32], CLS first
+    x = m.learned_positions(x, "position_embeddings", (1, 17, 32))
+    for layer in m.layers(2):
+        x = x + layer.attention(layer.layer_norm(x), heads=4, qkv_bias=True, out_bias=True, causal=False)
+        x = x + layer.gelu_mlp(layer.layer_norm(x), d_ff=64, bias=True)
+    h = m.last_hidden_state(m.layer_norm(x, "norm"))               # output last_hidden_state [B, 17, 32]
+    m.pooler_output(m.token(h, 0))                                  # output pooler_output [B, 32]
+
+A vision encoder (``Model(vocab=None, encoder=True)`` with ``pixel_values``) takes one input,
+``pixel_values`` f32 [B, C, H, W] at a fixed image size, and attends over every token of an
+image (no mask, no positions: its position embeddings are learned and added once). The
+image becomes tokens through ``patch_embed`` (``irc.ops.vision``: the Conv2d with kernel =
+stride = p of the checkpoints). Params keep the checkpoint's shapes ([1, 1, d] or [d] for a
+class token, [1, N, d] or [N, d] for positions): the ops reshape and broadcast.
+``graph.meta["vision"]`` records channels, image size, patch, patches and tokens.
+
+Layers add ``layer_scale`` (DINOv2's LayerScale: x times a learned [d] vector) and
+``quick_gelu_mlp`` (CLIP's: up, x·sigmoid(1.702x), down, with biases, as primitives);
+``attention_pool`` is SigLIP's pooling head (a learned probe attending over the tokens with
+``torch.nn.MultiheadAttention``'s packed in-projection, then LayerNorm and a residual MLP).
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from frontends.dsl_args import positive
+from irc.dtypes import DType
+
+if TYPE_CHECKING:
+    from frontends.dsl import Tensor
+
+PIXELS = "pixel_values"
+QUICK_GELU = 1.702  # x * sigmoid(1.702 x), CLIP's quick_gelu
+
+
+class VisionInputs:
+    """Mixin of ``Model``: the vision encoder's input, tokens and outputs."""
+
+    def _added_param(self, name: str, shape: tuple) -> Tensor:
+        """A param the activations meet outside a linear (a token, a position, a scale), as
+        float32 (activations are: a cast follows a param of another float type)."""
+        from frontends.dsl import ACTIVATION, Tensor
+        value = Tensor(self, self.param(name, tuple(shape)))
+        if self.dtype == ACTIVATION:
+            return value
+        return self.emit("cast", [value], {"to": str(ACTIVATION)}, f"{name}_f32")[0]
+
+    def _vision(self) -> dict:
+        vision = self.meta.get("vision")
+        if vision is None:
+            raise self.error("x", "call m.pixel_values(...) first: this is a vision encoder's call")
+        return vision
+
+    def pixel_values(self, channels: int, height: int, width: int) -> Tensor:
+        """The image batch ``pixel_values`` f32 [B, C, H, W] (the only input)."""
+        from frontends.dsl import Tensor
+        if not self.encoder or self.vocab is not None:
+            raise self.error("pixel_values", "images are a vision encoder's input",
+                             hint="build with Model(..., vocab=None, encoder=True)")
+        if self.meta.get("vision") is not None:
+            raise self.error("pixel_values", "the image input is already declared")
+        where = self.origin()
+        size = [positive(arg, value, where) for arg, value in (("channels", channels), ("height", height),
+                                                              ("width", width))]
+        self.meta["vision"] = {"channels": size[0], "image_size": size[1:], "patch": None, "patches": None,
+                               "tokens": None}
+        self.meta.pop("vocab_size", None)  # no vocabulary
+        return Tensor(self, self._graph.add_input(PIXELS, DType.f32, ("B", *size)))
+
+    def patch_embed(self, x: Tensor, patch: int, bias: bool = True, name: str = "patch_embed") -> Tensor:
+        """[B, C, H, W] -> [B, (H/p)(W/p), d]: ``@{name}`` [d, C, p, p] (bias ``@{name}.bias``)."""
+        vision = self._vision()
+        positive("patch", patch, self.origin())
+        height, width = vision["image_size"]
+        if patch > min(height, width):
+            raise self.error("patch", f"patch {patch} is larger than the image {height}x{width}")
+        weight = self.param(name, (self.d_model, vision["channels"], patch, patch))
+        b = self.param(f"{name}.bias", (self.d_model,)) if bias else None
+        out = self.emit("patch_embed", [x, weight, b], {"patch": patch}, "patches")[0]
+        vision.update(patch=patch, patches=out.shape[1], tokens=out.shape[1])
+        return out
+
+    def learned_tokens(self, x: Tensor, name: str, shape: tuple, at: int = 0) -> Tensor:
+        """x [B, N, d] with the tokens of ``@{name}`` (``shape``: count·d elements, e.g. [1, 1, d]
+        or [d]) inserted before token ``at``: a class token (at 0), DINOv2's registers (at 1)."""
+        d = self._features(x)
+        count = math.prod(shape) // d if shape and math.prod(shape) % d == 0 else 0
+        if count < 1:
+            raise self.error("shape", f"{list(shape)} is not a whole number of {d}-wide tokens")
+        tokens = x.shape[1]
+        if not isinstance(at, int) or not 0 <= at <= tokens:
+            raise self.error("at", f"expected a token index in 0..{tokens}, got {at!r}")
+        row = self.emit("reshape", [self._added_param(name, shape)], {"shape": [1, count, d]}, f"{name}_row")[0]
+        batch = self.emit("expand", [row], {"shape": [x.shape[0], count, d]}, f"{name}_batch")[0]
+        parts = [batch, x] if at == 0 else [
+            self.emit("slice", [x], {"axis": 1, "start": 0, "end": at}, f"{name}_before")[0], batch,
+            self.emit("slice", [x], {"axis": 1, "start": at, "end": tokens}, f"{name}_after")[0]]
+        out = self.emit("concat", parts, {"axis": 1}, "tokens")[0]
+        self._vision()["tokens"] = out.shape[1]
+        return out
+
+    def learned_positions(self, x: Tensor, name: str, shape: tuple) -> Tensor:
+        """x [B, N, d] plus the learned position embedding ``@{name}`` ([1, N, d] or [N, d])."""
+        if tuple(shape[-2:]) != tuple(x.shape[1:]) or len(shape) not in (2, 3) or (len(shape) == 3 and shape[0] != 1):
+            raise self.error("shape", f"{list(shape)} does not fit {x.shape[1]} tokens of {x.shape[2]}")
+        return self.emit("add", [x, self._added_param(name, shape)], None, "embeddings")[0]
+
+    def token(self, x: Tensor, index: int, name: str = "pooled") -> Tensor:
+        """x[:, index] [B, d] of x [B, N, d] (a class token's state)."""
+        if not isinstance(index, int) or not 0 <= index < x.shape[1]:
+            raise self.error("index", f"expected a token index below {x.shape[1]}, got {index!r}")
+        picked = self.emit("slice", [x], {"axis": 1, "start": index, "end": index + 1}, f"{name}_token")[0]
+        return self.emit("reshape", [picked], {"shape": [x.shape[0], x.shape[2]]}, name)[0]
+
+    def pooler_output(self, x: Tensor) -> Tensor:
+        """Make ``x`` [B, d] the graph's second output, ``pooler_output``."""
+        self._vision()
+        if [v.name for v in self._graph.outputs] != ["last_hidden_state"]:
+            raise self.error("x", "call m.last_hidden_state(...) first, and pooler_output once")
+        if len(x.shape) != 2:
+            raise self.error("x", f"expected [B, d], got {x.value.type_str()}")
+        self._graph.rename(x.value, "pooler_output")
+        self._graph.outputs.append(x.value)
+        return x
+
+    def attention_pool(self, x: Tensor, heads: int, d_ff: int, eps: float, name: str = "head") -> Tensor:
+        """SigLIP's pooling head, [B, N, d] -> [B, d]: a probe ``@{name}.probe`` [1, 1, d]
+        attends over x (``@{name}.attention.w{q,k,v}`` [d, d] and ``b{q,k,v}``: the rows of
+        torch's packed ``in_proj_weight`` / ``in_proj_bias``; ``out_proj``), then
+        h + mlp(layer_norm(h)) (``@{name}.layernorm``, ``@{name}.mlp.fc1/fc2``, gelu tanh)."""
+        d = self._features(x)
+        positive("heads", heads, self.origin())
+        if d % heads:
+            raise self.error("heads", f"d_model {d} is not divisible by {heads} heads")
+        head_dim, batch, tokens = d // heads, x.shape[0], x.shape[1]
+        probe = self.emit("expand", [self._added_param(f"{name}.probe", (1, 1, d))], {"shape": [batch, 1, d]},
+                          f"{name}_probe")[0]
+
+        def project(t: Tensor, which: str) -> Tensor:
+            w = self.param(f"{name}.attention.w{which}", (d, d))
+            b = self.param(f"{name}.attention.b{which}", (d,))
+            return self.emit("linear", [t, w, b], None, f"{name}_{which}")[0]
+
+        def heads_first(t: Tensor, length, which: str) -> Tensor:
+            split = self.emit("reshape", [t], {"shape": [batch, length, heads, head_dim]}, f"{name}_{which}_heads")[0]
+            return self.emit("transpose", [split], {"perm": [0, 2, 1, 3]}, f"{name}_{which}_bhtd")[0]
+
+        q = heads_first(project(probe, "q"), 1, "q")
+        k = heads_first(project(x, "k"), tokens, "k")
+        v = heads_first(project(x, "v"), tokens, "v")
+        k_t = self.emit("transpose", [k], {"perm": [0, 1, 3, 2]}, f"{name}_k_t")[0]
+        scores = self.emit("matmul", [q, k_t], None, f"{name}_scores")[0]
+        scores = self.scale(scores, head_dim ** -0.5, f"{name}_scores_scaled")
+        weights = self.emit("softmax", [scores], {"axis": -1}, f"{name}_weights")[0]
+        attended = self.emit("matmul", [weights, v], None, f"{name}_attended")[0]
+        merged = self.emit("reshape", [self.emit("transpose", [attended], {"perm": [0, 2, 1, 3]},
+                                                 f"{name}_attended_bthd")[0]], {"shape": [batch, 1, d]},
+                           f"{name}_merged")[0]
+        out = self.emit("linear", [merged, self.param(f"{name}.attention.out_proj.weight", (d, d)),
+                                   self.param(f"{name}.attention.out_proj.bias", (d,))], None, f"{name}_attn_out")[0]
+        normed = self.norm(out, f"{name}.layernorm", "layer", eps)
+        up = self.emit("linear", [normed, self.param(f"{name}.mlp.fc1.weight", (d_ff, d)),
+                                  self.param(f"{name}.mlp.fc1.bias", (d_ff,))], None, f"{name}_mlp_up")[0]
+        act = self.emit("gelu", [up], {"approximate": "tanh"}, f"{name}_mlp_act")[0]
+        down = self.emit("linear", [act, self.param(f"{name}.mlp.fc2.weight", (d, d_ff)),
+                                    self.param(f"{name}.mlp.fc2.bias", (d,))], None, f"{name}_mlp_out")[0]
+        return self.token(self.add(out, down, f"{name}_out"), 0, f"{name}_pooled")
+
+
+class VisionLayer:
+    """Mixin of ``Layer``: the vision encoders' layer parts (needs ``model`` and ``prefix``)."""
+
+    def layer_scale(self, x: Tensor, name: str) -> Tensor:
+        """x times ``@layers.{i}.{name}`` [d] (DINOv2's LayerScale)."""
+        m = self.model
+        return m.mul(x, m._added_param(f"{self.prefix}{name}", (m._features(x),)), f"{self.prefix}{name}_out")
+
+    def quick_gelu_mlp(self, x: Tensor, d_ff: int) -> Tensor:
+        """down(quick_gelu(up(x) + b_up)) + b_down, quick_gelu(u) = u·sigmoid(1.702u) (CLIP's),
+        as primitives; weights ``mlp.w_up`` [d_ff, d], ``mlp.w_down``, biases ``mlp.b_up``, ``b_down``."""
+        m, p = self.model, self.prefix
+        w_up, w_down, b_up, b_down = self._up_down(x, d_ff, True)
+        self._note_mlp("quick_gelu", d_ff)
+        up = m.emit("linear", [x, w_up, b_up], None, f"{p}mlp_up")[0]
+        gate = m.emit("sigmoid", [m.scale(up, QUICK_GELU, f"{p}mlp_up_scaled")], None, f"{p}mlp_gate")[0]
+        act = m.emit("mul", [up, gate], None, f"{p}mlp_act")[0]
+        return m.emit("linear", [act, w_down, b_down], None, f"{p}mlp_out")[0]

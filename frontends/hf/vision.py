@@ -1,0 +1,259 @@
+"""Vision encoders from Hugging Face folders: ViT, DINOv2 (with registers), CLIP's and SigLIP's
+vision towers, built through the DSL's vision form (``frontends.dsl_vision``).
+
+=======================  ===================================================================
+vit                      patches (Conv2d with bias) + CLS + learned positions; pre-LN layers
+                         (``layernorm_before`` / ``layernorm_after``), MHA with q/k/v biases
+                         (``qkv_bias``), GELU MLP; final ``layernorm``; pooler: dense +
+                         ``pooler_act`` (tanh) on the CLS state, when the checkpoint has it
+dinov2                   ViT's embeddings; LayerScale after attention and MLP
+                         (``layer_scale1/2.lambda1``), MLP width hidden_size x ``mlp_ratio``;
+                         pooler_output: the normed CLS state
+dinov2_with_registers    DINOv2 plus ``num_register_tokens`` learned tokens after the CLS one
+clip_vision_model        patches (no bias) + class embedding + positions, ``pre_layrnorm``,
+                         layers with quick_gelu MLPs; last_hidden_state unnormed,
+                         pooler_output = ``post_layernorm`` of the CLS state
+siglip_vision_model      patches (bias) + positions, no class token; gelu tanh MLPs;
+                         last_hidden_state = ``post_layernorm``(x); pooler_output: the
+                         attention-pooling head (``vision_use_head``), else none
+=======================  ===================================================================
+
+The graph takes ``pixel_values`` f32 [B, C, image_size, image_size] (the checkpoint's size:
+the position embeddings are used as trained, as transformers does without
+``interpolate_pos_encoding``) and returns ``last_hidden_state`` [B, tokens, d] and
+``pooler_output`` [B, d] (what the family's base model returns). Keys a config.json leaves out
+take transformers 5.25's defaults (``DEFAULTS``). A checkpoint may hold the tower alone
+(``XModel.save_pretrained``) or under ``vision_model.`` / ``vit.`` / ``dinov2.`` (CLIP and
+SigLIP, or classification checkpoints); a classifier's head and DINOv2's ``mask_token`` are
+not read. Refused, each with the key and the value: activations other than GELU (exact or
+tanh) and quick_gelu, DINOv2's SwiGLU FFN (``use_swiglu_ffn``), ViT without q/k/v biases,
+non-square images.
+"""
+from __future__ import annotations
+
+import os
+
+from frontends.hf.config import Config
+from frontends.hf.weights import Checkpoint, CheckpointData, Source, Tensor, View
+from irc.errors import SpecError
+from irc.graph import Graph, Param
+from irc.yamlloc import boolean, positive_int, positive_number
+
+_VIT = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "hidden_act": "gelu",
+        "image_size": 224, "num_channels": 3, "qkv_bias": True}
+DEFAULTS = {
+    "vit": {**_VIT, "intermediate_size": 3072, "layer_norm_eps": 1e-12, "patch_size": 16, "pooler_act": "tanh",
+            "pooler_output_size": None},
+    "dinov2": {**_VIT, "mlp_ratio": 4, "layer_norm_eps": 1e-6, "patch_size": 14, "use_swiglu_ffn": False},
+    "dinov2_with_registers": {**_VIT, "mlp_ratio": 4, "layer_norm_eps": 1e-6, "patch_size": 16,
+                              "use_swiglu_ffn": False, "num_register_tokens": 4},
+    "clip_vision_model": {**_VIT, "intermediate_size": 3072, "hidden_act": "quick_gelu", "layer_norm_eps": 1e-5,
+                          "patch_size": 32},
+    "siglip_vision_model": {**_VIT, "intermediate_size": 3072, "hidden_act": "gelu_pytorch_tanh",
+                            "layer_norm_eps": 1e-6, "patch_size": 16, "vision_use_head": True},
+}
+FAMILIES = tuple(DEFAULTS)
+GELU = {"gelu": "none", "gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "quick_gelu": "quick"}
+PREFIXES = ("", "vision_model.", "vit.", "dinov2.")
+# irc's param name (a layer's after "layers.{i}.") -> the checkpoint's, per layout
+_VIT_LAYER = {"attn.wq": "attention.attention.query.weight", "attn.bq": "attention.attention.query.bias",
+              "attn.wk": "attention.attention.key.weight", "attn.bk": "attention.attention.key.bias",
+              "attn.wv": "attention.attention.value.weight", "attn.bv": "attention.attention.value.bias",
+              "attn.wo": "attention.output.dense.weight", "attn.bo": "attention.output.dense.bias"}
+_CLIP_LAYER = {**{f"attn.w{x}": f"self_attn.{x}_proj.weight" for x in "qkv"},
+               **{f"attn.b{x}": f"self_attn.{x}_proj.bias" for x in "qkv"},
+               "attn.wo": "self_attn.out_proj.weight", "attn.bo": "self_attn.out_proj.bias",
+               "attn_norm": "layer_norm1.weight", "attn_norm.bias": "layer_norm1.bias",
+               "mlp_norm": "layer_norm2.weight", "mlp_norm.bias": "layer_norm2.bias",
+               "mlp.w_up": "mlp.fc1.weight", "mlp.b_up": "mlp.fc1.bias",
+               "mlp.w_down": "mlp.fc2.weight", "mlp.b_down": "mlp.fc2.bias"}
+LAYOUTS = {
+    "vit": ("encoder.layer.", {**_VIT_LAYER, "attn_norm": "layernorm_before.weight",
+                               "attn_norm.bias": "layernorm_before.bias", "mlp_norm": "layernorm_after.weight",
+                               "mlp_norm.bias": "layernorm_after.bias", "mlp.w_up": "intermediate.dense.weight",
+                               "mlp.b_up": "intermediate.dense.bias", "mlp.w_down": "output.dense.weight",
+                               "mlp.b_down": "output.dense.bias"},
+            {"patch_embed": "embeddings.patch_embeddings.projection.weight",
+             "patch_embed.bias": "embeddings.patch_embeddings.projection.bias", "cls_token": "embeddings.cls_token",
+             "position_embeddings": "embeddings.position_embeddings", "norm": "layernorm.weight",
+             "norm.bias": "layernorm.bias", "pooler.dense": "pooler.dense.weight",
+             "pooler.dense.bias": "pooler.dense.bias"}),
+    "dinov2": ("encoder.layer.", {**_VIT_LAYER, "attn_norm": "norm1.weight", "attn_norm.bias": "norm1.bias",
+                                  "mlp_norm": "norm2.weight", "mlp_norm.bias": "norm2.bias",
+                                  "mlp.w_up": "mlp.fc1.weight", "mlp.b_up": "mlp.fc1.bias",
+                                  "mlp.w_down": "mlp.fc2.weight", "mlp.b_down": "mlp.fc2.bias",
+                                  "layer_scale1": "layer_scale1.lambda1", "layer_scale2": "layer_scale2.lambda1"},
+               {"patch_embed": "embeddings.patch_embeddings.projection.weight",
+                "patch_embed.bias": "embeddings.patch_embeddings.projection.bias", "cls_token": "embeddings.cls_token",
+                "registers": "embeddings.register_tokens", "position_embeddings": "embeddings.position_embeddings",
+                "norm": "layernorm.weight", "norm.bias": "layernorm.bias"}),
+    "clip": ("encoder.layers.", _CLIP_LAYER,
+             {"patch_embed": "embeddings.patch_embedding.weight", "patch_embed.bias": "embeddings.patch_embedding.bias",
+              "cls_token": "embeddings.class_embedding", "position_embeddings": "embeddings.position_embedding.weight",
+              "pre_norm": "pre_layrnorm.weight", "pre_norm.bias": "pre_layrnorm.bias",
+              "post_norm": "post_layernorm.weight", "post_norm.bias": "post_layernorm.bias"}),
+}
+LAYOUT = {"vit": "vit", "dinov2": "dinov2", "dinov2_with_registers": "dinov2", "clip_vision_model": "clip",
+          "siglip_vision_model": "clip"}
+SPARE = ("embeddings.mask_token",)  # DINOv2's pretraining mask: no base model's inference reads it
+PACKED = {"q": 0, "k": 1, "v": 2}  # rows of torch.nn.MultiheadAttention's in_proj (SigLIP's head)
+
+
+def is_vision(cfg: Config) -> bool:
+    return cfg.data.get("model_type") in DEFAULTS
+
+
+def checkpoint_name(model_type: str, param: str) -> str:
+    """The checkpoint key (without a tower prefix) of irc's param ``param``."""
+    layer_prefix, layer_names, top_names = LAYOUTS[LAYOUT[model_type]]
+    if param.startswith("layers."):
+        index, name = param[len("layers."):].split(".", 1)
+        return f"{layer_prefix}{index}.{layer_names[name]}"
+    if param.startswith("head."):  # SigLIP's pooling head keeps its names
+        return "head.layernorm.weight" if param == "head.layernorm" else param
+    return top_names[param]
+
+
+def checkpoint_source(model_type: str, param: Param, prefix: str) -> Source:
+    """Where ``param`` is in the checkpoint: one tensor, or for SigLIP's head q, k or v (and
+    their biases) the rows of torch's packed in-projection, q|k|v."""
+    name = param.name
+    packed = PACKED.get(name.rsplit(".", 1)[-1][1:]) if name.startswith("head.attention.") else None
+    if packed is None:
+        return Tensor(prefix + checkpoint_name(model_type, name))
+    d = param.shape[0]
+    stored = "in_proj_weight" if name.rsplit(".", 1)[-1][0] == "w" else "in_proj_bias"
+    return View(f"{prefix}head.attention.{stored}", rows=range(packed * d, (packed + 1) * d))
+
+
+def _activation(cfg: Config) -> str:
+    act = cfg.raw("hidden_act")
+    if act not in GELU:
+        raise cfg.unsupported("hidden_act", act, hint=f"activations: {', '.join(GELU)}")
+    return GELU[act]
+
+
+def build_vision(cfg: Config, name: str, pooler: bool = True) -> Graph:
+    """The vision encoder config.json describes (``pooler``: ViT's dense pooler, which a
+    classification checkpoint lacks)."""
+    from frontends.dsl import Model
+
+    model_type = cfg.data["model_type"]
+    d = cfg.get("hidden_size", positive_int)
+    heads = cfg.get("num_attention_heads", positive_int)
+    if d % heads:
+        raise cfg.error("num_attention_heads", f"{heads} heads do not divide hidden_size {d}")
+    if isinstance(cfg.raw("image_size"), list):
+        raise cfg.unsupported("image_size", cfg.raw("image_size"), hint="irc compiles square images")
+    size = cfg.get("image_size", positive_int)
+    patch = cfg.get("patch_size", positive_int)
+    if patch > size:
+        raise cfg.error("patch_size", f"{patch} is larger than image_size {size}")
+    eps = cfg.get("layer_norm_eps", positive_number)
+    activation = _activation(cfg)
+    dino = model_type.startswith("dinov2")
+    clip = LAYOUT[model_type] == "clip"
+    if dino:
+        cfg.check("use_swiglu_ffn", lambda v: not v, hint="irc builds DINOv2's GELU MLP")
+        d_ff = int(d * cfg.get("mlp_ratio", positive_number))
+    else:
+        d_ff = cfg.get("intermediate_size", positive_int)
+    if not clip:
+        cfg.check("qkv_bias", lambda v: v is True, hint="irc builds ViT and DINOv2 with q/k/v biases")
+
+    m = Model(name, vocab=None, d_model=d, dtype=cfg.dtype(), encoder=True)
+    x = m.patch_embed(m.pixel_values(cfg.get("num_channels", positive_int), size, size), patch,
+                      bias=model_type != "clip_vision_model")
+    patches = x.shape[1]
+    if model_type == "siglip_vision_model":
+        x = m.learned_positions(x, "position_embeddings", (patches, d))
+    elif clip:
+        x = m.learned_tokens(x, "cls_token", (d,))
+        x = m.learned_positions(x, "position_embeddings", (patches + 1, d))
+        x = m.layer_norm(x, "pre_norm", eps)
+    else:
+        x = m.learned_tokens(x, "cls_token", (1, 1, d))
+        x = m.learned_positions(x, "position_embeddings", (1, patches + 1, d))
+        if model_type == "dinov2_with_registers":
+            count = cfg.get("num_register_tokens", positive_int)
+            x = m.learned_tokens(x, "registers", (1, count, d), at=1)
+    for layer in m.layers(cfg.get("num_hidden_layers", positive_int)):
+        h = layer.attention(layer.layer_norm(x, eps=eps), heads=heads, qkv_bias=True, out_bias=True, causal=False)
+        x = x + (layer.layer_scale(h, "layer_scale1") if dino else h)
+        h = layer.layer_norm(x, eps=eps)
+        h = layer.quick_gelu_mlp(h, d_ff) if activation == "quick" else layer.gelu_mlp(h, d_ff, bias=True,
+                                                                                       approximate=activation)
+        x = x + (layer.layer_scale(h, "layer_scale2") if dino else h)
+    if clip and model_type == "clip_vision_model":
+        m.last_hidden_state(x)
+        m.pooler_output(m.layer_norm(m.token(x, 0), "post_norm", eps))
+    elif clip:
+        h = m.last_hidden_state(m.layer_norm(x, "post_norm", eps))
+        if cfg.get("vision_use_head", boolean):
+            m.pooler_output(m.attention_pool(h, heads, d_ff, eps))
+    else:
+        h = m.last_hidden_state(m.layer_norm(x, "norm", eps))
+        if dino:
+            m.pooler_output(m.token(h, 0))
+        elif pooler:
+            act = cfg.raw("pooler_act")
+            if act != "tanh":
+                raise cfg.unsupported("pooler_act", act, hint="irc builds ViT's tanh pooler")
+            width = cfg.get("pooler_output_size", positive_int, d)
+            m.pooler_output(m.dense(m.token(h, 0), width, bias=True, activation="tanh", name="pooler.dense"))
+    graph = m.graph
+    graph.meta["model_type"] = model_type
+    return graph
+
+
+def _prefix(checkpoint: Checkpoint, model_type: str) -> str:
+    probe = checkpoint_name(model_type, "patch_embed")
+    for prefix in PREFIXES:
+        if prefix + probe in checkpoint.files:
+            return prefix
+    raise SpecError(f"no tensor {probe} (under any of {', '.join(repr(p) for p in PREFIXES if p)} or none) in "
+                    "the checkpoint", location=checkpoint.folder, hint=f"is this a {model_type} checkpoint?")
+
+
+def attach_vision_weights(graph: Graph, checkpoint: Checkpoint) -> None:
+    """Point every param at its checkpoint tensor (shapes and dtypes checked); tensors of the
+    tower left over are an error, a classifier's or the other tower's are not."""
+    model_type = graph.meta["model_type"]
+    prefix = _prefix(checkpoint, model_type)
+    used = set()
+    for param in graph.params.values():
+        source = checkpoint_source(model_type, param, prefix)
+        name = source.names()[0]
+        checkpoint.file(name)
+        checkpoint.dtype(name)
+        shape = source.shape(checkpoint)
+        if tuple(shape) != param.shape:
+            raise SpecError(f"tensor {source!r} has shape {shape}; config.json describes @{param.name} as "
+                            f"{list(param.shape)}", location=checkpoint.file(name))
+        param.data = CheckpointData(checkpoint, source, param.dtype)
+        used.add(name)
+    tower = [n for n in checkpoint.files if n.startswith(prefix) and n[len(prefix):].split(".")[0] in
+             ("embeddings", "encoder", "layernorm", "pre_layrnorm", "post_layernorm", "head")]
+    spare = sorted(n for n in tower if n not in used and n[len(prefix):] not in SPARE)
+    if spare:
+        raise SpecError(f"checkpoint tensor {spare[0]} has no place in the model config.json describes",
+                        location=checkpoint.file(spare[0]), hint="the checkpoint has weights irc's model lacks")
+
+
+def load_vision(folder: str, cfg: Config, weights: bool) -> Graph:
+    """The vision encoder of ``folder`` (``frontends.hf.load_hf`` dispatches here)."""
+    cfg.defaults = DEFAULTS[cfg.data["model_type"]]
+    name = os.path.basename(os.path.normpath(os.path.abspath(folder))) or "model"
+    checkpoint = Checkpoint.find(folder) if weights else None
+    pooler = True
+    if checkpoint is not None and cfg.data["model_type"] == "vit":
+        prefix = _prefix(checkpoint, "vit")
+        pooler = prefix + checkpoint_name("vit", "pooler.dense") in checkpoint.files
+    graph = build_vision(cfg, name, pooler)
+    if checkpoint is not None:
+        attach_vision_weights(graph, checkpoint)
+    return graph
+
+
+__all__ = ["DEFAULTS", "FAMILIES", "build_vision", "is_vision", "load_vision"]
+

@@ -1,0 +1,181 @@
+"""Vision encoders (``frontends.hf.vision``) against transformers 5.25 on tiny random twins:
+ViT (the base model with its pooler, and a classifier's checkpoint under ``vit.`` without
+one), DINOv2 with and without registers, CLIP's and SigLIP's vision towers. Each saved as
+transformers saves it gives the base model's ``last_hidden_state`` and ``pooler_output`` on a
+batch of two images through the reference interpreter, the NumPy module and both ONNX targets
+(<= 1e-4 relative), with transformers' parameter count; config.json mistakes are one
+SpecError naming the key."""
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+
+from frontends import load_spec
+from irc.analysis import analyze
+from irc.check import relative_error
+from irc.errors import SpecError
+from irc.interpreter import run
+from irc_cli import main
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+TOLERANCE = 1e-4
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48, image_size=16,
+             patch_size=4, num_channels=3)
+CASES = {  # name: (model class, config class, overrides of SMALL)
+    "vit": ("ViTModel", "ViTConfig", dict(layer_norm_eps=1e-6)),
+    "vit-classifier-no-pooler": ("ViTForImageClassification", "ViTConfig", dict(patch_size=8, num_labels=5)),
+    "dinov2-layerscale": ("Dinov2Model", "Dinov2Config", dict(layerscale_value=0.5, mlp_ratio=2)),
+    "dinov2-registers": ("Dinov2WithRegistersModel", "Dinov2WithRegistersConfig", dict(num_register_tokens=3)),
+    # saved in bf16: tokens, positions and LayerScale meet f32 activations through a cast
+    "dinov2-registers-bf16": ("Dinov2WithRegistersModel", "Dinov2WithRegistersConfig", dict(num_register_tokens=1)),
+    "clip-vision-quick-gelu": ("CLIPVisionModel", "CLIPVisionConfig", dict(num_channels=1)),
+    # 14 pixels in patches of 4: 3 x 3, the last 2 rows and columns dropped (so400m: 384 / 14)
+    "siglip-vision-pooling-head": ("SiglipVisionModel", "SiglipVisionConfig", dict(image_size=14)),
+    "siglip-vision-no-head": ("SiglipVisionModel", "SiglipVisionConfig", dict(vision_use_head=False)),
+}
+
+
+def build(name: str, folder):
+    model_class, config_class, overrides = CASES[name]
+    config = getattr(transformers, config_class)(**{**SMALL, **overrides})
+    model = getattr(transformers, model_class)(config).eval()
+    generator = torch.Generator().manual_seed(sorted(CASES).index(name))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator) * (0.5 if p.ndim == 1 else p.shape[-1] ** -0.5))
+    if name.endswith("-bf16"):  # the reference runs the rounded weights in float32
+        model.to(torch.bfloat16).save_pretrained(folder)
+        return model.float()
+    model.save_pretrained(folder)
+    return model
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory):
+    made = {}
+
+    def get(name):
+        if name not in made:
+            folder = tmp_path_factory.mktemp(name)
+            made[name] = build(name, folder), folder
+        return made[name]
+    return get
+
+
+def images(config) -> np.ndarray:
+    size = config.image_size
+    return np.random.default_rng(7).standard_normal((2, config.num_channels, size, size)).astype(np.float32)
+
+
+def hf_outputs(model, pixels) -> dict:
+    base = getattr(model, "vit", model)  # a classifier's base model
+    with torch.no_grad():
+        out = base(pixel_values=torch.from_numpy(pixels))
+    found = {"last_hidden_state": out.last_hidden_state.numpy()}
+    if out.pooler_output is not None:
+        found["pooler_output"] = out.pooler_output.numpy()
+    return found
+
+
+def assert_outputs_match(got: dict, want: dict) -> None:
+    assert sorted(name for name in got if name in ("last_hidden_state", "pooler_output")) == sorted(want)
+    for name, expected in want.items():
+        assert relative_error(got[name], expected) <= TOLERANCE, name
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_interpreter_gives_transformers_outputs(twins, name):
+    model, folder = twins(name)
+    graph = load_spec(folder)
+    pixels = images(model.config)
+    assert_outputs_match(run(graph, {"pixel_values": pixels}), hf_outputs(model, pixels))
+    base = getattr(model, "vit", model)  # DINOv2's mask_token serves pretraining only: irc reads it not
+    held = sum(p.numel() for name, p in base.named_parameters() if name != "embeddings.mask_token")
+    assert analyze(graph)["params_total"] == held
+
+
+@pytest.mark.parametrize("target", ["onnx", "onnx-ort", "numpy"])
+@pytest.mark.parametrize("name", ["clip-vision-quick-gelu", "dinov2-registers", "siglip-vision-pooling-head", "vit"])
+def test_the_targets_give_transformers_outputs(twins, tmp_path, capsys, name, target):
+    model, folder = twins(name)
+    pixels = images(model.config)
+    if target == "numpy":
+        path = tmp_path / "model.py"
+        assert main(["compile", str(folder), "--target", "numpy", "-o", str(path)]) == 0
+        spec = importlib.util.spec_from_file_location("vision_np", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        got = module.forward(module.load_weights(), pixel_values=pixels)
+    else:
+        from backends.onnx import runtime
+        path = tmp_path / "out" / "model.onnx"
+        assert main(["compile", str(folder), "--target", target, "-o", str(path)]) == 0
+        got = runtime.ort_engine(str(path))({"pixel_values": pixels})
+    capsys.readouterr()
+    assert_outputs_match(got, hf_outputs(model, pixels))
+
+
+def test_show_counts_an_image(twins, capsys):
+    _, folder = twins("vit")
+    assert main(["show", str(folder), "--json"]) == 0
+    vision = json.loads(capsys.readouterr().out)["vision"]
+    # patches 16·(2·3·16·32) + 2 layers · 17 tokens · (2·7,168 weights + 2·2·17·32 attention) + pooler 2·32·32
+    assert (vision["patches"], vision["tokens"], vision["flops_per_image"]) == (16, 17, 612_608)
+    assert main(["show", str(folder)]) == 0
+    assert "tokens per image  17" in capsys.readouterr().out
+
+
+EXAMPLES = {  # examples/hf/NAME (config.json alone): the transformers class that holds the same model
+    "clip-vit-large-patch14-336": "CLIPVisionModel", "siglip-so400m-patch14-384": "SiglipVisionModel",
+    "dinov2-large": "Dinov2Model"}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_full_size_examples_count_transformers_parameters(name):
+    """CLIP ViT-L/14-336 (LLaVA-1.5's tower: 576 patches), SigLIP-so400m (384 pixels in patches
+    of 14: 27 x 27) and DINOv2-L, built by transformers on the meta device."""
+    folder = f"{os.path.dirname(__file__)}/../../examples/hf/{name}"
+    config = transformers.AutoConfig.from_pretrained(folder)
+    with torch.device("meta"):
+        model = getattr(transformers, EXAMPLES[name])(config)
+    held = sum(p.numel() for n, p in model.named_parameters() if n != "embeddings.mask_token")
+    summary = analyze(load_spec(folder))
+    assert summary["params_total"] == held
+    assert summary["vision"]["patches"] == (config.image_size // config.patch_size) ** 2
+
+
+def edited(twins, tmp_path, name: str, change: dict):
+    _, folder = twins(name)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(change)
+    (tmp_path / "config.json").write_text(json.dumps(config, indent=2))
+    return tmp_path
+
+
+@pytest.mark.parametrize("name, change, message", [
+    ("vit", {"hidden_act": "relu"}, 'hidden_act: "relu" is not supported'),
+    ("vit", {"qkv_bias": False}, "qkv_bias: false is not supported"),
+    ("vit", {"patch_size": 17}, "patch_size: 17 is larger than image_size 16"),
+    ("dinov2-layerscale", {"use_swiglu_ffn": True}, "use_swiglu_ffn: true is not supported"),
+    ("clip-vision-quick-gelu", {"num_attention_heads": 5}, "num_attention_heads: 5 heads do not divide hidden_size"),
+    ("siglip-vision-no-head", {"image_size": [16, 32]}, "image_size: [16, 32] is not supported"),
+])
+def test_config_mistakes_are_spec_errors_naming_the_key(twins, tmp_path, capsys, name, change, message):
+    folder = edited(twins, tmp_path, name, change)
+    with pytest.raises(SpecError, match="config.json"):
+        load_spec(folder)
+    assert main(["compile", str(folder), "--target", "onnx", "-o", str(tmp_path / "out" / "model.onnx")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_checkpoint_that_does_not_fit_names_the_tensor(twins, tmp_path):
+    _, folder = twins("vit")
+    edited(twins, tmp_path, "vit", {"intermediate_size": 40})
+    (tmp_path / "model.safetensors").symlink_to(folder / "model.safetensors")
+    with pytest.raises(SpecError, match=r"encoder.layer.0.intermediate.dense.weight has shape \[48, 32\]"):
+        load_spec(tmp_path)
