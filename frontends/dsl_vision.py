@@ -2,8 +2,8 @@
 
     m = Model("tiny-vit", vocab=None, d_model=32, encoder=True)
     x = m.patch_embed(m.pixel_values(3, 32, 32), patch=8)        # [B, 16, 32]
-    x = m.learned_tokens(x, "cls_token", (1, 1, 32))               # [B, 17, 32], CLS first
-    x = m.learned_positions(x, "position_embeddings", (1, 17, 32))
+    x = m.learned_tokens(x, "cls_token")                           # [B, 17, 32], CLS first
+    x = m.learned_positions(x, "position_embeddings")              # + @position_embeddings [17, 32]
     for layer in m.layers(2):
         x = x + layer.attention(layer.layer_norm(x), heads=4, qkv_bias=True, out_bias=True, causal=False)
         x = x + layer.gelu_mlp(layer.layer_norm(x), d_ff=64, bias=True)
@@ -14,9 +14,12 @@ A vision encoder (``Model(vocab=None, encoder=True)`` with ``pixel_values``) tak
 ``pixel_values`` f32 [B, C, H, W] at a fixed image size, and attends over every token of an
 image (no mask, no positions: its position embeddings are learned and added once). The
 image becomes tokens through ``patch_embed`` (``irc.ops.vision``: the Conv2d with kernel =
-stride = p of the checkpoints). Params keep the checkpoint's shapes ([1, 1, d] or [d] for a
-class token, [1, N, d] or [N, d] for positions): the ops reshape and broadcast.
-``graph.meta["vision"]`` records channels, image size, patch, patches and tokens.
+stride = p of the checkpoints). Learned tokens are params [count, d], position embeddings
+[tokens, d] (a checkpoint's [1, 1, d] or [1, N, d] is read as that). ``graph.meta["vision"]``
+records channels, image size, patch, patches and tokens.
+
+``build_vit(m, spec)`` builds a whole encoder from a ``VisionSpec`` (the HF frontend's ViT,
+DINOv2, CLIP and SigLIP towers and the YAML form's ``vision:`` section go through it).
 
 Layers add ``layer_scale`` (DINOv2's LayerScale: x times a learned [d] vector) and
 ``quick_gelu_mlp`` (CLIP's: up, x·sigmoid(1.702x), down, with biases, as primitives);
@@ -25,8 +28,8 @@ Layers add ``layer_scale`` (DINOv2's LayerScale: x times a learned [d] vector) a
 """
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
 
 from frontends.dsl_args import positive
 from irc.dtypes import DType
@@ -85,17 +88,15 @@ class VisionInputs:
         vision.update(patch=patch, patches=out.shape[1], tokens=out.shape[1])
         return out
 
-    def learned_tokens(self, x: Tensor, name: str, shape: tuple, at: int = 0) -> Tensor:
-        """x [B, N, d] with the tokens of ``@{name}`` (``shape``: count·d elements, e.g. [1, 1, d]
-        or [d]) inserted before token ``at``: a class token (at 0), DINOv2's registers (at 1)."""
+    def learned_tokens(self, x: Tensor, name: str, count: int = 1, at: int = 0) -> Tensor:
+        """x [B, N, d] with the ``count`` tokens of ``@{name}`` [count, d] inserted before token
+        ``at``: a class token (at 0), DINOv2's registers (at 1)."""
         d = self._features(x)
-        count = math.prod(shape) // d if shape and math.prod(shape) % d == 0 else 0
-        if count < 1:
-            raise self.error("shape", f"{list(shape)} is not a whole number of {d}-wide tokens")
+        positive("count", count, self.origin())
         tokens = x.shape[1]
         if not isinstance(at, int) or not 0 <= at <= tokens:
             raise self.error("at", f"expected a token index in 0..{tokens}, got {at!r}")
-        row = self.emit("reshape", [self._added_param(name, shape)], {"shape": [1, count, d]}, f"{name}_row")[0]
+        row = self.emit("reshape", [self._added_param(name, (count, d))], {"shape": [1, count, d]}, f"{name}_row")[0]
         batch = self.emit("expand", [row], {"shape": [x.shape[0], count, d]}, f"{name}_batch")[0]
         parts = [batch, x] if at == 0 else [
             self.emit("slice", [x], {"axis": 1, "start": 0, "end": at}, f"{name}_before")[0], batch,
@@ -104,11 +105,9 @@ class VisionInputs:
         self._vision()["tokens"] = out.shape[1]
         return out
 
-    def learned_positions(self, x: Tensor, name: str, shape: tuple) -> Tensor:
-        """x [B, N, d] plus the learned position embedding ``@{name}`` ([1, N, d] or [N, d])."""
-        if tuple(shape[-2:]) != tuple(x.shape[1:]) or len(shape) not in (2, 3) or (len(shape) == 3 and shape[0] != 1):
-            raise self.error("shape", f"{list(shape)} does not fit {x.shape[1]} tokens of {x.shape[2]}")
-        return self.emit("add", [x, self._added_param(name, shape)], None, "embeddings")[0]
+    def learned_positions(self, x: Tensor, name: str) -> Tensor:
+        """x [B, N, d] plus the learned position embedding ``@{name}`` [N, d]."""
+        return self.emit("add", [x, self._added_param(name, tuple(x.shape[1:]))], None, "embeddings")[0]
 
     def token(self, x: Tensor, index: int, name: str = "pooled") -> Tensor:
         """x[:, index] [B, d] of x [B, N, d] (a class token's state)."""
@@ -190,3 +189,75 @@ class VisionLayer:
         gate = m.emit("sigmoid", [m.scale(up, QUICK_GELU, f"{p}mlp_up_scaled")], None, f"{p}mlp_gate")[0]
         act = m.emit("mul", [up, gate], None, f"{p}mlp_act")[0]
         return m.emit("linear", [act, w_down, b_down], None, f"{p}mlp_out")[0]
+
+
+POOLERS = ("class_token", "class_token_norm", "dense_tanh", "attention", "none")
+ACTIVATIONS = ("none", "tanh", "quick")  # GELU exact, GELU tanh, quick_gelu
+
+
+@dataclass
+class VisionSpec:
+    """A ViT-family encoder, as feature flags: ``activation`` one of ``ACTIVATIONS``;
+    ``pre_norm`` a LayerNorm after the embeddings (CLIP's pre_layrnorm); ``layer_scale``
+    DINOv2's; ``final_norm`` the last_hidden_state normed (not CLIP's); ``pooler`` one of
+    ``POOLERS``: the class token's state, it normed (CLIP's post_layernorm), a dense + tanh on it
+    of ``pooler_width`` (ViT), SigLIP's attention-pooling head, or none."""
+    image_size: int
+    patch: int
+    layers: int
+    heads: int
+    d_ff: int
+    eps: float
+    activation: str = "none"
+    channels: int = 3
+    patch_bias: bool = True
+    class_token: bool = True
+    registers: int = 0
+    pre_norm: bool = False
+    layer_scale: bool = False
+    final_norm: bool = True
+    pooler: str = "class_token"
+    pooler_width: Optional[int] = None
+
+
+def build_vit(m, spec: VisionSpec) -> None:
+    """The encoder ``spec`` describes, built into ``m`` (``Model(vocab=None, encoder=True)``):
+    params ``patch_embed``, ``cls_token``, ``registers``, ``position_embeddings``, ``pre_norm``,
+    ``layers.{i}.*`` (``attn_norm``, ``attn.*``, ``layer_scale1``, ``mlp_norm``, ``mlp.*``,
+    ``layer_scale2``), ``norm``, ``post_norm``, ``pooler.dense``, ``head.*``."""
+    if spec.activation not in ACTIVATIONS:
+        raise m.error("activation", f"expected one of {', '.join(ACTIVATIONS)}, got {spec.activation!r}")
+    if spec.pooler not in POOLERS:
+        raise m.error("pooler", f"expected one of {', '.join(POOLERS)}, got {spec.pooler!r}")
+    if spec.pooler.startswith("class_token") or spec.pooler == "dense_tanh":
+        if not spec.class_token:
+            raise m.error("pooler", f"pooler {spec.pooler} reads the class token, and there is none")
+    if spec.registers and not spec.class_token:
+        raise m.error("registers", "registers follow the class token, and there is none")
+    x = m.patch_embed(m.pixel_values(spec.channels, spec.image_size, spec.image_size), spec.patch,
+                      bias=spec.patch_bias)
+    if spec.class_token:
+        x = m.learned_tokens(x, "cls_token")
+    x = m.learned_positions(x, "position_embeddings")
+    if spec.registers:
+        x = m.learned_tokens(x, "registers", spec.registers, at=1)
+    if spec.pre_norm:
+        x = m.layer_norm(x, "pre_norm", spec.eps)
+    for layer in m.layers(spec.layers):
+        h = layer.attention(layer.layer_norm(x, eps=spec.eps), heads=spec.heads, qkv_bias=True, out_bias=True,
+                            causal=False)
+        x = x + (layer.layer_scale(h, "layer_scale1") if spec.layer_scale else h)
+        h = layer.layer_norm(x, eps=spec.eps)
+        h = layer.quick_gelu_mlp(h, spec.d_ff) if spec.activation == "quick" else layer.gelu_mlp(
+            h, spec.d_ff, bias=True, approximate=spec.activation)
+        x = x + (layer.layer_scale(h, "layer_scale2") if spec.layer_scale else h)
+    h = m.last_hidden_state(m.layer_norm(x, "norm", spec.eps) if spec.final_norm else x)
+    if spec.pooler == "class_token":
+        m.pooler_output(m.token(h, 0))
+    elif spec.pooler == "class_token_norm":
+        m.pooler_output(m.layer_norm(m.token(h, 0), "post_norm", spec.eps))
+    elif spec.pooler == "dense_tanh":
+        m.pooler_output(m.dense(m.token(h, 0), spec.pooler_width or m.d_model, bias=True, activation="tanh",
+                                name="pooler.dense"))
+    elif spec.pooler == "attention":
+        m.pooler_output(m.attention_pool(h, spec.heads, spec.d_ff, spec.eps))

@@ -221,7 +221,7 @@ import math
 from typing import Optional
 
 from irc import yamlloc
-from frontends import yaml_gemma, yaml_ssm
+from frontends import yaml_gemma, yaml_ssm, yaml_vision
 from frontends.dsl import Model
 from frontends.dsl_hybrid import scaled
 from frontends.dsl_lightning import lightning_slopes
@@ -235,7 +235,7 @@ from irc.graph import Graph
 MODEL_KEYS = ("name", "dtype", "vocab_size", "d_model", "n_layers", "layers", "norm", "attention", "mamba", "mamba2",
               "short_conv", "gated_delta", "mlp", "moe", "tied_embeddings", "final_softcap", "embedding_scale",
               "residual_scale", "logits_scale", "kimi_delta", "lightning", "normed_residual", "learned_positions",
-              "head_bias", "gemma3n", "gemma4")
+              "head_bias", "gemma3n", "gemma4", "vision")
 NORMED_RESIDUAL_KEYS = ("attention", "mixer", "feed_forward")
 NORM_KEYS = ("kind", "eps", "offset", "sandwich", "bias", "placement")
 PARALLEL = ("none", "shared_norm", "two_norms")
@@ -252,6 +252,8 @@ def build(data, filename: str) -> Graph:
     """The graph of a parsed architecture spec (``{"model": {...}}``)."""
     root = Fields(data, "", ("model",), parent_loc=yamlloc.Loc(filename, 1, 1))
     model = root.sub("model", MODEL_KEYS, required=True)
+    if model.data.get("vision") is not None:  # an image encoder: frontends.yaml_vision
+        return yaml_vision.build(model)
     return _Expander(model).run()
 
 

@@ -31,8 +31,12 @@ non-square images.
 """
 from __future__ import annotations
 
+import math
 import os
 
+import numpy as np
+
+from frontends.dsl_vision import VisionSpec, build_vit
 from frontends.hf.config import Config
 from frontends.hf.weights import Checkpoint, CheckpointData, Source, Tensor, View
 from irc.errors import SpecError
@@ -88,13 +92,19 @@ LAYOUTS = {
                 "registers": "embeddings.register_tokens", "position_embeddings": "embeddings.position_embeddings",
                 "norm": "layernorm.weight", "norm.bias": "layernorm.bias"}),
     "clip": ("encoder.layers.", _CLIP_LAYER,
-             {"patch_embed": "embeddings.patch_embedding.weight", "patch_embed.bias": "embeddings.patch_embedding.bias",
-              "cls_token": "embeddings.class_embedding", "position_embeddings": "embeddings.position_embedding.weight",
-              "pre_norm": "pre_layrnorm.weight", "pre_norm.bias": "pre_layrnorm.bias",
-              "post_norm": "post_layernorm.weight", "post_norm.bias": "post_layernorm.bias"}),
+             {"patch_embed": "embeddings.patch_embedding.weight", "cls_token": "embeddings.class_embedding",
+              "position_embeddings": "embeddings.position_embedding.weight", "pre_norm": "pre_layrnorm.weight",
+              "pre_norm.bias": "pre_layrnorm.bias", "post_norm": "post_layernorm.weight",
+              "post_norm.bias": "post_layernorm.bias"}),
+    "siglip": ("encoder.layers.", _CLIP_LAYER,
+               {"patch_embed": "embeddings.patch_embedding.weight",
+                "patch_embed.bias": "embeddings.patch_embedding.bias",
+                "position_embeddings": "embeddings.position_embedding.weight", "norm": "post_layernorm.weight",
+                "norm.bias": "post_layernorm.bias"}),
 }
 LAYOUT = {"vit": "vit", "dinov2": "dinov2", "dinov2_with_registers": "dinov2", "clip_vision_model": "clip",
-          "siglip_vision_model": "clip"}
+          "siglip_vision_model": "siglip"}
+RESHAPED = ("cls_token", "registers", "position_embeddings")  # stored [1, n, d] or [d]: read as [n, d]
 SPARE = ("embeddings.mask_token",)  # DINOv2's pretraining mask: no base model's inference reads it
 PACKED = {"q": 0, "k": 1, "v": 2}  # rows of torch.nn.MultiheadAttention's in_proj (SigLIP's head)
 
@@ -114,13 +124,33 @@ def checkpoint_name(model_type: str, param: str) -> str:
     return top_names[param]
 
 
+class Reshaped(Tensor):
+    """A whole tensor read in another shape of as many elements (a class token stored
+    [1, 1, d] or [d], positions [1, N, d] or [N, d]: the params are [n, d])."""
+
+    def __init__(self, name: str, shape: tuple):
+        super().__init__(name)
+        self.wanted = list(shape)
+
+    def shape(self, checkpoint: Checkpoint) -> list[int]:
+        stored = checkpoint.info(self.name)[1]
+        return self.wanted if math.prod(stored) == math.prod(self.wanted) else stored
+
+    def rows(self, checkpoint: Checkpoint, start: int, stop: int) -> np.ndarray:
+        return checkpoint.read(self.name).reshape(self.wanted)[start:stop]
+
+    def __repr__(self) -> str:
+        return f"{self.name}[as {self.wanted}]"
+
+
 def checkpoint_source(model_type: str, param: Param, prefix: str) -> Source:
     """Where ``param`` is in the checkpoint: one tensor, or for SigLIP's head q, k or v (and
     their biases) the rows of torch's packed in-projection, q|k|v."""
     name = param.name
     packed = PACKED.get(name.rsplit(".", 1)[-1][1:]) if name.startswith("head.attention.") else None
     if packed is None:
-        return Tensor(prefix + checkpoint_name(model_type, name))
+        stored = prefix + checkpoint_name(model_type, name)
+        return Reshaped(stored, param.shape) if name in RESHAPED else Tensor(stored)
     d = param.shape[0]
     stored = "in_proj_weight" if name.rsplit(".", 1)[-1][0] == "w" else "in_proj_bias"
     return View(f"{prefix}head.attention.{stored}", rows=range(packed * d, (packed + 1) * d))
@@ -133,11 +163,9 @@ def _activation(cfg: Config) -> str:
     return GELU[act]
 
 
-def build_vision(cfg: Config, name: str, pooler: bool = True) -> Graph:
-    """The vision encoder config.json describes (``pooler``: ViT's dense pooler, which a
+def vision_spec(cfg: Config, pooler: bool = True) -> VisionSpec:
+    """The ``VisionSpec`` config.json describes (``pooler``: ViT's dense pooler, which a
     classification checkpoint lacks)."""
-    from frontends.dsl import Model
-
     model_type = cfg.data["model_type"]
     d = cfg.get("hidden_size", positive_int)
     heads = cfg.get("num_attention_heads", positive_int)
@@ -149,60 +177,40 @@ def build_vision(cfg: Config, name: str, pooler: bool = True) -> Graph:
     patch = cfg.get("patch_size", positive_int)
     if patch > size:
         raise cfg.error("patch_size", f"{patch} is larger than image_size {size}")
-    eps = cfg.get("layer_norm_eps", positive_number)
-    activation = _activation(cfg)
     dino = model_type.startswith("dinov2")
-    clip = LAYOUT[model_type] == "clip"
     if dino:
         cfg.check("use_swiglu_ffn", lambda v: not v, hint="irc builds DINOv2's GELU MLP")
         d_ff = int(d * cfg.get("mlp_ratio", positive_number))
     else:
         d_ff = cfg.get("intermediate_size", positive_int)
-    if not clip:
+    if model_type in ("vit", "dinov2", "dinov2_with_registers"):
         cfg.check("qkv_bias", lambda v: v is True, hint="irc builds ViT and DINOv2 with q/k/v biases")
+    spec = VisionSpec(image_size=size, patch=patch, layers=cfg.get("num_hidden_layers", positive_int), heads=heads,
+                      d_ff=d_ff, eps=cfg.get("layer_norm_eps", positive_number), activation=_activation(cfg),
+                      channels=cfg.get("num_channels", positive_int), layer_scale=dino,
+                      registers=cfg.get("num_register_tokens", positive_int) if model_type.endswith("registers") else 0)
+    if model_type == "clip_vision_model":
+        spec.patch_bias, spec.pre_norm, spec.final_norm, spec.pooler = False, True, False, "class_token_norm"
+    elif model_type == "siglip_vision_model":
+        spec.class_token = False
+        spec.pooler = "attention" if cfg.get("vision_use_head", boolean) else "none"
+    elif model_type == "vit":
+        spec.pooler = "none"
+        if pooler:
+            cfg.check("pooler_act", lambda v: v == "tanh", hint="irc builds ViT's tanh pooler")
+            spec.pooler, spec.pooler_width = "dense_tanh", cfg.get("pooler_output_size", positive_int, d)
+    return spec
 
-    m = Model(name, vocab=None, d_model=d, dtype=cfg.dtype(), encoder=True)
-    x = m.patch_embed(m.pixel_values(cfg.get("num_channels", positive_int), size, size), patch,
-                      bias=model_type != "clip_vision_model")
-    patches = x.shape[1]
-    if model_type == "siglip_vision_model":
-        x = m.learned_positions(x, "position_embeddings", (patches, d))
-    elif clip:
-        x = m.learned_tokens(x, "cls_token", (d,))
-        x = m.learned_positions(x, "position_embeddings", (patches + 1, d))
-        x = m.layer_norm(x, "pre_norm", eps)
-    else:
-        x = m.learned_tokens(x, "cls_token", (1, 1, d))
-        x = m.learned_positions(x, "position_embeddings", (1, patches + 1, d))
-        if model_type == "dinov2_with_registers":
-            count = cfg.get("num_register_tokens", positive_int)
-            x = m.learned_tokens(x, "registers", (1, count, d), at=1)
-    for layer in m.layers(cfg.get("num_hidden_layers", positive_int)):
-        h = layer.attention(layer.layer_norm(x, eps=eps), heads=heads, qkv_bias=True, out_bias=True, causal=False)
-        x = x + (layer.layer_scale(h, "layer_scale1") if dino else h)
-        h = layer.layer_norm(x, eps=eps)
-        h = layer.quick_gelu_mlp(h, d_ff) if activation == "quick" else layer.gelu_mlp(h, d_ff, bias=True,
-                                                                                       approximate=activation)
-        x = x + (layer.layer_scale(h, "layer_scale2") if dino else h)
-    if clip and model_type == "clip_vision_model":
-        m.last_hidden_state(x)
-        m.pooler_output(m.layer_norm(m.token(x, 0), "post_norm", eps))
-    elif clip:
-        h = m.last_hidden_state(m.layer_norm(x, "post_norm", eps))
-        if cfg.get("vision_use_head", boolean):
-            m.pooler_output(m.attention_pool(h, heads, d_ff, eps))
-    else:
-        h = m.last_hidden_state(m.layer_norm(x, "norm", eps))
-        if dino:
-            m.pooler_output(m.token(h, 0))
-        elif pooler:
-            act = cfg.raw("pooler_act")
-            if act != "tanh":
-                raise cfg.unsupported("pooler_act", act, hint="irc builds ViT's tanh pooler")
-            width = cfg.get("pooler_output_size", positive_int, d)
-            m.pooler_output(m.dense(m.token(h, 0), width, bias=True, activation="tanh", name="pooler.dense"))
+
+def build_vision(cfg: Config, name: str, pooler: bool = True) -> Graph:
+    """The vision encoder config.json describes, through ``build_vit``."""
+    from frontends.dsl import Model
+
+    spec = vision_spec(cfg, pooler)
+    m = Model(name, vocab=None, d_model=cfg.get("hidden_size", positive_int), dtype=cfg.dtype(), encoder=True)
+    build_vit(m, spec)
     graph = m.graph
-    graph.meta["model_type"] = model_type
+    graph.meta["model_type"] = cfg.data["model_type"]
     return graph
 
 
