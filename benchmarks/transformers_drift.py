@@ -26,7 +26,7 @@ import sys
 import xml.etree.ElementTree as ElementTree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXTRAS = ".[dev,hf,triton,text,npu]"
+EXTRAS = ".[dev,hf,triton,text,npu,vision]"
 
 
 def run(command: list, **kwargs) -> subprocess.CompletedProcess:

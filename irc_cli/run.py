@@ -27,9 +27,11 @@ def add_parser(subparsers, common) -> None:
     """The ``run`` command; ``common(parser)`` adds spec, --passes, --context and --seed."""
     p = subparsers.add_parser("run", **parser_options("run"))
     common(p, spec_help=SPEC_HELP + " or a folder irc compile wrote")
-    prompt = p.add_mutually_exclusive_group(required=True)
+    prompt = p.add_mutually_exclusive_group()
     prompt.add_argument("--prompt", help="the prompt text, tokenized with the model's tokenizer.json")
     prompt.add_argument("--prompt-ids", metavar="IDS", help="the prompt as token ids, e.g. 1,2,3 (no tokenizer needed)")
+    p.add_argument("--image", metavar="FILE", help="an image for an image encoder: its embeddings "
+                   "(irc_cli.run_image; needs Pillow: pip install 'irc[vision]')")
     p.add_argument("--chat", action="store_true", help="lay the prompt out with the model's chat template (one user "
                    "turn, ready for the answer); needs jinja2")
     p.add_argument("--system", help="with --chat: a system message before the user's")
@@ -142,6 +144,11 @@ def _source(args):
 
 
 def cmd_run(args) -> int:
+    if args.image is not None:
+        from irc_cli.run_image import run_image
+        return run_image(args)
+    if args.prompt is None and args.prompt_ids is None:
+        raise IRCError("give the prompt: --prompt TEXT or --prompt-ids IDS (or --image FILE for an image encoder)")
     if args.max_new_tokens < 1:
         raise IRCError(f"--max-new-tokens {args.max_new_tokens}: generate at least one token")
     if args.logits and not args.json:

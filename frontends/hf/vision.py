@@ -110,7 +110,8 @@ PACKED = {"q": 0, "k": 1, "v": 2}  # rows of torch.nn.MultiheadAttention's in_pr
 
 
 def is_vision(cfg: Config) -> bool:
-    return cfg.data.get("model_type") in DEFAULTS
+    model_type = cfg.data.get("model_type")
+    return isinstance(model_type, str) and model_type in DEFAULTS
 
 
 def checkpoint_name(model_type: str, param: str) -> str:
@@ -158,7 +159,7 @@ def checkpoint_source(model_type: str, param: Param, prefix: str) -> Source:
 
 def _activation(cfg: Config) -> str:
     act = cfg.raw("hidden_act")
-    if act not in GELU:
+    if not isinstance(act, str) or act not in GELU:
         raise cfg.unsupported("hidden_act", act, hint=f"activations: {', '.join(GELU)}")
     return GELU[act]
 

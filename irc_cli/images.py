@@ -1,0 +1,191 @@
+"""Images in, pixel values out: a checkpoint's ``preprocessor_config.json`` applied with Pillow
+as transformers' PIL image processors apply it (``PilBackend`` in transformers 5.25: CLIP,
+SigLIP, ViT and BiT/DINOv2's processors), for ``irc run --image``.
+
+The steps, each only when its ``do_*`` key says so (missing keys take the processor class's
+default, ``DEFAULTS`` by ``image_processor_type``):
+
+1. RGB: transparency composited onto white (``do_convert_rgb``);
+2. resize with the checkpoint's ``resample`` filter (Pillow's codes: 0 nearest, 1 Lanczos,
+   2 bilinear, 3 bicubic, 4 box, 5 Hamming) to ``size``: ``{height, width}``, or
+   ``{shortest_edge}`` (the short side to it, the long one int(size · long / short));
+3. centre crop to ``crop_size`` (top = (h - crop_h) // 2; zero-padded where the image is
+   smaller);
+4. rescale by ``rescale_factor`` (in float64, then float32), normalise by ``image_mean`` and
+   ``image_std`` (float32), channels first.
+
+Pillow is imported only here, when an image is read (``pip install 'irc[vision]'``). A file
+that is not an image, one over ``MAX_PIXELS``, or a processor whose output size is not the
+model's input size is one ``IRCError`` naming the file (and the key).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from irc.errors import IRCError, SpecError
+
+PREPROCESSOR = "preprocessor_config.json"
+MAX_PIXELS = 1 << 26  # 67 megapixels: larger files are refused before they are decoded
+OPENAI_MEAN, OPENAI_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
+HALF = [0.5, 0.5, 0.5]
+_COMMON = {"do_resize": True, "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
+           "do_center_crop": False, "do_convert_rgb": True}
+DEFAULTS = {  # image_processor_type -> its class's defaults (transformers 5.25's *Pil processors)
+    "CLIPImageProcessor": {**_COMMON, "resample": 3, "size": {"shortest_edge": 224}, "do_center_crop": True,
+                           "crop_size": {"height": 224, "width": 224}, "image_mean": OPENAI_MEAN,
+                           "image_std": OPENAI_STD},
+    "BitImageProcessor": {**_COMMON, "resample": 3, "size": {"shortest_edge": 224}, "do_center_crop": True,
+                          "crop_size": {"height": 224, "width": 224}, "image_mean": OPENAI_MEAN,
+                          "image_std": OPENAI_STD},
+    "SiglipImageProcessor": {**_COMMON, "resample": 3, "size": {"height": 224, "width": 224}, "image_mean": HALF,
+                             "image_std": HALF},
+    "ViTImageProcessor": {**_COMMON, "resample": 2, "size": {"height": 224, "width": 224}, "image_mean": HALF,
+                          "image_std": HALF, "do_convert_rgb": None},
+}
+
+
+@dataclass
+class Processor:
+    """The steps of one ``preprocessor_config.json`` (``path``)."""
+    path: str
+    settings: dict
+
+    @classmethod
+    def read(cls, folder: str) -> "Processor":
+        path = os.path.join(folder, PREPROCESSOR)
+        if not os.path.isfile(path):
+            raise SpecError(f"no {PREPROCESSOR} here: the image processor's settings are needed",
+                            location=folder, hint="copy the checkpoint's preprocessor_config.json beside the model")
+        try:
+            data = json.loads(open(path, encoding="utf-8").read())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise SpecError(f"not a JSON file: {err}", location=path) from None
+        if not isinstance(data, dict):
+            raise SpecError("expected a JSON object", location=path)
+        kind = str(data.get("image_processor_type", "")).removesuffix("Fast").removesuffix("Pil")
+        if kind not in DEFAULTS:
+            raise SpecError(f"image_processor_type: {data.get('image_processor_type')!r} is not supported",
+                            location=path, hint=f"irc applies {', '.join(DEFAULTS)}")
+        processor = cls(path, {**DEFAULTS[kind], **{k: v for k, v in data.items() if v is not None or k not in
+                                                    DEFAULTS[kind]}})
+        processor.output_size()  # the settings are checked before any image is read
+        return processor
+
+    def _error(self, key: str, detail: str) -> SpecError:
+        return SpecError(f"{key}: {detail}", location=self.path)
+
+    def _size(self, key: str, allowed: tuple) -> dict:
+        size = self.settings.get(key)
+        ok = isinstance(size, dict) and set(size) in allowed and all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size.values())
+        if not ok:
+            raise self._error(key, f"expected one of {' or '.join(str(sorted(a)) for a in allowed)} with positive "
+                                   f"integers, got {size!r}")
+        return size
+
+    def output_size(self):
+        """(height, width) of every output, or None when it follows the image (no crop, a
+        shortest-edge resize)."""
+        if self.settings.get("do_center_crop"):
+            crop = self._size("crop_size", ({"height", "width"},))
+            return crop["height"], crop["width"]
+        if self.settings.get("do_resize"):
+            size = self._size("size", ({"height", "width"}, {"shortest_edge"}))
+            if "height" in size:
+                return size["height"], size["width"]
+        return None
+
+    def check_model(self, height: int, width: int) -> None:
+        """The model takes [B, C, height, width]: the processor must give that."""
+        out = self.output_size()
+        if out != (height, width):
+            key = "crop_size" if self.settings.get("do_center_crop") else "size"
+            raise self._error(key, f"gives images of {'their own size' if out is None else f'{out[0]}x{out[1]}'}, "
+                                   f"but the model takes {height}x{width}")
+
+    def __call__(self, image) -> np.ndarray:
+        """A Pillow image -> pixel values float32 [C, H, W]."""
+        from PIL import Image
+
+        s = self.settings
+        if s.get("do_convert_rgb"):
+            image = to_rgb(image)
+        if s.get("do_resize"):
+            size = s["size"]
+            if "shortest_edge" in size:
+                height, width = shortest_edge(image.height, image.width, size["shortest_edge"])
+            else:
+                height, width = size["height"], size["width"]
+            image = image.resize((width, height), resample=Image.Resampling(int(s["resample"])))
+        pixels = np.asarray(image)
+        pixels = (pixels[:, :, None] if pixels.ndim == 2 else pixels).transpose(2, 0, 1)
+        if s.get("do_center_crop"):
+            pixels = center_crop(pixels, s["crop_size"]["height"], s["crop_size"]["width"])
+        pixels = pixels.astype(np.float32)
+        if s.get("do_rescale"):
+            pixels = (pixels.astype(np.float64) * s["rescale_factor"]).astype(np.float32)
+        if s.get("do_normalize"):
+            mean = np.asarray(s["image_mean"], np.float32).reshape(-1, 1, 1)
+            std = np.asarray(s["image_std"], np.float32).reshape(-1, 1, 1)
+            if mean.shape[0] != pixels.shape[0] or std.shape[0] != pixels.shape[0]:
+                raise IRCError(f"the image has {pixels.shape[0]} channels ({image.mode}), image_mean and image_std "
+                               f"{mean.shape[0]} and {std.shape[0]} values", location=self.path,
+                               hint="do_convert_rgb: true makes every image RGB")
+            pixels = (pixels - mean) / std
+        return pixels
+
+
+def to_rgb(image):
+    """RGB, transparency composited onto white (transformers' convert_to_rgb)."""
+    from PIL import Image
+
+    if "A" in image.getbands() or image.info.get("transparency") is not None:
+        image = image.convert("RGBA")
+        return Image.alpha_composite(Image.new("RGBA", image.size, (255, 255, 255, 255)), image).convert("RGB")
+    return image.convert("RGB")
+
+
+def shortest_edge(height: int, width: int, size: int) -> tuple[int, int]:
+    """(height, width) with the short side ``size`` and the long one int(size · long / short)."""
+    short, long = (width, height) if width <= height else (height, width)
+    new_long = int(size * long / short)
+    return (new_long, size) if width <= height else (size, new_long)
+
+
+def center_crop(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
+    """[C, H, W] cropped about the centre to [C, height, width], zero-padded where smaller."""
+    _, rows, columns = pixels.shape
+    top, left = (rows - height) // 2, (columns - width) // 2
+    if top >= 0 and left >= 0:
+        return pixels[:, top:top + height, left:left + width]
+    new_rows, new_columns = max(height, rows), max(width, columns)
+    padded = np.zeros(pixels.shape[:1] + (new_rows, new_columns), pixels.dtype)
+    top_pad, left_pad = -(-(new_rows - rows) // 2), -(-(new_columns - columns) // 2)
+    padded[:, top_pad:top_pad + rows, left_pad:left_pad + columns] = pixels
+    top, left = top + top_pad, left + left_pad
+    return padded[:, max(0, top):min(new_rows, top + height), max(0, left):min(new_columns, left + width)]
+
+
+def read_image(path: str):
+    """The Pillow image at ``path``, decoded (one IRCError naming the file otherwise)."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise IRCError("reading images needs Pillow", hint="pip install 'irc[vision]'") from None
+    if not os.path.isfile(path):
+        raise IRCError("no such image file", location=path)
+    try:
+        with Image.open(path) as opened:  # reads the header only
+            if opened.width * opened.height > MAX_PIXELS:
+                raise IRCError(f"{opened.width}x{opened.height} pixels is over irc's limit of {MAX_PIXELS:,}",
+                               location=path, hint="resize the image first")
+            opened.load()
+            return opened.copy()
+    except IRCError:
+        raise
+    except (OSError, ValueError, Image.DecompressionBombError, SyntaxError) as err:
+        raise IRCError(f"not an image Pillow can read: {err}", location=path) from None

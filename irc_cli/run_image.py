@@ -1,0 +1,96 @@
+"""``irc run MODEL --image FILE``: an image encoder's embeddings of one image.
+
+    irc run out/clip --image photo.jpg --json          # a folder irc compile wrote (ONNX Runtime)
+    irc run models/clip-vit-large-patch14-336 --image photo.jpg   # a Hugging Face folder (interpreter)
+
+The image goes through the folder's ``preprocessor_config.json`` (``irc_cli.images``: Pillow,
+as transformers' PIL processors), then the model: ``pooler_output`` (the image's embedding)
+and ``last_hidden_state`` (one vector per token). ``--json`` prints one object with
+``pooler_output`` as numbers and each output's shape; otherwise a short summary. Text and
+image together (a VLM) is not built yet: a decoder given ``--image`` is refused.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from irc.errors import IRCError
+from irc_cli import engines, weights
+from irc_cli.images import Processor, read_image
+
+PIXELS = "pixel_values"
+
+
+def _compiled(folder: str):
+    """(run(pixels) -> outputs, (height, width), engine) of a compiled folder's model."""
+    from backends.onnx.runtime import ort_session
+
+    session = ort_session(engines.model_path(folder), threads=None)
+    inputs = {value.name: value.shape for value in session.get_inputs()}
+    if PIXELS not in inputs:
+        raise IRCError(f"the model takes no {PIXELS} (its inputs: {', '.join(inputs)}): it is not an image encoder",
+                       location=folder, hint="--image goes with an image encoder's folder")
+    names = [o.name for o in session.get_outputs()]
+
+    def run(pixels):
+        return dict(zip(names, session.run(None, {PIXELS: pixels})))
+    return run, tuple(inputs[PIXELS][2:]), "onnxruntime"
+
+
+def _spec(args):
+    """(run(pixels) -> outputs, (height, width), engine, folder) of a spec in the interpreter."""
+    from irc.interpreter import Interpreter
+    from irc_cli.commands import _apply_passes
+    from irc_cli.spec import load
+
+    weights.check(args.weights, weights.CHOICES[:1])
+    graph = load(args.spec)
+    if "vision" not in graph.meta:
+        raise IRCError("--image goes with an image encoder; this model reads text only", location=args.spec,
+                       hint="vision-language models are not built yet")
+    weights.require(args.spec, graph, args.weights)
+    _apply_passes(graph, args)
+    interpreter = Interpreter(graph, args.seed)
+    return (lambda pixels: interpreter.run({PIXELS: pixels})), tuple(graph.meta["vision"]["image_size"]), \
+        "interpreter"
+
+
+def run_image(args) -> int:
+    for option, used in (("--prompt", args.prompt is not None), ("--prompt-ids", args.prompt_ids is not None),
+                         ("--chat", args.chat), ("--logits", args.logits)):
+        if used:
+            raise IRCError(f"{option} does not go with --image: an image encoder reads no text",
+                           hint="vision-language models are not built yet")
+    compiled = engines.compiled_folder(args.spec)
+    if compiled:
+        folder = compiled[0]
+        run, size, engine = _compiled(folder)
+    else:
+        folder = args.spec if os.path.isdir(args.spec) else os.path.dirname(os.path.abspath(args.spec))
+        run, size, engine = _spec(args)
+    processor = Processor.read(folder)
+    processor.check_model(*size)
+    pixels = processor(read_image(args.image))[None]
+    start = time.perf_counter()
+    outputs = run(pixels)
+    seconds = time.perf_counter() - start
+    pooled = outputs.get("pooler_output")
+    if args.json:
+        report = {"image": args.image, "engine": engine, "seconds": round(seconds, 4),
+                  "shapes": {name: list(np.shape(value)) for name, value in outputs.items()},
+                  "pooler_output": None if pooled is None else [float(x) for x in pooled[0]]}
+        print(json.dumps(report))
+    else:
+        for name, value in outputs.items():
+            print(f"{name}: {' x '.join(str(d) for d in np.shape(value))}")
+        if pooled is not None:
+            head = ", ".join(f"{x:.4f}" for x in pooled[0][:4])
+            print(f"pooler_output[0]: |x| = {float(np.linalg.norm(pooled[0])):.4f}, first values {head}, ...")
+    if not args.quiet:
+        print(f"irc run: one {size[0]}x{size[1]} image in {seconds * 1000:.0f} ms with {engine}",
+              file=sys.stderr)
+    return 0
