@@ -179,3 +179,22 @@ def test_a_checkpoint_that_does_not_fit_names_the_tensor(twins, tmp_path):
     (tmp_path / "model.safetensors").symlink_to(folder / "model.safetensors")
     with pytest.raises(SpecError, match=r"encoder.layer.0.intermediate.dense.weight has shape \[48, 32\]"):
         load_spec(tmp_path)
+
+
+@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
+def test_int4_towers_run_near_the_float_model(twins, tmp_path, capsys, target):
+    """--quantize int4 on a tower: every linear as 4-bit codes (the patch projection, a conv
+    weight, stays float), the quantize pass's error on the outputs reported by --check, and the
+    ONNX model's image features near transformers' float ones."""
+    model, folder = twins("dinov2-layerscale")  # widths 32 and 64: blocks of 32 divide them
+    path = tmp_path / "out" / "model.onnx"
+    assert main(["compile", str(folder), "--target", target, "--quantize", "int4", "--check", "-o", str(path)]) == 0
+    printed = "".join(capsys.readouterr())
+    assert "quantize: int4 codes" in printed and "moves the outputs by" in printed
+    assert "float: @patch_embed" in printed
+    from backends.onnx import runtime
+    pixels = images(model.config)
+    got = runtime.ort_engine(str(path))({"pixel_values": pixels})
+    want = hf_outputs(model, pixels)
+    error = relative_error(got["last_hidden_state"], want["last_hidden_state"])
+    assert 1e-4 < error < 0.25, error
