@@ -73,14 +73,18 @@ class EncoderOutputs:
     def sentence_embedding(self, x: Tensor) -> Tensor:
         """Make ``x`` [B, n] the graph's second output, ``sentence_embedding``."""
         self._encoder_only("sentence_embedding")
-        if [v.name for v in self._graph.outputs] != ["last_hidden_state"]:
-            raise self.error("x", "call m.last_hidden_state(...) first, and sentence_embedding once")
-        if len(x.shape) != 2:
-            raise self.error("x", f"expected [B, n], got {x.value.type_str()}")
-        self._graph.rename(x.value, "sentence_embedding")
-        self._graph.outputs.append(x.value)
+        self._second_output(x, "sentence_embedding")
         self.meta["sentence_embedding"] = x.shape[-1]
         return x
+
+    def _second_output(self, x: Tensor, name: str) -> None:
+        """Make ``x`` [B, n] the output ``name`` after ``last_hidden_state`` (once)."""
+        if [v.name for v in self._graph.outputs] != ["last_hidden_state"]:
+            raise self.error("x", f"call m.last_hidden_state(...) first, and {name} once")
+        if len(x.shape) != 2:
+            raise self.error("x", f"expected [B, n], got {x.value.type_str()}")
+        self._graph.rename(x.value, name)
+        self._graph.outputs.append(x.value)
 
     def pool(self, x: Tensor, modes: Sequence[str] = ("mean",)) -> Tensor:
         """[B, T, d] -> [B, len(modes)·d]: each pooling mode over the real tokens

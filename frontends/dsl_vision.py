@@ -119,12 +119,7 @@ class VisionInputs:
     def pooler_output(self, x: Tensor) -> Tensor:
         """Make ``x`` [B, d] the graph's second output, ``pooler_output``."""
         self._vision()
-        if [v.name for v in self._graph.outputs] != ["last_hidden_state"]:
-            raise self.error("x", "call m.last_hidden_state(...) first, and pooler_output once")
-        if len(x.shape) != 2:
-            raise self.error("x", f"expected [B, d], got {x.value.type_str()}")
-        self._graph.rename(x.value, "pooler_output")
-        self._graph.outputs.append(x.value)
+        self._second_output(x, "pooler_output")
         return x
 
     def attention_pool(self, x: Tensor, heads: int, d_ff: int, eps: float, name: str = "head") -> Tensor:

