@@ -242,8 +242,10 @@ def _summary_line(graph, args, seconds: float, since: float) -> str:
     where = f"{args.output} ({format_bytes(_written_bytes(args.output, since))} on disk)" if args.output else "stdout"
     state = (f", state {summary['state_bytes_per_sequence']:,} bytes/sequence"
              if summary["state_elements_per_sequence"] else "")
-    return (f"compiled {graph.name} -> {where}: {dtypes}, {summary['params_total']:,} params, "
-            f"KV {summary['kv_cache_bytes_per_token']:,} bytes/token{state}, {seconds:.1f} s")
+    memory = (f"{summary['vision']['tokens']:,} tokens/image" if "vision" in summary else
+              f"KV {summary['kv_cache_bytes_per_token']:,} bytes/token{state}")
+    return (f"compiled {graph.name} -> {where}: {dtypes}, {summary['params_total']:,} params, {memory}, "
+            f"{seconds:.1f} s")
 
 
 def _written_bytes(output: str, since: float) -> int:
