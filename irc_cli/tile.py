@@ -5,7 +5,9 @@
 
 Runs ``--passes`` (if any) and then ``npu-tile`` through the pass manager, writes the
 plan (``-o``, JSON, byte-identical for the same input) and the report (``--report``),
-atomically, and prints the totals per phase. ``add_parser`` registers the command on the
+atomically, and prints the totals per phase: time per token for a decoder's prefill and
+decode, time per image (and images per second) for an image encoder's one ``image`` phase,
+which ``--tokens`` and ``--past`` do not apply to. ``add_parser`` registers the command on the
 ``irc`` parser; ``main`` runs it alone (``python -m irc_cli.tile``).
 """
 from __future__ import annotations
@@ -56,13 +58,20 @@ def cmd_tile(args) -> int:
 def summary(plan: dict) -> str:
     from irc.text import format_bytes, format_seconds
 
-    lines = [f"{plan['model']} on {plan['target']['name']} ({plan['options']['dtype']} operands, "
-             f"{plan['options']['accumulator']} accumulators)",
-             f"  {'phase':<8} {'ops':>5} {'DRAM':>10} {'bound':>10} {'ratio':>6} {'cycles':>15} {'time/token':>11} "
+    options = plan["options"]
+    vision = options.get("vision")
+    per, key = ("image", "seconds_per_image") if vision is not None else ("token", "seconds_per_token")
+    lines = [f"{plan['model']} on {plan['target']['name']} ({options['dtype']} operands, "
+             f"{options['accumulator']} accumulators)",
+             f"  {'phase':<8} {'ops':>5} {'DRAM':>10} {'bound':>10} {'ratio':>6} {'cycles':>15} {'time/' + per:>11} "
              f"{'peak SRAM':>10} {'MAC util':>8}"]
     for phase, t in plan["totals"].items():
         util = f"{t['mac_utilization']:.1%}" if t["mac_utilization"] is not None else "-"
         lines.append(f"  {phase:<8} {t['ops']:>5} {format_bytes(t['dram_bytes']):>10} "
                      f"{format_bytes(t['lower_bound_bytes']):>10} {t['ratio']:>6.3f} {t['cycles']:>15,} "
-                     f"{format_seconds(t['seconds_per_token']):>11} {format_bytes(t['peak_sram_bytes']):>10} {util:>8}")
+                     f"{format_seconds(t[key]):>11} {format_bytes(t['peak_sram_bytes']):>10} {util:>8}")
+    if vision is not None:
+        t = plan["totals"]["image"]
+        lines.append(f"  {t['images_per_second']:,.2f} images/s at batch {t['images']} "
+                     f"({vision['tokens']} tokens an image)")
     return "\n".join(lines)

@@ -15,7 +15,9 @@ class NpuTile(Pass):
 
     For every linear, MLP, MoE expert and router GEMM, MLA projection and attention core,
     at prefill (``tokens`` new tokens, no cache) and at decode (one token over ``past``
-    cached ones), the plan picks Tm x Tn x Tk tiles aligned to the MAC array and a loop
+    cached ones) -- for an image encoder (``graph.meta["vision"]``) at one ``image`` phase of
+    ``batch`` images at the graph's token count, patch projection included, its attention
+    non-causal --, the plan picks Tm x Tn x Tk tiles aligned to the MAC array and a loop
     order that fit the target's SRAM and move the fewest DRAM bytes, then the fewest
     cycles (a roofline per tile step with pipeline fill); attention is tiled flash-style;
     single-use elementwise consumers are fused into the producer's epilogue; the recurrent

@@ -1,10 +1,12 @@
 """NPU tiling plans: ``plan_graph(graph, target)`` -> the plan, plain JSON data.
 
-For each phase (prefill: B x T new tokens, P = 0; decode: one token over a cache of P)
-the planner extracts the matmul-like work (``passes.npu_tile.workloads``), searches each
-distinct shape once (``irc.npu.cost.search``; layers repeat, so a 80-layer model is
-a handful of searches), and records per op its tile, loop order, buffers, traffic
-against the lower bound, and cycles; then per phase the totals and the time per token.
+For each phase (prefill: B x T new tokens, P = 0; decode: one token over a cache of P;
+an image encoder, ``graph.meta["vision"]``, has one phase, ``image``: B images at their
+fixed token count, no T or P) the planner extracts the matmul-like work
+(``passes.npu_tile.workloads``), searches each distinct shape once
+(``irc.npu.cost.search``; layers repeat, so a 80-layer model is a handful of searches),
+and records per op its tile, loop order, buffers, traffic against the lower bound, and
+cycles; then per phase the totals and the time per token (per image for ``image``).
 Nodes the plan does not tile (norms, RoPE, embedding, ...) are costed as streaming their
 operands once at the DRAM rate.
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Optional
 
 from irc.errors import BackendError
 from irc.graph import Graph
@@ -25,22 +28,31 @@ from irc.npu.target import Machine, Target
 
 FORMAT, VERSION = "irc-npu-plan", 1
 PHASES = ("prefill", "decode")
+IMAGE = "image"
 
 
-def phase_bindings(tokens: int, past: int, batch: int) -> dict:
+def phase_bindings(tokens: int, past: int, batch: int, vision: Optional[dict] = None) -> dict:
+    """Bindings per phase: a decoder's prefill and decode, or an image encoder's one image
+    phase (its token count is fixed by the graph; only B is free)."""
+    if vision is not None:
+        return {IMAGE: {"B": batch}}
     return {"prefill": {"B": batch, "T": tokens, "P": 0}, "decode": {"B": batch, "T": 1, "P": past}}
 
 
 def plan_graph(graph: Graph, target: Target, *, tokens: int = 512, past: int = 4096, batch: int = 1,
                dtype: str = "int8") -> dict:
-    """Plan every matmul-like op of ``graph`` on ``target`` for prefill and decode."""
+    """Plan every matmul-like op of ``graph`` on ``target`` for prefill and decode (an
+    image encoder: for one ``image`` phase of ``batch`` images; ``tokens`` and ``past``
+    do not apply and are not recorded)."""
     for name, value, least in (("tokens", tokens, 1), ("past", past, 0), ("batch", batch, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise BackendError(f"npu plan: {name} must be an integer >= {least}, got {value!r}")
     machine = target.machine(dtype)
+    vision = graph.meta.get("vision")
+    phases = phase_bindings(tokens, past, batch, vision)
     searched: dict = {}
     ops, totals = [], {}
-    for phase, bindings in phase_bindings(tokens, past, batch).items():
+    for phase, bindings in phases.items():
         works, covered = workloads.extract(graph, bindings)
         records = []
         for work in works:
@@ -50,13 +62,14 @@ def plan_graph(graph: Graph, target: Target, *, tokens: int = 512, past: int = 4
             records.append(op_record(work, phase, searched[work.shape], machine))
         others = [n for n in graph.nodes if n.name not in covered]
         unplanned = sum(workloads.unplanned_bytes(n, bindings, machine.op_bytes) for n in others)
-        totals[phase] = phase_totals(records, len(others), unplanned, bindings, machine)
+        totals[phase] = phase_totals(records, len(others), unplanned, bindings, machine, vision)
         ops += records
+    options = {"dtype": dtype, "accumulator": machine.accumulator, "batch": batch}
+    options.update({"vision": dict(vision)} if vision is not None else {"tokens": tokens, "past": past})
     return {
         "format": FORMAT, "version": VERSION, "model": graph.name, "target": target.to_json(),
-        "options": {"dtype": dtype, "accumulator": machine.accumulator, "tokens": tokens, "past": past,
-                    "batch": batch},
-        "phases": phase_bindings(tokens, past, batch),
+        "options": options,
+        "phases": phases,
         "accounting": {
             "traffic": "bytes: operands at operand width, outputs at output width, spilled partial sums at "
                        "accumulator width; tile rows move in whole DMA bursts",
@@ -104,21 +117,30 @@ def op_record(work: workloads.Work, phase: str, choice: cost.Choice, machine: Ma
     return record
 
 
-def phase_totals(records: list, unplanned_nodes: int, unplanned_bytes: int, bindings: dict, machine: Machine) -> dict:
+def phase_totals(records: list, unplanned_nodes: int, unplanned_bytes: int, bindings: dict, machine: Machine,
+                 vision: Optional[dict] = None) -> dict:
+    """A phase's sums; the rate per token (a decoder) or per image (an image encoder:
+    ``images``, ``seconds_per_image``, ``images_per_second``)."""
     planned_cycles = sum(r["cycles"] for r in records)
     unplanned_cycles = math.ceil(unplanned_bytes / machine.dram_bw)
     cycles = planned_cycles + unplanned_cycles
     seconds = cycles / machine.clock_hz
-    tokens = bindings["B"] * bindings["T"]
     dram = sum(r["dram_bytes"] for r in records)
     bound = sum(r["lower_bound_bytes"] for r in records)
     macs = sum(r["macs"] for r in records)
+    if vision is not None:
+        images = bindings["B"]
+        rate = {"images": images, "tokens": images * vision["tokens"],
+                "seconds_per_image": round(seconds / images, 9), "images_per_second": round(images / seconds, 3)}
+    else:
+        tokens = bindings["B"] * bindings["T"]
+        rate = {"tokens": tokens, "seconds_per_token": round(seconds / tokens, 9),
+                "tokens_per_second": round(tokens / seconds, 3)}
     return {
         "ops": len(records), "dram_bytes": dram, "lower_bound_bytes": bound,
         "ratio": round(dram / bound, 4) if bound else None, "macs": macs, "planned_cycles": planned_cycles,
         "unplanned": {"nodes": unplanned_nodes, "dram_bytes": unplanned_bytes, "cycles": unplanned_cycles},
-        "cycles": cycles, "seconds": round(seconds, 9), "tokens": tokens,
-        "seconds_per_token": round(seconds / tokens, 9), "tokens_per_second": round(tokens / seconds, 3),
+        "cycles": cycles, "seconds": round(seconds, 9), **rate,
         "peak_sram_bytes": max((r["sram_bytes"] for r in records), default=0),
         "mac_utilization": round(macs / (planned_cycles * machine.peak_macs), 4) if planned_cycles else None,
         "compute_bound_ops": sum(1 for r in records if r["bound"] == "compute"),

@@ -6,11 +6,16 @@ attention core, named ``<node>`` for a single-GEMM node (``layers.0.q``) and
 
 - ``linear`` (bias as a fused row operand), ``matmul`` (batch dims as instances, B
   stored [K,N]);
+- ``patch_embed`` (a ViT's patch projection): the GEMM [B·patches, C·p·p] x [C·p·p, d], the
+  weight [d, C, p, p] read as [N, K], the bias a row operand; A is counted as the patches'
+  rows (an im2col'd image: each patch row C·p·p contiguous), as ``lower-patch-embed`` writes it;
 - ``swiglu``/``geglu``: ``gate_up``, one GEMM over both weights whose epilogue writes
   act(gate) * up, then ``down``; ``gelu_mlp``: ``up`` (bias and GELU fused) and ``down``;
 - ``attention``: one flash-style core per KV head, its query heads grouped as rows
   (M = heads/kv_heads * T) over S = P + T keys (P capped by a sliding window as
-  ``irc.analysis`` does); the k/v projections write the new rows straight into the cache;
+  ``irc.analysis`` does); causal or not (an image encoder's), every block of the M x S
+  square is planned and counted (a causal core does not skip its masked blocks); the k/v
+  projections write the new rows straight into the cache;
   with sinks (GPT-OSS) the group's heads/kv_heads sink logits join its softmax (H floats per
   layer, ``AttentionShape.sinks``; the executor starts each row's online softmax from them);
 - ``mla_attention``: ``q_a``/``q_b`` (or ``wq``), ``kv_a``, ``kv_b``, the per-head core
@@ -170,6 +175,14 @@ def _linear(graph, node, sizes):
                   fuse=node.outputs[0], suffix=False)]
 
 
+def _patch_embed(graph, node, sizes):
+    _, weight, bias = pad_inputs(node.inputs, 3)
+    N, K = weight.shape[0], math.prod(weight.shape[1:])
+    steps = [{"op": "add", "operand": "row", "swap": False, "node": node.name}] if bias is not None else []
+    return [_gemm(graph, node, "patch_embed", sizes.rows(node.outputs[0]), K, N, steps=steps,
+                  rows=int(bias is not None), fuse=node.outputs[0], suffix=False)]
+
+
 def _matmul(graph, node, sizes):
     a, b = node.inputs
     out = sizes.shape(node.outputs[0])
@@ -291,7 +304,8 @@ def _moe(graph, node, sizes):
     return works
 
 
-RULES = {"linear": _linear, "matmul": _matmul, "swiglu": _gated_mlp, "geglu": _gated_mlp, "gelu_mlp": _gelu_mlp,
+RULES = {"linear": _linear, "patch_embed": _patch_embed, "matmul": _matmul, "swiglu": _gated_mlp,
+         "geglu": _gated_mlp, "gelu_mlp": _gelu_mlp,
          "attention": _attention, "mla_attention": _mla, "mla_absorbed_attention": _mla,
          "mla_latent_attention": _mla, "moe": _moe, **recurrent.RULES}
 
