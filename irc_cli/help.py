@@ -46,7 +46,7 @@ COMMANDS = {
                "diff with pictures, the model at a glance and, where there is one, the NPU plan. --spec takes "
                "the SPEC the dumps came from.", SPEC_KINDS,
                "irc compile examples/tiny-llama3.yaml --dump-dir dumps && irc report dumps -o report.html"),
-    "tile": ("plan NPU tiling (prefill and decode): plan.json and an HTML report", "Plan a model on an NPU target (prefill and decode): plan.json and an HTML report.", SPEC_KINDS,
+    "tile": ("plan NPU tiling (prefill and decode, or an image): plan.json and an HTML report", "Plan a model on an NPU target (a decoder's prefill and decode, an image encoder's image): plan.json and an HTML report.", SPEC_KINDS,
              "irc tile examples/tiny-llama3.yaml --target-npu examples/targets/edge-npu.yaml -o plan.json"),
 }
 
