@@ -46,6 +46,7 @@ from backends.onnx.writer import SMALL_TENSOR, write_data
 from backends.onnx.writer import plan as plan_layout
 from backends.onnx_npu.host import load_contract
 from backends.onnx_npu.lower import LOWERINGS, MASK_VALUE, OPSET, NpuBuilder, check_lowerable, to_onnx_type
+from backends.onnx_npu import vision
 from backends.onnx_npu.mla import lower_mla_attention
 from backends.onnx_npu.recurrent import LOWERINGS as RECURRENT
 from backends.onnx_npu.qdq import BITS, WINDOW, calibrate, calibration_tokens, output_step
@@ -62,7 +63,8 @@ def build(graph: Graph, tokens: int, context: int, quant=None) -> NpuBuilder:
     QDQ plan of a quantized precision)."""
     names = {v.name for v in graph.outputs}
     if "logits" not in names or "input_ids" not in {v.name for v in graph.inputs}:
-        raise BackendError("onnx-npu compiles decoder graphs: input_ids in, logits (and present.* caches) out",
+        raise BackendError("onnx-npu compiles decoder graphs: input_ids in, logits (and present.* caches) out; "
+                           "and image encoders: pixel_values in",
                            location=f"graph {graph.name}", hint=f"this graph returns {', '.join(sorted(names))}")
     b = NpuBuilder(graph, OPSET, "npu", context, bindings={"B": 1, "T": tokens, "P": context}, quant=quant)
     for value in graph.inputs:
@@ -144,8 +146,11 @@ def emit_folder(graph: Graph, folder: str, *, chunk: int, context: int, precisio
                 calibration: Optional[str] = None, files: Optional[Mapping[str, object]] = None) -> list[str]:
     """Write the onnx-npu folder (module docstring); returns the paths written. ``files``
     are companions copied in as they are (name -> bytes, or a path: a tokenizer)."""
-    check_context(context, chunk)
     files = dict(files or {})
+    if vision.is_vision(graph):  # an image encoder: one graph, vision.onnx (backends.onnx_npu.vision)
+        return vision.emit_folder(graph, folder, TABLE, precision=precision, seed=seed, calibration=calibration,
+                                  files=files, data=DATA, contract_name=CONTRACT)
+    check_context(context, chunk)
     plan = None
     if precision in BITS:
         tokens = calibration_tokens(calibration, files, int(graph.meta.get("vocab_size", 0)))
@@ -190,6 +195,11 @@ def emit_target(graph: Graph, path: str, options) -> list[str]:
         from backends.onnx_npu.placement import write as write_placement
 
         lines += write_placement(path, load_contract(path), graph.meta.get("npu_plan"), options.report)
+    if vision.is_vision(graph):
+        shape = next(v["shape"] for v in load_contract(path)["inputs"] if v["name"] == vision.INPUT)
+        lines.append(f"onnx-npu: {vision.GRAPH}, an image encoder over pixel_values {shape}, precision "
+                     f"{settings['precision']}")
+        return lines
     lines.append(f"onnx-npu: chunk {settings['chunk']} tokens, decode 1 token, {options.context}-slot KV cache, "
                  f"precision {settings['precision']}; `irc run {path}` drives it on ONNX Runtime's CPU provider")
     return lines

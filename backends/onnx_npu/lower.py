@@ -167,9 +167,13 @@ def grouped_mask(b: NpuBuilder, window, group: int, tokens: int) -> str:
 def lower_attention(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     o = attention_operands(node)
     a = node.attrs
+    if o["past_key"] is None and not a["causal"] and o["mask"] is None and a["window"] is None:
+        return lower_bidirectional(b, o, a["softcap"], outs)
     if o["past_key"] is None or not a["causal"]:
-        raise BackendError("onnx-npu attention needs a causal attention with a KV cache (the decoder form)",
-                           hint="compile a decoder spec: its attention reads past_key_values.*")
+        raise BackendError("onnx-npu attention needs a causal attention with a KV cache (the decoder form) or "
+                           "one that sees every token with no mask and no cache (an image encoder's)",
+                           location=_where(node), hint="compile a decoder spec (its attention reads "
+                                                       "past_key_values.*) or an image encoder")
     tokens, heads, kv_heads = b.size(o["seq"]), o["heads"], o["kv_heads"]
     group, width, v_width = heads // kv_heads, o["head_dim"], o["v_head_dim"]
     shape = dict(batch=1, seq=tokens)
@@ -183,6 +187,22 @@ def lower_attention(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     attended = attend(b, q4, keys, values, grouped_mask(b, a["window"], group, tokens), kv_heads=kv_heads,
                       group=group, tokens=tokens, width=width, v_width=v_width, scale=o["scale"], cap=a["softcap"],
                       dtype=o["q"].dtype, out=b.fresh(f"{name}/heads"), sinks=sinks)
+    merge_heads(b, attended, heads=heads, width=v_width, out=name, **shape)
+
+
+def lower_bidirectional(b: NpuBuilder, o: dict, cap, outs: list[str]) -> None:
+    """An image encoder's attention: every query sees every one of the T tokens, no cache, no
+    mask (a ViT's); the same grouped 4-D matmuls as the decoder form, without the Add."""
+    tokens, heads, kv_heads = b.size(o["seq"]), o["heads"], o["kv_heads"]
+    width, v_width, name = o["head_dim"], o["v_head_dim"], outs[0]
+    shape = dict(batch=1, seq=tokens)
+    q4, k4, v4 = (heads_first(b, b.value(o[role]), heads=count, width=w, out=b.fresh(f"{name}/{role}"), **shape)
+                  for role, count, w in (("q", heads, width), ("k", kv_heads, width), ("v", kv_heads, v_width)))
+    sinks = "" if o["sinks"] is None else sink_column(b, o["sinks"], kv_heads, heads // kv_heads, tokens,
+                                                      o["q"].dtype)
+    attended = attend(b, q4, k4, v4, "", kv_heads=kv_heads, group=heads // kv_heads, tokens=tokens, width=width,
+                      v_width=v_width, scale=o["scale"], cap=cap, dtype=o["q"].dtype, out=b.fresh(f"{name}/heads"),
+                      sinks=sinks)
     merge_heads(b, attended, heads=heads, width=v_width, out=name, **shape)
 
 
@@ -204,15 +224,16 @@ def sink_column(b: NpuBuilder, sinks, kv_heads: int, group: int, tokens: int, dt
 def attend(b: NpuBuilder, q4: str, keys: str, values: str, mask: str, *, kv_heads: int, group: int, tokens: int,
            width: int, v_width: int, scale: float, cap, dtype: DType, out: str, sinks: str = "") -> str:
     """softmax(q k^T * scale + mask) v for q [1, H, T, D] over keys/values [1, K, S, D]:
-    the G query heads of a kv head are one [G*T, D] block; ``sinks`` (a [1, K, G*T, 1]
-    column, or "") join each row's softmax and take no weight. Returns [1, H, T, Dv]."""
+    the G query heads of a kv head are one [G*T, D] block; ``mask`` "" is no mask (every
+    key visible); ``sinks`` (a [1, K, G*T, 1] column, or "") join each row's softmax and take
+    no weight. Returns [1, H, T, Dv]."""
     q_groups = b.op("Reshape", [q4, b.i64([1, kv_heads, group * tokens, width])], f"{out}/q_groups")
     keys_t = b.op("Transpose", [keys], f"{out}/keys_t", perm=[0, 1, 3, 2])
     scores = b.op("MatMul", [q_groups, keys_t], f"{out}/qk")
     scores = b.op("Mul", [scores, b.const(scale, dtype.numpy, f"{out}/scale")], f"{out}/scores")
     if cap is not None:
         scores = portable.softcap(b, scores, cap, dtype, b.fresh(f"{out}/softcapped"))
-    masked = b.op("Add", [scores, mask], f"{out}/masked")
+    masked = b.op("Add", [scores, mask], f"{out}/masked") if mask else scores
     if sinks:
         with_sink = b.op("Concat", [masked, sinks], f"{out}/masked_and_sink", axis=-1)
         probs_all = b.op("Softmax", [with_sink], f"{out}/probs_and_sink", axis=-1)
@@ -277,7 +298,7 @@ LOWERINGS = {**{op: portable.LOWERINGS[op] for op in ACCEPTED}, "cast": lower_ca
              "constant": lower_constant}
 NEEDS = {
     "rms_norm": "lower-norms", "layer_norm": "lower-norms", "swiglu": "lower-mlp", "geglu": "lower-mlp",
-    "gelu_mlp": "lower-mlp", "softcap": "lower-softcap",
+    "gelu_mlp": "lower-mlp", "softcap": "lower-softcap", "patch_embed": "lower-patch-embed",
     **{op: f"a static-cache lowering of {op} (not written yet); compile without mla-absorb: un-absorbed "
            "mla_attention has one" for op in ("mla_absorbed_attention", "mla_latent_attention")},
     "dequant_linear": "none yet: quantize with --precision w8a16/w4a16 (QDQ), not the quantize pass",

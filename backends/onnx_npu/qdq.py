@@ -85,7 +85,7 @@ def calibration_tokens(path: str, files: Mapping[str, object], vocab: int) -> li
     return ids
 
 
-class _Ranges(StreamingInterpreter):
+class RangeRecorder(StreamingInterpreter):
     """Records min and max of every linear node's input and output."""
 
     def __init__(self, graph: Graph, seed: int):
@@ -106,7 +106,7 @@ class _Ranges(StreamingInterpreter):
 
 def calibrate(graph: Graph, tokens: Sequence[int], bits: int, seed: int, window: int = WINDOW) -> QuantPlan:
     """Ranges of the linear layers' activations over ``tokens``, in prefills of ``window``."""
-    runner = _Ranges(graph.clone(), seed)
+    runner = RangeRecorder(graph.clone(), seed)
     for chunk in windows(tokens, window):
         prefill_logits(runner, chunk)
     return QuantPlan(bits, runner.ranges, len(tokens))

@@ -7,7 +7,8 @@
   per-channel weights, uint16 activations, ranges from ``--calibration``);
 - ``--calibration FILE``: a text (tokenized with the spec's tokenizer when it has one, else
   comma- or space-separated token ids) that the reference interpreter runs to record the
-  activation ranges of the quantized precisions.
+  activation ranges of the quantized precisions; for an image encoder, a ``.npy`` of
+  preprocessed pixel values [N, C, H, W] (``backends.onnx_npu.vision``).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from irc.errors import BackendError
 PRECISIONS = ("fp16", "f32", "w8a16", "w4a16")
 DEFAULT_CHUNK = 16
 ARGUMENTS = ("chunk", "precision", "calibration")
-PIPELINE = "lower-norms,lower-mlp,lower-softcap,fold,dce,cse"
+PIPELINE = "lower-patch-embed,lower-norms,lower-mlp,lower-softcap,fold,dce,cse"
 
 
 def add_arguments(parser) -> None:
@@ -27,7 +28,8 @@ def add_arguments(parser) -> None:
                         help="onnx-npu: fp16 (default), f32, or QDQ w8a16 / w4a16 (int8 / int4 weights per "
                              "channel, uint16 activations; needs --calibration)")
     parser.add_argument("--calibration", default=None,
-                        help="onnx-npu: a calibration text (or token ids) for the w8a16/w4a16 activation ranges")
+                        help="onnx-npu: a calibration text (or token ids) for the w8a16/w4a16 activation ranges; "
+                             "an image encoder's: a .npy of pixel values [N, C, H, W]")
 
 
 def resolve(options) -> dict:
