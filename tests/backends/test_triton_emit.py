@@ -108,7 +108,13 @@ def test_forward_comments_carry_the_ir_and_fused_nodes(tmp_path):
 # mixing (a [B, T, d, n] @ [B, T, n, n] matmul, its transpose, the innovation's outer-product
 # mul), its RMS reductions outside a norm and the per-layer ids' int64 arithmetic have no
 # Triton kernel yet (its numbers match the reference: test_triton_models.py)
-TORCH_FALLBACKS = {"gemma-3n-e4b": {"matmul", "transpose", "mul", "reduce_mean", "sub", "maximum"}}
+TORCH_FALLBACKS = {"gemma-3n-e4b": {"matmul", "transpose", "mul", "reduce_mean", "sub", "maximum"},
+                   # the image encoders: the residual add before a LayerNorm (the fused residual kernel
+                   # is RMSNorm's), the patches' transposes (lower-patch-embed), and SigLIP's pooling
+                   # head (one probe query: its scores and softmax as torch ops); their numbers match
+                   # the reference (test_vision_targets.py)
+                   "clip-vit-large-patch14-336": {"add", "transpose"}, "dinov2-large": {"add", "transpose"},
+                   "siglip-so400m-patch14-384": {"add", "transpose", "matmul", "softmax"}}
 
 
 @pytest.mark.parametrize("name", sorted(p.name[len("tiny-"):-len(".yaml")] for p in EXAMPLES.glob("tiny-*.yaml")))
