@@ -40,6 +40,7 @@ WEIGHT_OPERANDS = {
     "mla_latent_attention": ("wq", "q_a", "q_b", "kv_a", "wo"),  # W^UK, W^UV: per-head blocks, kept
     "embedding": ("table",),
 }
+PADDED_METHODS = ("rtn", "ort")  # a last block part padding is theirs to quantize (check_blocks)
 DEFAULT_METHOD = "ort"  # the builder's scheme, compiled; mse degenerates on SmolLM2 (benchmarks/int4_quality.py)
 # A method's own defaults over ``Quantize.options``: GPTQ's best measured setting
 # (benchmarks/int4_quality.py: 0.21 to 0.55 of the builder's perplexity loss on SmolLM2-135M
@@ -78,7 +79,8 @@ class Quantize(Pass):
       MLPs into ``dequant_linear``s.
 
     Options: ``bits`` 4 or 8; ``group`` the block size along the input dim (32, 64, 128, ...;
-    it must divide every quantized weight's K, see ``block_size``), ``"channel"`` for one
+    where it does not divide a weight's K, ort and rtn pad the last block with zeros as
+    MatMulNBits does, the searching methods refuse: ``check_blocks``), ``"channel"`` for one
     block per output row, or null (32 for 4 bits, per channel for 8 bits); ``symmetric``
     (default true: no zero points); ``method``: ``ort`` (the default: onnxruntime's compiled
     blockwise quantizer, the scheme of onnxruntime-genai's builder int4, codes -8..7:
@@ -306,16 +308,23 @@ class Quantize(Pass):
 
     def check_blocks(self, params: list) -> None:
         """PassError, before anything changes, for a weight with more than one block per row
-        whose K the block does not divide (a last block would be part padding). One block
-        spanning the row (per channel, or K up to the block) pads freely."""
+        whose K the block does not divide, under a method that searches its scales per block
+        (mse and the calibrated ones): their searches take whole blocks. rtn and ort pad the
+        last block with zeros, as onnxruntime's MatMulNBits lays a row out (ceil(K / block)
+        blocks; every target reads the same codes). One block spanning the row (per channel,
+        or K up to the block) pads freely."""
+        if self.config["method"] in PADDED_METHODS:
+            return
         for param in params:
             k = param.shape[-1]
             block = self.block_size(k)
             if k > block and k % block:
                 fits = [g for g in (16, 32, 64, 128, 256) if k % g == 0 and g * self.config["bits"] % 8 == 0]
                 raise PassError(f"quantize: group {block} does not divide K={k} of @{param.name} "
-                                f"{param.dtype}{list(param.shape)}",
-                                hint=f"{'group=' + str(fits[-1]) + ' or ' if fits else ''}group=channel")
+                                f"{param.dtype}{list(param.shape)}, and method={self.config['method']} "
+                                "searches whole blocks",
+                                hint=f"{'group=' + str(fits[-1]) + ', ' if fits else ''}group=channel, or "
+                                     "method=ort (it pads the last block)")
 
     def calibrate(self, graph: Graph, params: list) -> dict:
         """The calibrated method's statistics per weight name (none for other methods)."""

@@ -65,7 +65,7 @@ def test_eval_text_scores_every_position_before_last_logits(capsys, tmp_path, to
 
 
 @pytest.mark.parametrize("passes, message", [
-    ("quantize{group=64}", "group 64 does not divide K=160 of @layers.0.mlp.w_down"),
+    ("quantize{group=64,method=mse}", "group 64 does not divide K=160 of @layers.0.mlp.w_down"),
     ("quantize{bits=3}", "bits must be 4 or 8"),
     ("quantize{method=hqq}", "unknown method 'hqq'"),
     ("lower-mlp,quantize{method=awq}", "method=awq needs a calibration text and its tokenizer"),

@@ -25,6 +25,10 @@ LLAMA = "examples/tiny-llama3.yaml"
 MIXTRAL = "examples/tiny-mixtral-8x7b.yaml"
 CASES = {
     "llama-int4-g32-sym": (LLAMA, "quantize{bits=4,group=32,accuracy_level=0}"),
+    # d_ff 160 in blocks of 64: the down projection's last block is half padding (ort and rtn pad it)
+    "llama-int4-g64-padded-last-block": (LLAMA, "quantize{bits=4,group=64,accuracy_level=0}"),
+    "llama-int4-g64-padded-asym-rtn": (LLAMA, "quantize{bits=4,group=64,symmetric=false,method=rtn,"
+                                              "accuracy_level=0}"),
     "llama-int4-g32-asym-kv8": (LLAMA, "quantize{bits=4,group=32,symmetric=false,kv_cache=true,accuracy_level=0}"),
     "llama-int8-channel": (LLAMA, "quantize{bits=8,group=channel,symmetric=false,accuracy_level=0}"),
     "llama-int4-embeddings": (LLAMA, "lower-mlp,quantize{bits=4,group=32,embeddings=true,accuracy_level=0}"),

@@ -137,13 +137,30 @@ def test_bad_options(bad, message):
         Quantize(**bad)
 
 
-def test_group_must_divide_k_before_anything_changes():
+def test_a_searching_method_needs_whole_blocks_before_anything_changes():
     g = example("tiny-llama3")  # d_ff 160: 64 does not divide it
     before = sorted(g.params)
     with pytest.raises(PassError, match=r"group 64 does not divide K=160 of @layers.0.mlp.w_down") as info:
-        Quantize(group=64).run(g)
-    assert "group=32" in info.value.hint
+        Quantize(group=64, method="mse").run(g)
+    assert "group=32" in info.value.hint and "method=ort" in info.value.hint
     assert sorted(g.params) == before
+
+
+@pytest.mark.parametrize("method", ["ort", "rtn"])
+def test_ort_and_rtn_pad_the_last_block(method):
+    """K=160 in blocks of 64: three blocks a row, the last one half zeros, as MatMulNBits lays
+    it out; the codes dequantize to within a scale step of the float weight."""
+    g = example("tiny-llama3")
+    weight = g.params["layers.0.mlp.w_down"].array()
+    assert Quantize(group=64, method=method).run(g)
+    params = g.params
+    codes, scales = params["layers.0.mlp.w_down.qweight"].array(), params["layers.0.mlp.w_down.scales"].array()
+    assert codes.shape == (64, 3, 32) and scales.shape == (64, 3)
+    zero_points = params.get("layers.0.mlp.w_down.zero_points")
+    restored = dequantize_blocks(codes, scales, None if zero_points is None else zero_points.array(), bits=4,
+                                 block_size=64, k=160)
+    assert restored.shape == weight.shape
+    assert np.all(np.abs(restored - weight) <= np.repeat(np.abs(scales), 64, axis=1)[:, :160] + 1e-7)
 
 
 def test_embedding_lookup_reads_rows_of_the_shared_codes():
