@@ -331,3 +331,29 @@ def stats_line(graph: Graph, context: int = 4096) -> dict:
     s = analyze(graph, context)
     return {k: s[k] for k in ("nodes", "params_total", "param_bytes", "flops_per_token",
                               "kv_cache_bytes_per_token", "context")}
+
+
+VISUAL_PROMPTS = (20, 128, 1024, 4096)
+
+
+def visual_token_costs(vision: dict, text: Graph, cache_dtype: Optional[DType] = None,
+                       prompts=VISUAL_PROMPTS) -> dict:
+    """What an image costs a text model that prepends its tokens (LLaVA's bridge): the image
+    encoder's ``patches`` (the projectors pass the patch tokens on; LLaVA drops the class
+    token) each take the text model's KV bytes per token at every layer. Rows against prompt
+    length (the image's share of the cache), and the tokens and bytes left by r x r pixel
+    shuffle or pooling of the patch grid (Idefics3/SmolVLM's shuffle, Qwen's 2x2 merger,
+    Gemma 3's pooling), for each r that divides the grid."""
+    per_token = analyze(text, cache_dtype=cache_dtype)["kv_cache_bytes_per_token"]
+    tokens = vision["patches"]
+    height, width = vision["image_size"]
+    rows, columns = height // vision["patch"], width // vision["patch"]
+    return {
+        "text_model": text.name, "kv_bytes_per_token": per_token, "image_tokens": tokens,
+        "image_kv_bytes": tokens * per_token,
+        "against_prompt": [{"prompt_tokens": p, "prompt_kv_bytes": p * per_token,
+                            "image_share": round(tokens / (tokens + p), 4)} for p in prompts],
+        "compression": [{"merge": f"{r}x{r}", "tokens": (rows // r) * (columns // r),
+                         "kv_bytes": (rows // r) * (columns // r) * per_token}
+                        for r in (2, 3, 4) if rows % r == 0 and columns % r == 0],
+    }

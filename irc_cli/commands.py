@@ -17,7 +17,7 @@ import passes  # noqa: F401  (registers the passes)
 from backends import TARGETS, EmitOptions, get_target
 from frontends import companion_files, load_notes
 from irc import limits
-from irc.analysis import analyze, memory_against_context, stats_line
+from irc.analysis import analyze, memory_against_context, stats_line, visual_token_costs
 from irc.analysis_mla import mla_forms, trade_lines
 from irc.check import compare_outputs
 from irc.dot import graph_to_dot
@@ -125,14 +125,18 @@ def cmd_show(args) -> int:
     summary = analyze(graph, context=args.context, cache_dtype=cache)
     trade = mla_forms(graph, cache_dtype=cache)  # the MLA absorption trade; None without MLA
     memory = memory_against_context(graph, cache_dtype=cache) if summary["state_elements_per_sequence"] else None
+    costs = _visual_costs(args, summary, cache)
     if args.json:
         print(json.dumps({**summary, "weights": weights, **({"mla_forms": trade} if trade else {}),
-                          **({"memory_against_context": memory} if memory else {})}, indent=2, sort_keys=True))
+                          **({"memory_against_context": memory} if memory else {}),
+                          **({"visual_tokens": costs} if costs else {})}, indent=2, sort_keys=True))
         return 0
     print(f"{summary['name']}: {summary['n_layers']} layers, {summary['nodes']} nodes")
     print(f"  weights: {weights}")
     if "vision" in summary:
         _print_rows(_vision_rows(summary))
+        for line in _visual_token_lines(costs) if costs else []:
+            print(line)
         return 0
     rows = [
         ("parameters", f"{summary['params_total']:,}"),
@@ -180,6 +184,31 @@ def _vision_rows(summary: dict) -> list:
                       f"{vision['patches']:,} patches"),
             ("tokens per image", f"{vision['tokens']:,}"),
             ("FLOPs/image", f"{vision['flops_per_image']:,}")]
+
+
+def _visual_costs(args, summary: dict, cache) -> Optional[dict]:
+    """``--text-model``'s KV cost of the image's tokens (``irc.analysis.visual_token_costs``)."""
+    if args.text_model is None:
+        return None
+    if "vision" not in summary:
+        raise IRCError("--text-model goes with an image encoder: what its tokens cost a decoder",
+                       location=args.spec)
+    text = load(args.text_model)
+    if not any(v.name.startswith("past_key_values.") for v in text.inputs):
+        raise IRCError("--text-model must be a decoder with a KV cache", location=args.text_model)
+    return visual_token_costs(summary["vision"], text, cache)
+
+
+def _visual_token_lines(costs: dict) -> list[str]:
+    per_token = costs["kv_bytes_per_token"]
+    lines = [f"  its {costs['image_tokens']:,} patch tokens prepended to {costs['text_model']} "
+             f"({format_bytes(per_token)} of KV cache a token): {format_bytes(costs['image_kv_bytes'])} an image",
+             f"    {'prompt':>8}  {'prompt KV':>10}  {'image share':>11}"]
+    lines += [f"    {row['prompt_tokens']:>8,}  {format_bytes(row['prompt_kv_bytes']):>10}  {row['image_share']:>11.1%}"
+              for row in costs["against_prompt"]]
+    lines += [f"    merged {row['merge']} (pixel shuffle or pooling): {row['tokens']:,} tokens, "
+              f"{format_bytes(row['kv_bytes'])}" for row in costs["compression"]]
+    return lines
 
 
 def _memory_lines(memory: list, summary: dict) -> list[str]:
@@ -300,6 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     common(show)
     show.add_argument("--json", action="store_true")
     show.add_argument("--cache-dtype", default=None, help="KV-cache dtype (default: the model's dtype)")
+    show.add_argument("--text-model", metavar="SPEC", default=None,
+                      help="for an image encoder: what its tokens cost this decoder's KV cache when prepended")
     show.set_defaults(func=cmd_show)
 
     comp = sub.add_parser("compile", **parser_options("compile"))

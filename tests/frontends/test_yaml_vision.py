@@ -114,3 +114,34 @@ def test_mistakes_are_spec_errors_naming_the_key(change, key, message):
     with pytest.raises(SpecError) as err:
         loads(BASE.replace(*change), "vit.yaml")
     assert key in str(err.value) and message in str(err.value) and "vit.yaml:" in str(err.value)
+
+
+def test_the_seeds_llava_case_visual_tokens_outweigh_a_short_question(capsys):
+    """LLaVA-1.5-7B: CLIP ViT-L/14-336's 576 patch tokens prepended to a Vicuna-7B (Llama-2-7B
+    shapes: 32 layers of 32 heads of 128, bf16: 512 KiB of cache a token) take 288 MiB, 96.6% of
+    the cache beside a 20-token question; merged 2x2 (pixel shuffle, Qwen's merger) 144 tokens."""
+    from irc_cli import main
+
+    assert main(["show", str(EXAMPLES / "clip-vit-large-patch14-336.yaml"), "--text-model",
+                 str(EXAMPLES / "llama2-7b.yaml"), "--json"]) == 0
+    costs = json.loads(capsys.readouterr().out)["visual_tokens"]
+    assert (costs["image_tokens"], costs["kv_bytes_per_token"], costs["image_kv_bytes"]) == (576, 524_288,
+                                                                                             301_989_888)
+    question = costs["against_prompt"][0]
+    assert (question["prompt_tokens"], question["prompt_kv_bytes"], question["image_share"]) == (20, 10_485_760,
+                                                                                                 0.9664)
+    assert [(row["merge"], row["tokens"]) for row in costs["compression"]] == [("2x2", 144), ("3x3", 64), ("4x4", 36)]
+    assert main(["show", str(EXAMPLES / "clip-vit-large-patch14-336.yaml"), "--text-model",
+                 str(EXAMPLES / "llama2-7b.yaml")]) == 0
+    assert "288 MiB an image" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("spec, text, message", [
+    ("llama2-7b.yaml", "llama2-7b.yaml", "--text-model goes with an image encoder"),
+    ("clip-vit-large-patch14-336.yaml", "dinov2-large.yaml", "--text-model must be a decoder with a KV cache"),
+])
+def test_text_model_mistakes(capsys, spec, text, message):
+    from irc_cli import main
+
+    assert main(["show", str(EXAMPLES / spec), "--text-model", str(EXAMPLES / text)]) == 2
+    assert message in capsys.readouterr().err
