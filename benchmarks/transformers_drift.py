@@ -48,7 +48,7 @@ def newest_environment(venv: str, version: str, pre: bool) -> str:
     if not os.path.exists(python):
         run([sys.executable, "-m", "venv", venv])
         run([python, "-m", "pip", "install", "-q", "-c", "constraints.txt", "--upgrade", "pip"])
-        run([python, "-m", "pip", "install", "-q", "-c", "constraints.txt", "-e", EXTRAS])
+    run([python, "-m", "pip", "install", "-q", "-c", "constraints.txt", "-e", EXTRAS])  # today's pins and extras
     wanted = f"transformers=={version}" if version else "transformers"
     run([python, "-m", "pip", "install", "-q", "--upgrade", *(["--pre"] if pre else []), wanted])
     return python
