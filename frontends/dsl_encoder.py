@@ -73,13 +73,14 @@ class EncoderOutputs:
     def sentence_embedding(self, x: Tensor) -> Tensor:
         """Make ``x`` [B, n] the graph's second output, ``sentence_embedding``."""
         self._encoder_only("sentence_embedding")
-        self._second_output(x, "sentence_embedding")
+        self._extra_output(x, "sentence_embedding")
         self.meta["sentence_embedding"] = x.shape[-1]
         return x
 
-    def _second_output(self, x: Tensor, name: str) -> None:
+    def _extra_output(self, x: Tensor, name: str) -> None:
         """Make ``x`` [B, n] the output ``name`` after ``last_hidden_state`` (once)."""
-        if [v.name for v in self._graph.outputs] != ["last_hidden_state"]:
+        names = [v.name for v in self._graph.outputs]
+        if names[:1] != ["last_hidden_state"] or name in names:
             raise self.error("x", f"call m.last_hidden_state(...) first, and {name} once")
         if len(x.shape) != 2:
             raise self.error("x", f"expected [B, n], got {x.value.type_str()}")

@@ -119,7 +119,16 @@ class VisionInputs:
     def pooler_output(self, x: Tensor) -> Tensor:
         """Make ``x`` [B, d] the graph's second output, ``pooler_output``."""
         self._vision()
-        self._second_output(x, "pooler_output")
+        self._extra_output(x, "pooler_output")
+        return x
+
+    def image_embeds(self, x: Tensor) -> Tensor:
+        """Make ``x`` [B, n] the output ``image_embeds`` (a dual encoder's projected image
+        embedding, CLIP's ``get_image_features``), after ``pooler_output``."""
+        self._vision()
+        if [v.name for v in self._graph.outputs][1:2] != ["pooler_output"]:
+            raise self.error("x", "call m.pooler_output(...) first: image_embeds projects it")
+        self._extra_output(x, "image_embeds")
         return x
 
     def attention_pool(self, x: Tensor, heads: int, d_ff: int, eps: float, name: str = "head") -> Tensor:

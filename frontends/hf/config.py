@@ -245,6 +245,25 @@ class Config:
         return "f32"
 
 
+class NestedConfig(Config):
+    """One object inside config.json (a multimodal config's ``text_config`` or
+    ``vision_config``): keys are read inside it, errors name ``<key>.<inner key>`` at its line,
+    and ``defaults`` are the inner config class's."""
+
+    def __init__(self, outer: Config, key: str, defaults: dict, what: str, hint: Optional[str] = None):
+        data = outer.data.get(key)
+        if not isinstance(data, dict):
+            raise outer.error(key, f"expected {what} (an object)", hint=hint)
+        super().__init__(data, outer.path, outer.text, defaults)
+        self.key = key
+
+    def where(self, key: str) -> str:
+        return super().where(f"{self.key}.{key}")
+
+    def error(self, key: str, detail: str, hint: Optional[str] = None) -> SpecError:
+        return SpecError(f"{self.key}.{key}: {detail}", location=self.where(key), hint=hint)
+
+
 def _show(value: Any) -> str:
     text = json.dumps(value) if isinstance(value, (str, bool)) or value is None else repr(value)
     return text if len(text) <= 80 else f"{text[:60]}... ({len(text):,} characters)"

@@ -35,9 +35,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from frontends.hf.config import (Arch, Attention, Config, LayerSpec, attention_dims, int_list, layer_types, read_rope,
-                                 rope_dict, dsl_rope)
-from irc.errors import SpecError
+from frontends.hf.config import (Arch, Attention, Config, LayerSpec, NestedConfig, attention_dims, int_list,
+                                 layer_types, read_rope, rope_dict, dsl_rope)
 from irc.yamlloc import boolean, layer_count, non_negative_int, positive_int, positive_number, string
 
 DELTA, ATTENTION = "linear_attention", "full_attention"
@@ -63,22 +62,13 @@ DEFAULTS = {  # transformers 5.24's config classes
 MULTIMODAL = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}  # -> the text model inside
 
 
-class TextConfig(Config):
+class TextConfig(NestedConfig):
     """A multimodal config.json's ``text_config``: keys are read inside it and errors name
     ``text_config.<key>`` at its line."""
 
     def __init__(self, outer: Config, defaults: dict):
-        data = outer.data.get("text_config")
-        if not isinstance(data, dict):
-            raise outer.error("text_config", "expected the text model's settings (an object)",
-                              hint="irc compiles the text model of a multimodal Qwen3.5 checkpoint")
-        super().__init__(data, outer.path, outer.text, defaults)
-
-    def where(self, key: str) -> str:
-        return super().where(f"text_config.{key}")
-
-    def error(self, key: str, detail: str, hint: Optional[str] = None) -> SpecError:
-        return SpecError(f"text_config.{key}: {detail}", location=self.where(key), hint=hint)
+        super().__init__(outer, "text_config", defaults, "the text model's settings",
+                         hint="irc compiles the text model of a multimodal Qwen3.5 checkpoint")
 
 
 def layer_kinds(cfg: Config, n: int) -> list[str]:

@@ -16,6 +16,11 @@ clip_vision_model        patches (no bias) + class embedding + positions, ``pre_
 siglip_vision_model      patches (bias) + positions, no class token; gelu tanh MLPs;
                          last_hidden_state = ``post_layernorm``(x); pooler_output: the
                          attention-pooling head (``vision_use_head``), else none
+clip, siglip             a dual encoder's config (``vision_config`` and ``text_config``): its
+                         image tower as above (``vision_config``, errors naming
+                         ``vision_config.<key>``); CLIP adds ``image_embeds``, the pooled state
+                         through ``visual_projection`` (``get_image_features``); SigLIP's image
+                         embedding is its pooler_output. The text tower is not compiled yet
 =======================  ===================================================================
 
 The graph takes ``pixel_values`` f32 [B, C, image_size, image_size] (the checkpoint's size:
@@ -37,7 +42,7 @@ import os
 import numpy as np
 
 from frontends.dsl_vision import VisionSpec, build_vit
-from frontends.hf.config import Config
+from frontends.hf.config import Config, NestedConfig
 from frontends.hf.weights import Checkpoint, CheckpointData, Source, Tensor, View
 from irc.errors import SpecError
 from irc.graph import Graph, Param
@@ -56,6 +61,8 @@ DEFAULTS = {
     "siglip_vision_model": {**_VIT, "intermediate_size": 3072, "hidden_act": "gelu_pytorch_tanh",
                             "layer_norm_eps": 1e-6, "patch_size": 16, "vision_use_head": True},
 }
+TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}  # dual encoder -> its image tower
+DEFAULTS.update({"clip": {"projection_dim": 512}, "siglip": {}})
 FAMILIES = tuple(DEFAULTS)
 GELU = {"gelu": "none", "gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "quick_gelu": "quick"}
 PREFIXES = ("", "vision_model.", "vit.", "dinov2.")
@@ -103,7 +110,8 @@ LAYOUTS = {
                 "norm.bias": "post_layernorm.bias"}),
 }
 LAYOUT = {"vit": "vit", "dinov2": "dinov2", "dinov2_with_registers": "dinov2", "clip_vision_model": "clip",
-          "siglip_vision_model": "siglip"}
+          "siglip_vision_model": "siglip", "clip": "clip", "siglip": "siglip"}
+ROOT_NAMES = {"visual_projection": "visual_projection.weight"}  # a dual encoder's, beside its towers
 RESHAPED = ("cls_token", "registers", "position_embeddings")  # stored [1, n, d] or [d]: read as [n, d]
 SPARE = ("embeddings.mask_token",)  # DINOv2's pretraining mask: no base model's inference reads it
 PACKED = {"q": 0, "k": 1, "v": 2}  # rows of torch.nn.MultiheadAttention's in_proj (SigLIP's head)
@@ -148,6 +156,8 @@ def checkpoint_source(model_type: str, param: Param, prefix: str) -> Source:
     """Where ``param`` is in the checkpoint: one tensor, or for SigLIP's head q, k or v (and
     their biases) the rows of torch's packed in-projection, q|k|v."""
     name = param.name
+    if name in ROOT_NAMES:
+        return Tensor(ROOT_NAMES[name])
     packed = PACKED.get(name.rsplit(".", 1)[-1][1:]) if name.startswith("head.attention.") else None
     if packed is None:
         stored = prefix + checkpoint_name(model_type, name)
@@ -164,10 +174,9 @@ def _activation(cfg: Config) -> str:
     return GELU[act]
 
 
-def vision_spec(cfg: Config, pooler: bool = True) -> VisionSpec:
-    """The ``VisionSpec`` config.json describes (``pooler``: ViT's dense pooler, which a
-    classification checkpoint lacks)."""
-    model_type = cfg.data["model_type"]
+def vision_spec(cfg: Config, model_type: str, pooler: bool = True) -> VisionSpec:
+    """The ``VisionSpec`` of a ``model_type`` tower config.json describes (``pooler``: ViT's
+    dense pooler, which a classification checkpoint lacks)."""
     d = cfg.get("hidden_size", positive_int)
     heads = cfg.get("num_attention_heads", positive_int)
     if d % heads:
@@ -204,14 +213,24 @@ def vision_spec(cfg: Config, pooler: bool = True) -> VisionSpec:
 
 
 def build_vision(cfg: Config, name: str, pooler: bool = True) -> Graph:
-    """The vision encoder config.json describes, through ``build_vit``."""
-    from frontends.dsl import Model
+    """The vision encoder config.json describes, through ``build_vit`` (a dual encoder's image
+    tower, with CLIP's projection)."""
+    from frontends.dsl import Model, Tensor as Value
 
-    spec = vision_spec(cfg, pooler)
-    m = Model(name, vocab=None, d_model=cfg.get("hidden_size", positive_int), dtype=cfg.dtype(), encoder=True)
+    model_type = cfg.data["model_type"]
+    tower = cfg
+    if model_type in TOWERS:
+        tower = NestedConfig(cfg, "vision_config", DEFAULTS[TOWERS[model_type]], "the image tower's settings",
+                             hint=f"irc compiles the image tower of a {model_type} checkpoint")
+    spec = vision_spec(tower, TOWERS.get(model_type, model_type), pooler)
+    m = Model(name, vocab=None, d_model=tower.get("hidden_size", positive_int), dtype=cfg.dtype(), encoder=True)
     build_vit(m, spec)
+    if model_type == "clip":
+        pooled = next(v for v in m.graph.outputs if v.name == "pooler_output")
+        projected = m.dense(Value(m, pooled), cfg.get("projection_dim", positive_int), name="visual_projection")
+        m.image_embeds(projected)
     graph = m.graph
-    graph.meta["model_type"] = cfg.data["model_type"]
+    graph.meta["model_type"] = model_type
     return graph
 
 

@@ -192,3 +192,63 @@ def test_int4_towers_run_near_the_float_model(twins, tmp_path, capsys, target):
     want = hf_outputs(model, pixels)
     error = relative_error(got["last_hidden_state"], want["last_hidden_state"])
     assert 1e-4 < error < 0.25, error
+
+
+# ---- dual encoders: the image tower of a clip / siglip checkpoint ---------------------------
+
+DUAL = {"clip": ("CLIPModel", "CLIPConfig", dict(projection_dim=20)), "siglip": ("SiglipModel", "SiglipConfig", {})}
+TEXT = dict(hidden_size=24, num_hidden_layers=1, num_attention_heads=2, intermediate_size=40, vocab_size=99,
+            bos_token_id=0, eos_token_id=1, pad_token_id=1)
+
+
+@pytest.fixture(scope="module")
+def duals(tmp_path_factory):
+    def build_dual(name, folder):
+        model_class, config_class, extra = DUAL[name]
+        vision = {key: value for key, value in SMALL.items()}
+        config = getattr(transformers, config_class)(vision_config=vision, text_config=TEXT, **extra)
+        torch.manual_seed(sorted(DUAL).index(name))
+        model = getattr(transformers, model_class)(config).eval()
+        model.save_pretrained(folder)
+        return model, folder
+    return built_once(build_dual, tmp_path_factory)
+
+
+@pytest.mark.parametrize("target", ["interpreter", "onnx-ort"])
+@pytest.mark.parametrize("name", sorted(DUAL))
+def test_dual_encoders_give_transformers_image_features(duals, tmp_path, capsys, name, target):
+    """CLIP's image_embeds (the pooled state through visual_projection) and SigLIP's
+    pooler_output are transformers' get_image_features; the text tower is left out."""
+    model, folder = duals(name)
+    graph = load_spec(folder)
+    pixels = images(model.config.vision_config)
+    if target == "interpreter":
+        got = run(graph, {"pixel_values": pixels})
+    else:
+        from backends.onnx import runtime
+        path = tmp_path / "model.onnx"
+        assert main(["compile", str(folder), "--target", target, "-o", str(path)]) == 0
+        capsys.readouterr()
+        got = runtime.ort_engine(str(path))({"pixel_values": pixels})
+    with torch.no_grad():
+        features = model.get_image_features(pixel_values=torch.from_numpy(pixels))
+        hidden = model.vision_model(pixel_values=torch.from_numpy(pixels)).last_hidden_state.numpy()
+    features = getattr(features, "pooler_output", features).numpy()
+    assert relative_error(got["image_embeds" if name == "clip" else "pooler_output"], features) <= TOLERANCE
+    assert relative_error(got["last_hidden_state"], hidden) <= TOLERANCE
+    assert not any(p.startswith("text") for p in graph.params)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"vision_config": None}, "vision_config: expected the image tower's settings (an object)"),
+    ({"vision_config": {"hidden_act": "relu"}}, 'vision_config.hidden_act: "relu" is not supported'),
+])
+def test_dual_encoder_config_mistakes_name_the_inner_key(duals, tmp_path, change, message):
+    _, folder = duals("clip")
+    config = json.loads((folder / "config.json").read_text())
+    for key, value in change.items():
+        config[key] = {**config[key], **value} if isinstance(value, dict) else value
+    (tmp_path / "config.json").write_text(json.dumps(config, indent=2))
+    with pytest.raises(SpecError) as err:
+        load_spec(tmp_path)
+    assert message in str(err.value) and "config.json:" in str(err.value)
