@@ -5,8 +5,9 @@
 
 The image goes through the folder's ``preprocessor_config.json`` (``irc_cli.images``: Pillow,
 as transformers' PIL processors), then the model: ``pooler_output`` (the image's embedding)
-and ``last_hidden_state`` (one vector per token). ``--json`` prints one object with
-``pooler_output`` as numbers and each output's shape; otherwise a short summary. Text and
+and ``last_hidden_state`` (one vector per token), and a CLIP checkpoint's ``image_embeds``.
+``--json`` prints one object with ``pooler_output`` (and ``image_embeds``) as numbers and each
+output's shape; otherwise a short summary. Text and
 image together (a VLM) is not built yet: a decoder given ``--image`` is refused.
 """
 from __future__ import annotations
@@ -83,6 +84,8 @@ def run_image(args) -> int:
         report = {"image": args.image, "engine": engine, "seconds": round(seconds, 4),
                   "shapes": {name: list(np.shape(value)) for name, value in outputs.items()},
                   "pooler_output": None if pooled is None else [float(x) for x in pooled[0]]}
+        if "image_embeds" in outputs:  # a dual encoder's projected embedding (CLIP)
+            report["image_embeds"] = [float(x) for x in outputs["image_embeds"][0]]
         print(json.dumps(report))
     else:
         for name, value in outputs.items():
