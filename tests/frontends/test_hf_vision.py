@@ -252,3 +252,20 @@ def test_dual_encoder_config_mistakes_name_the_inner_key(duals, tmp_path, change
     with pytest.raises(SpecError) as err:
         load_spec(tmp_path)
     assert message in str(err.value) and "config.json:" in str(err.value)
+
+
+def test_run_gives_a_clip_checkpoints_image_embeds(duals, photographs, tmp_path, capsys):
+    PIL = pytest.importorskip("PIL.Image")
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    model, folder = duals("clip")
+    for name in ("config.json", "model.safetensors"):
+        (tmp_path / name).symlink_to(folder / name)
+    processor = CLIPImageProcessorPil(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
+    processor.save_pretrained(tmp_path)
+    assert main(["run", str(tmp_path), "--image", str(photographs["coffee.png"]), "--json"]) == 0
+    got = np.asarray(json.loads(capsys.readouterr().out)["image_embeds"], np.float32)
+    with torch.no_grad():
+        want = model.get_image_features(**processor(PIL.open(photographs["coffee.png"]), return_tensors="pt"))
+    want = getattr(want, "pooler_output", want)[0].numpy()
+    assert relative_error(got, want) <= TOLERANCE
