@@ -224,8 +224,9 @@ class VisionSpec:
     pooler_width: Optional[int] = None
 
 
-def build_vit(m, spec: VisionSpec) -> None:
-    """The encoder ``spec`` describes, built into ``m`` (``Model(vocab=None, encoder=True)``):
+def build_vit(m, spec: VisionSpec) -> Optional[Tensor]:
+    """The encoder ``spec`` describes, built into ``m`` (``Model(vocab=None, encoder=True)``);
+    returns ``pooler_output`` (None without a pooler), which a dual encoder projects:
     params ``patch_embed``, ``cls_token``, ``registers``, ``position_embeddings``, ``pre_norm``,
     ``layers.{i}.*`` (``attn_norm``, ``attn.*``, ``layer_scale1``, ``mlp_norm``, ``mlp.*``,
     ``layer_scale2``), ``norm``, ``post_norm``, ``pooler.dense``, ``head.*``."""
@@ -257,11 +258,12 @@ def build_vit(m, spec: VisionSpec) -> None:
         x = x + (layer.layer_scale(h, "layer_scale2") if spec.layer_scale else h)
     h = m.last_hidden_state(m.layer_norm(x, "norm", spec.eps) if spec.final_norm else x)
     if spec.pooler == "class_token":
-        m.pooler_output(m.token(h, 0))
-    elif spec.pooler == "class_token_norm":
-        m.pooler_output(m.layer_norm(m.token(h, 0), "post_norm", spec.eps))
-    elif spec.pooler == "dense_tanh":
-        m.pooler_output(m.dense(m.token(h, 0), spec.pooler_width or m.d_model, bias=True, activation="tanh",
-                                name="pooler.dense"))
-    elif spec.pooler == "attention":
-        m.pooler_output(m.attention_pool(h, spec.heads, spec.d_ff, spec.eps))
+        return m.pooler_output(m.token(h, 0))
+    if spec.pooler == "class_token_norm":
+        return m.pooler_output(m.layer_norm(m.token(h, 0), "post_norm", spec.eps))
+    if spec.pooler == "dense_tanh":
+        return m.pooler_output(m.dense(m.token(h, 0), spec.pooler_width or m.d_model, bias=True, activation="tanh",
+                                       name="pooler.dense"))
+    if spec.pooler == "attention":
+        return m.pooler_output(m.attention_pool(h, spec.heads, spec.d_ff, spec.eps))
+    return None

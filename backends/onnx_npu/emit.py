@@ -28,8 +28,6 @@ are copied in. The outputs are staged and renamed into place together
 """
 from __future__ import annotations
 
-import json
-import os
 from typing import Mapping, Optional
 
 import onnx
@@ -38,15 +36,14 @@ from onnx import helper
 from irc.analysis import state_inputs
 from irc.errors import BackendError
 from irc.graph import Graph
-from irc.output import OutputFolder
 from irc.weights import seed_absent
 
 from backends.onnx.builder import ONNX_TYPES
-from backends.onnx.writer import SMALL_TENSOR, write_data
+from backends.onnx.writer import SMALL_TENSOR
 from backends.onnx.writer import plan as plan_layout
 from backends.onnx_npu.host import load_contract
 from backends.onnx_npu.lower import LOWERINGS, MASK_VALUE, OPSET, NpuBuilder, check_lowerable, to_onnx_type
-from backends.onnx_npu import vision
+from backends.onnx_npu import folder, vision
 from backends.onnx_npu.mla import lower_mla_attention
 from backends.onnx_npu.recurrent import LOWERINGS as RECURRENT
 from backends.onnx_npu.qdq import BITS, WINDOW, calibrate, calibration_tokens, output_step
@@ -111,13 +108,8 @@ def _float_type(graph: Graph):
 
 def model_proto(graph: Graph, b: NpuBuilder, tensors: list, role: str) -> onnx.ModelProto:
     inputs, outputs = signature(graph, b)
-    body = helper.make_graph(b.nodes, f"{graph.name}.{role}", inputs, outputs, initializer=tensors)
-    imports = [helper.make_opsetid("", OPSET)]
-    model = helper.make_model(body, opset_imports=imports, producer_name="irc", producer_version="0.1.0",
-                              doc_string=f"{graph.name} ({role}: {b.bindings['T']} tokens per call, "
-                                         f"{b.context}-slot cache), compiled by irc for target onnx-npu")
-    model.ir_version = helper.find_min_ir_version_for(imports)
-    return model
+    return folder.model_proto(f"{graph.name}.{role}", b.nodes, inputs, outputs, tensors,
+                              f"{graph.name} ({role}: {b.bindings['T']} tokens per call, {b.context}-slot cache)")
 
 
 def contract(graph: Graph, builders: dict, settings: dict) -> dict:
@@ -142,13 +134,13 @@ def contract(graph: Graph, builders: dict, settings: dict) -> dict:
             **({"calibration": settings["calibration"]} if "calibration" in settings else {})}
 
 
-def emit_folder(graph: Graph, folder: str, *, chunk: int, context: int, precision: str = "fp16", seed: int = 0,
+def emit_folder(graph: Graph, path: str, *, chunk: int, context: int, precision: str = "fp16", seed: int = 0,
                 calibration: Optional[str] = None, files: Optional[Mapping[str, object]] = None) -> list[str]:
     """Write the onnx-npu folder (module docstring); returns the paths written. ``files``
     are companions copied in as they are (name -> bytes, or a path: a tokenizer)."""
     files = dict(files or {})
     if vision.is_vision(graph):  # an image encoder: one graph, vision.onnx (backends.onnx_npu.vision)
-        return vision.emit_folder(graph, folder, TABLE, precision=precision, seed=seed, calibration=calibration,
+        return vision.emit_folder(graph, path, TABLE, precision=precision, seed=seed, calibration=calibration,
                                   files=files, data=DATA, contract_name=CONTRACT)
     check_context(context, chunk)
     plan = None
@@ -166,23 +158,10 @@ def emit_folder(graph: Graph, folder: str, *, chunk: int, context: int, precisio
     if plan is not None:
         settings["calibration"] = {"tokens": plan.tokens, "quantized_weights": len(plan.quantized),
                                    "logits_step": output_step(plan, "logits") if "logits" in plan.ranges else None}
-    layout = layouts["chunk"]
-    written = []
-    with OutputFolder(os.path.abspath(folder), primary=CONTRACT) as out:
-        out.require(layout.size)
-        write_data(layout, out.stage(DATA))
-        written.append(out.final(DATA))
-        for role, b in builders.items():
-            tensors = list(b.constants) + layouts[role].tensors(b.weights)
-            proto = model_proto(graph, b, tensors, role)
-            written.append(out.write(GRAPHS[role], proto.SerializeToString(deterministic=True)))
-        for name, source in sorted(files.items()):
-            if name in (DATA, CONTRACT, *GRAPHS.values()) or os.path.basename(name) != name:
-                raise BackendError(f"companion file {name!r} would overwrite the folder's own output")
-            written.append(out.write(name, source) if isinstance(source, bytes) else out.copy(name, source))
-        text = json.dumps(contract(graph, builders, settings), indent=2, sort_keys=True) + "\n"
-        written.append(out.write(CONTRACT, text))
-    return written
+    graphs = {GRAPHS[role]: model_proto(graph, b, list(b.constants) + layouts[role].tensors(b.weights), role)
+              for role, b in builders.items()}
+    return folder.write_folder(path, layouts["chunk"], DATA, graphs, files, CONTRACT,
+                               contract(graph, builders, settings))
 
 
 def emit_target(graph: Graph, path: str, options) -> list[str]:

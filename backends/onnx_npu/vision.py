@@ -17,7 +17,6 @@ values [N, C, H, W] (or one [C, H, W] image) that the reference interpreter runs
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Mapping, Optional
 
@@ -27,11 +26,11 @@ from onnx import helper
 
 from irc.errors import BackendError
 from irc.graph import Graph
-from irc.output import OutputFolder
 from irc.weights import seed_absent
 
-from backends.onnx.writer import SMALL_TENSOR, write_data
+from backends.onnx.writer import SMALL_TENSOR
 from backends.onnx.writer import plan as plan_layout
+from backends.onnx_npu import folder
 from backends.onnx_npu.lower import OPSET, NpuBuilder, check_lowerable, to_onnx_type
 from backends.onnx_npu.qdq import BITS, QuantPlan, RangeRecorder
 
@@ -85,14 +84,8 @@ def model_proto(graph: Graph, b: NpuBuilder, tensors: list) -> onnx.ModelProto:
     def info(value):
         return helper.make_tensor_value_info(value.name, to_onnx_type(value.dtype), [b.size(d) for d in value.shape])
 
-    body = helper.make_graph(b.nodes, f"{graph.name}.vision", [info(v) for v in graph.inputs],
-                             [info(v) for v in graph.outputs], initializer=tensors)
-    imports = [helper.make_opsetid("", OPSET)]
-    model = helper.make_model(body, opset_imports=imports, producer_name="irc", producer_version="0.1.0",
-                              doc_string=f"{graph.name} (image encoder, batch 1), compiled by irc for target "
-                                         "onnx-npu")
-    model.ir_version = helper.find_min_ir_version_for(imports)
-    return model
+    return folder.model_proto(f"{graph.name}.vision", b.nodes, [info(v) for v in graph.inputs],
+                              [info(v) for v in graph.outputs], tensors, f"{graph.name} (image encoder, batch 1)")
 
 
 def contract(graph: Graph, b: NpuBuilder, settings: dict, data: str) -> dict:
@@ -106,7 +99,7 @@ def contract(graph: Graph, b: NpuBuilder, settings: dict, data: str) -> dict:
             **({"calibration": settings["calibration"]} if "calibration" in settings else {})}
 
 
-def emit_folder(graph: Graph, folder: str, table: Mapping, *, precision: str, seed: int,
+def emit_folder(graph: Graph, path: str, table: Mapping, *, precision: str, seed: int,
                 calibration: Optional[str], files: Mapping[str, object], data: str, contract_name: str) -> list[str]:
     """Write the vision folder (module docstring); returns the paths written."""
     plan = None
@@ -120,17 +113,5 @@ def emit_folder(graph: Graph, folder: str, table: Mapping, *, precision: str, se
         settings["calibration"] = {"images": plan.tokens, "quantized_weights": len(plan.quantized)}
     seed_absent(graph, seed)
     layout = plan_layout(b.weights, data, small=SMALL_TENSOR)
-    written = []
-    with OutputFolder(os.path.abspath(folder), primary=contract_name) as out:
-        out.require(layout.size)
-        write_data(layout, out.stage(data))
-        written.append(out.final(data))
-        proto = model_proto(graph, b, list(b.constants) + layout.tensors(b.weights))
-        written.append(out.write(GRAPH, proto.SerializeToString(deterministic=True)))
-        for name, source in sorted(files.items()):
-            if name in (data, contract_name, GRAPH) or os.path.basename(name) != name:
-                raise BackendError(f"companion file {name!r} would overwrite the folder's own output")
-            written.append(out.write(name, source) if isinstance(source, bytes) else out.copy(name, source))
-        text = json.dumps(contract(graph, b, settings, data), indent=2, sort_keys=True) + "\n"
-        written.append(out.write(contract_name, text))
-    return written
+    graphs = {GRAPH: model_proto(graph, b, list(b.constants) + layout.tensors(b.weights))}
+    return folder.write_folder(path, layout, data, graphs, files, contract_name, contract(graph, b, settings, data))

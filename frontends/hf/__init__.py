@@ -17,6 +17,7 @@ Families and their options are listed in ``frontends.hf.families``; anything els
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 from frontends.hf.build import attach_weights, build_graph
 from frontends.hf.config import CONFIG, Arch, Config
@@ -52,12 +53,12 @@ def companion_files(folder) -> dict:
     return {name: path for name, path in paths.items() if os.path.isfile(path)}
 
 
-def read_arch(folder) -> tuple[Arch, Config]:
+def read_arch(folder, cfg: Optional[Config] = None) -> tuple[Arch, Config]:
     """The normalised architecture of a folder's config.json (an encoder's, ``Arch.encoder``,
     with bidirectional attention or sentence-transformers' modules.json:
-    ``frontends.hf.encoder``)."""
+    ``frontends.hf.encoder``); ``cfg`` when the caller has read it already."""
     folder = str(folder)
-    cfg = Config.read(folder)
+    cfg = cfg or Config.read(folder)
     name = os.path.basename(os.path.normpath(os.path.abspath(folder))) or "model"
     arch = describe(cfg, name)
     read_modules(folder, arch)  # sentence-transformers' modules.json: the encoder form
@@ -73,7 +74,7 @@ def load_hf(folder, weights: bool = True) -> Graph:
     cfg = Config.read(folder)
     if is_vision(cfg):  # an image encoder: frontends.hf.vision
         return load_vision(folder, cfg, weights)
-    arch, cfg = read_arch(folder)
+    arch, cfg = read_arch(folder, cfg)
     checkpoint = Checkpoint.find(folder) if weights else None
     if checkpoint is not None and arch.encoder is not None:
         checkpoint = base_model_view(checkpoint)

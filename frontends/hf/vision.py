@@ -60,9 +60,9 @@ DEFAULTS = {
                           "patch_size": 32},
     "siglip_vision_model": {**_VIT, "intermediate_size": 3072, "hidden_act": "gelu_pytorch_tanh",
                             "layer_norm_eps": 1e-6, "patch_size": 16, "vision_use_head": True},
+    "clip": {"projection_dim": 512}, "siglip": {},  # dual encoders: their towers' are the two above
 }
 TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}  # dual encoder -> its image tower
-DEFAULTS.update({"clip": {"projection_dim": 512}, "siglip": {}})
 FAMILIES = tuple(DEFAULTS)
 GELU = {"gelu": "none", "gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "quick_gelu": "quick"}
 PREFIXES = ("", "vision_model.", "vit.", "dinov2.")
@@ -215,7 +215,7 @@ def vision_spec(cfg: Config, model_type: str, pooler: bool = True) -> VisionSpec
 def build_vision(cfg: Config, name: str, pooler: bool = True) -> Graph:
     """The vision encoder config.json describes, through ``build_vit`` (a dual encoder's image
     tower, with CLIP's projection)."""
-    from frontends.dsl import Model, Tensor as Value
+    from frontends.dsl import Model
 
     model_type = cfg.data["model_type"]
     tower = cfg
@@ -224,11 +224,9 @@ def build_vision(cfg: Config, name: str, pooler: bool = True) -> Graph:
                              hint=f"irc compiles the image tower of a {model_type} checkpoint")
     spec = vision_spec(tower, TOWERS.get(model_type, model_type), pooler)
     m = Model(name, vocab=None, d_model=tower.get("hidden_size", positive_int), dtype=cfg.dtype(), encoder=True)
-    build_vit(m, spec)
+    pooled = build_vit(m, spec)
     if model_type == "clip":
-        pooled = next(v for v in m.graph.outputs if v.name == "pooler_output")
-        projected = m.dense(Value(m, pooled), cfg.get("projection_dim", positive_int), name="visual_projection")
-        m.image_embeds(projected)
+        m.image_embeds(m.dense(pooled, cfg.get("projection_dim", positive_int), name="visual_projection"))
     graph = m.graph
     graph.meta["model_type"] = model_type
     return graph
