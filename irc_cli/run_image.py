@@ -43,7 +43,7 @@ def _compiled(folder: str):
 
 
 def _spec(args):
-    """(run(pixels) -> outputs, (height, width), engine, folder) of a spec in the interpreter."""
+    """(run(pixels) -> outputs, (height, width), engine) of a spec in the interpreter."""
     from irc.interpreter import Interpreter
     from irc_cli.commands import _apply_passes
     from irc_cli.spec import load
