@@ -136,7 +136,8 @@ class AttentionLayer:
         attrs = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "v_head_dim": None,
                  "causal": bool(causal), "window": window, "softcap": softcap, "scale": scale}
         sink = m.param(f"{p}attn.sinks", (heads,)) if sinks else None
-        out, *presents = m.emit("attention", [q, k, v, mask, past_key, past_value, sink], attrs,
+        blocks = m._blocks if causal else None  # a VLM's image tokens that see each other (merge_image_features)
+        out, *presents = m.emit("attention", [q, k, v, mask, past_key, past_value, sink, blocks], attrs,
                                 [f"{p}attn", f"present.{i}.key", f"present.{i}.value"])
         m._presents += [present.value for present in presents]  # none in an encoder
         out = gated_output(self, out, gate) if output_gate else out

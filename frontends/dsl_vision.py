@@ -28,16 +28,20 @@ Layers add ``layer_scale`` (DINOv2's LayerScale: x times a learned [d] vector) a
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 from frontends.dsl_args import positive
+from irc import dims
 from irc.dtypes import DType
+from irc.ops.vision import FEATURES  # a VLM decoder's input: the vision model's output, a row per visual token
 
 if TYPE_CHECKING:
     from frontends.dsl import Tensor
 
 PIXELS = "pixel_values"
+IMAGE_ROWS = "I"  # its row count (all images' tokens; 0 on a step without an image)
 QUICK_GELU = 1.702  # x * sigmoid(1.702 x), CLIP's quick_gelu
 
 
@@ -58,6 +62,87 @@ class VisionInputs:
         if vision is None:
             raise self.error("x", "call m.pixel_values(...) first: this is a vision encoder's call")
         return vision
+
+    def merge_image_features(self, x: Tensor, token: int, bidirectional: bool = False) -> Tensor:
+        """A VLM decoder's embeddings x [B, T, d] with each ``token`` placeholder's row
+        replaced, in order, by the next row of the input ``image_features`` f32 [I, d]
+        (``merge_tokens``; I = 0 on a step without an image). ``bidirectional``: one image's
+        tokens see each other in every causal attention built after this call (Gemma 3: the
+        ``image_blocks`` of the ids, attention's ``blocks`` operand)."""
+        from frontends.dsl import ACTIVATION, Tensor
+        if self.encoder or self._ids is None:
+            raise self.error("x", "image features merge into a decoder's token embeddings: call m.input_ids() first")
+        if any(v.name == FEATURES for v in self._graph.inputs):
+            raise self.error("x", "the image features are already merged")
+        if not isinstance(token, int) or isinstance(token, bool) or token < 0:
+            raise self.error("token", f"expected the image placeholder's token id, got {token!r}")
+        features = Tensor(self, self._graph.add_input(FEATURES, ACTIVATION, (IMAGE_ROWS, self._features(x))))
+        self.meta["image_token_id"] = token
+        if bidirectional:
+            self._blocks = self.emit("image_blocks", [self._ids], {"token": token}, "image_blocks")[0]
+        return self.emit("merge_tokens", [x, self._ids, features], {"token": token}, "inputs_embeds")[0]
+
+    def image_features(self, x: Tensor) -> Tensor:
+        """Make ``x`` [N, tokens, d] a VLM vision model's output ``image_features``
+        [N·tokens, d] (one row per visual token, images one after another: what the
+        decoder's ``merge_image_features`` takes)."""
+        self._vision()
+        if self._graph.outputs:
+            raise self.error("x", "a vision model's outputs are already declared")
+        count, tokens, width = x.shape
+        self.meta["vision"]["tokens"] = tokens
+        rows = self.emit("reshape", [x], {"shape": [dims.mul(count, tokens), width]}, FEATURES)[0]
+        self._graph.outputs.append(rows.value)
+        return rows
+
+    def mlp_projector(self, x: Tensor, width: int, approximate: str = "none", bias: bool = True) -> Tensor:
+        """LLaVA's projector into a text model of ``width``: ``@projector.linear_1`` [width, d],
+        GELU (``approximate`` "none" or "tanh"), ``@projector.linear_2`` [width, width] (biases
+        ``.bias`` with ``bias``)."""
+        self._vision()
+        positive("width", width, self.origin())
+        if approximate not in ("none", "tanh"):
+            raise self.error("approximate", f"expected 'none' or 'tanh', got {approximate!r}")
+        for i in (1, 2):
+            weight = self.param(f"projector.linear_{i}", (width, self._features(x)))
+            x = self.emit("linear", [x, weight, self.param(f"projector.linear_{i}.bias", (width,)) if bias else None],
+                          None, f"projector_{i}")[0]
+            if i == 1:
+                x = self.emit("gelu", [x], {"approximate": approximate}, "projector_act")[0]
+        return x
+
+    def pool_tokens(self, x: Tensor, tokens: int) -> Tensor:
+        """[B, n·n patches, d] -> [B, tokens, d]: the square patch grid average-pooled in k x k
+        windows to a sqrt(tokens)-square grid, row by row (Gemma 3's AvgPool2d)."""
+        vision = self._vision()
+        side = vision["image_size"][0] // vision["patch"]
+        per_side = math.isqrt(tokens) if isinstance(tokens, int) and tokens > 0 else 0
+        if per_side * per_side != tokens or side % per_side or x.shape[1] != side * side:
+            raise self.error("tokens", f"{tokens!r} tokens are not a square grid that divides the {side} x {side} "
+                                       "patches")
+        k, d = side // per_side, self._features(x)
+        grid = self.emit("reshape", [x], {"shape": [x.shape[0], per_side, k, per_side, k, d]}, "patch_grid")[0]
+        pooled = self.emit("reduce_mean", [grid], {"axes": [2, 4], "keepdims": False}, "pooled_grid")[0]
+        return self.emit("reshape", [pooled], {"shape": [x.shape[0], tokens, d]}, "pooled")[0]
+
+    def drop_tokens(self, x: Tensor, count: int = 1) -> Tensor:
+        """x[:, count:]: the patch states without the first ``count`` (LLaVA's "default"
+        feature strategy drops CLIP's class token)."""
+        if not isinstance(count, int) or not 0 < count < x.shape[1]:
+            raise self.error("count", f"expected 1 to {x.shape[1] - 1} tokens to drop, got {count!r}")
+        return self.emit("slice", [x], {"axis": 1, "start": count, "end": x.shape[1]}, "patch_states")[0]
+
+    def vision_model(self, vision) -> None:
+        """Compile ``vision`` (a ``Model`` whose output is ``image_features``) beside this VLM
+        decoder: ``graph.parts["vision"]``, its rows as wide as this model's embeddings."""
+        graph = vision.graph
+        outputs = [v.name for v in graph.outputs]
+        if outputs != [FEATURES] or graph.outputs[0].shape[1] != self.d_model:
+            raise self.error("vision", f"expected a vision model with the one output {FEATURES} [N, {self.d_model}], "
+                                       f"got {', '.join(outputs) or 'no outputs'}")
+        if not any(v.name == FEATURES for v in self._graph.inputs):
+            raise self.error("vision", "call m.merge_image_features(...) first: the decoder takes the features")
+        self._graph.parts["vision"] = graph
 
     def pixel_values(self, channels: int, height: int, width: int) -> Tensor:
         """The image batch ``pixel_values`` f32 [B, C, H, W] (the only input)."""
@@ -230,8 +315,6 @@ def build_vit(m, spec: VisionSpec) -> Optional[Tensor]:
     params ``patch_embed``, ``cls_token``, ``registers``, ``position_embeddings``, ``pre_norm``,
     ``layers.{i}.*`` (``attn_norm``, ``attn.*``, ``layer_scale1``, ``mlp_norm``, ``mlp.*``,
     ``layer_scale2``), ``norm``, ``post_norm``, ``pooler.dense``, ``head.*``."""
-    if spec.activation not in ACTIVATIONS:
-        raise m.error("activation", f"expected one of {', '.join(ACTIVATIONS)}, got {spec.activation!r}")
     if spec.pooler not in POOLERS:
         raise m.error("pooler", f"expected one of {', '.join(POOLERS)}, got {spec.pooler!r}")
     if spec.pooler.startswith("class_token") or spec.pooler == "dense_tanh":
@@ -239,23 +322,7 @@ def build_vit(m, spec: VisionSpec) -> Optional[Tensor]:
             raise m.error("pooler", f"pooler {spec.pooler} reads the class token, and there is none")
     if spec.registers and not spec.class_token:
         raise m.error("registers", "registers follow the class token, and there is none")
-    x = m.patch_embed(m.pixel_values(spec.channels, spec.image_size, spec.image_size), spec.patch,
-                      bias=spec.patch_bias)
-    if spec.class_token:
-        x = m.learned_tokens(x, "cls_token")
-    x = m.learned_positions(x, "position_embeddings")
-    if spec.registers:
-        x = m.learned_tokens(x, "registers", spec.registers, at=1)
-    if spec.pre_norm:
-        x = m.layer_norm(x, "pre_norm", spec.eps)
-    for layer in m.layers(spec.layers):
-        h = layer.attention(layer.layer_norm(x, eps=spec.eps), heads=spec.heads, qkv_bias=True, out_bias=True,
-                            causal=False)
-        x = x + (layer.layer_scale(h, "layer_scale1") if spec.layer_scale else h)
-        h = layer.layer_norm(x, eps=spec.eps)
-        h = layer.quick_gelu_mlp(h, spec.d_ff) if spec.activation == "quick" else layer.gelu_mlp(
-            h, spec.d_ff, bias=True, approximate=spec.activation)
-        x = x + (layer.layer_scale(h, "layer_scale2") if spec.layer_scale else h)
+    x = hidden_states(m, spec)[-1]
     h = m.last_hidden_state(m.layer_norm(x, "norm", spec.eps) if spec.final_norm else x)
     if spec.pooler == "class_token":
         return m.pooler_output(m.token(h, 0))
@@ -267,3 +334,31 @@ def build_vit(m, spec: VisionSpec) -> Optional[Tensor]:
     if spec.pooler == "attention":
         return m.pooler_output(m.attention_pool(h, spec.heads, spec.d_ff, spec.eps))
     return None
+
+
+def hidden_states(m, spec: VisionSpec) -> list:
+    """The encoder's hidden states as transformers lists them (``output_hidden_states``): the
+    embeddings (after CLIP's pre-LayerNorm), then each layer's output; ``spec.layers`` layers
+    are built (a VLM that reads hidden_states[k] builds k)."""
+    if spec.activation not in ACTIVATIONS:
+        raise m.error("activation", f"expected one of {', '.join(ACTIVATIONS)}, got {spec.activation!r}")
+    x = m.patch_embed(m.pixel_values(spec.channels, spec.image_size, spec.image_size), spec.patch,
+                      bias=spec.patch_bias)
+    if spec.class_token:
+        x = m.learned_tokens(x, "cls_token")
+    x = m.learned_positions(x, "position_embeddings")
+    if spec.registers:
+        x = m.learned_tokens(x, "registers", spec.registers, at=1)
+    if spec.pre_norm:
+        x = m.layer_norm(x, "pre_norm", spec.eps)
+    states = [x]
+    for layer in m.layers(spec.layers):
+        h = layer.attention(layer.layer_norm(x, eps=spec.eps), heads=spec.heads, qkv_bias=True, out_bias=True,
+                            causal=False)
+        x = x + (layer.layer_scale(h, "layer_scale1") if spec.layer_scale else h)
+        h = layer.layer_norm(x, eps=spec.eps)
+        h = layer.quick_gelu_mlp(h, spec.d_ff) if spec.activation == "quick" else layer.gelu_mlp(
+            h, spec.d_ff, bias=True, approximate=spec.activation)
+        x = x + (layer.layer_scale(h, "layer_scale2") if spec.layer_scale else h)
+        states.append(x)
+    return states

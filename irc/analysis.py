@@ -160,6 +160,9 @@ def node_cost(node: Node, bindings: dict) -> Cost:
 
 
 def graph_cost(graph: Graph, bindings: dict) -> Cost:
+    """The graph's cost at ``bindings``; a VLM decoder's image rows (``I``) count 0 unless
+    bound: the cost of a text token."""
+    bindings = {"I": 0, **bindings}
     total = Cost()
     for node in graph.nodes:
         total = total + node_cost(node, bindings)
@@ -337,15 +340,16 @@ VISUAL_PROMPTS = (20, 128, 1024, 4096)
 
 
 def visual_token_costs(vision: dict, text: Graph, cache_dtype: Optional[DType] = None,
-                       prompts=VISUAL_PROMPTS) -> dict:
+                       prompts=VISUAL_PROMPTS, tokens: Optional[int] = None) -> dict:
     """What an image costs a text model that prepends its tokens (LLaVA's bridge): the image
     encoder's ``patches`` (the projectors pass the patch tokens on; LLaVA drops the class
     token) each take the text model's KV bytes per token at every layer. Rows against prompt
     length (the image's share of the cache), and the tokens and bytes left by r x r pixel
     shuffle or pooling of the patch grid (Idefics3/SmolVLM's shuffle, Qwen's 2x2 merger,
-    Gemma 3's pooling), for each r that divides the grid."""
+    Gemma 3's pooling), for each r that divides the grid. ``tokens``: the image's tokens as the
+    VLM's own projector gives them (its vision model's ``image_features`` rows), where known."""
     per_token = analyze(text, cache_dtype=cache_dtype)["kv_cache_bytes_per_token"]
-    tokens = vision["patches"]
+    tokens = vision["patches"] if tokens is None else tokens
     height, width = vision["image_size"]
     rows, columns = height // vision["patch"], width // vision["patch"]
     return {

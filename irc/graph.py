@@ -128,6 +128,8 @@ class Graph:
         self.nodes: list[Node] = []
         self.params: dict[str, Param] = {}
         self.meta: dict[str, Any] = {}
+        # graphs compiled beside this one, by role: a VLM decoder's "vision" model
+        self.parts: dict[str, "Graph"] = {}
         self._names: set[str] = set()
 
     # ---- names -------------------------------------------------------------------
@@ -225,6 +227,7 @@ class Graph:
         """A deep copy of the structure; param data is shared, not copied."""
         other = Graph(self.name)
         other.meta = plain_copy(self.meta)
+        other.parts = dict(self.parts)
         other._names = set(self._names)
         mapping: dict[int, Value] = {}
         for name, p in self.params.items():

@@ -12,6 +12,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from irc import dims, ops
+from irc.ops.vision import FEATURES
 from irc.analysis import cache_inputs, past_inputs  # noqa: F401 (cache_inputs: re-exported)
 from irc.errors import IRCError
 from irc.graph import Graph, Node, Param
@@ -111,6 +112,9 @@ def random_feeds(graph: Graph, batch: int = 2, tokens: int = 5, past: int = 0, s
             feeds[value.name] = np.ones(shape, dtype=np.int64)
         elif value.name == "position_ids":
             feeds[value.name] = np.broadcast_to(np.arange(past, past + tokens, dtype=np.int64), shape).copy()
+        elif value.name == FEATURES:  # a VLM decoder's image rows: one per placeholder in the ids
+            rows = int((feeds["input_ids"] == graph.meta["image_token_id"]).sum())
+            feeds[value.name] = rng.standard_normal((rows,) + shape[1:]).astype(value.dtype.numpy)
         elif value.dtype.is_float:
             feeds[value.name] = rng.standard_normal(shape).astype(value.dtype.numpy)
         else:
@@ -141,7 +145,7 @@ def generate(graph: Graph, prompt: list[int], max_new_tokens: int, seed: int = 0
             ids, past, state = np.asarray([list(prompt) + tokens], dtype=np.int64), 0, dict(empty)
         t = ids.shape[1]
         feeds = {"input_ids": ids, "attention_mask": np.ones((1, past + t), np.int64),
-                 "position_ids": np.arange(past, past + t, dtype=np.int64)[None, :], **state}
+                 "position_ids": np.arange(past, past + t, dtype=np.int64)[None, :], **state, **no_images(graph)}
         outputs = interp.run({k: v for k, v in feeds.items() if k in {i.name for i in graph.inputs}})
         last = outputs["logits"][0, -1]
         token = int(np.argmax(last))
@@ -151,6 +155,12 @@ def generate(graph: Graph, prompt: list[int], max_new_tokens: int, seed: int = 0
         past += t
         ids = np.asarray([[token]], dtype=np.int64)
     return tokens, last
+
+
+def no_images(graph: Graph) -> dict:
+    """A VLM decoder's ``image_features`` with no rows (a text-only step); {} for others."""
+    value = next((v for v in graph.inputs if v.name == FEATURES), None)
+    return {} if value is None else {FEATURES: np.zeros((0, value.shape[1]), value.dtype.numpy)}
 
 
 def present_name(past_name: str) -> str:

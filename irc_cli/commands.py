@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import json
 import os
 import sys
@@ -15,6 +16,7 @@ from typing import Optional
 
 import passes  # noqa: F401  (registers the passes)
 from backends import TARGETS, EmitOptions, get_target
+from backends.ir import printed
 from frontends import companion_files, load_notes
 from irc import limits
 from irc.analysis import analyze, memory_against_context, stats_line, visual_token_costs
@@ -27,7 +29,6 @@ from irc.heap import keep_freed_memory
 from irc.interpreter import random_feeds
 from irc.output import Terminated, forget_signals, record_signals
 from irc.passmanager import PASSES, PassManager, parse_pipeline
-from irc.printer import print_graph
 from irc.progress import SILENT, Progress
 from irc.text import describe_bytes, format_bytes
 from irc.weights import seed_absent
@@ -126,8 +127,14 @@ def cmd_show(args) -> int:
     trade = mla_forms(graph, cache_dtype=cache)  # the MLA absorption trade; None without MLA
     memory = memory_against_context(graph, cache_dtype=cache) if summary["state_elements_per_sequence"] else None
     costs = _visual_costs(args, summary, cache)
+    seen = None
+    if "vision" in graph.parts:  # a VLM: its vision model, and what an image costs this decoder
+        _apply_passes(graph.parts["vision"], args)
+        seen = analyze(graph.parts["vision"], context=args.context, cache_dtype=cache)
+        costs = visual_token_costs(seen["vision"], graph, cache, tokens=seen["vision"]["tokens"])
     if args.json:
         print(json.dumps({**summary, "weights": weights, **({"mla_forms": trade} if trade else {}),
+                          **({"vision_model": seen} if seen else {}),
                           **({"memory_against_context": memory} if memory else {}),
                           **({"visual_tokens": costs} if costs else {})}, indent=2, sort_keys=True))
         return 0
@@ -165,6 +172,11 @@ def cmd_show(args) -> int:
         print(line)
     for line in _memory_lines(memory, summary) if memory else []:
         print(line)
+    if seen:
+        print(f"  vision model ({seen['name']}):")
+        _print_rows([("  " + label, value) for label, value in _vision_rows(seen)])
+        for line in _visual_token_lines(costs, "image tokens in the prompt of"):
+            print(line)
     return 0
 
 
@@ -199,9 +211,9 @@ def _visual_costs(args, summary: dict, cache) -> Optional[dict]:
     return visual_token_costs(summary["vision"], text, cache)
 
 
-def _visual_token_lines(costs: dict) -> list[str]:
+def _visual_token_lines(costs: dict, what: str = "patch tokens prepended to") -> list[str]:
     per_token = costs["kv_bytes_per_token"]
-    lines = [f"  its {costs['image_tokens']:,} patch tokens prepended to {costs['text_model']} "
+    lines = [f"  its {costs['image_tokens']:,} {what} {costs['text_model']} "
              f"({format_bytes(per_token)} of KV cache a token): {format_bytes(costs['image_kv_bytes'])} an image",
              f"    {'prompt':>8}  {'prompt KV':>10}  {'image share':>11}"]
     lines += [f"    {row['prompt_tokens']:>8,}  {format_bytes(row['prompt_kv_bytes']):>10}  {row['image_share']:>11.1%}"
@@ -223,6 +235,9 @@ def _memory_lines(memory: list, summary: dict) -> list[str]:
     return lines
 
 
+PART_TARGETS = ("onnx", "onnx-ort", "ir")  # the targets that write a VLM's vision model too
+
+
 def cmd_compile(args) -> int:
     started, wall = time.perf_counter(), time.time()
     record_signals()  # a Ctrl-C swallowed on the way still keeps the output from being committed (irc.output)
@@ -232,6 +247,10 @@ def cmd_compile(args) -> int:
     if target.needs_output and not args.output:
         raise BackendError(f"--target {args.target} writes files: give -o PATH")
     graph = load(args.spec, args.gguf_weights)
+    if graph.parts and args.target not in PART_TARGETS:
+        raise BackendError(f"--target {args.target} writes one model, and this VLM has a vision model beside its "
+                           "decoder", location=args.spec, hint="compile it with --target onnx or onnx-ort (vision, "
+                                                                "embedding and decoder models), or ir")
     if (args.output and args.target != "ir") or args.eval_text:  # weights are output or measured (--check seeds its own)
         weights_cli.require(args.spec, graph, args.weights)
     if args.output and args.target != "ir" and args.weights != "none":
@@ -242,6 +261,10 @@ def cmd_compile(args) -> int:
         manager = _apply_passes(graph, args, check=args.check, out=sys.stdout, progress=progress,
                                 eval_tokens=eval_tokens)
         report.write(manager, graph)
+    for part in graph.parts.values():  # a VLM's vision model: the same pipeline, checked the same way
+        if args.output and args.target != "ir" and args.weights != "none":
+            seed_absent(part, args.seed)
+        _apply_passes(part, args, check=args.check, out=io.StringIO())
     if not args.quiet:
         _print_records(manager, args.check)
         for line in (line for p in manager.passes for line in p.headline):
@@ -255,7 +278,7 @@ def cmd_compile(args) -> int:
         for line in [] if args.quiet else load_notes(graph) + notes + lines:
             print(line, file=sys.stderr)
     elif args.target == "ir":
-        sys.stdout.write(print_graph(graph))
+        sys.stdout.write(printed(graph))
     if not args.quiet:
         print(_summary_line(graph, args, time.perf_counter() - started, wall), file=sys.stderr)
     return 0
@@ -273,8 +296,11 @@ def _summary_line(graph, args, seconds: float, since: float) -> str:
              if summary["state_elements_per_sequence"] else "")
     memory = (f"{summary['vision']['tokens']:,} tokens/image" if "vision" in summary else
               f"KV {summary['kv_cache_bytes_per_token']:,} bytes/token{state}")
-    return (f"compiled {graph.name} -> {where}: {dtypes}, {summary['params_total']:,} params, {memory}, "
-            f"{seconds:.1f} s")
+    seen = graph.parts.get("vision")  # a VLM's vision model: its params and tokens too
+    params = f"{summary['params_total']:,} params" + (
+        f" + {analyze(seen)['params_total']:,} in the vision model ({seen.meta['vision']['tokens']:,} "
+        "tokens/image)" if seen else "")
+    return f"compiled {graph.name} -> {where}: {dtypes}, {params}, {memory}, {seconds:.1f} s"
 
 
 def _written_bytes(output: str, since: float) -> int:

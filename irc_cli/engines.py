@@ -34,6 +34,7 @@ from irc.ops.rope import CACHE_REFRESH_KEY, cache_refresh_length
 
 GENAI_CONFIG = "genai_config.json"
 NPU_CONFIG = "irc_npu.json"
+VLM_MANIFEST = "irc_vlm.json"  # backends.onnx.vlm
 
 
 @dataclass
@@ -182,6 +183,7 @@ def _has_genai() -> bool:
 # marker file in the folder -> its runner; the first that is present wins
 FOLDERS: tuple[tuple[str, Callable], ...] = (
     (NPU_CONFIG, npu_host),
+    (VLM_MANIFEST, onnx_folder),  # a VLM's three models: irc_cli.run_vlm takes over the runner
     (GENAI_CONFIG, onnx_folder),
 )
 

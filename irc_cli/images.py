@@ -1,6 +1,7 @@
 """Images in, pixel values out: a checkpoint's ``preprocessor_config.json`` applied with Pillow
 as transformers' PIL image processors apply it (``PilBackend`` in transformers 5.25: CLIP,
-SigLIP, ViT and BiT/DINOv2's processors), for ``irc run --image``.
+SigLIP, ViT, BiT/DINOv2's and Gemma 3's processors, the last without pan-and-scan), for
+``irc run --image``.
 
 The steps, each only when its ``do_*`` key says so (missing keys take the processor class's
 default, ``DEFAULTS`` by ``image_processor_type``):
@@ -43,6 +44,8 @@ DEFAULTS = {  # image_processor_type -> its class's defaults (transformers 5.25'
                           "image_std": OPENAI_STD},
     "SiglipImageProcessor": {**_COMMON, "resample": 3, "size": {"height": 224, "width": 224}, "image_mean": HALF,
                              "image_std": HALF},
+    "Gemma3ImageProcessor": {**_COMMON, "resample": 2, "size": {"height": 224, "width": 224}, "image_mean": HALF,
+                             "image_std": HALF, "do_pan_and_scan": None},
     "ViTImageProcessor": {**_COMMON, "resample": 2, "size": {"height": 224, "width": 224}, "image_mean": HALF,
                           "image_std": HALF, "do_convert_rgb": None},
 }
@@ -73,6 +76,7 @@ class Processor:
         processor = cls(path, {**DEFAULTS[kind], **{k: v for k, v in data.items() if v is not None or k not in
                                                     DEFAULTS[kind]}})
         processor.output_size()  # the settings are checked before any image is read
+        processor._refuse_pan_and_scan()
         return processor
 
     def _error(self, key: str, detail: str) -> SpecError:
@@ -98,6 +102,11 @@ class Processor:
             if "height" in size:
                 return size["height"], size["width"]
         return None
+
+    def _refuse_pan_and_scan(self) -> None:
+        if self.settings.get("do_pan_and_scan"):
+            raise self._error("do_pan_and_scan", "Gemma 3's pan-and-scan crops are not applied by irc",
+                              hint="set it to false (its default)")
 
     def check_model(self, height: int, width: int) -> None:
         """The model takes [B, C, height, width]: the processor must give that."""

@@ -18,7 +18,7 @@ import time
 from typing import Optional
 
 from irc.errors import IRCError
-from irc_cli import engines, weights
+from irc_cli import engines, run_vlm, weights
 from irc_cli.help import SPEC_HELP, parser_options
 from irc_cli.text import Text, find_text
 
@@ -144,7 +144,7 @@ def _source(args):
 
 
 def cmd_run(args) -> int:
-    if args.image is not None:
+    if args.image is not None and not run_vlm.takes_images(args.spec):
         from irc_cli.run_image import run_image
         return run_image(args)
     if args.prompt is None and args.prompt_ids is None:
@@ -159,6 +159,11 @@ def cmd_run(args) -> int:
         raise IRCError("--logits: onnxruntime-genai does not hand out logits here", hint="use --engine ort")
     text = _text(args, where)
     prompt = _prompt(args, text, vocab)
+    vlm = run_vlm.load_model(args, source)
+    if vlm is not None:  # a vision-language model: the image's features go in with the prompt
+        pixels = run_vlm.pixel_values(vlm, where, args.image) if args.image else None
+        prompt = run_vlm.expand(prompt, vlm, 0 if pixels is None else 1, where, text)
+        runner = run_vlm.runner(vlm, pixels)
     if context and len(prompt) + args.max_new_tokens > context:
         raise IRCError(f"{len(prompt)} prompt tokens + --max-new-tokens {args.max_new_tokens} exceed the model's "
                        f"context of {context} tokens", hint="ask for fewer new tokens")

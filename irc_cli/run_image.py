@@ -7,8 +7,8 @@ The image goes through the folder's ``preprocessor_config.json`` (``irc_cli.imag
 as transformers' PIL processors), then the model: ``pooler_output`` (the image's embedding)
 and ``last_hidden_state`` (one vector per token), and a CLIP checkpoint's ``image_embeds``.
 ``--json`` prints one object with ``pooler_output`` (and ``image_embeds``) as numbers and each
-output's shape; otherwise a short summary. Text and
-image together (a VLM) is not built yet: a decoder given ``--image`` is refused.
+output's shape; otherwise a short summary. Text and image together go to a VLM
+(``irc_cli.run_vlm``); a text-only decoder given ``--image`` is refused.
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def _spec(args):
     graph = load(args.spec)
     if "vision" not in graph.meta:
         raise IRCError("--image goes with an image encoder; this model reads text only", location=args.spec,
-                       hint="vision-language models are not built yet")
+                       hint="a vision-language model (llava, gemma3) takes --image with --prompt")
     weights.require(args.spec, graph, args.weights)
     _apply_passes(graph, args)
     interpreter = Interpreter(graph, args.seed)
@@ -65,7 +65,7 @@ def run_image(args) -> int:
                          ("--chat", args.chat), ("--logits", args.logits)):
         if used:
             raise IRCError(f"{option} does not go with --image: an image encoder reads no text",
-                           hint="vision-language models are not built yet")
+                           hint="a vision-language model (llava, gemma3) takes --image with --prompt")
     compiled = engines.compiled_folder(args.spec)
     if compiled:
         folder = compiled[0]

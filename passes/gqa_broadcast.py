@@ -22,6 +22,8 @@ def lower_attention(e: Emitter, node: Node):
         return None
     if len(node.inputs) > 6 and node.inputs[6] is not None:
         return "attention sinks: left to the emitter (backends.onnx.attention lowers them)"
+    if len(node.inputs) > 7 and node.inputs[7] is not None:
+        return "image blocks: left to the emitter (backends.onnx.attention lowers them)"
     return GroupedAttention(e, bool(e.options["materialize"])).outputs()
 
 

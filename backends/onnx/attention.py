@@ -10,7 +10,8 @@ are both initializers and ``Where(max(position_ids) + 1 > n, long, short)`` pick
 call (``longrope_selected``), as ``irc.ops.rope`` computes it.
 
 Masks: a bool [B, 1, T, P+T] "query t may see key j" (causal, window and
-``attention_mask``), built once per window and shared by the layers; the query at row t
+``attention_mask``; with image ``blocks``, Gemma 3's, causal or the same image), built once per
+window and shared by the layers; the query at row t
 sits at key index P+t, as in ``irc.ops.attention`` (a bidirectional attention's window is
 symmetric there too).
 
@@ -34,7 +35,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from irc import dims
 from irc.dtypes import DType
@@ -158,22 +159,41 @@ def rotate_heads(b: Builder, x4: str, shape4: tuple, cos: str, sin: str, convent
 
 # ---- masks -----------------------------------------------------------------------------
 
-def visibility(b: Builder, mask, seq, total, causal: bool, window) -> str:
+def visibility(b: Builder, mask, seq, total, causal: bool, window, blocks=None) -> str:
     """Bool [B or 1, 1, T, P+T]: may query t see key j; "" when every key is visible."""
     if not causal and window is None and mask is None:
         return ""
-    key = ("visible", None if mask is None else mask.name, dims.canonical(seq), dims.canonical(total), causal, window)
-    return b.cached(key, lambda: _make_visibility(b, mask, seq, total, causal, window))
+    key = ("visible", None if mask is None else mask.name, dims.canonical(seq), dims.canonical(total), causal, window,
+           None if blocks is None else blocks.name)
+    return b.cached(key, lambda: _make_visibility(b, mask, seq, total, causal, window, blocks))
 
 
-def _make_visibility(b: Builder, mask, seq, total, causal: bool, window) -> str:
-    hint = "mask" + ("" if window is None else f"/window{window}") + ("" if causal else "/bidirectional")
+def _same_block(b: Builder, blocks: Value, seq, total) -> str:
+    """Bool [B, 1, T, P+T]: query t and key j are tokens of one image (blocks equal, >= 0;
+    the past's keys, numbered -1, never)."""
+    ids = b.value(blocks)
+    past = b.op("Sub", [b.dim(total), b.dim(seq)], "mask/blocks/past")
+    none = b.op("ConstantOfShape", [b.op("Concat", [b.dim(blocks.shape[0]), past], "mask/blocks/past_shape", axis=0)],
+                "mask/blocks/past_ids", value=numpy_helper.from_array(np.array([-1], np.int64)))
+    keys = b.op("Unsqueeze", [b.op("Concat", [none, ids], "mask/blocks/keys", axis=1), b.i64([1, 2])],
+                "mask/blocks/keys4")
+    queries = b.op("Unsqueeze", [ids, b.i64([1, 3])], "mask/blocks/queries4")
+    image = b.op("GreaterOrEqual", [queries, b.i64(0)], "mask/blocks/image_query")
+    return b.op("And", [b.op("Equal", [queries, keys], "mask/blocks/equal"), image], "mask/blocks/same")
+
+
+def _make_visibility(b: Builder, mask, seq, total, causal: bool, window, blocks=None) -> str:
+    hint = "mask" + ("" if window is None else f"/window{window}") + ("" if causal else "/bidirectional") + (
+        "" if blocks is None else "/blocks")
     visible = None
     if causal or window is not None:
         keys = b.cached(("keys", total), lambda: b.op("Range", [b.i64(0), b.scalar(total), b.i64(1)], "mask/keys"))
         queries = b.cached(("queries", seq, total), lambda: _queries(b, seq, total))
         if causal:
             visible = b.op("LessOrEqual", [keys, queries], f"{hint}/causal")
+            if blocks is not None:  # or one image's tokens, both ways
+                same = b.cached(("same-block", blocks.name), lambda: _same_block(b, blocks, seq, total))
+                visible = b.op("Or", [visible, same], f"{hint}/causal_or_image")
         if window is not None:
             start = b.op("Sub", [queries, b.i64(window)], f"{hint}/window_start")
             inside = b.op("Greater", [keys, start], f"{hint}/window")
@@ -183,7 +203,7 @@ def _make_visibility(b: Builder, mask, seq, total, causal: bool, window) -> str:
                               f"{hint}/window_both")
             visible = inside if visible is None else b.op("And", [visible, inside], f"{hint}/causal_window")
     if mask is None:
-        return b.op("Unsqueeze", [visible, b.i64([0, 1])], f"{hint}/visible")
+        return visible if blocks is not None else b.op("Unsqueeze", [visible, b.i64([0, 1])], f"{hint}/visible")
     keep = b.cached(("keep", mask.name), lambda: _keep(b, mask))
     if visible is None:  # padding alone (bidirectional): one row per query, as Attention's mask must have
         return b.op("Expand", [keep, b.shape((1, 1, seq, 1))], f"{hint}/visible")
@@ -292,11 +312,12 @@ def attend_heads(b: Builder, q4: str, k4: str, v4: str, past: tuple, presents: l
 
 
 def attention_operands(node: Node) -> dict:
-    q, k, v, mask, past_key, past_value, sinks = pad_inputs(node.inputs, 7)
+    q, k, v, mask, past_key, past_value, sinks, blocks = pad_inputs(node.inputs, 8)
     a = node.attrs
     batch, seq = q.shape[:2]
     total = seq if past_key is None else dims.add(past_key.shape[2], seq)
-    return dict(q=q, k=k, v=v, mask=mask, past_key=past_key, past_value=past_value, sinks=sinks, batch=batch, seq=seq,
+    return dict(q=q, k=k, v=v, mask=mask, past_key=past_key, past_value=past_value, sinks=sinks, blocks=blocks,
+                batch=batch, seq=seq,
                 total=total, heads=a["heads"], kv_heads=a["kv_heads"], head_dim=a["head_dim"],
                 v_head_dim=a["head_dim"] if a["v_head_dim"] is None else a["v_head_dim"],
                 scale=a["head_dim"] ** -0.5 if a["scale"] is None else a["scale"])
@@ -305,7 +326,7 @@ def attention_operands(node: Node) -> dict:
 def lower_attention(b: Builder, node: Node, outs: list[str]) -> None:
     o = attention_operands(node)
     a = node.attrs
-    visible = visibility(b, o["mask"], o["seq"], o["total"], a["causal"], a["window"])
+    visible = visibility(b, o["mask"], o["seq"], o["total"], a["causal"], a["window"], o["blocks"])
     past = () if o["past_key"] is None else (b.value(o["past_key"]), b.value(o["past_value"]))
     q, k, v = (b.value(o[name]) for name in ("q", "k", "v"))
     sinks = _sinks_f32(b, o["sinks"])

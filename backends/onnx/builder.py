@@ -25,6 +25,7 @@ from onnx import TensorProto, helper
 from irc import dims
 from irc.dtypes import DType
 from irc.errors import BackendError
+from irc.ops.vision import FEATURES
 from irc.graph import Graph, Param, Value, fresh_name
 from irc.weights import convert
 
@@ -295,9 +296,12 @@ def format_terms(terms) -> object:
 
 
 def _dim_sources(graph: Graph) -> dict:
-    """Each symbolic dim of a graph input -> (input name, axis), first occurrence wins."""
+    """Each symbolic dim of a graph input -> (input name, axis), first occurrence wins; a VLM
+    decoder's ``input_ids`` last, since its decoder model (``backends.onnx.vlm``) takes the
+    embeddings instead."""
     sources = {}
-    for value in graph.inputs:
+    vlm = any(v.name == FEATURES for v in graph.inputs)
+    for value in sorted(graph.inputs, key=lambda v: vlm and v.name == "input_ids"):
         for axis, d in enumerate(value.shape):
             if isinstance(d, str):
                 sources.setdefault(d, (value.name, axis))

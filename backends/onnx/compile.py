@@ -1,20 +1,30 @@
 """The ONNX targets' entry in ``backends.TARGETS``: options in, ``emit_model``, lines out."""
 from __future__ import annotations
 
+import os
+
 from irc.graph import Graph
 from irc.progress import SILENT
 from irc.text import describe_bytes
 
 from backends.onnx.emit import emit_model
+from backends.onnx.vlm import EMBEDDING, emit_vlm
 from backends.onnx.targets import resolve_options, resolve_tied_head, resolve_unfused
 
 
 def emit_target(graph: Graph, path: str, options) -> list[str]:
     opset, weights = resolve_options(options.name, options.target)
-    result = emit_model(graph, path, target=options.name, opset=opset, weights=weights, seed=options.seed,
-                        context=options.context, files=options.files, progress=options.progress or SILENT,
-                        tied_head=resolve_tied_head(options.name, options.target),
-                        unfused=resolve_unfused(options.target))
+    kwargs = dict(target=options.name, opset=opset, weights=weights, seed=options.seed, context=options.context,
+                  files=options.files, progress=options.progress or SILENT,
+                  tied_head=resolve_tied_head(options.name, options.target), unfused=resolve_unfused(options.target))
+    if "vision" in graph.parts:  # a VLM: vision, embedding and decoder models (backends.onnx.vlm)
+        vision, result, lines = emit_vlm(graph, path, **kwargs)
+        return _lines(vision) + _lines(result) + [f"wrote {os.path.join(os.path.dirname(result.path), EMBEDDING)} "
+                                                  "(the token embedding and the image features' merge)"] + lines
+    return _lines(emit_model(graph, path, **kwargs))
+
+
+def _lines(result) -> list[str]:
     lines = [f"wrote {result.path} (target {result.target}, opset {result.opset})"]
     if result.data_path and result.weights_written:
         lines.append(f"wrote {result.data_path} ({describe_bytes(result.weight_bytes)} of weights)")

@@ -33,8 +33,9 @@ emission, and nothing depends on time or addresses, so the same graph gives the 
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 import onnx
 from onnx import helper
@@ -141,10 +142,14 @@ def emit_model(graph: Graph, path: str, *, target: str = "onnx", opset: int = DE
                seed: int = 0, context: int = 4096, external_threshold: int = EXTERNAL_DATA_THRESHOLD,
                genai: bool = True, files: Optional[Mapping[str, object]] = None, progress: Progress = SILENT,
                workers: int = WORKERS, tied_head: str = "auto", unfused: frozenset = frozenset(),
-               lowerings: Optional[Mapping] = None) -> Emitted:
+               lowerings: Optional[Mapping] = None, out: Optional[OutputFolder] = None,
+               pieces: Optional[Callable] = None) -> Emitted:
     """Compile ``graph`` to ``path`` (see the module docstring). ``files`` are companions the
     output folder receives as they are (name -> bytes to write, or the path of a file to
-    copy: a tokenizer); ``progress`` shows the weights being written."""
+    copy: a tokenizer); ``progress`` shows the weights being written. ``out``: an open
+    ``OutputFolder`` to write into (several models committed together: a VLM's);
+    ``pieces(model, builder) -> {file name: ModelProto}`` writes the model as several files
+    sharing its weights file (a VLM decoder's embedding and decoder models)."""
     check_options(target, opset, weights)
     b = build(graph, target=target, opset=opset, context=context, tied_head=tied_head, unfused=unfused,
               lowerings=lowerings)
@@ -156,7 +161,8 @@ def emit_model(graph: Graph, path: str, *, target: str = "onnx", opset: int = DE
     name = os.path.basename(path)
     data_name = name + ".data" if external else None
     companions = _companions(files or {}, name, data_name)
-    with OutputFolder(os.path.dirname(os.path.abspath(path)), primary=name) as out:
+    folder = OutputFolder(os.path.dirname(os.path.abspath(path)), primary=name) if out is None else nullcontext(out)
+    with folder as out:
         tensors = list(b.constants)
         layout = plan(b.weights, data_name, small=0 if shape_only else SMALL_TENSOR) if external else None
         out.require((0 if shape_only else max(total, layout.size if layout else 0))
@@ -171,7 +177,8 @@ def emit_model(graph: Graph, path: str, *, target: str = "onnx", opset: int = DE
         if not external and model.ByteSize() > PROTO_LIMIT:
             raise BackendError("the model would be over 2 GiB, protobuf's limit",
                                hint="pass a lower external_threshold so the weights go to external data")
-        out.write(name, model.SerializeToString(deterministic=True))
+        for file, proto in (pieces(model, b) if pieces else {name: model}).items():
+            out.write(file, proto.SerializeToString(deterministic=True))
         result = Emitted(path, target, opset, total, out.final(data_name) if external else None, not shape_only)
         if genai:
             caches = sum(1 for v in graph.inputs if v.name.startswith("past_key_values.") and v.name.endswith(".key"))

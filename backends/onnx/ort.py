@@ -60,6 +60,8 @@ def gqa_fits(node: Node):
         return f"head size {o['head_dim']} is not a multiple of 8, which ORT's GroupQueryAttention needs"
     if o["q"].dtype not in (DType.f32, DType.f16):
         return f"{o['q'].dtype} activations"
+    if o["blocks"] is not None:
+        return "image tokens that see each other (its causal mask cannot be opened)"
     return None
 
 

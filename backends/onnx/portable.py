@@ -236,6 +236,45 @@ def lower_patch_embed(b: Builder, node: Node, outs: list[str]) -> None:
     b.node("Transpose", [flat], outs, perm=[0, 2, 1])
 
 
+def lower_merge_tokens(b: Builder, node: Node, outs: list[str]) -> None:
+    """Where(ids == token, the features' rows in placeholder order, embeds): each placeholder
+    takes row cumsum(mask) - 1 of the features, every other position a zero row appended to
+    them (so a step with no image, M = 0, gathers from [1, d])."""
+    embeds, ids, features = node.inputs
+    out = outs[0]
+    mask = b.op("Equal", [b.value(ids), b.const(node.attrs["token"], NUMPY_OF[ids.dtype], f"{out}/token")],
+                f"{out}/is_placeholder")
+    flat = b.op("Reshape", [mask, b.i64([-1])], f"{out}/flat_mask")
+    counted = b.op("CumSum", [b.op("Cast", [flat], f"{out}/mask_i64", to=TensorProto.INT64),
+                              b.const(0, np.int64, f"{out}/axis0")], f"{out}/placeholders_so_far")
+    order = b.op("Sub", [counted, b.i64([1])], f"{out}/feature_row")
+    rows = b.op("Shape", [b.value(features)], f"{out}/feature_rows", start=0, end=1)
+    index = b.op("Where", [flat, order, rows], f"{out}/row")
+    zero = b.const(np.zeros((1, features.shape[1])), NUMPY_OF[features.dtype], f"{out}/zero_row")
+    padded = b.op("Concat", [b.value(features), zero], f"{out}/features_and_zero", axis=0)
+    gathered = b.op("Gather", [padded, index], f"{out}/gathered", axis=0)
+    placed = b.op("Reshape", [gathered, b.op("Shape", [b.value(embeds)], f"{out}/shape")], f"{out}/placed")
+    keep = b.op("Unsqueeze", [mask, b.i64([-1])], f"{out}/mask_rows")
+    b.node("Where", [keep, placed, b.value(embeds)], outs)
+
+
+def lower_image_blocks(b: Builder, node: Node, outs: list[str]) -> None:
+    """Where(ids == token, cumsum(run starts) - 1, -1) along each row: a run starts where the
+    token follows another id (a false column shifted in front)."""
+    ids, out = node.inputs[0], outs[0]
+    image = b.op("Equal", [b.value(ids), b.const(node.attrs["token"], NUMPY_OF[ids.dtype], f"{out}/token")],
+                 f"{out}/is_image")
+    first = b.op("Slice", [image, b.i64([0]), b.i64([1]), b.i64([1])], f"{out}/first")
+    before = b.op("Concat", [b.op("Xor", [first, first], f"{out}/no_image"),
+                             b.op("Slice", [image, b.i64([0]), b.i64([-1]), b.i64([1])], f"{out}/all_but_last")],
+                  f"{out}/previous", axis=1)
+    starts = b.op("And", [image, b.op("Not", [before], f"{out}/previous_not")], f"{out}/starts")
+    counted = b.op("CumSum", [b.op("Cast", [starts], f"{out}/starts_i64", to=TensorProto.INT64),
+                              b.const(1, np.int64, f"{out}/axis1")], f"{out}/runs_so_far")
+    number = b.op("Sub", [counted, b.i64(1)], f"{out}/run")
+    b.node("Where", [image, number, b.i64(-1)], outs)
+
+
 # operands that are a [out, in] weight applied as x @ W.T, per op
 MATRIX_OPERANDS = {"linear": {1}, "swiglu": {1, 2, 3}, "geglu": {1, 2, 3}, "gelu_mlp": {1, 2},
                    "moe": {1, 6, 7, 8, 9}, "mla_attention": {5, 6, 8, 9, 11, 12},
@@ -351,5 +390,6 @@ LOWERINGS = {
     "topk": lower_topk, "argsort": lower_argsort,
     "embedding": lower_embedding, "rms_norm": lower_rms_norm, "layer_norm": lower_layer_norm,
     "linear": lower_linear, "swiglu": lower_gated_mlp, "geglu": lower_gated_mlp, "gelu_mlp": lower_gelu_mlp,
-    "patch_embed": lower_patch_embed,
+    "patch_embed": lower_patch_embed, "merge_tokens": lower_merge_tokens,
+    "image_blocks": lower_image_blocks,
 }

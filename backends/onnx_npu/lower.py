@@ -167,6 +167,9 @@ def grouped_mask(b: NpuBuilder, window, group: int, tokens: int) -> str:
 def lower_attention(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     o = attention_operands(node)
     a = node.attrs
+    if o["blocks"] is not None:
+        raise BackendError("onnx-npu attention has no mask for image tokens that see each other (Gemma 3's image "
+                           "blocks)", location=_where(node), hint="compile the VLM with --target onnx or onnx-ort")
     if o["past_key"] is None and not a["causal"] and o["mask"] is None and a["window"] is None:
         return lower_bidirectional(b, o, a["softcap"], outs)
     if o["past_key"] is None or not a["causal"]:

@@ -104,8 +104,11 @@ class AttentionPlanning:
         return None
 
     def _attention(self, node: Node) -> None:
-        q, k, v, mask, _, _, sinks = pad_inputs(node.inputs, 7)
+        q, k, v, mask, _, _, sinks, blocks = pad_inputs(node.inputs, 8)
         attrs = node.attrs
+        if blocks is not None:
+            raise BackendError(f"{node.outputs[0].name}: the Triton kernels have no mask for image tokens that see "
+                               "each other (Gemma 3's image blocks)", hint="compile it with --target onnx or onnx-ort")
         if not attrs["causal"] and attrs["window"] is not None:  # the kernels' window looks back only
             raise BackendError(f"{node.outputs[0].name}: the Triton kernels have no symmetric window for "
                                "bidirectional attention", hint="compile it with --target onnx or onnx-ort")

@@ -25,6 +25,7 @@ from frontends.hf.encoder import SENTENCE_FILES, attach_modules, base_model_view
 from frontends.hf.families import checkpoint_source, describe
 from frontends.hf.generation import GENERATION_CONFIG, generation_meta
 from frontends.hf.vision import is_vision, load_vision
+from frontends.hf.vlm import is_vlm, load_vlm
 from frontends.hf.weights import Checkpoint
 from irc.dtypes import DType
 from irc.errors import SpecError
@@ -74,6 +75,8 @@ def load_hf(folder, weights: bool = True) -> Graph:
     cfg = Config.read(folder)
     if is_vision(cfg):  # an image encoder: frontends.hf.vision
         return load_vision(folder, cfg, weights)
+    if is_vlm(cfg):  # a vision-language model: frontends.hf.vlm
+        return load_vlm(folder, cfg, weights)
     arch, cfg = read_arch(folder, cfg)
     checkpoint = Checkpoint.find(folder) if weights else None
     if checkpoint is not None and arch.encoder is not None:

@@ -2,7 +2,7 @@
 
 The decoder is the one every family shares (``frontends.yaml_spec`` builds the same):
 
-    x = embed(ids) [* embedding_scale]
+    x = embed(ids) [* embedding_scale]   [image features merged in: a VLM's, ``Arch.image_token``]
     per layer:  h = attn_norm(x); a = attention(h) [-> post_attn_norm]; x = x + a [* residual_scale]
                   (a state-space mixer instead: h = ssm_norm(x); a = mamba/mamba2(h);
                    no mixer where the layer is only a feed-forward block: Nemotron-H)
@@ -50,6 +50,8 @@ def expand(arch: Arch, origin: str) -> Graph:
     eps, offset = arch.norm_eps, arch.norm_offset
     with m.at(origin):
         x = m.embed(m.input_ids(), scale=arch.embedding_scale)
+        if arch.image_token is not None:  # a VLM's text model: frontends.hf.vlm
+            x = m.merge_image_features(x, arch.image_token, arch.image_blocks)
         for layer, spec in zip(m.layers(arch.n_layers), arch.layers):
             if spec.mixer == "attention":
                 h = layer.rms_norm(x, "attn_norm", eps, offset)

@@ -143,6 +143,8 @@ class Arch:
     expand: Optional[Callable] = None
     # the embedding-model form (``frontends.hf.encoder.Encoder``): no caches, no logits
     encoder: Optional[Any] = None
+    image_token: Optional[int] = None  # a VLM's: image features take this token's rows (frontends.hf.vlm)
+    image_blocks: bool = False  # ... and one image's tokens see each other (Gemma 3)
 
 
 # ---- reading config.json ----------------------------------------------------------------

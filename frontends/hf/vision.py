@@ -241,13 +241,16 @@ def _prefix(checkpoint: Checkpoint, model_type: str) -> str:
                     "the checkpoint", location=checkpoint.folder, hint=f"is this a {model_type} checkpoint?")
 
 
-def attach_vision_weights(graph: Graph, checkpoint: Checkpoint) -> None:
-    """Point every param at its checkpoint tensor (shapes and dtypes checked); tensors of the
-    tower left over are an error, a classifier's or the other tower's are not."""
+def attach_vision_weights(graph: Graph, checkpoint: Checkpoint, spare=lambda name: False) -> None:
+    """Point every param not yet attached at its checkpoint tensor (shapes and dtypes
+    checked); tensors of the tower left over are an error, a classifier's, the other tower's
+    and those ``spare(name)`` accepts (a VLM's unread layers) are not."""
     model_type = graph.meta["model_type"]
     prefix = _prefix(checkpoint, model_type)
     used = set()
     for param in graph.params.values():
+        if param.data is not None:
+            continue
         source = checkpoint_source(model_type, param, prefix)
         name = source.names()[0]
         checkpoint.file(name)
@@ -260,10 +263,10 @@ def attach_vision_weights(graph: Graph, checkpoint: Checkpoint) -> None:
         used.add(name)
     tower = [n for n in checkpoint.files if n.startswith(prefix) and n[len(prefix):].split(".")[0] in
              ("embeddings", "encoder", "layernorm", "pre_layrnorm", "post_layernorm", "head")]
-    spare = sorted(n for n in tower if n not in used and n[len(prefix):] not in SPARE)
-    if spare:
-        raise SpecError(f"checkpoint tensor {spare[0]} has no place in the model config.json describes",
-                        location=checkpoint.file(spare[0]), hint="the checkpoint has weights irc's model lacks")
+    left = sorted(n for n in tower if n not in used and n[len(prefix):] not in SPARE and not spare(n))
+    if left:
+        raise SpecError(f"checkpoint tensor {left[0]} has no place in the model config.json describes",
+                        location=checkpoint.file(left[0]), hint="the checkpoint has weights irc's model lacks")
 
 
 def load_vision(folder: str, cfg: Config, weights: bool) -> Graph:
@@ -281,5 +284,6 @@ def load_vision(folder: str, cfg: Config, weights: bool) -> Graph:
     return graph
 
 
-__all__ = ["DEFAULTS", "FAMILIES", "build_vision", "is_vision", "load_vision"]
+__all__ = ["DEFAULTS", "FAMILIES", "attach_vision_weights", "build_vision", "is_vision", "load_vision",
+           "vision_spec"]
 

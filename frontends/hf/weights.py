@@ -198,6 +198,30 @@ class Checkpoint:
         return data.reshape([last - first] + shape[1:]) if shape else data.reshape(())
 
 
+class PrefixView(Checkpoint):
+    """Part of a checkpoint under other names: each stored tensor that starts with one of
+    ``renames``' stored prefixes, seen with that prefix replaced by its viewed one (a VLM's
+    ``model.language_model.layers.0...`` as a text model's ``model.layers.0...``). The first
+    pair that matches wins; tensors no pair matches are not in the view."""
+
+    def __init__(self, checkpoint: Checkpoint, renames: list[tuple[str, str]]):
+        self.stored: dict[str, str] = {}
+        for name in checkpoint.files:
+            for viewed, stored in renames:
+                if name.startswith(stored):
+                    self.stored.setdefault(viewed + name[len(stored):], name)
+                    break
+        super().__init__(checkpoint.folder, {v: checkpoint.files[s] for v, s in self.stored.items()})
+        self._headers = checkpoint._headers
+
+    def entry(self, name: str) -> dict:
+        path = self.file(name)
+        entry = self.header(path).get(self.stored[name])
+        if entry is None:
+            raise SpecError(f"tensor {self.stored[name]} is not in {os.path.basename(path)}", location=path)
+        return entry
+
+
 # ---- where a param's data comes from ------------------------------------------------------
 
 class Source:

@@ -11,6 +11,12 @@ attention_mask[b, j] == 1. Without ``causal`` (bidirectional: an encoder) the wi
 symmetric, |j - (P+t)| < W, as transformers' Gemma 3 with ``use_bidirectional_attention``
 masks its sliding layers. A query row that sees no key outputs zeros, never NaN.
 
+Image blocks (``attention``'s optional ``blocks`` operand [B, T], int: ``image_blocks`` of the
+ids, Gemma 3's image tokens): query t also sees key P+t' of the current chunk when
+blocks[t] == blocks[t'] >= 0, i.e. one image's tokens see each other both ways; the window
+(a lower bound on j) and the padding still apply: visible = (causal or same block) and
+window and mask, transformers' ``create_masks_for_vision_model``.
+
 Sinks (``attention``'s optional ``sinks`` operand [H], GPT-OSS's ``self_attn.sinks``): one
 learned logit per query head joins every softmax denominator, always visible, with no value:
 weights_j = exp(s_j) / (sum_visible exp(s_i) + exp(sink_h)), so a row's weights sum to less
@@ -39,19 +45,31 @@ from irc.ops.rope import (apply_rope, check_rope_config, rope_cos_sin, rope_inv_
 # ---- shared math -----------------------------------------------------------------------
 
 def visible_keys(batch: int, seq: int, past: int, attention_mask=None, causal: bool = True,
-                 window: Optional[int] = None) -> np.ndarray:
+                 window: Optional[int] = None, blocks=None) -> np.ndarray:
     """Bool [B, T, P+T]: may query row t see key j (see the module docstring)."""
     query = past + np.arange(seq)[:, None]
     key = np.arange(past + seq)[None, :]
     visible = np.ones((seq, past + seq), dtype=bool)
     if causal:
         visible &= key <= query
-    if window is not None:
-        visible &= (key > query - window) if causal else (np.abs(key - query) < window)
     visible = np.broadcast_to(visible, (batch, seq, past + seq))
+    if blocks is not None:  # one image's tokens see each other (the current chunk's keys only)
+        ids = np.asarray(blocks)
+        same = (ids[:, :, None] == ids[:, None, :]) & (ids[:, :, None] >= 0)
+        visible = visible | np.concatenate([np.zeros((batch, seq, past), bool), same], axis=2)
+    if window is not None:
+        visible = visible & ((key > query - window) if causal else (np.abs(key - query) < window))
     if attention_mask is not None:
         visible = visible & (np.asarray(attention_mask) != 0)[:, None, :]
     return visible
+
+
+def image_blocks(ids, token: int) -> np.ndarray:
+    """[B, T] int64: each run of ``token`` ids numbered 0, 1, ... along the row (one image's
+    placeholders), -1 elsewhere (transformers' ``get_block_sequence_ids_for_mask``)."""
+    is_image = np.asarray(ids) == token
+    starts = is_image & ~np.pad(is_image, ((0, 0), (1, 0)))[:, :-1]
+    return np.where(is_image, np.cumsum(starts, axis=1) - 1, -1).astype(np.int64)
 
 
 def masked_softmax(scores, visible, sinks=None) -> np.ndarray:
@@ -107,7 +125,8 @@ def with_past(past, new) -> np.ndarray:
     return new if past is None else np.concatenate([f32(past), new], axis=2)
 
 
-def attention(q, k, v, attention_mask=None, past_key=None, past_value=None, sinks=None, *, heads: int, kv_heads: int,
+def attention(q, k, v, attention_mask=None, past_key=None, past_value=None, sinks=None, blocks=None, *, heads: int,
+              kv_heads: int,
               head_dim: int, v_head_dim: Optional[int] = None, causal: bool = True,
               window: Optional[int] = None, softcap: Optional[float] = None,
               scale: Optional[float] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -115,7 +134,7 @@ def attention(q, k, v, attention_mask=None, past_key=None, past_value=None, sink
     key = with_past(past_key, split_heads(f32(k), kv_heads))
     value = with_past(past_value, split_heads(f32(v), kv_heads))
     batch, seq = q.shape[:2]
-    visible = visible_keys(batch, seq, key.shape[2] - seq, attention_mask, causal, window)
+    visible = visible_keys(batch, seq, key.shape[2] - seq, attention_mask, causal, window, blocks)
     scale = head_dim ** -0.5 if scale is None else scale
     out = attend(split_heads(f32(q), heads), key, value, visible, scale, softcap, sinks)
     return merge_heads(out), key, value
@@ -151,7 +170,7 @@ def _check_activation(op, name, value, batch, seq, width):
 
 
 def _attention_infer(inputs, attrs):
-    q, k, v, mask, past_key, past_value, sinks = pad_inputs(inputs, 7)
+    q, k, v, mask, past_key, past_value, sinks, blocks = pad_inputs(inputs, 8)
     heads, kv_heads, head_dim = attrs["heads"], attrs["kv_heads"], attrs["head_dim"]
     v_head_dim = head_dim if attrs["v_head_dim"] is None else attrs["v_head_dim"]
     for name in ("heads", "kv_heads", "head_dim"):
@@ -169,6 +188,10 @@ def _attention_infer(inputs, attrs):
     if sinks is not None:
         expect(sinks.dtype.is_float, f"attention: sinks must be float, got {sinks.dtype}")
         expect_shape("attention", "sinks", sinks, (heads,))
+    if blocks is not None:
+        expect(not blocks.dtype.is_float and attrs["causal"], "attention: blocks (image tokens seeing each other) "
+                                                              "are integer and go with causal attention")
+        expect_shape("attention", "blocks", blocks, (batch, seq))
     out = [TensorType(q.dtype, (batch, seq, heads * v_head_dim))]
     if past_key is not None:
         out += [TensorType(past_key.dtype, (batch, kv_heads, total, head_dim)),
@@ -179,9 +202,9 @@ def _attention_infer(inputs, attrs):
 def _attention_reference(inputs, attrs):
     """Scaled-dot-product attention with grouped KV heads, causal/window/padding masks,
     optional Gemma-2 softcap on the scores, optional per-head sinks in the softmax
-    denominator (GPT-OSS), and past/present KV cache."""
-    q, k, v, mask, past_key, past_value, sinks = pad_inputs(inputs, 7)
-    out, key, value = attention(q, k, v, mask, past_key, past_value, sinks, **attrs)
+    denominator (GPT-OSS), optional image blocks (Gemma 3), and past/present KV cache."""
+    q, k, v, mask, past_key, past_value, sinks, blocks = pad_inputs(inputs, 8)
+    out, key, value = attention(q, k, v, mask, past_key, past_value, sinks, blocks, **attrs)
     if past_key is None:
         return [out.astype(q.dtype)]
     return [out.astype(q.dtype), key.astype(past_key.dtype), value.astype(past_value.dtype)]
@@ -208,7 +231,7 @@ def _attention_cost(inputs, outputs, attrs):
             + _io(inputs, outputs))
 
 
-register(OpDef("attention", ("q", "k", "v", "attention_mask?", "past_key?", "past_value?", "sinks?"),
+register(OpDef("attention", ("q", "k", "v", "attention_mask?", "past_key?", "past_value?", "sinks?", "blocks?"),
                {"heads": REQUIRED, "kv_heads": REQUIRED, "head_dim": REQUIRED, "v_head_dim": None, "causal": True,
                 "window": None, "softcap": None, "scale": None},
                _attention_infer, _attention_reference, _attention_cost, level="model"))

@@ -1,4 +1,5 @@
-"""Vision ops: ``patch_embed``, a ViT's patch projection.
+"""Vision ops: ``patch_embed``, a ViT's patch projection, and ``merge_tokens``, a VLM's
+image features put in place of its image placeholder tokens.
 
 ``patch_embed(pixel_values [B, C, H, W], weight [d, C, p, p], bias? [d]) {patch: p}`` ->
 [B, ⌊H/p⌋·⌊W/p⌋, d]: the image cut into non-overlapping p x p patches, row by row (patch
@@ -9,14 +10,29 @@ like that convolution it drops the last H mod p rows and W mod p columns (SigLIP
 pixels in patches of 14 give 27 x 27). Without overlap the convolution is a matmul of the
 patches by the flattened weight (the seeds' identity), which ``lower-patch-embed`` writes out
 with slice, reshape, transpose and ``linear`` for the targets. H and W are ints, at least p.
+
+``image_blocks(ids [B, T]) {token: t}`` -> i64 [B, T]: each run of ``t`` ids numbered 0, 1, ...
+along its row, -1 elsewhere: the ``blocks`` operand of ``attention`` with which one image's
+tokens see each other (Gemma 3; ``irc.ops.attention``).
+
+``merge_tokens(embeds [B, S, d], ids [B, S], features [M, d]) {token: t}`` -> [B, S, d]: the
+embeddings with the row of every id equal to ``t`` replaced, in order (batch row by batch row,
+left to right), by the next row of ``features``; transformers' ``masked_scatter`` of a VLM's
+image features into its token embeddings. The placeholders must number exactly M (M = 0 on a
+step without an image): the reference refuses a mismatch, and the ONNX lowering reads the
+missing rows as zeros (``irc run`` checks the count before anything runs).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from irc import dims
+from irc.dtypes import DType
 from irc.ops.nn import f32
 from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, pad_inputs, register
+
+
+FEATURES = "image_features"  # a VLM decoder's input that merge_tokens reads (frontends.dsl_vision)
 
 
 def patches(pixel_values, patch: int) -> np.ndarray:
@@ -67,3 +83,65 @@ def _cost(inputs, outputs, attrs):
 
 register(OpDef("patch_embed", ("pixel_values", "weight", "bias?"), {"patch": REQUIRED}, _infer, _reference, _cost,
                level="model"))
+
+
+def _merge_infer(inputs, attrs):
+    embeds, ids, features = inputs
+    token = attrs["token"]
+    expect(isinstance(token, int) and not isinstance(token, bool) and token >= 0,
+           f"merge_tokens: token must be a non-negative int, got {token!r}")
+    expect(embeds.dtype.is_float and embeds.rank == 3,
+           f"merge_tokens: embeds must be float [B, S, d], got {embeds.dtype}{dims.format_shape(embeds.shape)}")
+    expect(not ids.dtype.is_float and ids.rank == 2 and all(dims.canonical(a) == dims.canonical(b)
+                                                            for a, b in zip(ids.shape, embeds.shape[:2])),
+           f"merge_tokens: ids must be integer {dims.format_shape(embeds.shape[:2])}, got "
+           f"{ids.dtype}{dims.format_shape(ids.shape)}")
+    expect(features.dtype == embeds.dtype and features.rank == 2
+           and dims.canonical(features.shape[1]) == dims.canonical(embeds.shape[2]),
+           f"merge_tokens: features must be {embeds.dtype}[M, {embeds.shape[2]}], got "
+           f"{features.dtype}{dims.format_shape(features.shape)}")
+    return [TensorType(embeds.dtype, embeds.shape)]
+
+
+def _merge_reference(inputs, attrs):
+    """transformers' ``inputs_embeds.masked_scatter(ids == token, features)``."""
+    embeds, ids, features = inputs
+    mask = np.asarray(ids) == attrs["token"]
+    count = int(mask.sum())
+    if count != features.shape[0]:
+        raise ValueError(f"merge_tokens: {count} placeholder tokens (id {attrs['token']}) but {features.shape[0]} "
+                         "feature rows")
+    out = np.array(embeds, copy=True)
+    out[mask] = features
+    return [out]
+
+
+def _merge_cost(inputs, outputs, attrs):
+    """A compare per id, a copy of the embeddings and the feature rows read."""
+    embeds, ids, features = inputs
+    return Cost(flops=0, other_flops=ids.numel, bytes_read=embeds.nbytes + ids.nbytes + features.nbytes,
+                bytes_written=outputs[0].nbytes)
+
+
+register(OpDef("merge_tokens", ("embeds", "ids", "features"), {"token": REQUIRED}, _merge_infer, _merge_reference,
+               _merge_cost))
+
+
+def _blocks_infer(inputs, attrs):
+    ids, = inputs
+    token = attrs["token"]
+    expect(isinstance(token, int) and not isinstance(token, bool) and token >= 0,
+           f"image_blocks: token must be a non-negative int, got {token!r}")
+    expect(not ids.dtype.is_float and ids.rank == 2, f"image_blocks: ids must be integer [B, T], got "
+                                                     f"{ids.dtype}{dims.format_shape(ids.shape)}")
+    return [TensorType(DType.i64, ids.shape)]
+
+
+def _blocks_reference(inputs, attrs):
+    from irc.ops.attention import image_blocks
+    return [image_blocks(inputs[0], attrs["token"])]
+
+
+register(OpDef("image_blocks", ("ids",), {"token": REQUIRED}, _blocks_infer, _blocks_reference,
+               lambda inputs, outputs, attrs: Cost(other_flops=3 * inputs[0].numel, bytes_read=inputs[0].nbytes,
+                                                   bytes_written=outputs[0].nbytes)))

@@ -1,0 +1,153 @@
+"""A VLM as three ONNX models in one folder, onnxruntime-genai's multimodal layout.
+
+- ``vision.onnx``: ``pixel_values`` [B, C, S, S] -> ``image_features`` [B·tokens, d], the
+  decoder graph's ``parts["vision"]`` (the projector inside), its weights in
+  ``vision.onnx.data`` when they are large;
+- ``embedding.onnx``: ``input_ids`` [B, T] + ``image_features`` [I, d] -> ``inputs_embeds``
+  [B, T, d]: the token lookup and the placeholder merge (``merge_tokens``), I = 0 on a step
+  without an image;
+- ``model.onnx``: ``inputs_embeds`` + the decoder's usual inputs (``attention_mask``,
+  ``position_ids``, the caches; ``input_ids`` too where something past the merge reads it)
+  -> ``logits`` and ``present.*``.
+
+The decoder graph is lowered once and cut at the merge's output
+(``backends.onnx.split.submodel``), so the embedding and decoder models share
+``model.onnx.data`` (a tied head reads the same table). ``irc_vlm.json`` names the three
+files, the image placeholder token, the tokens per image and the image size, and marks the
+folder for ``irc run``. Everything is staged and committed together (``irc.output``).
+
+onnxruntime-genai 0.18 runs multimodal folders only for its own model types (gemma3,
+mistral3, phi3v, the Qwen-VLs, ...). For those irc compiles (``GENAI_TYPES``: gemma3) the
+folder also gets ``genai_config.json`` with its ``vision`` / ``embedding`` / ``decoder``
+sections (the decoder's ``inputs_embeds``, and ``input_ids`` where the decoder reads them:
+Gemma 3's image blocks) and ``processor_config.json``, onnxruntime-extensions' steps made
+from the checkpoint's ``preprocessor_config.json`` (decode, RGB, resize to the model's image
+size with its resample filter, rescale, normalise, channels first). genai's own image
+resize is not Pillow's, so its pixels can differ slightly from transformers'; ``irc run``
+uses Pillow (``irc_cli.images``). A llava folder has neither (genai refuses the type).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from irc.errors import BackendError
+from irc.graph import Graph
+from irc.output import OutputFolder
+
+from backends.onnx.emit import Emitted, _value_info, emit_model
+from backends.onnx.genai import CONFIG, genai_config
+from backends.onnx.split import submodel
+
+VISION = "vision.onnx"
+EMBEDDING = "embedding.onnx"
+MANIFEST = "irc_vlm.json"
+EMBEDS = "inputs_embeds"
+PROCESSOR = "processor_config.json"
+GENAI_TYPES = {"gemma3": "gemma3"}  # irc's model_type -> the genai model.type that runs it with images
+RESAMPLE = {0: "NEAREST", 1: "LANCZOS", 2: "LINEAR", 3: "CUBIC"}  # Pillow's codes -> onnxruntime-extensions'
+
+
+def _merge(graph: Graph):
+    merges = [node for node in graph.nodes if node.op == "merge_tokens"]
+    if len(merges) != 1:
+        raise BackendError(f"a VLM decoder merges its image features once; graph {graph.name} has {len(merges)} "
+                           "merge_tokens nodes")
+    return merges[0]
+
+
+def decoder_pieces(graph: Graph, name: str):
+    """``pieces`` for ``emit_model``: the lowered decoder cut at the merge's output into
+    ``embedding.onnx`` and ``name``."""
+    merge = _merge(graph)
+
+    def pieces(model, b):
+        pieces.in_place = sum(n.op_type == "GroupQueryAttention" for n in b.nodes) == sum(
+            1 for v in graph.inputs if v.name.startswith("past_key_values.") and v.name.endswith(".key"))
+        cut = b.name_for(merge.outputs[0])
+        info = _value_info(merge.outputs[0])
+        info.name = cut
+        ids, features = (b.name_for(v) for v in merge.inputs[1:])
+        embedding = submodel(model, [ids, features], [cut], doc="embedding", value_info={cut: info})
+        rest = [v.name for v in graph.inputs if v.name not in (ids, features)]
+        decoder = submodel(model, [cut] + rest, [v.name for v in graph.outputs], doc="decoder",
+                           value_info={cut: info})
+        pieces.decoder_inputs = [v.name for v in decoder.graph.input]
+        return {EMBEDDING: embedding, name: decoder}
+
+    return pieces
+
+
+def vlm_genai_config(graph: Graph, name: str, context: int, pieces) -> dict:
+    """genai_config.json for a VLM folder of a ``GENAI_TYPES`` model type."""
+    config = genai_config(graph, name, context, share_buffer=pieces.in_place)
+    model = config["model"]
+    model["type"] = GENAI_TYPES[graph.meta["model_type"]]
+    model["image_token_id"] = graph.meta["image_token_id"]
+    inputs = model["decoder"]["inputs"]
+    inputs[EMBEDS] = EMBEDS
+    if "input_ids" not in pieces.decoder_inputs:
+        del inputs["input_ids"]
+    model["embedding"] = {"filename": EMBEDDING, "inputs": {"input_ids": "input_ids", "image_features": "image_features"},
+                          "outputs": {"inputs_embeds": EMBEDS}}
+    model["vision"] = {"filename": VISION, "config_filename": PROCESSOR, "inputs": {"pixel_values": "pixel_values"},
+                       "outputs": {"image_features": "image_features"}}
+    return config
+
+
+def processor_config(preprocessor: str, size: list) -> dict:
+    """onnxruntime-extensions' image steps for the checkpoint's ``preprocessor_config.json``."""
+    with open(preprocessor, encoding="utf-8") as f:
+        settings = json.load(f)
+    resample = settings.get("resample", 2)
+    if resample not in RESAMPLE:
+        raise BackendError(f"resample {resample!r} has no onnxruntime-extensions filter", location=preprocessor,
+                           hint=f"filters: {', '.join(f'{k} ({v})' for k, v in RESAMPLE.items())}")
+
+    def step(name: str, kind: str, **attrs) -> dict:
+        return {"operation": {"name": name, "type": kind, **({"attrs": attrs} if attrs else {})}}
+
+    steps = [step("decode_image", "DecodeImage", color_space="RGB"), step("convert_to_rgb", "ConvertRGB"),
+             step("resize", "Resize", interpolation=RESAMPLE[resample], height=size[0], width=size[1],
+                  keep_aspect_ratio=0),
+             step("rescale", "Rescale", rescale_factor=float(settings.get("rescale_factor", 1 / 255))),
+             step("normalize", "Normalize", mean=list(settings.get("image_mean", [0.5] * 3)),
+                  std=list(settings.get("image_std", [0.5] * 3))),
+             step("to_channel_first", "Permute3D", dims=[2, 0, 1])]
+    return {"processor": {"name": "image_processing", "transforms": steps}}
+
+
+def manifest(graph: Graph, vision: Graph, name: str, vision_name: str) -> dict:
+    meta = vision.meta["vision"]
+    return {"model_type": graph.meta.get("model_type"), "vision": vision_name, "embedding": EMBEDDING,
+            "decoder": name, "image_token_id": graph.meta["image_token_id"], "image_tokens": meta["tokens"],
+            "image_size": meta["image_size"], "channels": meta["channels"], "image_prompt": graph.meta["image_prompt"]}
+
+
+def emit_vlm(graph: Graph, path: str, **kwargs) -> tuple[Emitted, Emitted, list]:
+    """Write the three models, the manifest and the companions (``kwargs``: ``emit_model``'s,
+    ``files`` going with the decoder); returns what each emission wrote and the lines to
+    print for the rest (a genai type without its processor settings gets no genai config)."""
+    vision = graph.parts["vision"]
+    folder, name = os.path.dirname(os.path.abspath(path)), os.path.basename(path)
+    if name in (VISION, EMBEDDING):
+        raise BackendError(f"the decoder cannot be named {name}: the VLM folder writes that file itself",
+                           hint="use -o FOLDER/model.onnx")
+    files = kwargs.pop("files", None) or {}
+    pieces = decoder_pieces(graph, name)
+    preprocessor = files.get("preprocessor_config.json")
+    genai = graph.meta.get("model_type") in GENAI_TYPES and isinstance(preprocessor, str)
+    notes = [] if genai or graph.meta.get("model_type") not in GENAI_TYPES else [
+        "genai_config.json not written: no preprocessor_config.json beside the checkpoint to make "
+        "processor_config.json from"]
+    with OutputFolder(folder, primary=name) as out:
+        seen = emit_model(vision, os.path.join(folder, VISION), genai=False, out=out, **kwargs)
+        text = emit_model(graph, path, genai=False, out=out, files=files, pieces=pieces, **kwargs)
+        body = json.dumps(manifest(graph, vision, name, VISION), indent=2, sort_keys=True) + "\n"
+        written = [out.write(MANIFEST, body)]
+        if genai:
+            config = vlm_genai_config(graph, name, kwargs.get("context", 4096), pieces)
+            written.append(out.write(CONFIG, json.dumps(config, indent=4, sort_keys=True) + "\n"))
+            steps = processor_config(preprocessor, vision.meta["vision"]["image_size"])
+            written.append(out.write(PROCESSOR, json.dumps(steps, indent=2) + "\n"))
+    return seen, text, [f"wrote {path}" for path in written] + notes

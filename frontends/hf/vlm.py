@@ -1,0 +1,236 @@
+"""Vision-language models from Hugging Face folders: a vision model and a text decoder.
+
+=======  =========================================================================================
+llava    ``vision_config``: a CLIP or SigLIP vision tower (transformers' default: CLIP ViT-L/14 at
+         336 pixels); its hidden state ``vision_feature_layer`` (an index into transformers'
+         ``hidden_states``: the embeddings, then each layer's output; -2 by default; a list
+         concatenates several along the features), the first token (CLIP's class token)
+         dropped when ``vision_feature_select_strategy`` is "default"; the projector
+         ``linear_1`` -> ``projector_hidden_act`` -> ``linear_2`` (biases with
+         ``multimodal_projector_bias``). ``text_config``: any decoder irc's shared loop builds
+         (``model_type`` llama by default), its token embeddings with every ``image_token_id``
+         (``image_token_index``) placeholder replaced, in order, by an image feature row
+gemma3   ``vision_config``: a SigLIP tower's last_hidden_state (post-LayerNorm); the projector
+         average-pools the patch grid to ``mm_tokens_per_image`` tokens (a k x k window,
+         k = patches per side / tokens per side), normalises them (``mm_soft_emb_norm``,
+         Gemma's RMSNorm with 1 + w, the tower's eps) and projects them
+         (``mm_input_projection_weight`` [d_vision, d_text], applied as x @ W). ``text_config``:
+         a gemma3_text decoder (its embeddings scaled by sqrt(d) before the merge), in which
+         one image's tokens see each other both ways (``image_blocks``:
+         transformers' ``token_type_ids`` mask, here read from the ids, so the decoder model
+         also takes ``input_ids``)
+=======  =========================================================================================
+
+``load_vlm`` returns the decoder graph, which takes ``image_features`` f32 [I, d] beside its
+usual inputs (``merge_tokens`` right after the embedding lookup; I = 0 on a step without an
+image), with the vision model as ``graph.parts["vision"]``: ``pixel_values`` f32 [B, C, S, S]
+-> ``image_features`` [B·tokens, d], the projector inside (onnxruntime-genai's layout).
+Both read their weights lazily from the checkpoint, under transformers 5's names
+(``model.vision_tower.``, ``model.multi_modal_projector.``, ``model.language_model.``,
+``lm_head.``) or 4.x's (``vision_tower.``, ``multi_modal_projector.``,
+``language_model.model.``, ``language_model.lm_head.``). The tower's tensors that the chosen
+layer does not reach (the last layers, the post-LayerNorm, SigLIP's pooling head) are not read.
+Refused, with config.json's key and value: a text model the shared decoder loop does not
+build, a vision tower other than CLIP's or SigLIP's, a feature layer outside the tower,
+strategies other than "default" and "full", projector activations other than GELU.
+"""
+from __future__ import annotations
+
+import os
+
+from frontends.dsl import ArgError, Model
+from frontends.dsl_vision import hidden_states
+from frontends.hf.build import attach_weights, build_graph
+from frontends.hf.config import Config, NestedConfig, int_list
+from frontends.hf.families import describe
+from frontends.hf.generation import generation_meta
+from frontends.hf.vision import DEFAULTS as TOWER_DEFAULTS
+from frontends.hf.vision import GELU, attach_vision_weights, vision_spec
+from frontends.hf.weights import Checkpoint, CheckpointData, PrefixView, Tensor, View
+from irc.errors import SpecError
+from irc.graph import Graph
+from irc.yamlloc import boolean, non_negative_int, positive_int, string
+
+DEFAULTS = {  # transformers 5.25's LlavaConfig and Gemma3Config
+    "llava": {"image_token_index": 32000, "image_seq_length": 576, "projector_hidden_act": "gelu",
+              "vision_feature_select_strategy": "default", "vision_feature_layer": -2,
+              "multimodal_projector_bias": True, "tie_word_embeddings": False},
+    "gemma3": {"image_token_index": 262144, "mm_tokens_per_image": 256, "boi_token_index": 255999,
+               "eoi_token_index": 256000, "tie_word_embeddings": True},
+}
+FAMILIES = tuple(DEFAULTS)
+TOWER = {"llava": {"model_type": "clip_vision_model", "intermediate_size": 4096, "hidden_size": 1024, "patch_size": 14,
+                   "image_size": 336, "num_hidden_layers": 24, "num_attention_heads": 16},
+         "gemma3": {"model_type": "siglip_vision_model"}}
+TEXT_TYPE = {"llava": "llama", "gemma3": "gemma3_text"}
+_SEVEN_B = {"vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32}
+# a sub-config is saved as its difference from its class's defaults (llava-hf's text_config
+# holds a handful of keys): transformers 5.25's defaults for the shapes, per text model type
+TEXT_DEFAULTS = {
+    "llama": {**_SEVEN_B, "intermediate_size": 11008, "max_position_embeddings": 2048},
+    "mistral": {**_SEVEN_B, "intermediate_size": 14336, "num_key_value_heads": 8, "max_position_embeddings": 131072,
+                "sliding_window": 4096},
+    "qwen2": {**_SEVEN_B, "vocab_size": 151936, "intermediate_size": 22016, "max_position_embeddings": 32768},
+    "gemma3_text": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "max_position_embeddings": 131072, "query_pre_attn_scalar": 256, "sliding_window": 4096},
+}
+TOWER_TYPES = ("clip_vision_model", "siglip_vision_model")
+STRATEGIES = ("default", "full")
+# viewed prefix -> stored prefixes, transformers 5's first
+TEXT_NAMES = [("model.", "model.language_model."), ("lm_head.", "lm_head."), ("model.", "language_model.model."),
+              ("lm_head.", "language_model.lm_head.")]
+TOWER_NAMES = [("", "model.vision_tower."), ("", "vision_tower.")]
+PROJECTOR_NAMES = [("projector.", "model.multi_modal_projector."), ("projector.", "multi_modal_projector.")]
+
+
+def is_vlm(cfg: Config) -> bool:
+    model_type = cfg.data.get("model_type")
+    return isinstance(model_type, str) and model_type in DEFAULTS
+
+
+def _feature_layers(cfg: Config, layers: int) -> list[int]:
+    """``vision_feature_layer`` as indices into hidden_states (0: the embeddings)."""
+    raw = cfg.raw("vision_feature_layer")
+    picked = cfg.get("vision_feature_layer", int_list) if isinstance(raw, list) else [
+        cfg.get("vision_feature_layer", lambda v: int_list([v])[0])]
+    indices = [k if k >= 0 else layers + 1 + k for k in picked]
+    if not picked or any(not 0 <= k <= layers for k in indices):
+        raise cfg.error("vision_feature_layer", f"{raw!r} is not a hidden state of the {layers}-layer tower",
+                        hint=f"an index from {-(layers + 1)} to {layers}")
+    return indices
+
+
+def build_vision_model(cfg: Config, tower: Config, name: str, d_text: int) -> Graph:
+    """pixel_values -> the tower -> the family's projector -> image_features."""
+    model_type = cfg.data["model_type"]
+    tower_type = tower.get("model_type", string, TOWER[model_type]["model_type"])
+    if tower_type not in TOWER_TYPES or (model_type == "gemma3" and tower_type != "siglip_vision_model"):
+        raise tower.unsupported("model_type", tower_type, hint=f"{model_type} vision towers: "
+                                f"{', '.join(TOWER_TYPES if model_type == 'llava' else TOWER_TYPES[1:])}")
+    tower.defaults = {**TOWER_DEFAULTS[tower_type], **TOWER[model_type]}
+    spec = vision_spec(tower, tower_type)
+    m = Model(f"{name}-vision", vocab=None, d_model=tower.get("hidden_size", positive_int), dtype=cfg.dtype(),
+              encoder=True)
+    with m.at(cfg.path):
+        x = (_llava_features if model_type == "llava" else _gemma3_features)(m, cfg, spec, d_text)
+        m.image_features(x)
+    graph = m.graph
+    graph.meta["model_type"] = tower_type
+    return graph
+
+
+def _llava_features(m: Model, cfg: Config, spec, d_text: int):
+    """hidden_states[vision_feature_layer] (the class token dropped by "default"), projected."""
+    indices = _feature_layers(cfg, spec.layers)
+    strategy = cfg.get("vision_feature_select_strategy", string)
+    if strategy not in STRATEGIES:
+        raise cfg.unsupported("vision_feature_select_strategy", strategy, hint=f"strategies: {', '.join(STRATEGIES)}")
+    act = cfg.get("projector_hidden_act", string)
+    if act not in GELU or GELU[act] == "quick":
+        raise cfg.unsupported("projector_hidden_act", act, hint="irc builds GELU projectors (exact or tanh)")
+    bias = cfg.get("multimodal_projector_bias", boolean)
+    spec.layers = max(indices)
+    states = hidden_states(m, spec)
+    picked = [m.drop_tokens(states[k]) if strategy == "default" else states[k] for k in indices]
+    x = picked[0] if len(picked) == 1 else m.emit("concat", picked, {"axis": -1}, "feature_states")[0]
+    return m.mlp_projector(x, d_text, GELU[act], bias)
+
+
+def _gemma3_features(m: Model, cfg: Config, spec, d_text: int):
+    """The post-LayerNorm patch states average-pooled to mm_tokens_per_image, normed, projected."""
+    tokens = cfg.get("mm_tokens_per_image", positive_int)
+    x = m.layer_norm(hidden_states(m, spec)[-1], "norm", spec.eps)  # SigLIP's post_layernorm
+    try:
+        x = m.pool_tokens(x, tokens)
+    except ArgError as err:
+        raise cfg.error("mm_tokens_per_image", err.detail) from None
+    x = m.rms_norm(x, "projector.norm", spec.eps, offset=1.0)
+    return m.emit("linear", [x, m.param("projector.projection", (d_text, m.d_model))], None, "projected")[0]
+
+
+def _text(cfg: Config, name: str):
+    model_type = cfg.data["model_type"]
+    text = NestedConfig(cfg, "text_config", {"model_type": TEXT_TYPE[model_type]}, "the text model's settings",
+                        hint=f"a {model_type} config holds its text model's settings under text_config")
+    inner = text.get("model_type", string)
+    if inner != TEXT_TYPE[model_type] and model_type == "gemma3":
+        raise text.unsupported("model_type", inner, hint="gemma3 holds a gemma3_text model")
+    text.data = {**TEXT_DEFAULTS.get(inner, {}), "model_type": inner, **text.data}
+    arch = describe(text, name)
+    if arch.expand is not None or arch.encoder is not None:
+        raise text.unsupported("model_type", arch.model_type,
+                               hint="irc builds a VLM's text model with the decoder most families share")
+    arch.image_token = cfg.get("image_token_index" if cfg.has("image_token_index") or not cfg.has("image_token_id")
+                               else "image_token_id", non_negative_int)
+    if arch.image_token >= arch.vocab_size:
+        raise cfg.error("image_token_index", f"{arch.image_token} is outside the text model's vocabulary "
+                                             f"({arch.vocab_size})")
+    arch.tied = arch.tied or cfg.get("tie_word_embeddings", boolean)  # LlavaConfig.__post_init__
+    arch.image_blocks = model_type == "gemma3"
+    return arch, text
+
+
+PROJECTOR = {"projector.norm": "projector.mm_soft_emb_norm.weight",  # Gemma 3's
+             "projector.projection": "projector.mm_input_projection_weight"}
+
+
+def _attach_projector(graph: Graph, checkpoint: Checkpoint) -> None:
+    view = PrefixView(checkpoint, PROJECTOR_NAMES)
+    for param in graph.params.values():
+        if param.name.startswith("projector."):
+            stored = PROJECTOR.get(param.name) or (param.name if param.name.endswith(".bias") else
+                                                   param.name + ".weight")
+            # Gemma 3 stores its projection [d_vision, d_text], applied as x @ W
+            source = View(stored, transpose=True) if param.name == "projector.projection" else Tensor(stored)
+            if tuple(source.shape(view)) != param.shape:
+                raise SpecError(f"tensor {view.stored[stored]} has shape {source.shape(view)}; config.json "
+                                f"describes @{param.name} as {list(param.shape)}", location=view.file(stored))
+            param.data = CheckpointData(view, source, param.dtype)
+
+
+def _image_prompt(cfg: Config, image_token: int) -> dict:
+    """How the checkpoint's processor lays an image out in the prompt: the id the user writes
+    (``placeholder``) becomes ``around`` (text), ``before``, the image's tokens, ``after``,
+    ``around`` again: LlavaProcessor widens ``<image>``; Gemma3Processor writes
+    "\\n\\n<start_of_image>" + the soft tokens + "<end_of_image>\\n\\n" for each ``<start_of_image>``."""
+    if cfg.data["model_type"] == "gemma3":
+        boi, eoi = (cfg.get(key, non_negative_int) for key in ("boi_token_index", "eoi_token_index"))
+        return {"placeholder": boi, "before": [boi], "after": [eoi], "around": "\n\n"}
+    return {"placeholder": image_token, "before": [], "after": [], "around": ""}
+
+
+def _unread(name: str, layers: int) -> bool:
+    """A tower tensor the chosen hidden state does not reach."""
+    parts = name.split(".")
+    if "layers" in parts:
+        return int(parts[parts.index("layers") + 1]) >= layers
+    return any(p in ("post_layernorm", "head") for p in parts)
+
+
+def load_vlm(folder: str, cfg: Config, weights: bool) -> Graph:
+    """The decoder of ``folder``'s VLM, its vision model as ``graph.parts["vision"]``."""
+    cfg.defaults = DEFAULTS[cfg.data["model_type"]]
+    name = os.path.basename(os.path.normpath(os.path.abspath(folder))) or "model"
+    arch, text = _text(cfg, name)
+    tower = NestedConfig(cfg, "vision_config", {}, "the vision tower's settings")
+    vision = build_vision_model(cfg, tower, name, arch.d_model)
+    checkpoint = Checkpoint.find(folder) if weights else None
+    if checkpoint is not None:
+        if cfg.has("quantization_config"):
+            raise cfg.error("quantization_config", "quantized checkpoints are not supported")
+        arch.dtype = str(PrefixView(checkpoint, TEXT_NAMES).dtype("model.embed_tokens.weight"))
+    graph = build_graph(arch, text)
+    graph.meta.update(generation_meta(folder, cfg.data))
+    graph.meta["model_type"] = cfg.data["model_type"]
+    graph.meta["image_prompt"] = _image_prompt(cfg, arch.image_token)
+    if checkpoint is not None:
+        attach_weights(graph, arch, PrefixView(checkpoint, TEXT_NAMES))
+        _attach_projector(vision, checkpoint)
+        layers = vision.meta["n_layers"]
+        attach_vision_weights(vision, PrefixView(checkpoint, TOWER_NAMES), spare=lambda n: _unread(n, layers))
+    graph.parts["vision"] = vision  # what Model.vision_model sets in the DSL
+    return graph
+
+
+__all__ = ["DEFAULTS", "FAMILIES", "build_vision_model", "is_vlm", "load_vlm"]

@@ -1,0 +1,201 @@
+"""``irc run VLM --image FILE --prompt TEXT``: a vision-language model answers about an image.
+
+    irc run out/llava --image photo.jpg --prompt "USER: <image> What is in this picture? ASSISTANT:"
+    irc run models/gemma-3-4b-it --image photo.jpg --prompt "<start_of_image> Describe this image." --chat
+
+The image goes through the checkpoint's ``preprocessor_config.json`` (``irc_cli.images``),
+then the vision model (``image_features``, one row per visual token). The prompt must hold
+the image placeholder once per image (LLaVA: ``<image>``, Gemma 3: ``<start_of_image>``); each is
+laid out as transformers' processor lays it out (``image_prompt``: LLaVA's widened to the
+image's tokens; Gemma 3's "\\n\\n" + <start_of_image> + its soft tokens + <end_of_image> +
+"\\n\\n"), and the decoder's embedding step puts the features there. Then greedy decoding as for text (``irc_cli.run``):
+a folder ``irc compile`` wrote runs its three models in onnxruntime
+(``vision.onnx``, ``embedding.onnx``, the decoder), a spec or Hugging Face folder runs in the
+reference interpreter. A prompt with no placeholder, or more than one per image given, is
+refused before anything runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+import numpy as np
+
+from irc.errors import IRCError
+from irc_cli import engines
+from irc_cli.images import Processor, read_image
+
+MANIFEST = engines.VLM_MANIFEST
+
+
+def takes_images(path: str) -> bool:
+    """Is ``path`` a VLM: a folder irc compile wrote for one, or a Hugging Face folder of a
+    ``frontends.hf.vlm`` family? (Anything else given ``--image`` is an image encoder's.)"""
+    from frontends.hf.vlm import FAMILIES
+
+    folder = os.path.dirname(os.path.abspath(path)) if path.endswith(".onnx") else path
+    if os.path.isfile(os.path.join(folder, MANIFEST)):
+        return True
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+            model_type = json.load(f).get("model_type")
+        return isinstance(model_type, str) and model_type in FAMILIES
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def expand(prompt: list, model, images: int, where: str, text=None) -> list:
+    """The prompt with each placeholder laid out as the checkpoint's processor lays out an
+    image (``image_prompt``: frontends.hf.vlm), one placeholder per image."""
+    layout = model.image_prompt
+    token = layout["placeholder"]
+    found = prompt.count(token)
+    if found != images:
+        raise IRCError(f"the prompt holds {found} image placeholder(s) (token {token}) for {images} image(s)",
+                       location=where, hint="put the model's image placeholder (LLaVA: <image>, Gemma 3: "
+                                            "<start_of_image>) in the prompt once per image")
+    around = text.encode(layout["around"], special=False) if layout["around"] and text is not None else []
+    image = around + layout["before"] + [model.token] * model.tokens + layout["after"] + around
+    return [t for x in prompt for t in (image if x == token else [x])]
+
+
+class FolderModel:
+    """A compiled VLM folder's three models in onnxruntime."""
+
+    def __init__(self, folder: str):
+        from backends.onnx.runtime import ort_session
+
+        path = os.path.join(folder, MANIFEST)
+        with open(path, encoding="utf-8") as f:
+            self.manifest = json.load(f)
+        self.folder = folder
+        self.vision, self.embedding, self.decoder = (ort_session(os.path.join(folder, self.manifest[k]), threads=None)
+                                                     for k in ("vision", "embedding", "decoder"))
+        self.engine = "onnxruntime (vision, embedding, decoder)"
+
+    @property
+    def width(self) -> int:
+        return int(self.embedding.get_inputs()[1].shape[1])
+
+    @property
+    def token(self) -> int:
+        return int(self.manifest["image_token_id"])
+
+    @property
+    def image_prompt(self) -> dict:
+        return self.manifest["image_prompt"]
+
+    @property
+    def tokens(self) -> int:
+        return int(self.manifest["image_tokens"])
+
+    @property
+    def size(self) -> tuple:
+        return tuple(self.manifest["image_size"])
+
+    def features(self, pixels: np.ndarray) -> np.ndarray:
+        return self.vision.run(["image_features"], {"pixel_values": pixels})[0]
+
+    def caches(self) -> dict:
+        return {v.name: np.zeros([1 if i == 0 else 0 if not isinstance(d, int) else d for i, d in enumerate(v.shape)],
+                                 np.float32) for v in self.decoder.get_inputs() if v.name.startswith("past_key_values.")}
+
+    def step(self, feeds: dict, features: np.ndarray) -> dict:
+        embeds = self.embedding.run(None, {"input_ids": feeds["input_ids"], "image_features": features})[0]
+        inputs = {v.name for v in self.decoder.get_inputs()}
+        names = [o.name for o in self.decoder.get_outputs()]
+        fed = {**{k: v for k, v in feeds.items() if k in inputs}, "inputs_embeds": embeds}
+        return dict(zip(names, self.decoder.run(None, fed)))
+
+
+class SpecModel:
+    """A VLM spec (a Hugging Face folder) in the reference interpreter."""
+
+    def __init__(self, graph, seed: int):
+        from irc.interpreter import Interpreter
+
+        self.graph, self.vision = graph, graph.parts["vision"]
+        self._vision, self._decoder = Interpreter(self.vision, seed), Interpreter(graph, seed)
+        self.token, self.tokens = graph.meta["image_token_id"], self.vision.meta["vision"]["tokens"]
+        self.image_prompt = graph.meta["image_prompt"]
+        self.size = tuple(self.vision.meta["vision"]["image_size"])
+        self.width = graph.meta["d_model"]
+        self.engine = "reference interpreter"
+
+    def features(self, pixels: np.ndarray) -> np.ndarray:
+        return self._vision.run({"pixel_values": pixels})["image_features"]
+
+    def caches(self) -> dict:
+        from backends.onnx.runtime import empty_caches
+        return empty_caches(self.graph, 1)
+
+    def step(self, feeds: dict, features: np.ndarray) -> dict:
+        return self._decoder.run({**feeds, "image_features": features})
+
+
+def runner(model, pixels: Optional[np.ndarray]):
+    """An ``irc_cli.engines`` runner: the image's features go in with the prompt step (none
+    for a text-only prompt), later steps take none. A folder with ``genai_config.json`` runs
+    in onnxruntime-genai when it is installed (``--engine auto`` or ``genai``)."""
+
+    def run(source, prompt, max_new_tokens, eos, clock, engine: str = "auto") -> engines.Result:
+        has_config = isinstance(model, FolderModel) and os.path.isfile(os.path.join(model.folder, engines.GENAI_CONFIG))
+        if engine == "genai" and not has_config:
+            raise IRCError("--engine genai: onnxruntime-genai does not run this model type's multimodal folder",
+                           hint="use --engine ort (irc's loop over the three models)")
+        if has_config and (engine == "genai" or (engine == "auto" and engines._has_genai())):
+            return genai(model.folder, prompt, pixels, model.tokens, max_new_tokens, eos, clock)
+        features = None if pixels is None else model.features(pixels)
+        empty = np.zeros((0, model.width), np.float32)
+        fed = []
+
+        def step(feeds):
+            rows = features if features is not None and not fed else empty
+            fed.append(True)
+            return model.step(feeds, rows)
+
+        tokens, last = engines.greedy_loop(step, model.caches(), prompt, max_new_tokens, eos, clock)
+        return engines.Result(tokens, model.engine, last)
+    return run
+
+
+def genai(folder: str, prompt: list, pixels: Optional[np.ndarray], tokens: int, max_new_tokens: int, eos: set,
+          clock) -> engines.Result:
+    """The folder in onnxruntime-genai: irc's ids and pixel values handed in as its
+    multimodal processor would (``input_ids``, ``pixel_values``, ``num_image_tokens``)."""
+    og = engines._genai_module()
+    model = og.Model(folder)
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + max_new_tokens, do_sample=False)
+    generator = og.Generator(model, params)
+    inputs = og.NamedTensors()
+    inputs["input_ids"] = np.asarray([prompt], np.int32)
+    if pixels is not None:
+        inputs["pixel_values"] = np.ascontiguousarray(pixels, np.float32)
+        inputs["num_image_tokens"] = np.asarray([tokens], np.int64)
+    clock.start()
+    generator.set_inputs(inputs)
+    out = []
+    while not generator.is_done() and len(out) < max_new_tokens:
+        generator.generate_next_token()
+        token = int(generator.get_next_tokens()[0])
+        out.append(token)
+        clock.token(token)
+        if token in eos:
+            break
+    return engines.Result(out, "onnxruntime-genai")
+
+
+def pixel_values(model, folder: str, image: str) -> np.ndarray:
+    """[1, C, H, W]: the image through the checkpoint's processor, checked against the model."""
+    processor = Processor.read(folder)
+    processor.check_model(*model.size)
+    return processor(read_image(image))[None]
+
+
+def load_model(args, source) -> Optional[object]:
+    """The VLM behind ``irc_cli.run._source``'s source (a folder or a graph), or None."""
+    if isinstance(source, str):
+        return FolderModel(source) if os.path.isfile(os.path.join(source, MANIFEST)) else None
+    return SpecModel(source, args.seed) if "vision" in source.parts else None

@@ -1,0 +1,299 @@
+"""Vision-language models (``frontends.hf.vlm``) against transformers 5.25 on tiny random
+twins: LLaVA with a CLIP tower (hidden_states[-2], the class token dropped) and with a SigLIP
+tower (two feature layers concatenated, strategy "full", no projector bias, the text model a
+Qwen2); Gemma 3 (SigLIP, 8 x 8 patches pooled to 16 tokens, sliding and global layers, one
+image's tokens seeing each other: transformers given ``token_type_ids``). Each gives
+transformers' image features (``get_image_features``) and its logits with one and with two
+images in the prompt through the reference interpreter and, cut into vision / embedding /
+decoder models, both ONNX targets (<= 1e-4 relative); the ONNX folders generate
+transformers' 16 greedy tokens with an image in irc's loop and, for Gemma 3, in
+onnxruntime-genai 0.18; ``irc run --image`` answers; bad prompts and configs are one error
+naming the key."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from frontends import load_spec
+from irc.check import relative_error
+from irc.errors import SpecError
+from irc.interpreter import run
+from irc_cli import main
+from tests.frontends.test_hf_models import built_once
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+TOLERANCE = 1e-4
+IMAGE_TOKEN, BOI, EOI = 100, 101, 102
+TOWER = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4, image_size=16,
+             patch_size=4)
+TEXT = dict(vocab_size=128, hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256)
+GEMMA3_TEXT = dict(TEXT, num_hidden_layers=3, head_dim=16, sliding_window=6,
+                   layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+CASES = {  # name: (model class, config class, vision config class, text config, config overrides)
+    "llava-clip": ("LlavaForConditionalGeneration", "LlavaConfig", "CLIPVisionConfig", ("LlamaConfig", TEXT), {}),
+    "llava-siglip-qwen2": ("LlavaForConditionalGeneration", "LlavaConfig", "SiglipVisionConfig",
+                           ("Qwen2Config", TEXT),
+                           dict(vision_feature_layer=[-3, -1], vision_feature_select_strategy="full",
+                                multimodal_projector_bias=False, projector_hidden_act="gelu_pytorch_tanh")),
+    "gemma3": ("Gemma3ForConditionalGeneration", "Gemma3Config", "SiglipVisionConfig", ("Gemma3TextConfig", GEMMA3_TEXT),
+               dict(image_size=32, boi_token_index=BOI, eoi_token_index=EOI, mm_tokens_per_image=16)),
+}
+
+
+def build(name: str, folder):
+    model_class, config_class, vision, (text, text_kwargs), overrides = CASES[name]
+    overrides = dict(overrides)
+    size = overrides.pop("image_size", TOWER["image_size"])
+    config = getattr(transformers, config_class)(
+        vision_config=getattr(transformers, vision)(**{**TOWER, "image_size": size}),
+        text_config=getattr(transformers, text)(**text_kwargs), image_token_index=IMAGE_TOKEN, **overrides)
+    model = getattr(transformers, model_class)(config).eval()
+    generator = torch.Generator().manual_seed(sorted(CASES).index(name))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator) * (0.5 if p.ndim == 1 else p.shape[-1] ** -0.5))
+    model.save_pretrained(folder)
+    return model, str(folder)
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory):
+    return built_once(build, tmp_path_factory)
+
+
+def tokens_per_image(model) -> int:
+    cfg = model.config
+    if cfg.model_type == "gemma3":
+        return cfg.mm_tokens_per_image
+    patches = (cfg.vision_config.image_size // cfg.vision_config.patch_size) ** 2
+    return patches + (1 if "CLIP" in type(cfg.vision_config).__name__ else 0) - (
+        cfg.vision_feature_select_strategy == "default")
+
+
+def prompt(model, images: int) -> np.ndarray:
+    """Text, then per image its tokens (Gemma 3: between <start_of_image> and <end_of_image>)."""
+    rng = np.random.default_rng(images)
+    gemma = model.config.model_type == "gemma3"
+    ids = [2 if gemma else 1]
+    for _ in range(images):
+        image = [IMAGE_TOKEN] * tokens_per_image(model)
+        ids += list(rng.integers(3, IMAGE_TOKEN, 3)) + ([BOI] + image + [EOI] if gemma else image)
+    return np.asarray([ids + list(rng.integers(3, IMAGE_TOKEN, 4))], np.int64)
+
+
+def pixels(model, images: int) -> np.ndarray:
+    size = model.config.vision_config.image_size
+    return np.random.default_rng(10 + images).standard_normal((images, 3, size, size)).astype(np.float32)
+
+
+def extra(model, ids) -> dict:
+    """Gemma 3's ``token_type_ids`` (1 on image tokens), as its processor gives them."""
+    if model.config.model_type != "gemma3":
+        return {}
+    return {"token_type_ids": torch.from_numpy((ids == IMAGE_TOKEN).astype(np.int64))}
+
+
+def reference(model, ids, pixel_values):
+    with torch.no_grad():
+        logits = model(input_ids=torch.from_numpy(ids), pixel_values=torch.from_numpy(pixel_values),
+                       **extra(model, ids)).logits
+        features = torch.cat(list(model.get_image_features(torch.from_numpy(pixel_values)).pooler_output))
+    return features.numpy(), logits.numpy()
+
+
+def decoder_feeds(graph, ids, features) -> dict:
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids),
+             "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None], "image_features": features}
+    for value in graph.inputs:
+        if value.name.startswith("past_key_values."):
+            feeds[value.name] = np.zeros((1, value.shape[1], 0, value.shape[3]), np.float32)
+    return feeds
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("images", [1, 2])
+def test_interpreter_matches_transformers(twins, name, images):
+    model, folder = twins(name)
+    graph = load_spec(folder)
+    ids, pixel_values = prompt(model, images), pixels(model, images)
+    want_features, want_logits = reference(model, ids, pixel_values)
+    features = run(graph.parts["vision"], {"pixel_values": pixel_values})["image_features"]
+    assert relative_error(features, want_features) <= TOLERANCE
+    logits = run(graph, decoder_feeds(graph, ids, features))["logits"]
+    assert relative_error(logits, want_logits) <= TOLERANCE
+
+
+@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_onnx_folder_matches_transformers(twins, tmp_path, name, target):
+    from irc_cli.run_vlm import FolderModel
+
+    model, folder = twins(name)
+    out = tmp_path / "out"
+    assert main(["compile", folder, "--target", target, "-o", str(out / "model.onnx"), "--quiet"]) == 0
+    assert sorted(p.name for p in out.glob("*.onnx")) == ["embedding.onnx", "model.onnx", "vision.onnx"]
+    vlm = FolderModel(str(out))
+    assert [v.name for v in vlm.decoder.get_inputs()][0] == "inputs_embeds"
+    assert ("input_ids" in {v.name for v in vlm.decoder.get_inputs()}) == (name == "gemma3")
+    ids, pixel_values = prompt(model, 2), pixels(model, 2)
+    want_features, want_logits = reference(model, ids, pixel_values)
+    features = vlm.features(pixel_values)
+    assert relative_error(features, want_features) <= TOLERANCE
+    feeds = {k: v for k, v in decoder_feeds(load_spec(folder), ids, features).items() if k != "image_features"}
+    logits = vlm.step(feeds, features)["logits"]  # the last position's (last-logits)
+    assert relative_error(logits[:, -1], want_logits[:, -1]) <= TOLERANCE
+    # a text-only step: no image rows at all
+    text = vlm.embedding.run(None, {"input_ids": ids[:, :1], "image_features": np.zeros((0, 48), np.float32)})[0]
+    if name == "gemma3":  # the decoder reads the ids too: the image blocks of its mask
+        assert "input_ids" in {v.name for v in vlm.decoder.get_inputs()}
+    assert text.shape == (1, 1, 48)
+
+
+class Clock:
+    def start(self):
+        pass
+
+    def token(self, token):
+        pass
+
+
+@pytest.mark.parametrize("name", ["llava-clip", "gemma3"])
+def test_onnx_folder_generates_transformers_tokens(twins, tmp_path, name):
+    """irc's loop over the three models, and onnxruntime-genai 0.18 where it runs the type
+    (gemma3: the folder's genai_config.json), give transformers' 16 greedy tokens."""
+    from irc_cli.run_vlm import FolderModel, runner
+
+    model, folder = twins(name)
+    if name == "gemma3":
+        transformers.Gemma3ImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(folder)
+    out = tmp_path / "out"
+    assert main(["compile", folder, "--target", "onnx-ort", "-o", str(out / "model.onnx"), "--quiet"]) == 0
+    ids, pixel_values = prompt(model, 1), pixels(model, 1)
+    with torch.no_grad():
+        want = model.generate(input_ids=torch.from_numpy(ids), pixel_values=torch.from_numpy(pixel_values),
+                              attention_mask=torch.ones_like(torch.from_numpy(ids)), max_new_tokens=16,
+                              min_new_tokens=16, do_sample=False, **extra(model, ids))[0, ids.shape[1]:].tolist()
+    vlm = FolderModel(str(out))
+    engines = ["ort"] + (["genai"] if name == "gemma3" else [])
+    assert (out / "genai_config.json").exists() == (name == "gemma3")
+    for engine in engines:
+        if engine == "genai":
+            pytest.importorskip("onnxruntime_genai")
+        got = runner(vlm, pixel_values)(str(out), ids[0].tolist(), 16, set(), Clock(), engine=engine)
+        assert got.tokens == want, engine
+
+
+@pytest.mark.parametrize("name", ["llava-clip", "gemma3"])
+def test_irc_run_with_an_image(twins, tmp_path, capsys, name):
+    """``irc run`` on the HF folder (interpreter) and on its ONNX folder (irc's loop; for
+    Gemma 3 also onnxruntime-genai): the same tokens; the placeholder the user writes (LLaVA's
+    <image>, Gemma 3's <start_of_image>) is laid out as the processor lays it out."""
+    from PIL import Image
+
+    model, folder = twins(name)
+    size = model.config.vision_config.image_size
+    if name == "gemma3":
+        transformers.Gemma3ImageProcessorPil(size={"height": size, "width": size}).save_pretrained(folder)
+    else:
+        transformers.CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size}
+                                        ).save_pretrained(folder)
+    placeholder = BOI if name == "gemma3" else IMAGE_TOKEN
+    image = tmp_path / "photo.png"
+    Image.fromarray((np.random.default_rng(3).random((20, 24, 3)) * 255).astype(np.uint8)).save(image)
+    out = tmp_path / "out"
+    assert main(["compile", folder, "--target", "onnx", "-o", str(out / "model.onnx"), "--quiet"]) == 0
+    answers = {}
+    engines = ["auto", "ort", "genai"] if name == "gemma3" else ["auto"]
+    for source, engine in [(folder, "auto")] + [(str(out), e) for e in engines]:
+        if engine == "genai":
+            pytest.importorskip("onnxruntime_genai")
+        assert main(["run", source, "--image", str(image), "--prompt-ids", f"2,7,{placeholder},9", "--engine", engine,
+                     "--max-new-tokens", "6", "--json", "--quiet"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["prompt_tokens"].count(IMAGE_TOKEN) == tokens_per_image(model)
+        if name == "gemma3":
+            assert report["prompt_tokens"][2:4] == [BOI, IMAGE_TOKEN] and EOI in report["prompt_tokens"]
+        answers[(source, engine)] = report["tokens"]
+    assert len(set(map(tuple, answers.values()))) == 1 and len(answers[(folder, "auto")]) == 6, answers
+    # two placeholders for one image: refused before anything runs
+    assert main(["run", str(out), "--image", str(image), "--prompt-ids", f"1,{placeholder},{placeholder}"]) == 2
+    assert "2 image placeholder(s)" in capsys.readouterr().err
+
+
+def _config(tmp_path, twins, **changes) -> str:
+    _, folder = twins("llava-clip")
+    data = json.loads(open(os.path.join(folder, "config.json")).read())
+    for key, value in changes.items():
+        if "." in key:
+            outer, inner = key.split(".")
+            data[outer][inner] = value
+        else:
+            data[key] = value
+    path = tmp_path / "bad"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(data, indent=2))
+    return str(path)
+
+
+@pytest.mark.parametrize("changes, key", [
+    ({"vision_feature_layer": -5}, "vision_feature_layer"),
+    ({"vision_feature_select_strategy": "cls"}, "vision_feature_select_strategy"),
+    ({"projector_hidden_act": "relu"}, "projector_hidden_act"),
+    ({"vision_config.model_type": "dinov2"}, "vision_config.model_type"),
+    ({"image_token_index": 500}, "image_token_index"),
+])
+def test_config_mistakes_name_the_key(twins, tmp_path, changes, key):
+    with pytest.raises(SpecError) as err:
+        load_spec(_config(tmp_path, twins, **changes))
+    assert key in str(err.value)
+
+
+EXAMPLES = {"llava-1.5-7b": "LlavaForConditionalGeneration", "gemma-3-4b": "Gemma3ForConditionalGeneration"}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_full_size_examples_count_transformers_parameters(name):
+    """LLaVA-1.5-7B and Gemma-3-4B (examples/hf/NAME, config.json alone) built by transformers
+    on the meta device: irc's decoder and vision model hold its parameters, less the tower's
+    that no output reads (LLaVA reads hidden_states[-2]: CLIP's last layer and
+    post-LayerNorm)."""
+    from irc.analysis import analyze
+
+    folder = f"{os.path.dirname(__file__)}/../../examples/hf/{name}"
+    config = transformers.AutoConfig.from_pretrained(folder)
+    with torch.device("meta"):
+        model = getattr(transformers, EXAMPLES[name])(config)
+    last = config.vision_config.num_hidden_layers - 1
+    unread = (f"encoder.layers.{last}.", "post_layernorm.") if name.startswith("llava") else ()
+    held = sum(p.numel() for n, p in model.named_parameters() if not any(u in n for u in unread))
+    graph = load_spec(folder)
+    vision = analyze(graph.parts["vision"])
+    assert analyze(graph)["params_total"] + vision["params_total"] == held
+    assert vision["vision"]["tokens"] == (576 if name.startswith("llava") else config.mm_tokens_per_image)
+
+
+def test_show_prices_llava_images_against_the_prompt(capsys):
+    """The seeds' case: LLaVA-1.5-7B's 576 visual tokens against a 20-token question, at
+    fp16 (512 KiB of KV cache a token over 32 layers): 288 MiB an image, 96.6% of the cache."""
+    folder = f"{os.path.dirname(__file__)}/../../examples/hf/llava-1.5-7b"
+    assert main(["show", folder, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    costs = summary["visual_tokens"]
+    assert (costs["image_tokens"], costs["kv_bytes_per_token"]) == (576, 32 * 2 * 4096 * 2)
+    assert costs["image_kv_bytes"] == 288 << 20
+    assert costs["against_prompt"][0] == {"prompt_tokens": 20, "prompt_kv_bytes": 20 * 524288, "image_share": 0.9664}
+    assert summary["vision_model"]["vision"]["tokens"] == 576
+
+
+def test_the_dsl_declares_llava():
+    """examples/llava_1_5_7b_dsl.py builds the HF example's decoder and vision model."""
+    from tests.frontends.test_yaml_vision import without_meta
+
+    folder = f"{os.path.dirname(__file__)}/../../examples"
+    dsl, hf = load_spec(f"{folder}/llava_1_5_7b_dsl.py"), load_spec(f"{folder}/hf/llava-1.5-7b")
+    assert without_meta(dsl) == without_meta(hf)
+    assert without_meta(dsl.parts["vision"]) == without_meta(hf.parts["vision"])
