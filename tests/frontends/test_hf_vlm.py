@@ -297,3 +297,40 @@ def test_the_dsl_declares_llava():
     dsl, hf = load_spec(f"{folder}/llava_1_5_7b_dsl.py"), load_spec(f"{folder}/hf/llava-1.5-7b")
     assert without_meta(dsl) == without_meta(hf)
     assert without_meta(dsl.parts["vision"]) == without_meta(hf.parts["vision"])
+
+
+LAYOUTS = {  # how else a checkpoint names the twin's tensors (transformers 5.25 saves 4.x's names,
+    # with the tower's vision_model. level left out): prefix as saved -> prefix in that layout
+    "hub-4.x": [("vision_tower.", "vision_tower.vision_model.")],  # llava-hf's, Google's Gemma 3
+    "in-memory-5.x": [("language_model.model.", "model.language_model."), ("language_model.lm_head.", "lm_head."),
+                      ("vision_tower.", "model.vision_tower."),
+                      ("multi_modal_projector.", "model.multi_modal_projector.")],
+}
+
+
+def relaid(folder, target, layout: str) -> str:
+    """The twin's folder with its tensors renamed to ``layout``'s names."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    renamed = {}
+    for name, value in load_file(os.path.join(folder, "model.safetensors")).items():
+        old, new = next(((old, new) for old, new in LAYOUTS[layout] if name.startswith(old)), (name, name))
+        renamed[new + name[len(old):]] = value
+    os.makedirs(target)
+    shutil.copy(os.path.join(folder, "config.json"), target)
+    save_file(renamed, os.path.join(target, "model.safetensors"))
+    return str(target)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_other_checkpoint_layouts_give_the_same_model(twins, tmp_path, name, layout):
+    model, folder = twins(name)
+    other, saved = load_spec(relaid(folder, tmp_path / layout, layout)), load_spec(folder)
+    ids, pixel_values = prompt(model, 1), pixels(model, 1)
+    features = [run(g.parts["vision"], {"pixel_values": pixel_values})["image_features"] for g in (other, saved)]
+    np.testing.assert_array_equal(features[0], features[1])
+    logits = [run(g, decoder_feeds(g, ids, features[0]))["logits"] for g in (other, saved)]
+    np.testing.assert_array_equal(logits[0], logits[1])

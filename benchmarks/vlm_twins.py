@@ -1,0 +1,225 @@
+"""Vision-language models, tool by tool, on the same tiny random twins; then the vision model's
+latency per image at LLaVA-1.5's size. Prints tables; asserts nothing.
+
+The twins are ``tests/frontends/test_hf_vlm.py``'s ``CASES`` (LLaVA with a CLIP tower, LLaVA
+with a SigLIP tower and a Qwen2 text model, Gemma 3), saved by transformers 5.25 and renamed to
+the layout the hub's checkpoints have (``hub-4.x``: ``language_model.model.``,
+``vision_tower.vision_model.``, ``multi_modal_projector.``). Each tool gets that folder and is held
+to transformers on a prompt with one image (Gemma 3 with its ``token_type_ids``, so one
+image's tokens see each other): the last position's logits, max relative error, and for
+onnxruntime-genai 16 greedy tokens.
+
+- irc: the reference interpreter; ``--target onnx`` and ``onnx-ort`` (vision, embedding and
+  decoder models in ONNX Runtime); onnxruntime-genai 0.18 on the ``onnx-ort`` folder where
+  genai runs the type (gemma3);
+- mobius-onnx 0.1.0: ``mobius build --config DIR --dtype f32``, its vision_encoder,
+  embedding and decoder models run the same way;
+- onnxruntime-genai's builder 0.18: ``-p fp32 -e cpu`` (it exports a VLM's text decoder only).
+
+A cell says ``exact`` (<= 1e-4), ``wrong (error)`` or ``refused: <the last line of its error>``.
+``--latency``: LLaVA-1.5-7B's vision model (CLIP ViT-L/14-336 to hidden_states[-2], the class
+token dropped, the projector: 576 tokens of 4096) per image, median of 5 after a warm-up, 2
+threads: irc's ``onnx-ort`` model in ONNX Runtime against PyTorch eager (transformers'
+CLIPVisionModel and LlavaMultiModalProjector), random weights (the time does not depend on them).
+
+    python benchmarks/vlm_twins.py [--only NAME,NAME] [--latency]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+TOLERANCE = 1e-4
+
+
+def verdict(error: float) -> str:
+    return "exact" if error <= TOLERANCE else f"wrong ({error:.1e})"
+
+
+def last_line(text: str) -> str:
+    """The error a tool ended with (its last line naming an error, else its last line)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line.split(":")[0] or line.startswith("error")]
+    return ((errors or lines or ["no output"])[-1])[:160].replace("|", "/")
+
+
+def three_models(paths: dict, ids, pixel_values, want) -> str:
+    """vision -> embedding -> decoder in ONNX Runtime (empty caches): the last logits' verdict."""
+    import onnxruntime as ort
+
+    from irc.check import relative_error
+    sessions = {k: ort.InferenceSession(p, providers=["CPUExecutionProvider"]) for k, p in paths.items()}
+    features = sessions["vision"].run(None, {"pixel_values": pixel_values})[0]
+    embeds = sessions["embedding"].run(None, {"input_ids": ids, "image_features": features})[0]
+    feeds = {"inputs_embeds": embeds, "input_ids": ids, "attention_mask": np.ones_like(ids),
+             "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None]}
+    decoder = sessions["decoder"]
+    for value in decoder.get_inputs():
+        if value.name.startswith("past_key_values."):
+            feeds[value.name] = np.zeros([1, value.shape[1], 0, value.shape[3]], np.float32)
+    names = {value.name for value in decoder.get_inputs()}
+    logits = decoder.run(["logits"], {k: v for k, v in feeds.items() if k in names})[0]
+    return verdict(relative_error(logits[:, -1], want[:, -1]))
+
+
+def irc_cells(folder: str, tmp: str, model, ids, pixel_values, want, tokens) -> list:
+    from frontends import load_spec
+    from irc.check import relative_error
+    from irc.interpreter import run
+    from irc_cli import main
+    from irc_cli.run_vlm import FolderModel, runner
+    from tests.frontends.test_hf_vlm import Clock, decoder_feeds
+
+    graph = load_spec(folder)
+    features = run(graph.parts["vision"], {"pixel_values": pixel_values})["image_features"]
+    cells = [verdict(relative_error(run(graph, decoder_feeds(graph, ids, features))["logits"], want))]
+    genai = "not a genai type"
+    for target in ("onnx", "onnx-ort"):
+        out = os.path.join(tmp, f"irc-{target}")
+        if main(["compile", folder, "--target", target, "-o", os.path.join(out, "model.onnx"), "--quiet"]) != 0:
+            cells.append("refused")
+            continue
+        cells.append(three_models({k: os.path.join(out, f) for k, f in (("vision", "vision.onnx"), (
+            "embedding", "embedding.onnx"), ("decoder", "model.onnx"))}, ids, pixel_values, want))
+        if target == "onnx-ort" and os.path.exists(os.path.join(out, "genai_config.json")):
+            got = runner(FolderModel(out), pixel_values)(out, ids[0].tolist(), len(tokens), set(), Clock(),
+                                                          engine="genai").tokens
+            genai = "exact" if got == tokens else "wrong (tokens)"
+    return cells + [genai]
+
+
+def mobius_cell(folder: str, tmp: str, ids, pixel_values, want) -> str:
+    out = os.path.join(tmp, "mobius")
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "mobius"), "build", "--config", folder,
+                           "--dtype", "f32", out], capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        return f"refused: {last_line(done.stderr + done.stdout)}"
+    paths = {k: os.path.join(out, d, "model.onnx") for k, d in (("vision", "vision_encoder"), ("embedding", "embedding"),
+                                                                 ("decoder", "decoder"))}
+    try:
+        return three_models(paths, ids, pixel_values, want)
+    except Exception as err:  # noqa: BLE001 (a model that fails to run is a result here)
+        return f"fails to run: {last_line(str(err))}"
+
+
+def builder_cell(folder: str, tmp: str) -> str:
+    out = os.path.join(tmp, "builder")
+    done = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", folder, "-o", out, "-p",
+                           "fp32", "-e", "cpu"], capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        return f"refused: {last_line(done.stderr + done.stdout)}"
+    written = sorted(f for f in os.listdir(out) if f.endswith(".onnx"))
+    return f"text decoder only ({', '.join(written)}): no vision or embedding model"
+
+
+def twins_table(only: str) -> None:
+    import torch
+    import transformers
+
+    from tests.frontends import test_hf_vlm as t
+
+    rows = []
+    for name in sorted(t.CASES):
+        if only and name not in only.split(","):
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            model, saved = t.build(name, Path(tmp) / "saved")
+            folder = t.relaid(saved, Path(tmp) / "hub", "hub-4.x")
+            processor = transformers.Gemma3ImageProcessorPil if name == "gemma3" else transformers.CLIPImageProcessor
+            size = model.config.vision_config.image_size
+            processor(size={"height": size, "width": size}).save_pretrained(folder)  # what genai's config is made from
+            ids, pixel_values = t.prompt(model, 1), t.pixels(model, 1)
+            want = t.reference(model, ids, pixel_values)[1]
+            with torch.no_grad():
+                tokens = model.generate(input_ids=torch.from_numpy(ids), pixel_values=torch.from_numpy(pixel_values),
+                                        attention_mask=torch.ones_like(torch.from_numpy(ids)), max_new_tokens=16,
+                                        min_new_tokens=16, do_sample=False, **t.extra(model, ids))
+            tokens = tokens[0, ids.shape[1]:].tolist()
+            cells = irc_cells(folder, tmp, model, ids, pixel_values, want, tokens)
+            rows.append([name, *cells, mobius_cell(folder, tmp, ids, pixel_values, want), builder_cell(folder, tmp)])
+            print(f"  {name} done", file=sys.stderr)
+    print("\n| twin | irc interpreter | irc onnx | irc onnx-ort | genai 0.18 (irc onnx-ort folder) | mobius-onnx 0.1.0 "
+          "| genai builder 0.18 |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+def median_ms(run, rounds: int = 5) -> float:
+    run()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def latency_table() -> None:
+    """LLaVA-1.5-7B's vision model per image: irc onnx-ort in ONNX Runtime vs PyTorch eager."""
+    import torch
+    import transformers
+
+    from backends.onnx.emit import emit_model
+    from backends.onnx.runtime import ort_session
+    from frontends import load_spec
+    from irc.analysis import analyze
+    from irc.passmanager import PassManager, parse_pipeline
+    import passes  # noqa: F401  (registers the passes)
+    from backends import get_target
+
+    torch.set_num_threads(2)
+    folder = os.path.join(ROOT, "examples", "hf", "llava-1.5-7b")
+    vision = load_spec(folder).parts["vision"]
+    flops = analyze(vision)["vision"]["flops_per_image"]
+    spec = get_target("onnx-ort")
+    PassManager(parse_pipeline(",".join(p for p in (spec.prelude({}), spec.pipeline({}), spec.postlude({})) if p))
+                ).run(vision)
+    pixels = np.random.default_rng(0).standard_normal((1, 3, 336, 336)).astype(np.float32)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "vision.onnx")
+        emit_model(vision, path, target="onnx-ort", genai=False)
+        session = ort_session(path, threads=2)
+        irc_ms = median_ms(lambda: session.run(None, {"pixel_values": pixels}))
+    config = transformers.AutoConfig.from_pretrained(folder)
+    tower = transformers.CLIPVisionModel(config.vision_config).eval()
+    projector = transformers.models.llava.modeling_llava.LlavaMultiModalProjector(config).eval()
+    image = torch.from_numpy(pixels)
+
+    def eager():
+        with torch.no_grad():
+            states = tower(image, output_hidden_states=True).hidden_states[-2][:, 1:]
+            return projector(states)
+    torch_ms = median_ms(eager)
+    rows.append(("llava-1.5-7b vision model (576 tokens)", f"{flops / 1e9:,.0f}", f"{irc_ms:,.0f}", f"{torch_ms:,.0f}",
+                 f"{torch_ms / irc_ms:.2f}x"))
+    print("\n| vision model | GFLOPs/image | irc onnx-ort, ORT (ms) | PyTorch eager (ms) | irc speed-up |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default="", help="comma-separated twin names")
+    parser.add_argument("--latency", action="store_true", help="also time LLaVA-1.5-7B's vision model per image")
+    args = parser.parse_args()
+    twins_table(args.only)
+    if args.latency:
+        latency_table()
+
+
+if __name__ == "__main__":
+    main()
