@@ -100,8 +100,10 @@ def irc_cells(folder: str, tmp: str, model, ids, pixel_values, want, tokens) -> 
 
 
 def mobius_cell(folder: str, tmp: str, ids, pixel_values, want) -> str:
-    out = os.path.join(tmp, "mobius")
-    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "mobius"), "build", "--config", folder,
+    out, tool = os.path.join(tmp, "mobius"), os.path.join(os.path.dirname(sys.executable), "mobius")
+    if not os.path.exists(tool):
+        return "not installed (pip install -c constraints.txt '.[bench]')"
+    done = subprocess.run([tool, "build", "--config", folder,
                            "--dtype", "f32", out], capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         return f"refused: {last_line(done.stderr + done.stdout)}"
@@ -142,7 +144,7 @@ def twins_table(only: str) -> None:
             ids, pixel_values = t.prompt(model, 1), t.pixels(model, 1)
             want = t.reference(model, ids, pixel_values)[1]
             with torch.no_grad():
-                tokens = model.generate(input_ids=torch.from_numpy(ids), pixel_values=torch.from_numpy(pixel_values),
+                tokens = model.generate(input_ids=torch.from_numpy(ids), pixel_values=t.hf_pixels(model, pixel_values),
                                         attention_mask=torch.ones_like(torch.from_numpy(ids)), max_new_tokens=16,
                                         min_new_tokens=16, do_sample=False, **t.extra(model, ids))
             tokens = tokens[0, ids.shape[1]:].tolist()

@@ -125,6 +125,22 @@ class VisionInputs:
         pooled = self.emit("reduce_mean", [grid], {"axes": [2, 4], "keepdims": False}, "pooled_grid")[0]
         return self.emit("reshape", [pooled], {"shape": [x.shape[0], tokens, d]}, "pooled")[0]
 
+    def pixel_shuffle(self, x: Tensor, scale: int) -> Tensor:
+        """[B, n·n, d] -> [B, n·n/s², s²·d]: each s x s block of the n x n patch grid becomes
+        one token (Idefics3's connector, transformers' ``pixel_shuffle``: rows of s patches
+        side by side, then s such rows)."""
+        side = math.isqrt(x.shape[1]) if isinstance(x.shape[1], int) else 0
+        if not isinstance(scale, int) or scale < 1 or side * side != x.shape[1] or side % scale:
+            raise self.error("scale", f"{scale!r} does not divide the {side} x {side} patch grid "
+                                      f"({x.shape[1]} tokens)")
+        batch, d = x.shape[0], self._features(x)
+        x = self.emit("reshape", [x], {"shape": [batch, side, side // scale, d * scale]}, "shuffle_rows")[0]
+        x = self.emit("transpose", [x], {"perm": [0, 2, 1, 3]}, "shuffle_columns_first")[0]
+        x = self.emit("reshape", [x], {"shape": [batch, side // scale, side // scale, d * scale * scale]},
+                      "shuffle_blocks")[0]
+        x = self.emit("transpose", [x], {"perm": [0, 2, 1, 3]}, "shuffle_rows_first")[0]
+        return self.emit("reshape", [x], {"shape": [batch, (side // scale) ** 2, d * scale * scale]}, "shuffled")[0]
+
     def drop_tokens(self, x: Tensor, count: int = 1) -> Tensor:
         """x[:, count:]: the patch states without the first ``count`` (LLaVA's "default"
         feature strategy drops CLIP's class token)."""

@@ -30,6 +30,7 @@ import numpy as np
 from irc.errors import IRCError, SpecError
 
 PREPROCESSOR = "preprocessor_config.json"
+TILED = ("Idefics3ImageProcessor", "SmolVLMImageProcessor")
 MAX_PIXELS = 1 << 26  # 67 megapixels: larger files are refused before they are decoded
 OPENAI_MEAN, OPENAI_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
 HALF = [0.5, 0.5, 0.5]
@@ -46,6 +47,10 @@ DEFAULTS = {  # image_processor_type -> its class's defaults (transformers 5.25'
                              "image_std": HALF},
     "Gemma3ImageProcessor": {**_COMMON, "resample": 2, "size": {"height": 224, "width": 224}, "image_mean": HALF,
                              "image_std": HALF, "do_pan_and_scan": None},
+    # Idefics3's and SmolVLM's: tiles of max_image_size and a global view (irc_cli.images_tiled)
+    **{kind: {**_COMMON, "resample": 1, "size": {"longest_edge": 4 * 364}, "max_image_size": {"longest_edge": 364},
+              "do_image_splitting": True, "image_mean": HALF, "image_std": HALF, "do_pad": True}
+       for kind in ("Idefics3ImageProcessor", "SmolVLMImageProcessor")},
     "ViTImageProcessor": {**_COMMON, "resample": 2, "size": {"height": 224, "width": 224}, "image_mean": HALF,
                           "image_std": HALF, "do_convert_rgb": None},
 }
@@ -53,9 +58,10 @@ DEFAULTS = {  # image_processor_type -> its class's defaults (transformers 5.25'
 
 @dataclass
 class Processor:
-    """The steps of one ``preprocessor_config.json`` (``path``)."""
+    """The steps of one ``preprocessor_config.json`` (``path``) of the class ``kind``."""
     path: str
     settings: dict
+    kind: str = ""
 
     @classmethod
     def read(cls, folder: str) -> "Processor":
@@ -74,7 +80,7 @@ class Processor:
             raise SpecError(f"image_processor_type: {data.get('image_processor_type')!r} is not supported",
                             location=path, hint=f"irc applies {', '.join(DEFAULTS)}")
         processor = cls(path, {**DEFAULTS[kind], **{k: v for k, v in data.items() if v is not None or k not in
-                                                    DEFAULTS[kind]}})
+                                                    DEFAULTS[kind]}}, kind)
         processor.output_size()  # the settings are checked before any image is read
         processor._refuse_pan_and_scan()
         return processor
@@ -94,6 +100,10 @@ class Processor:
     def output_size(self):
         """(height, width) of every output, or None when it follows the image (no crop, a
         shortest-edge resize)."""
+        if self.kind in TILED:  # every tile and the global view: max_image_size square
+            side = self._size("max_image_size", ({"longest_edge"},))["longest_edge"]
+            self._size("size", ({"longest_edge"},))
+            return side, side
         if self.settings.get("do_center_crop"):
             crop = self._size("crop_size", ({"height", "width"},))
             return crop["height"], crop["width"]
@@ -116,10 +126,20 @@ class Processor:
             raise self._error(key, f"gives images of {'their own size' if out is None else f'{out[0]}x{out[1]}'}, "
                                    f"but the model takes {height}x{width}")
 
+    def images(self, image) -> tuple[np.ndarray, int, int]:
+        """A Pillow image -> (pixel values float32 [N, C, H, W], rows, columns): N = 1 and no
+        grid, or Idefics3's / SmolVLM's tiles (rows x columns of them, then the global view)."""
+        if self.kind in TILED:
+            from irc_cli.images_tiled import tiles
+            return tiles(self, image)
+        return self(image)[None], 0, 0
+
     def __call__(self, image) -> np.ndarray:
         """A Pillow image -> pixel values float32 [C, H, W]."""
         from PIL import Image
 
+        if self.kind in TILED:
+            raise IRCError(f"{self.kind} gives an image as tiles: Processor.images", location=self.path)
         s = self.settings
         if s.get("do_convert_rgb"):
             image = to_rgb(image)
@@ -134,6 +154,11 @@ class Processor:
         pixels = (pixels[:, :, None] if pixels.ndim == 2 else pixels).transpose(2, 0, 1)
         if s.get("do_center_crop"):
             pixels = center_crop(pixels, s["crop_size"]["height"], s["crop_size"]["width"])
+        return self.finish(pixels, image.mode)
+
+    def finish(self, pixels: np.ndarray, mode: str) -> np.ndarray:
+        """[C, H, W] bytes -> float32, rescaled and normalised as the settings say."""
+        s = self.settings
         pixels = pixels.astype(np.float32)
         if s.get("do_rescale"):
             pixels = (pixels.astype(np.float64) * s["rescale_factor"]).astype(np.float32)
@@ -141,7 +166,7 @@ class Processor:
             mean = np.asarray(s["image_mean"], np.float32).reshape(-1, 1, 1)
             std = np.asarray(s["image_std"], np.float32).reshape(-1, 1, 1)
             if mean.shape[0] != pixels.shape[0] or std.shape[0] != pixels.shape[0]:
-                raise IRCError(f"the image has {pixels.shape[0]} channels ({image.mode}), image_mean and image_std "
+                raise IRCError(f"the image has {pixels.shape[0]} channels ({mode}), image_mean and image_std "
                                f"{mean.shape[0]} and {std.shape[0]} values", location=self.path,
                                hint="do_convert_rgb: true makes every image RGB")
             pixels = (pixels - mean) / std

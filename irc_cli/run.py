@@ -158,12 +158,16 @@ def cmd_run(args) -> int:
     if args.logits and engine == "genai":
         raise IRCError("--logits: onnxruntime-genai does not hand out logits here", hint="use --engine ort")
     text = _text(args, where)
-    prompt = _prompt(args, text, vocab)
     vlm = run_vlm.load_model(args, source)
     if vlm is not None:  # a vision-language model: the image's features go in with the prompt
-        pixels = run_vlm.pixel_values(vlm, where, args.image) if args.image else None
-        prompt = run_vlm.expand(prompt, vlm, 0 if pixels is None else 1, where, text)
+        pixels, grid = run_vlm.pixel_values(vlm, where, args.image) if args.image else (None, (0, 0))
+        images = 0 if pixels is None else 1
+        if args.prompt is not None:  # laid out in text, before tokenization, as the processors do
+            args.prompt = run_vlm.expand_text(args.prompt, vlm, images, grid, where, text)
         runner = run_vlm.runner(vlm, pixels)
+    prompt = _prompt(args, text, vocab)
+    if vlm is not None and args.prompt is None:
+        prompt = run_vlm.expand(prompt, vlm, images, where, text)
     if context and len(prompt) + args.max_new_tokens > context:
         raise IRCError(f"{len(prompt)} prompt tokens + --max-new-tokens {args.max_new_tokens} exceed the model's "
                        f"context of {context} tokens", hint="ask for fewer new tokens")

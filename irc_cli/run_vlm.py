@@ -45,16 +45,45 @@ def takes_images(path: str) -> bool:
         return False
 
 
+PLACEHOLDER_HINT = "put the model's image placeholder (LLaVA and SmolVLM: <image>, Gemma 3: <start_of_image>) in " \
+                   "the prompt once per image"
+
+
+def _placeholders(found: int, images: int, what: str, where: str) -> None:
+    if found != images:
+        raise IRCError(f"the prompt holds {found} image placeholder(s) ({what}) for {images} image(s)",
+                       location=where, hint=PLACEHOLDER_HINT)
+
+
+def expand_text(prompt: str, model, images: int, grid: tuple, where: str, text) -> str:
+    """The prompt text with its placeholder laid out as the checkpoint's processor lays out
+    the image (``image_prompt``: frontends.hf.vlm; ``grid``: the tiles' rows and columns),
+    before tokenization, as the processors do."""
+    layout, name = model.image_prompt, text.tokenizer.id_to_token
+    placeholder, image = name(layout["placeholder"]), name(model.token) * model.tokens
+    _placeholders(prompt.count(placeholder), images, placeholder, where)
+    if layout["kind"] == "tiles":  # SmolVLMProcessor's get_image_prompt_string
+        rows, columns = grid
+        fake, whole = layout["fake"], layout["global"]
+        laid = "".join("".join(f"{fake}<row_{r + 1}_col_{c + 1}>{image}" for c in range(columns)) + "\n"
+                       for r in range(rows))
+        laid += ("\n" if rows else "") + f"{fake}{whole}{image}{fake}"
+    else:
+        before, after = ("".join(name(t) for t in layout[k]) for k in ("before", "after"))
+        laid = layout["around"] + before + image + after + layout["around"]
+    return prompt.replace(placeholder, laid)
+
+
 def expand(prompt: list, model, images: int, where: str, text=None) -> list:
-    """The prompt with each placeholder laid out as the checkpoint's processor lays out an
-    image (``image_prompt``: frontends.hf.vlm), one placeholder per image."""
+    """Token ids with each placeholder id laid out as ``expand_text`` lays out its text
+    (Gemma 3's newlines around the image only with the tokenizer); SmolVLM's tiles are named
+    in text: they need ``expand_text``."""
     layout = model.image_prompt
     token = layout["placeholder"]
-    found = prompt.count(token)
-    if found != images:
-        raise IRCError(f"the prompt holds {found} image placeholder(s) (token {token}) for {images} image(s)",
-                       location=where, hint="put the model's image placeholder (LLaVA: <image>, Gemma 3: "
-                                            "<start_of_image>) in the prompt once per image")
+    _placeholders(prompt.count(token), images, f"token {token}", where)
+    if layout["kind"] == "tiles" and images:
+        raise IRCError("SmolVLM's and Idefics3's image layout names its tiles in text (<row_1_col_1>, ...)",
+                       location=where, hint="give the prompt as text: --prompt TEXT (with the model's tokenizer)")
     around = text.encode(layout["around"], special=False) if layout["around"] and text is not None else []
     image = around + layout["before"] + [model.token] * model.tokens + layout["after"] + around
     return [t for x in prompt for t in (image if x == token else [x])]
@@ -173,7 +202,7 @@ def genai(folder: str, prompt: list, pixels: Optional[np.ndarray], tokens: int, 
     inputs["input_ids"] = np.asarray([prompt], np.int32)
     if pixels is not None:
         inputs["pixel_values"] = np.ascontiguousarray(pixels, np.float32)
-        inputs["num_image_tokens"] = np.asarray([tokens], np.int64)
+        inputs["num_image_tokens"] = np.asarray([tokens * len(pixels)], np.int64)
     clock.start()
     generator.set_inputs(inputs)
     out = []
@@ -187,11 +216,13 @@ def genai(folder: str, prompt: list, pixels: Optional[np.ndarray], tokens: int, 
     return engines.Result(out, "onnxruntime-genai")
 
 
-def pixel_values(model, folder: str, image: str) -> np.ndarray:
-    """[1, C, H, W]: the image through the checkpoint's processor, checked against the model."""
+def pixel_values(model, folder: str, image: str) -> tuple[np.ndarray, tuple]:
+    """([N, C, H, W], (rows, columns)): the image through the checkpoint's processor, checked
+    against the model (N = 1, or Idefics3's / SmolVLM's tiles and global view)."""
     processor = Processor.read(folder)
     processor.check_model(*model.size)
-    return processor(read_image(image))[None]
+    pixels, rows, columns = processor.images(read_image(image))
+    return pixels, (rows, columns)
 
 
 def load_model(args, source) -> Optional[object]:

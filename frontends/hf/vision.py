@@ -110,7 +110,9 @@ LAYOUTS = {
                 "norm.bias": "post_layernorm.bias"}),
 }
 LAYOUT = {"vit": "vit", "dinov2": "dinov2", "dinov2_with_registers": "dinov2", "clip_vision_model": "clip",
-          "siglip_vision_model": "siglip", "clip": "clip", "siglip": "siglip"}
+          "siglip_vision_model": "siglip", "clip": "clip", "siglip": "siglip",
+          "idefics3_vision": "siglip", "smolvlm_vision": "siglip"}  # the last two: VLM towers (frontends.hf.vlm)
+SIGLIP_LIKE = ("siglip_vision_model", "idefics3_vision", "smolvlm_vision")
 ROOT_NAMES = {"visual_projection": "visual_projection.weight"}  # a dual encoder's, beside its towers
 RESHAPED = ("cls_token", "registers", "position_embeddings")  # stored [1, n, d] or [d]: read as [n, d]
 SPARE = ("embeddings.mask_token",)  # DINOv2's pretraining mask: no base model's inference reads it
@@ -201,7 +203,7 @@ def vision_spec(cfg: Config, model_type: str, pooler: bool = True) -> VisionSpec
                       registers=cfg.get("num_register_tokens", positive_int) if model_type.endswith("registers") else 0)
     if model_type == "clip_vision_model":
         spec.patch_bias, spec.pre_norm, spec.final_norm, spec.pooler = False, True, False, "class_token_norm"
-    elif model_type == "siglip_vision_model":
+    elif model_type in SIGLIP_LIKE:
         spec.class_token = False
         spec.pooler = "attention" if cfg.get("vision_use_head", boolean) else "none"
     elif model_type == "vit":

@@ -19,6 +19,12 @@ gemma3   ``vision_config``: a SigLIP tower's last_hidden_state (post-LayerNorm);
          one image's tokens see each other both ways (``image_blocks``:
          transformers' ``token_type_ids`` mask, here read from the ids, so the decoder model
          also takes ``input_ids``)
+idefics3 ``vision_config``: Idefics3's / SmolVLM's SigLIP tower (positions 0..n-1: every tile
+smolvlm  the processor gives is full size); its post-LayerNorm states pixel-shuffled by
+         ``scale_factor`` (s x s neighbouring patches into one token of s²·d features) and
+         projected (``connector.modality_projection.proj``, no bias); ``text_config``: llama
+         (SmolLM2's) by default. An image is its tiles and a global view, each a batch row of
+         ``pixel_values`` (``irc_cli.images`` splits it as the processor does)
 =======  =========================================================================================
 
 ``load_vlm`` returns the decoder graph, which takes ``image_features`` f32 [I, d] beside its
@@ -37,6 +43,8 @@ strategies other than "default" and "full", projector activations other than GEL
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 from frontends.dsl import ArgError, Model
 from frontends.dsl_vision import hidden_states
@@ -51,21 +59,21 @@ from irc.errors import SpecError
 from irc.graph import Graph
 from irc.yamlloc import boolean, non_negative_int, positive_int, string
 
-DEFAULTS = {  # transformers 5.25's LlavaConfig and Gemma3Config
+DEFAULTS = {  # transformers 5.25's LlavaConfig, Gemma3Config, Idefics3Config and SmolVLMConfig
     "llava": {"image_token_index": 32000, "image_seq_length": 576, "projector_hidden_act": "gelu",
               "vision_feature_select_strategy": "default", "vision_feature_layer": -2,
               "multimodal_projector_bias": True, "tie_word_embeddings": False},
     "gemma3": {"image_token_index": 262144, "mm_tokens_per_image": 256, "boi_token_index": 255999,
                "eoi_token_index": 256000, "tie_word_embeddings": True},
+    "idefics3": {"image_token_id": 128257, "scale_factor": 2, "tie_word_embeddings": False},
+    "smolvlm": {"image_token_id": 128257, "scale_factor": 2, "tie_word_embeddings": False},
 }
 FAMILIES = tuple(DEFAULTS)
-TOWER = {"llava": {"model_type": "clip_vision_model", "intermediate_size": 4096, "hidden_size": 1024, "patch_size": 14,
-                   "image_size": 336, "num_hidden_layers": 24, "num_attention_heads": 16},
-         "gemma3": {"model_type": "siglip_vision_model"}}
-TEXT_TYPE = {"llava": "llama", "gemma3": "gemma3_text"}
-_SEVEN_B = {"vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32}
+_SIGLIP_SO400M = {**TOWER_DEFAULTS["siglip_vision_model"], "hidden_size": 1152, "num_hidden_layers": 12,
+                  "num_attention_heads": 16, "patch_size": 32, "vision_use_head": False}  # Idefics3/SmolVLM's
 # a sub-config is saved as its difference from its class's defaults (llava-hf's text_config
 # holds a handful of keys): transformers 5.25's defaults for the shapes, per text model type
+_SEVEN_B = {"vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32}
 TEXT_DEFAULTS = {
     "llama": {**_SEVEN_B, "intermediate_size": 11008, "max_position_embeddings": 2048},
     "mistral": {**_SEVEN_B, "intermediate_size": 14336, "num_key_value_heads": 8, "max_position_embeddings": 131072,
@@ -75,13 +83,32 @@ TEXT_DEFAULTS = {
                     "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                     "max_position_embeddings": 131072, "query_pre_attn_scalar": 256, "sliding_window": 4096},
 }
-TOWER_TYPES = ("clip_vision_model", "siglip_vision_model")
 STRATEGIES = ("default", "full")
-# viewed prefix -> stored prefixes, transformers 5's first
-TEXT_NAMES = [("model.", "model.language_model."), ("lm_head.", "lm_head."), ("model.", "language_model.model."),
-              ("lm_head.", "language_model.lm_head.")]
-TOWER_NAMES = [("", "model.vision_tower."), ("", "vision_tower.")]
-PROJECTOR_NAMES = [("projector.", "model.multi_modal_projector."), ("projector.", "multi_modal_projector.")]
+# viewed prefix -> stored prefix, the first that matches wins: how each family's checkpoints
+# name the text model (seen as the text family's own names), the tower and the projector,
+# transformers 5's in-memory names and 4.x's (what save_pretrained and the hub hold)
+_LLAVA_NAMES = ([("model.", "model.language_model."), ("lm_head.", "lm_head."), ("model.", "language_model.model."),
+                 ("lm_head.", "language_model.lm_head.")],
+                [("", "model.vision_tower."), ("", "vision_tower.")],
+                [("projector.", "model.multi_modal_projector."), ("projector.", "multi_modal_projector.")])
+_IDEFICS_NAMES = ([("model.", "model.text_model."), ("lm_head.", "lm_head.")], [("vision_model.", "model.vision_model.")],
+                  [("projector.", "model.connector.modality_projection.")])
+
+
+@dataclass
+class Family:
+    """What a VLM family is made of: its text model's type, the towers it takes (and their
+    defaults), how its features are made (``features(m, cfg, spec, d_text)``), the key of its
+    image token, its checkpoint names (text, tower, projector), and whether one image's
+    tokens see each other."""
+    text_type: str
+    towers: tuple
+    tower_defaults: dict
+    features: Callable
+    image_key: str
+    names: tuple
+    image_blocks: bool = False
+    text_defaults: Optional[dict] = None  # keys its config class sets in the text config
 
 
 def is_vlm(cfg: Config) -> bool:
@@ -103,18 +130,17 @@ def _feature_layers(cfg: Config, layers: int) -> list[int]:
 
 def build_vision_model(cfg: Config, tower: Config, name: str, d_text: int) -> Graph:
     """pixel_values -> the tower -> the family's projector -> image_features."""
-    model_type = cfg.data["model_type"]
-    tower_type = tower.get("model_type", string, TOWER[model_type]["model_type"])
-    if tower_type not in TOWER_TYPES or (model_type == "gemma3" and tower_type != "siglip_vision_model"):
-        raise tower.unsupported("model_type", tower_type, hint=f"{model_type} vision towers: "
-                                f"{', '.join(TOWER_TYPES if model_type == 'llava' else TOWER_TYPES[1:])}")
-    tower.defaults = {**TOWER_DEFAULTS[tower_type], **TOWER[model_type]}
+    family = FAMILY[cfg.data["model_type"]]
+    tower_type = tower.get("model_type", string, family.towers[0])
+    if tower_type not in family.towers:
+        raise tower.unsupported("model_type", tower_type, hint=f"{cfg.data['model_type']} vision towers: "
+                                                               f"{', '.join(family.towers)}")
+    tower.defaults = {**TOWER_DEFAULTS.get(tower_type, {}), **family.tower_defaults}
     spec = vision_spec(tower, tower_type)
     m = Model(f"{name}-vision", vocab=None, d_model=tower.get("hidden_size", positive_int), dtype=cfg.dtype(),
               encoder=True)
     with m.at(cfg.path):
-        x = (_llava_features if model_type == "llava" else _gemma3_features)(m, cfg, spec, d_text)
-        m.image_features(x)
+        m.image_features(family.features(m, cfg, spec, d_text))
     graph = m.graph
     graph.meta["model_type"] = tower_type
     return graph
@@ -149,25 +175,51 @@ def _gemma3_features(m: Model, cfg: Config, spec, d_text: int):
     return m.emit("linear", [x, m.param("projector.projection", (d_text, m.d_model))], None, "projected")[0]
 
 
+def _shuffle_features(m: Model, cfg: Config, spec, d_text: int):
+    """Idefics3's connector: the post-LayerNorm patch states pixel-shuffled by scale_factor
+    (s x s neighbours into one token of s²·d features), then ``modality_projection``."""
+    x = m.layer_norm(hidden_states(m, spec)[-1], "norm", spec.eps)  # post_layernorm
+    try:
+        x = m.pixel_shuffle(x, cfg.get("scale_factor", positive_int))
+    except ArgError as err:
+        raise cfg.error("scale_factor", err.detail) from None
+    return m.emit("linear", [x, m.param("projector.proj", (d_text, m._features(x)))], None, "projected")[0]
+
+
+FAMILY = {
+    "llava": Family("llama", ("clip_vision_model", "siglip_vision_model"),
+                    {"model_type": "clip_vision_model", "intermediate_size": 4096, "hidden_size": 1024,
+                     "patch_size": 14, "image_size": 336, "num_hidden_layers": 24, "num_attention_heads": 16},
+                    _llava_features, "image_token_index", _LLAVA_NAMES),
+    "gemma3": Family("gemma3_text", ("siglip_vision_model",), {"model_type": "siglip_vision_model"}, _gemma3_features,
+                     "image_token_index", _LLAVA_NAMES, image_blocks=True),
+    "idefics3": Family("llama", ("idefics3_vision",), _SIGLIP_SO400M, _shuffle_features, "image_token_id",
+                       _IDEFICS_NAMES, text_defaults={"rms_norm_eps": 1e-5}),
+    "smolvlm": Family("llama", ("smolvlm_vision",), _SIGLIP_SO400M, _shuffle_features, "image_token_id",
+                      _IDEFICS_NAMES, text_defaults={"rms_norm_eps": 1e-5}),
+}
+
+
 def _text(cfg: Config, name: str):
     model_type = cfg.data["model_type"]
-    text = NestedConfig(cfg, "text_config", {"model_type": TEXT_TYPE[model_type]}, "the text model's settings",
+    family = FAMILY[model_type]
+    text = NestedConfig(cfg, "text_config", {"model_type": family.text_type}, "the text model's settings",
                         hint=f"a {model_type} config holds its text model's settings under text_config")
     inner = text.get("model_type", string)
-    if inner != TEXT_TYPE[model_type] and model_type == "gemma3":
+    if inner != family.text_type and model_type == "gemma3":
         raise text.unsupported("model_type", inner, hint="gemma3 holds a gemma3_text model")
-    text.data = {**TEXT_DEFAULTS.get(inner, {}), "model_type": inner, **text.data}
+    text.data = {**TEXT_DEFAULTS.get(inner, {}), **(family.text_defaults or {}), "model_type": inner, **text.data}
     arch = describe(text, name)
     if arch.expand is not None or arch.encoder is not None:
         raise text.unsupported("model_type", arch.model_type,
                                hint="irc builds a VLM's text model with the decoder most families share")
-    arch.image_token = cfg.get("image_token_index" if cfg.has("image_token_index") or not cfg.has("image_token_id")
-                               else "image_token_id", non_negative_int)
+    key = family.image_key  # image_token_id is an alias of image_token_index where that is the key
+    key = "image_token_id" if key == "image_token_index" and cfg.has("image_token_id") and not cfg.has(key) else key
+    arch.image_token = cfg.get(key, non_negative_int)
     if arch.image_token >= arch.vocab_size:
-        raise cfg.error("image_token_index", f"{arch.image_token} is outside the text model's vocabulary "
-                                             f"({arch.vocab_size})")
+        raise cfg.error(key, f"{arch.image_token} is outside the text model's vocabulary ({arch.vocab_size})")
     arch.tied = arch.tied or cfg.get("tie_word_embeddings", boolean)  # LlavaConfig.__post_init__
-    arch.image_blocks = model_type == "gemma3"
+    arch.image_blocks = family.image_blocks
     return arch, text
 
 
@@ -175,8 +227,7 @@ PROJECTOR = {"projector.norm": "projector.mm_soft_emb_norm.weight",  # Gemma 3's
              "projector.projection": "projector.mm_input_projection_weight"}
 
 
-def _attach_projector(graph: Graph, checkpoint: Checkpoint) -> None:
-    view = PrefixView(checkpoint, PROJECTOR_NAMES)
+def _attach_projector(graph: Graph, view: Checkpoint) -> None:
     for param in graph.params.values():
         if param.name.startswith("projector."):
             stored = PROJECTOR.get(param.name) or (param.name if param.name.endswith(".bias") else
@@ -196,8 +247,11 @@ def _image_prompt(cfg: Config, image_token: int) -> dict:
     "\\n\\n<start_of_image>" + the soft tokens + "<end_of_image>\\n\\n" for each ``<start_of_image>``."""
     if cfg.data["model_type"] == "gemma3":
         boi, eoi = (cfg.get(key, non_negative_int) for key in ("boi_token_index", "eoi_token_index"))
-        return {"placeholder": boi, "before": [boi], "after": [eoi], "around": "\n\n"}
-    return {"placeholder": image_token, "before": [], "after": [], "around": ""}
+        return {"kind": "gemma3", "placeholder": boi, "before": [boi], "after": [eoi], "around": "\n\n"}
+    if cfg.data["model_type"] in ("idefics3", "smolvlm"):  # SmolVLMProcessor's strings around each tile
+        return {"kind": "tiles", "placeholder": image_token, "before": [], "after": [], "around": "",
+                "fake": "<fake_token_around_image>", "global": "<global-img>"}
+    return {"kind": "repeat", "placeholder": image_token, "before": [], "after": [], "around": ""}
 
 
 def _unread(name: str, layers: int) -> bool:
@@ -213,22 +267,23 @@ def load_vlm(folder: str, cfg: Config, weights: bool) -> Graph:
     cfg.defaults = DEFAULTS[cfg.data["model_type"]]
     name = os.path.basename(os.path.normpath(os.path.abspath(folder))) or "model"
     arch, text = _text(cfg, name)
+    names = FAMILY[cfg.data["model_type"]].names
     tower = NestedConfig(cfg, "vision_config", {}, "the vision tower's settings")
     vision = build_vision_model(cfg, tower, name, arch.d_model)
     checkpoint = Checkpoint.find(folder) if weights else None
     if checkpoint is not None:
         if cfg.has("quantization_config"):
             raise cfg.error("quantization_config", "quantized checkpoints are not supported")
-        arch.dtype = str(PrefixView(checkpoint, TEXT_NAMES).dtype("model.embed_tokens.weight"))
+        arch.dtype = str(PrefixView(checkpoint, names[0]).dtype("model.embed_tokens.weight"))
     graph = build_graph(arch, text)
     graph.meta.update(generation_meta(folder, cfg.data))
     graph.meta["model_type"] = cfg.data["model_type"]
     graph.meta["image_prompt"] = _image_prompt(cfg, arch.image_token)
     if checkpoint is not None:
-        attach_weights(graph, arch, PrefixView(checkpoint, TEXT_NAMES))
-        _attach_projector(vision, checkpoint)
+        attach_weights(graph, arch, PrefixView(checkpoint, names[0]))
+        _attach_projector(vision, PrefixView(checkpoint, names[2]))
         layers = vision.meta["n_layers"]
-        attach_vision_weights(vision, PrefixView(checkpoint, TOWER_NAMES), spare=lambda n: _unread(n, layers))
+        attach_vision_weights(vision, PrefixView(checkpoint, names[1]), spare=lambda n: _unread(n, layers))
     graph.parts["vision"] = vision  # what Model.vision_model sets in the DSL
     return graph
 

@@ -41,6 +41,11 @@ CASES = {  # name: (model class, config class, vision config class, text config,
                                 multimodal_projector_bias=False, projector_hidden_act="gelu_pytorch_tanh")),
     "gemma3": ("Gemma3ForConditionalGeneration", "Gemma3Config", "SiglipVisionConfig", ("Gemma3TextConfig", GEMMA3_TEXT),
                dict(image_size=32, boi_token_index=BOI, eoi_token_index=EOI, mm_tokens_per_image=16)),
+    # 32 pixels in patches of 4: 8 x 8, shuffled by 2 into 16 tokens of 4·32 features
+    "smolvlm": ("SmolVLMForConditionalGeneration", "SmolVLMConfig", "SmolVLMVisionConfig", ("LlamaConfig", TEXT),
+                dict(image_size=32, scale_factor=2)),
+    "idefics3": ("Idefics3ForConditionalGeneration", "Idefics3Config", "Idefics3VisionConfig", ("LlamaConfig", TEXT),
+                 dict(image_size=16, scale_factor=4)),
 }
 
 
@@ -48,9 +53,10 @@ def build(name: str, folder):
     model_class, config_class, vision, (text, text_kwargs), overrides = CASES[name]
     overrides = dict(overrides)
     size = overrides.pop("image_size", TOWER["image_size"])
+    token = {"image_token_id" if model_class.startswith(("SmolVLM", "Idefics3")) else "image_token_index": IMAGE_TOKEN}
     config = getattr(transformers, config_class)(
-        vision_config=getattr(transformers, vision)(**{**TOWER, "image_size": size}),
-        text_config=getattr(transformers, text)(**text_kwargs), image_token_index=IMAGE_TOKEN, **overrides)
+        vision_config=getattr(transformers, vision)(**{**TOWER, "image_size": size}).to_dict(),
+        text_config=getattr(transformers, text)(**text_kwargs).to_dict(), **token, **overrides)
     model = getattr(transformers, model_class)(config).eval()
     generator = torch.Generator().manual_seed(sorted(CASES).index(name))
     with torch.no_grad():
@@ -69,6 +75,8 @@ def tokens_per_image(model) -> int:
     cfg = model.config
     if cfg.model_type == "gemma3":
         return cfg.mm_tokens_per_image
+    if cfg.model_type in ("smolvlm", "idefics3"):
+        return (cfg.vision_config.image_size // cfg.vision_config.patch_size // cfg.scale_factor) ** 2
     patches = (cfg.vision_config.image_size // cfg.vision_config.patch_size) ** 2
     return patches + (1 if "CLIP" in type(cfg.vision_config).__name__ else 0) - (
         cfg.vision_feature_select_strategy == "default")
@@ -90,6 +98,12 @@ def pixels(model, images: int) -> np.ndarray:
     return np.random.default_rng(10 + images).standard_normal((images, 3, size, size)).astype(np.float32)
 
 
+def hf_pixels(model, pixel_values):
+    """pixel_values as the model takes them: Idefics3 and SmolVLM [B, images, C, H, W]."""
+    tensor = torch.from_numpy(pixel_values)
+    return tensor[None] if model.config.model_type in ("smolvlm", "idefics3") else tensor
+
+
 def extra(model, ids) -> dict:
     """Gemma 3's ``token_type_ids`` (1 on image tokens), as its processor gives them."""
     if model.config.model_type != "gemma3":
@@ -99,9 +113,9 @@ def extra(model, ids) -> dict:
 
 def reference(model, ids, pixel_values):
     with torch.no_grad():
-        logits = model(input_ids=torch.from_numpy(ids), pixel_values=torch.from_numpy(pixel_values),
+        logits = model(input_ids=torch.from_numpy(ids), pixel_values=hf_pixels(model, pixel_values),
                        **extra(model, ids)).logits
-        features = torch.cat(list(model.get_image_features(torch.from_numpy(pixel_values)).pooler_output))
+        features = torch.cat(list(model.get_image_features(hf_pixels(model, pixel_values)).pooler_output))
     return features.numpy(), logits.numpy()
 
 
@@ -174,7 +188,7 @@ def test_onnx_folder_generates_transformers_tokens(twins, tmp_path, name):
     assert main(["compile", folder, "--target", "onnx-ort", "-o", str(out / "model.onnx"), "--quiet"]) == 0
     ids, pixel_values = prompt(model, 1), pixels(model, 1)
     with torch.no_grad():
-        want = model.generate(input_ids=torch.from_numpy(ids), pixel_values=torch.from_numpy(pixel_values),
+        want = model.generate(input_ids=torch.from_numpy(ids), pixel_values=hf_pixels(model, pixel_values),
                               attention_mask=torch.ones_like(torch.from_numpy(ids)), max_new_tokens=16,
                               min_new_tokens=16, do_sample=False, **extra(model, ids))[0, ids.shape[1]:].tolist()
     vlm = FolderModel(str(out))
@@ -334,3 +348,59 @@ def test_other_checkpoint_layouts_give_the_same_model(twins, tmp_path, name, lay
     np.testing.assert_array_equal(features[0], features[1])
     logits = [run(g, decoder_feeds(g, ids, features[0]))["logits"] for g in (other, saved)]
     np.testing.assert_array_equal(logits[0], logits[1])
+
+
+def tiny_tokenizer(folder, vocab: int = 128):
+    """A word-level tokenizer.json whose ids fit the twin: words, the tile markers and SmolVLM's
+    image strings (``<image>`` = IMAGE_TOKEN) as added tokens, a newline one too."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+
+    special = ["<fake_token_around_image>", "<global-img>", "<end_of_utterance>"] + [
+        f"<row_{r}_col_{c}>" for r in range(1, 5) for c in range(1, 5)]
+    words = ["<unk>"] + [f"w{i}" for i in range(IMAGE_TOKEN - 1)]
+    table = {word: i for i, word in enumerate(words)}
+    table["<image>"] = IMAGE_TOKEN
+    table.update({token: IMAGE_TOKEN + 1 + i for i, token in enumerate(special + ["\n"])})
+    assert max(table.values()) < vocab
+    tokenizer = Tokenizer(models.WordLevel(table, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.add_special_tokens([AddedToken(t, normalized=False) for t in ["<image>"] + special])
+    tokenizer.add_tokens([AddedToken("\n", normalized=False)])
+    tokenizer.save(os.path.join(folder, "tokenizer.json"))
+    return transformers.PreTrainedTokenizerFast(tokenizer_file=os.path.join(folder, "tokenizer.json"),
+                                                unk_token="<unk>")
+
+
+@pytest.mark.parametrize("size", [(20, 24), (40, 100)])
+def test_irc_run_lays_smolvlm_tiles_out_as_its_processor(twins, tmp_path, capsys, size):
+    """A 20 x 24 image (resized to 54 x 64, then 64 x 64: 2 x 2 tiles of 32 and the global
+    view) and a 40 x 100 one (26 x 64, then 32 x 64: 1 x 2 tiles and the global view): ``irc
+    run --prompt`` gives the processor's ids and transformers' greedy tokens, from the HF
+    folder and from the ONNX folder."""
+    from PIL import Image
+
+    model, folder = twins("smolvlm")
+    # Idefics3's processor: SmolVLM's lays images out the same way, but needs torchvision for video
+    image_processor = transformers.Idefics3ImageProcessorPil(size={"longest_edge": 64},
+                                                             max_image_size={"longest_edge": 32})
+    image_processor.save_pretrained(folder)
+    tokenizer = tiny_tokenizer(folder)
+    processor = transformers.Idefics3Processor(image_processor=image_processor, tokenizer=tokenizer,
+                                               image_seq_len=tokens_per_image(model))
+    image = tmp_path / "photo.png"
+    Image.fromarray((np.random.default_rng(4).random((*size, 3)) * 255).astype(np.uint8)).save(image)
+    text = "w5 w9 <image> w7 w8"
+    inputs = processor(text=text, images=[[Image.open(image).convert("RGB")]], return_tensors="pt")
+    with torch.no_grad():
+        want = model.generate(**inputs, max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    want = want[0, inputs["input_ids"].shape[1]:].tolist()
+    out = tmp_path / "out"
+    assert main(["compile", folder, "--target", "onnx-ort", "-o", str(out / "model.onnx"), "--quiet"]) == 0
+    for source in (folder, str(out)):
+        assert main(["run", source, "--image", str(image), "--prompt", text, "--max-new-tokens", "6", "--json",
+                     "--quiet"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["prompt_tokens"] == inputs["input_ids"][0].tolist()
+        assert report["tokens"] == want
+    assert main(["run", str(out), "--image", str(image), "--prompt-ids", f"1,{IMAGE_TOKEN},9"]) == 2
+    assert "names its tiles in text" in capsys.readouterr().err
