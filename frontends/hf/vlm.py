@@ -219,6 +219,8 @@ def _text(cfg: Config, name: str):
     if arch.image_token >= arch.vocab_size:
         raise cfg.error(key, f"{arch.image_token} is outside the text model's vocabulary ({arch.vocab_size})")
     arch.tied = arch.tied or cfg.get("tie_word_embeddings", boolean)  # LlavaConfig.__post_init__
+    if not any(key in text.data for key in ("dtype", "torch_dtype")):  # the model's dtype, where the text's is unsaid
+        arch.dtype = cfg.dtype()
     arch.image_blocks = family.image_blocks
     return arch, text
 

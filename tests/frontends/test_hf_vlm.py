@@ -266,12 +266,14 @@ def test_config_mistakes_name_the_key(twins, tmp_path, changes, key):
     assert key in str(err.value)
 
 
-EXAMPLES = {"llava-1.5-7b": "LlavaForConditionalGeneration", "gemma-3-4b": "Gemma3ForConditionalGeneration"}
+EXAMPLES = {"llava-1.5-7b": "LlavaForConditionalGeneration", "gemma-3-4b": "Gemma3ForConditionalGeneration",
+            "smolvlm-256m": "Idefics3ForConditionalGeneration"}
+TOKENS = {"llava-1.5-7b": 576, "gemma-3-4b": 256, "smolvlm-256m": 64}  # a view's: SmolVLM's per tile
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_full_size_examples_count_transformers_parameters(name):
-    """LLaVA-1.5-7B and Gemma-3-4B (examples/hf/NAME, config.json alone) built by transformers
+    """LLaVA-1.5-7B, Gemma-3-4B and SmolVLM-256M (examples/hf/NAME, config.json alone) built by transformers
     on the meta device: irc's decoder and vision model hold its parameters, less the tower's
     that no output reads (LLaVA reads hidden_states[-2]: CLIP's last layer and
     post-LayerNorm)."""
@@ -287,7 +289,7 @@ def test_full_size_examples_count_transformers_parameters(name):
     graph = load_spec(folder)
     vision = analyze(graph.parts["vision"])
     assert analyze(graph)["params_total"] + vision["params_total"] == held
-    assert vision["vision"]["tokens"] == (576 if name.startswith("llava") else config.mm_tokens_per_image)
+    assert vision["vision"]["tokens"] == TOKENS[name]
 
 
 def test_show_prices_llava_images_against_the_prompt(capsys):
