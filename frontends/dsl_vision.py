@@ -378,3 +378,55 @@ def hidden_states(m, spec: VisionSpec) -> list:
         x = x + (layer.layer_scale(h, "layer_scale2") if spec.layer_scale else h)
         states.append(x)
     return states
+
+
+PROJECTORS = ("mlp", "linear", "soft_emb")
+
+
+@dataclass
+class Features:
+    """How a VLM's vision model turns the tower's states into image features, as flags:
+    ``layers`` the hidden states read (transformers' ``hidden_states`` indices, -1 the last;
+    several are concatenated along the features), ``drop`` leading tokens dropped (LLaVA's
+    class token), ``post_norm`` the final LayerNorm ``@norm`` (SigLIP's post_layernorm),
+    ``pool`` average-pooled to that many tokens (Gemma 3), ``shuffle`` pixel-shuffled by that
+    scale (Idefics3), then the ``projector``: ``mlp`` (LLaVA: ``@projector.linear_1``, GELU
+    ``approximate``, ``@projector.linear_2``, biases with ``bias``), ``linear`` (Idefics3:
+    ``@projector.proj``) or ``soft_emb`` (Gemma 3: RMSNorm with 1 + w ``@projector.norm``, then
+    ``@projector.proj``)."""
+    layers: tuple = (-1,)
+    drop: int = 0
+    post_norm: bool = False
+    pool: Optional[int] = None
+    shuffle: Optional[int] = None
+    projector: str = "mlp"
+    bias: bool = True
+    approximate: str = "none"
+
+
+def build_image_features(m, spec: VisionSpec, features: Features, width: int) -> Tensor:
+    """The vision model ``spec`` and ``features`` describe, built into ``m``, its output
+    ``image_features`` [B·tokens, width] (``width``: the text model's)."""
+    if features.projector not in PROJECTORS:
+        raise m.error("projector", f"expected one of {', '.join(PROJECTORS)}, got {features.projector!r}")
+    indices = [k if k >= 0 else spec.layers + 1 + k for k in features.layers]
+    if not indices or any(not 0 <= k <= spec.layers for k in indices):
+        raise m.error("layers", f"{list(features.layers)} are not hidden states of the {spec.layers}-layer tower",
+                      hint=f"indices from {-(spec.layers + 1)} to {spec.layers}")
+    spec = VisionSpec(**{**spec.__dict__, "layers": max(indices)})  # the layers after the last read go unbuilt
+    states = hidden_states(m, spec)
+    picked = [m.drop_tokens(states[k], features.drop) if features.drop else states[k] for k in indices]
+    x = picked[0] if len(picked) == 1 else m.emit("concat", picked, {"axis": -1}, "feature_states")[0]
+    if features.post_norm:
+        x = m.layer_norm(x, "norm", spec.eps)
+    if features.pool is not None:
+        x = m.pool_tokens(x, features.pool)
+    if features.shuffle is not None:
+        x = m.pixel_shuffle(x, features.shuffle)
+    if features.projector == "mlp":
+        x = m.mlp_projector(x, width, features.approximate, features.bias)
+    else:
+        if features.projector == "soft_emb":
+            x = m.rms_norm(x, "projector.norm", spec.eps, offset=1.0)
+        x = m.emit("linear", [x, m.param("projector.proj", (width, m._features(x)))], None, "projected")[0]
+    return m.image_features(x)

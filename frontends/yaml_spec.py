@@ -227,7 +227,7 @@ from frontends.dsl_hybrid import scaled
 from frontends.dsl_lightning import lightning_slopes
 from frontends.yaml_attention import ATTENTION_KEYS, AttentionReader, blame
 from frontends.yaml_ffn import MLP_KEYS, MOE_KEYS, FeedForwardReader
-from irc.yamlloc import (Bad, Fields, boolean, choice, layer_count, number, optional, positive_int,
+from irc.yamlloc import (Bad, Fields, boolean, choice, layer_count, non_negative_int, number, optional, positive_int,
                                positive_number, string)
 from irc.errors import SpecError
 from irc.graph import Graph
@@ -235,7 +235,7 @@ from irc.graph import Graph
 MODEL_KEYS = ("name", "dtype", "vocab_size", "d_model", "n_layers", "layers", "norm", "attention", "mamba", "mamba2",
               "short_conv", "gated_delta", "mlp", "moe", "tied_embeddings", "final_softcap", "embedding_scale",
               "residual_scale", "logits_scale", "kimi_delta", "lightning", "normed_residual", "learned_positions",
-              "head_bias", "gemma3n", "gemma4", "vision")
+              "head_bias", "gemma3n", "gemma4", "vision", "image_input")
 NORMED_RESIDUAL_KEYS = ("attention", "mixer", "feed_forward")
 NORM_KEYS = ("kind", "eps", "offset", "sandwich", "bias", "placement")
 PARALLEL = ("none", "shared_norm", "two_norms")
@@ -381,11 +381,19 @@ class _Expander(AttentionReader, FeedForwardReader):
             x = m.embed(m.input_ids(), scale=self.embedding_scale)
             if self.learned_positions:
                 x = m.embed_positions(x, self.learned_positions)
+        image = f.sub("image_input", yaml_vision.IMAGE_INPUT_KEYS)
+        if image is not None:  # a VLM's decoder: the image features at the placeholders (frontends.yaml_vision)
+            with m.at(image.origin()):
+                x = m.merge_image_features(x, image.get("token", non_negative_int),
+                                           image.get("bidirectional", boolean, False))
         with blame(f, {"n": (f, "n_layers")}):  # a size limit (irc.limits)
             x = self._layers(m, x)
         x = self._norm(m, x, "norm")
         with m.at(f.origin("final_softcap" if self.final_softcap else "vocab_size")):
             m.logits(x, tied=self.tied, softcap=self.final_softcap, scale=self.logits_scale, bias=self.head_bias)
+        if image is not None:
+            m.vision_model(yaml_vision.build_vision_model(image.sub("vision_model", yaml_vision.MODEL_KEYS + (
+                "features",), required=True), self.d_model))
         return m.graph
 
     def _layers(self, m: Model, x):

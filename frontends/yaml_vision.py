@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import json
 
-from frontends.dsl_vision import POOLERS, VisionSpec, build_vit
+from frontends.dsl_vision import POOLERS, PROJECTORS, Features, VisionSpec, build_image_features, build_vit
 from frontends.yaml_attention import blame
 from irc.graph import Graph
-from irc.yamlloc import Fields, boolean, choice, layer_count, non_negative_int, optional, positive_int, \
+from irc.yamlloc import Bad, Fields, boolean, choice, layer_count, non_negative_int, optional, positive_int, \
     positive_number, string
 
 VISION_KEYS = ("image_size", "patch_size", "channels", "patch_bias", "class_token", "registers", "pre_norm",
@@ -47,6 +47,9 @@ MODEL_KEYS = ("name", "dtype", "d_model", "n_layers", "norm", "attention", "mlp"
 ATTENTION_KEYS = ("kind", "n_heads", "qkv_bias", "out_bias")
 NORM_KEYS = ("kind", "eps")
 MLP_KEYS = ("kind", "d_ff", "approximate", "bias")
+FEATURE_KEYS = ("layer", "drop_tokens", "post_norm", "pool_tokens", "pixel_shuffle", "projector", "projector_bias",
+                "approximate")
+IMAGE_INPUT_KEYS = ("token", "bidirectional", "vision_model")
 
 
 def _always(fields: Fields, key: str, value) -> None:
@@ -58,11 +61,44 @@ def _always(fields: Fields, key: str, value) -> None:
 
 def build(model: Fields) -> Graph:
     """The image encoder ``model`` (with its ``vision`` section) describes."""
+    m, spec, v, blamed = _read(model, MODEL_KEYS)
+    with m.at(v.origin()), blame(v, blamed):
+        build_vit(m, spec)
+    return m.graph
+
+
+def build_vision_model(model: Fields, width: int):
+    """A VLM's vision model (``image_input.vision_model``: this form plus ``features``), its
+    output ``image_features`` [B·tokens, width]: a ``frontends.dsl.Model``."""
+    m, spec, v, blamed = _read(model, MODEL_KEYS + ("features",))
+    f = model.sub("features", FEATURE_KEYS) or Fields({}, "features", FEATURE_KEYS, parent_loc=model.key_loc)
+    features = Features(layers=f.get("layer", _layers, (-1,)), drop=f.get("drop_tokens", non_negative_int, 0),
+                        post_norm=f.get("post_norm", boolean, False), pool=f.get("pool_tokens", optional(positive_int), None),
+                        shuffle=f.get("pixel_shuffle", optional(positive_int), None),
+                        projector=f.get("projector", choice(*PROJECTORS), "mlp"),
+                        bias=f.get("projector_bias", boolean, True),
+                        approximate=f.get("approximate", choice("none", "tanh"), "none"))
+    with m.at(f.origin()), blame(f, {**blamed, "layers": (f, "layer"), "tokens": (f, "pool_tokens"),
+                                     "scale": (f, "pixel_shuffle"), "count": (f, "drop_tokens")}):
+        build_image_features(m, spec, features, width)
+    return m
+
+
+def _layers(value) -> tuple:
+    """A hidden_states index (-1: the last) or a list of them, as a tuple."""
+    values = value if isinstance(value, list) else [value]
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+        raise Bad(f"expected a hidden_states index or a list of them, got {value!r}")
+    return tuple(values)
+
+
+def _read(model: Fields, keys: tuple):
+    """(the Model, its VisionSpec, the vision section, DSL argument -> its key) of ``model``."""
     from frontends.dsl import Model
 
     for key in model.data:
-        if key not in MODEL_KEYS:
-            raise model.error(key, "does not apply to a vision encoder", hint=f"its keys: {', '.join(MODEL_KEYS)}")
+        if key not in keys:
+            raise model.error(key, "does not apply to a vision encoder", hint=f"its keys: {', '.join(keys)}")
     v = model.sub("vision", VISION_KEYS, required=True)
     attention = model.sub("attention", ATTENTION_KEYS, required=True)
     _always(attention, "kind", "mha")
@@ -90,7 +126,5 @@ def build(model: Fields) -> Graph:
         raise v.error("pooler_width", "applies to pooler dense_tanh only")
     m = Model(model.get("name", string), vocab=None, d_model=d,
               dtype=model.get("dtype", choice("f32", "bf16", "f16"), "f32"), encoder=True)
-    with m.at(v.origin()), blame(v, {"patch": (v, "patch_size"), "heads": (attention, "n_heads"),
-                                     "d_model": (model, "d_model"), "n": (model, "n_layers")}):
-        build_vit(m, spec)
-    return m.graph
+    return m, spec, v, {"patch": (v, "patch_size"), "heads": (attention, "n_heads"), "d_model": (model, "d_model"),
+                        "n": (model, "n_layers")}

@@ -261,13 +261,16 @@ def cmd_compile(args) -> int:
         manager = _apply_passes(graph, args, check=args.check, out=sys.stdout, progress=progress,
                                 eval_tokens=eval_tokens)
         report.write(manager, graph)
-    for part in graph.parts.values():  # a VLM's vision model: the same pipeline, checked the same way
+    part_lines = []
+    for role, part in graph.parts.items():  # a VLM's vision model: the same pipeline, checked the same way
         if args.output and args.target != "ir" and args.weights != "none":
             seed_absent(part, args.seed)
-        _apply_passes(part, args, check=args.check, out=io.StringIO())
+        done = _apply_passes(part, args, check=args.check, out=io.StringIO())
+        checked = _check_lines(done) if args.check else []  # its outputs: the image features
+        part_lines += [f"{role} model: {line}" for line in checked + [line for p in done.passes for line in p.headline]]
     if not args.quiet:
         _print_records(manager, args.check)
-        for line in (line for p in manager.passes for line in p.headline):
+        for line in [line for p in manager.passes for line in p.headline] + part_lines:
             print(line, file=sys.stderr)
     for line in eval_cli.results(manager, graph) if eval_tokens is not None else []:
         print(line, file=sys.stderr)
@@ -319,14 +322,18 @@ def _print_records(manager, check: bool) -> None:
         error = "" if r.check_error is None else f"  check {r.check_error:.2e}{'' if r.exact else ' (reported)'}"
         print(f"{r.index:02d} {r.name:<24} {'changed' if r.changed else 'unchanged':<9} "
               f"{r.seconds * 1000:8.1f} ms{error}", file=sys.stderr)
-    if check:
-        exact = [r.check_error for r in manager.records if r.check_error is not None and r.exact]
-        inexact = [r for r in manager.records if r.check_error is not None and not r.exact]
-        print(f"check passed: {len(exact)} exact pass(es) hold the reference interpreter's outputs "
-              f"(max relative error {max(exact, default=0.0):.2e})", file=sys.stderr)
-        for r in inexact:
-            print(f"check reported: {r.name} moves the outputs by {r.check_error:.2e} (relative; an "
-                  f"approximating pass)", file=sys.stderr)
+    for line in _check_lines(manager) if check else []:
+        print(line, file=sys.stderr)
+
+
+def _check_lines(manager) -> list[str]:
+    """--check's verdict: the exact passes' largest error, then each approximating pass's."""
+    exact = [r.check_error for r in manager.records if r.check_error is not None and r.exact]
+    inexact = [r for r in manager.records if r.check_error is not None and not r.exact]
+    return [f"check passed: {len(exact)} exact pass(es) hold the reference interpreter's outputs "
+            f"(max relative error {max(exact, default=0.0):.2e})"] + [
+        f"check reported: {r.name} moves the outputs by {r.check_error:.2e} (relative; an approximating pass)"
+        for r in inexact]
 
 
 def cmd_passes(args) -> int:

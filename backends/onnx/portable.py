@@ -237,18 +237,19 @@ def lower_patch_embed(b: Builder, node: Node, outs: list[str]) -> None:
 
 
 def lower_merge_tokens(b: Builder, node: Node, outs: list[str]) -> None:
-    """Where(ids == token, the features' rows in placeholder order, embeds): each placeholder
-    takes row cumsum(mask) - 1 of the features, every other position a zero row appended to
-    them (so a step with no image, M = 0, gathers from [1, d])."""
+    """Where(ids == token and M > 0, the features' rows in placeholder order, embeds): each
+    placeholder takes row cumsum(mask) - 1 of the features, every other position a zero row
+    appended to them (so a step with no image, M = 0, gathers from [1, d] and keeps embeds)."""
     embeds, ids, features = node.inputs
     out = outs[0]
-    mask = b.op("Equal", [b.value(ids), b.const(node.attrs["token"], NUMPY_OF[ids.dtype], f"{out}/token")],
-                f"{out}/is_placeholder")
+    rows = b.op("Shape", [b.value(features)], f"{out}/feature_rows", start=0, end=1)
+    placeholder = b.op("Equal", [b.value(ids), b.const(node.attrs["token"], NUMPY_OF[ids.dtype], f"{out}/token")],
+                       f"{out}/is_placeholder")
+    mask = b.op("And", [placeholder, b.op("Greater", [rows, b.i64([0])], f"{out}/has_rows")], f"{out}/takes_row")
     flat = b.op("Reshape", [mask, b.i64([-1])], f"{out}/flat_mask")
     counted = b.op("CumSum", [b.op("Cast", [flat], f"{out}/mask_i64", to=TensorProto.INT64),
                               b.const(0, np.int64, f"{out}/axis0")], f"{out}/placeholders_so_far")
     order = b.op("Sub", [counted, b.i64([1])], f"{out}/feature_row")
-    rows = b.op("Shape", [b.value(features)], f"{out}/feature_rows", start=0, end=1)
     index = b.op("Where", [flat, order, rows], f"{out}/row")
     zero = b.const(np.zeros((1, features.shape[1])), NUMPY_OF[features.dtype], f"{out}/zero_row")
     padded = b.op("Concat", [b.value(features), zero], f"{out}/features_and_zero", axis=0)

@@ -15,6 +15,7 @@ import numpy as np
 
 from irc import dims
 from irc.analysis import past_inputs
+from irc.interpreter import no_images
 from irc.graph import Graph
 from irc.output import import_native
 from irc.ops.rope import cache_refresh_length
@@ -85,7 +86,8 @@ def greedy(engine: Engine, graph: Graph, prompts: list, new_tokens: int, pad_id:
     after the prefill) and ``feeds`` (the prefill inputs) and ``final`` (last outputs).
     A LongRoPE graph's step that reaches ``cache_refresh_length`` runs the whole batch
     again from empty caches, as transformers' generate does."""
-    feeds = {**left_padded(prompts, pad_id), **empty_caches(graph, len(prompts))}
+    images = no_images(graph)  # a VLM decoder run on text alone
+    feeds = {**left_padded(prompts, pad_id), **empty_caches(graph, len(prompts)), **images}
     first = dict(feeds)
     caches = cache_names(graph)
     refresh = cache_refresh_length(graph)
@@ -102,10 +104,10 @@ def greedy(engine: Engine, graph: Graph, prompts: list, new_tokens: int, pad_id:
         mask = np.concatenate([feeds["attention_mask"], np.ones((len(prompts), 1), np.int64)], axis=1)
         positions = feeds["position_ids"][:, -1:] + 1
         feeds = {"input_ids": token[:, None], "attention_mask": mask, "position_ids": positions,
-                 **{name: outputs["present." + name[len("past_key_values."):]] for name in caches}}
+                 **{name: outputs["present." + name[len("past_key_values."):]] for name in caches}, **images}
         if refresh is not None and mask.shape[1] == refresh:
             rows = [list(prompt) + [int(t[row]) for t in tokens] for row, prompt in enumerate(prompts)]
-            feeds = {**left_padded(rows, pad_id), **empty_caches(graph, len(prompts))}
+            feeds = {**left_padded(rows, pad_id), **empty_caches(graph, len(prompts)), **images}
         outputs = engine(feeds)
     return {"tokens": np.stack(tokens, axis=1), "prefill": prefill, "steps": steps, "feeds": first,
             "final": outputs, "mask": feeds["attention_mask"]}

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from frontends.dsl import ArgError, Model
-from frontends.dsl_vision import hidden_states
+from frontends.dsl_vision import Features, build_image_features
 from frontends.hf.build import attach_weights, build_graph
 from frontends.hf.config import Config, NestedConfig, int_list
 from frontends.hf.families import describe
@@ -98,13 +98,13 @@ _IDEFICS_NAMES = ([("model.", "model.text_model."), ("lm_head.", "lm_head.")], [
 @dataclass
 class Family:
     """What a VLM family is made of: its text model's type, the towers it takes (and their
-    defaults), how its features are made (``features(m, cfg, spec, d_text)``), the key of its
+    defaults), how its features are made (``Features``), the key of its
     image token, its checkpoint names (text, tower, projector), and whether one image's
     tokens see each other."""
     text_type: str
     towers: tuple
     tower_defaults: dict
-    features: Callable
+    features: Callable  # (cfg, tower spec) -> frontends.dsl_vision.Features
     image_key: str
     names: tuple
     image_blocks: bool = False
@@ -114,18 +114,6 @@ class Family:
 def is_vlm(cfg: Config) -> bool:
     model_type = cfg.data.get("model_type")
     return isinstance(model_type, str) and model_type in DEFAULTS
-
-
-def _feature_layers(cfg: Config, layers: int) -> list[int]:
-    """``vision_feature_layer`` as indices into hidden_states (0: the embeddings)."""
-    raw = cfg.raw("vision_feature_layer")
-    picked = cfg.get("vision_feature_layer", int_list) if isinstance(raw, list) else [
-        cfg.get("vision_feature_layer", lambda v: int_list([v])[0])]
-    indices = [k if k >= 0 else layers + 1 + k for k in picked]
-    if not picked or any(not 0 <= k <= layers for k in indices):
-        raise cfg.error("vision_feature_layer", f"{raw!r} is not a hidden state of the {layers}-layer tower",
-                        hint=f"an index from {-(layers + 1)} to {layers}")
-    return indices
 
 
 def build_vision_model(cfg: Config, tower: Config, name: str, d_text: int) -> Graph:
@@ -139,52 +127,47 @@ def build_vision_model(cfg: Config, tower: Config, name: str, d_text: int) -> Gr
     spec = vision_spec(tower, tower_type)
     m = Model(f"{name}-vision", vocab=None, d_model=tower.get("hidden_size", positive_int), dtype=cfg.dtype(),
               encoder=True)
+    features = family.features(cfg, spec)
     with m.at(cfg.path):
-        m.image_features(family.features(m, cfg, spec, d_text))
+        try:
+            build_image_features(m, spec, features, d_text)
+        except ArgError as err:  # a pooling or shuffle that does not fit the patch grid
+            raise cfg.error(ARGS.get(err.arg, err.arg), err.detail) from None
     graph = m.graph
     graph.meta["model_type"] = tower_type
     return graph
 
 
-def _llava_features(m: Model, cfg: Config, spec, d_text: int):
+def _llava_features(cfg: Config, spec) -> Features:
     """hidden_states[vision_feature_layer] (the class token dropped by "default"), projected."""
-    indices = _feature_layers(cfg, spec.layers)
+    raw = cfg.raw("vision_feature_layer")
+    layers = cfg.get("vision_feature_layer", int_list) if isinstance(raw, list) else [
+        cfg.get("vision_feature_layer", lambda v: int_list([v])[0])]
+    if not layers or any(not -(spec.layers + 1) <= k <= spec.layers for k in layers):
+        raise cfg.error("vision_feature_layer", f"{raw!r} is not a hidden state of the {spec.layers}-layer tower",
+                        hint=f"an index from {-(spec.layers + 1)} to {spec.layers}")
     strategy = cfg.get("vision_feature_select_strategy", string)
     if strategy not in STRATEGIES:
         raise cfg.unsupported("vision_feature_select_strategy", strategy, hint=f"strategies: {', '.join(STRATEGIES)}")
     act = cfg.get("projector_hidden_act", string)
     if act not in GELU or GELU[act] == "quick":
         raise cfg.unsupported("projector_hidden_act", act, hint="irc builds GELU projectors (exact or tanh)")
-    bias = cfg.get("multimodal_projector_bias", boolean)
-    spec.layers = max(indices)
-    states = hidden_states(m, spec)
-    picked = [m.drop_tokens(states[k]) if strategy == "default" else states[k] for k in indices]
-    x = picked[0] if len(picked) == 1 else m.emit("concat", picked, {"axis": -1}, "feature_states")[0]
-    return m.mlp_projector(x, d_text, GELU[act], bias)
+    return Features(layers=tuple(layers), drop=1 if strategy == "default" else 0, projector="mlp",
+                    bias=cfg.get("multimodal_projector_bias", boolean), approximate=GELU[act])
 
 
-def _gemma3_features(m: Model, cfg: Config, spec, d_text: int):
+def _gemma3_features(cfg: Config, spec) -> Features:
     """The post-LayerNorm patch states average-pooled to mm_tokens_per_image, normed, projected."""
-    tokens = cfg.get("mm_tokens_per_image", positive_int)
-    x = m.layer_norm(hidden_states(m, spec)[-1], "norm", spec.eps)  # SigLIP's post_layernorm
-    try:
-        x = m.pool_tokens(x, tokens)
-    except ArgError as err:
-        raise cfg.error("mm_tokens_per_image", err.detail) from None
-    x = m.rms_norm(x, "projector.norm", spec.eps, offset=1.0)
-    return m.emit("linear", [x, m.param("projector.projection", (d_text, m.d_model))], None, "projected")[0]
+    return Features(post_norm=True, pool=cfg.get("mm_tokens_per_image", positive_int), projector="soft_emb")
 
 
-def _shuffle_features(m: Model, cfg: Config, spec, d_text: int):
+def _shuffle_features(cfg: Config, spec) -> Features:
     """Idefics3's connector: the post-LayerNorm patch states pixel-shuffled by scale_factor
     (s x s neighbours into one token of s²·d features), then ``modality_projection``."""
-    x = m.layer_norm(hidden_states(m, spec)[-1], "norm", spec.eps)  # post_layernorm
-    try:
-        x = m.pixel_shuffle(x, cfg.get("scale_factor", positive_int))
-    except ArgError as err:
-        raise cfg.error("scale_factor", err.detail) from None
-    return m.emit("linear", [x, m.param("projector.proj", (d_text, m._features(x)))], None, "projected")[0]
+    return Features(post_norm=True, shuffle=cfg.get("scale_factor", positive_int), projector="linear")
 
+
+ARGS = {"tokens": "mm_tokens_per_image", "scale": "scale_factor"}  # DSL argument -> the config key behind it
 
 FAMILY = {
     "llava": Family("llama", ("clip_vision_model", "siglip_vision_model"),
@@ -225,17 +208,17 @@ def _text(cfg: Config, name: str):
     return arch, text
 
 
-PROJECTOR = {"projector.norm": "projector.mm_soft_emb_norm.weight",  # Gemma 3's
-             "projector.projection": "projector.mm_input_projection_weight"}
+PROJECTOR = {"gemma3": {"projector.norm": "projector.mm_soft_emb_norm.weight",
+                        "projector.proj": "projector.mm_input_projection_weight"}}
 
 
-def _attach_projector(graph: Graph, view: Checkpoint) -> None:
+def _attach_projector(graph: Graph, view: Checkpoint, model_type: str) -> None:
+    names = PROJECTOR.get(model_type, {})
     for param in graph.params.values():
         if param.name.startswith("projector."):
-            stored = PROJECTOR.get(param.name) or (param.name if param.name.endswith(".bias") else
-                                                   param.name + ".weight")
+            stored = names.get(param.name) or (param.name if param.name.endswith(".bias") else param.name + ".weight")
             # Gemma 3 stores its projection [d_vision, d_text], applied as x @ W
-            source = View(stored, transpose=True) if param.name == "projector.projection" else Tensor(stored)
+            source = View(stored, transpose=True) if stored.endswith("_projection_weight") else Tensor(stored)
             if tuple(source.shape(view)) != param.shape:
                 raise SpecError(f"tensor {view.stored[stored]} has shape {source.shape(view)}; config.json "
                                 f"describes @{param.name} as {list(param.shape)}", location=view.file(stored))
@@ -283,7 +266,7 @@ def load_vlm(folder: str, cfg: Config, weights: bool) -> Graph:
     graph.meta["image_prompt"] = _image_prompt(cfg, arch.image_token)
     if checkpoint is not None:
         attach_weights(graph, arch, PrefixView(checkpoint, names[0]))
-        _attach_projector(vision, PrefixView(checkpoint, names[2]))
+        _attach_projector(vision, PrefixView(checkpoint, names[2]), cfg.data["model_type"])
         layers = vision.meta["n_layers"]
         attach_vision_weights(vision, PrefixView(checkpoint, names[1]), spare=lambda n: _unread(n, layers))
     graph.parts["vision"] = vision  # what Model.vision_model sets in the DSL

@@ -18,9 +18,10 @@ tokens see each other (Gemma 3; ``irc.ops.attention``).
 ``merge_tokens(embeds [B, S, d], ids [B, S], features [M, d]) {token: t}`` -> [B, S, d]: the
 embeddings with the row of every id equal to ``t`` replaced, in order (batch row by batch row,
 left to right), by the next row of ``features``; transformers' ``masked_scatter`` of a VLM's
-image features into its token embeddings. The placeholders must number exactly M (M = 0 on a
-step without an image): the reference refuses a mismatch, and the ONNX lowering reads the
-missing rows as zeros (``irc run`` checks the count before anything runs).
+image features into its token embeddings. With M = 0 (a step without an image) the embeddings
+pass unchanged, a placeholder id included (transformers merges nothing without pixel
+values); otherwise the placeholders must number exactly M: the reference refuses a mismatch
+(the ONNX lowering reads missing rows as zeros; ``irc run`` checks the count first).
 """
 from __future__ import annotations
 
@@ -106,6 +107,8 @@ def _merge_infer(inputs, attrs):
 def _merge_reference(inputs, attrs):
     """transformers' ``inputs_embeds.masked_scatter(ids == token, features)``."""
     embeds, ids, features = inputs
+    if features.shape[0] == 0:  # a step without an image: nothing to merge
+        return [np.array(embeds, copy=True)]
     mask = np.asarray(ids) == attrs["token"]
     count = int(mask.sum())
     if count != features.shape[0]:

@@ -21,6 +21,7 @@ from irc.errors import BackendError
 from irc.graph import Graph
 from irc.passmanager import PassManager, parse_pipeline
 from irc.weights import seed_absent
+from irc.testing import one_graph  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="the optional triton extra")
@@ -117,7 +118,8 @@ TORCH_FALLBACKS = {"gemma-3n-e4b": {"matmul", "transpose", "mul", "reduce_mean",
                    "siglip-so400m-patch14-384": {"add", "transpose", "matmul", "softmax"}}
 
 
-@pytest.mark.parametrize("name", sorted(p.name[len("tiny-"):-len(".yaml")] for p in EXAMPLES.glob("tiny-*.yaml")))
+@pytest.mark.parametrize("name", sorted(p.name[len("tiny-"):-len(".yaml")] for p in EXAMPLES.glob("tiny-*.yaml")
+                                       if one_graph(p)))
 def test_tiny_examples_run_as_kernels(name):
     """Only data movement, constants and MoE routing stay torch ops (and the named gaps of
     ``TORCH_FALLBACKS``); every other norm, elementwise op, matmul, rope, attention and

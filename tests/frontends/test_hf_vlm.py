@@ -406,3 +406,57 @@ def test_irc_run_lays_smolvlm_tiles_out_as_its_processor(twins, tmp_path, capsys
         assert report["tokens"] == want
     assert main(["run", str(out), "--image", str(image), "--prompt-ids", f"1,{IMAGE_TOKEN},9"]) == 2
     assert "names its tiles in text" in capsys.readouterr().err
+
+
+def test_quantize_reports_its_error_on_the_image_features(twins, tmp_path, capsys):
+    """--quantize int4 --check: the vision model is quantized too (its tower and projector), and
+    its check names what the codes move its output, the image features, by."""
+    import re
+
+    _, folder = twins("llava-clip")
+    out = tmp_path / "out" / "model.onnx"
+    assert main(["compile", folder, "--target", "onnx-ort", "--quantize", "int4", "--check", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "vision model: quantize: int4 codes" in err
+    moved = re.search(r"vision model: check reported: quantize moves the outputs by (\S+) ", err)
+    assert moved and 0 < float(moved.group(1)) < 0.5, err
+    assert "vision model: check passed: 4 exact pass(es)" in err
+
+
+def test_the_yaml_form_declares_llava():
+    """examples/llava-1.5-7b.yaml builds the HF example's decoder and vision model."""
+    from tests.frontends.test_yaml_vision import without_meta
+
+    folder = f"{os.path.dirname(__file__)}/../../examples"
+    yaml, hf = load_spec(f"{folder}/llava-1.5-7b.yaml"), load_spec(f"{folder}/hf/llava-1.5-7b")
+    assert without_meta(yaml) == without_meta(hf)
+    assert without_meta(yaml.parts["vision"]) == without_meta(hf.parts["vision"])
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"layer": -30}, "layer"), ({"pool_tokens": 7}, "pool_tokens"), ({"projector": "qformer"}, "projector"),
+    ({"shape": 1}, "shape"),
+])
+def test_yaml_vlm_mistakes_name_the_key(change, key):
+    import yaml as pyyaml
+
+    from frontends.yaml_spec import loads
+
+    path = f"{os.path.dirname(__file__)}/../../examples/llava-1.5-7b.yaml"
+    data = pyyaml.safe_load(open(path))
+    data["model"]["image_input"]["vision_model"]["features"].update(change)
+    with pytest.raises(SpecError) as err:
+        loads(pyyaml.safe_dump(data), "vlm.yaml")
+    assert key in str(err.value) and "vlm.yaml" in str(err.value)
+
+
+@pytest.mark.parametrize("target", ["numpy", "triton", "onnx-npu"])
+def test_one_model_targets_refuse_a_vlm_by_name(tmp_path, capsys, target):
+    """A VLM is a vision model beside its decoder: the targets that write one model say so,
+    exit 2, and write nothing."""
+    spec = f"{os.path.dirname(__file__)}/../../examples/tiny-llava-1.5-7b.yaml"
+    out = tmp_path / "out"
+    assert main(["compile", spec, "--target", target, "-o", str(out / "model.x")]) == 2
+    err = capsys.readouterr().err
+    assert f"--target {target} writes one model, and this VLM has a vision model" in err
+    assert "Traceback" not in err and not out.exists()
