@@ -128,15 +128,25 @@ def onnxruntime(folder, prompt, max_new_tokens, eos, clock) -> Result:
     return Result(tokens, "onnxruntime", last)
 
 
-def genai(folder, prompt, max_new_tokens, eos, clock) -> Result:
-    """The folder in onnxruntime-genai, greedy (its config's eos ends the answer)."""
+def genai(folder, prompt, max_new_tokens, eos, clock, inputs: Optional[dict] = None) -> Result:
+    """The folder in onnxruntime-genai, greedy (its config's eos ends the answer). ``inputs``:
+    named arrays handed in beside the prompt's ids, as genai's multimodal processor hands
+    them (a VLM's ``pixel_values`` and ``num_image_tokens``: ``irc_cli.run_vlm``)."""
     og = _genai_module()
     model = og.Model(folder)
     params = og.GeneratorParams(model)
     params.set_search_options(max_length=len(prompt) + max_new_tokens, do_sample=False)
     generator = og.Generator(model, params)
+    ids = np.asarray([prompt], np.int32)
+    if inputs is not None:
+        named = og.NamedTensors()
+        for name, array in {"input_ids": ids, **inputs}.items():
+            named[name] = np.ascontiguousarray(array)
     clock.start()
-    generator.append_tokens(np.asarray([prompt], np.int32))
+    if inputs is not None:
+        generator.set_inputs(named)
+    else:
+        generator.append_tokens(ids)
     tokens = []
     while not generator.is_done() and len(tokens) < max_new_tokens:
         generator.generate_next_token()

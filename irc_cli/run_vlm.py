@@ -174,7 +174,9 @@ def runner(model, pixels: Optional[np.ndarray]):
             raise IRCError("--engine genai: onnxruntime-genai does not run this model type's multimodal folder",
                            hint="use --engine ort (irc's loop over the three models)")
         if has_config and (engine == "genai" or (engine == "auto" and engines._has_genai())):
-            return genai(model.folder, prompt, pixels, model.tokens, max_new_tokens, eos, clock)
+            inputs = {} if pixels is None else {"pixel_values": pixels.astype(np.float32),
+                                                 "num_image_tokens": np.asarray([model.tokens * len(pixels)], np.int64)}
+            return engines.genai(model.folder, prompt, max_new_tokens, eos, clock, inputs)
         features = None if pixels is None else model.features(pixels)
         empty = np.zeros((0, model.width), np.float32)
         fed = []
@@ -187,33 +189,6 @@ def runner(model, pixels: Optional[np.ndarray]):
         tokens, last = engines.greedy_loop(step, model.caches(), prompt, max_new_tokens, eos, clock)
         return engines.Result(tokens, model.engine, last)
     return run
-
-
-def genai(folder: str, prompt: list, pixels: Optional[np.ndarray], tokens: int, max_new_tokens: int, eos: set,
-          clock) -> engines.Result:
-    """The folder in onnxruntime-genai: irc's ids and pixel values handed in as its
-    multimodal processor would (``input_ids``, ``pixel_values``, ``num_image_tokens``)."""
-    og = engines._genai_module()
-    model = og.Model(folder)
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=len(prompt) + max_new_tokens, do_sample=False)
-    generator = og.Generator(model, params)
-    inputs = og.NamedTensors()
-    inputs["input_ids"] = np.asarray([prompt], np.int32)
-    if pixels is not None:
-        inputs["pixel_values"] = np.ascontiguousarray(pixels, np.float32)
-        inputs["num_image_tokens"] = np.asarray([tokens * len(pixels)], np.int64)
-    clock.start()
-    generator.set_inputs(inputs)
-    out = []
-    while not generator.is_done() and len(out) < max_new_tokens:
-        generator.generate_next_token()
-        token = int(generator.get_next_tokens()[0])
-        out.append(token)
-        clock.token(token)
-        if token in eos:
-            break
-    return engines.Result(out, "onnxruntime-genai")
 
 
 def pixel_values(model, folder: str, image: str) -> tuple[np.ndarray, tuple]:
