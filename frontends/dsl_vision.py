@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from frontends.dsl import Tensor
 
 PIXELS = "pixel_values"
-IMAGE_ROWS = "I"  # its row count (all images' tokens; 0 on a step without an image)
+IMAGE_ROWS = "I"
+BIDIRECTIONAL = ("none", "image", "prefix")  # what an image opens in the causal mask (merge_image_features)  # its row count (all images' tokens; 0 on a step without an image)
 QUICK_GELU = 1.702  # x * sigmoid(1.702 x), CLIP's quick_gelu
 
 
@@ -63,12 +64,13 @@ class VisionInputs:
             raise self.error("x", "call m.pixel_values(...) first: this is a vision encoder's call")
         return vision
 
-    def merge_image_features(self, x: Tensor, token: int, bidirectional: bool = False) -> Tensor:
+    def merge_image_features(self, x: Tensor, token: int, bidirectional=False) -> Tensor:
         """A VLM decoder's embeddings x [B, T, d] with each ``token`` placeholder's row
         replaced, in order, by the next row of the input ``image_features`` f32 [I, d]
-        (``merge_tokens``; I = 0 on a step without an image). ``bidirectional``: one image's
-        tokens see each other in every causal attention built after this call (Gemma 3: the
-        ``image_blocks`` of the ids, attention's ``blocks`` operand)."""
+        (``merge_tokens``; I = 0 on a step without an image). ``bidirectional`` (``BIDIRECTIONAL``),
+        for every causal attention built after this call (the ``image_blocks`` of the ids,
+        attention's ``blocks`` operand): "image" (or true), one image's tokens see each other
+        (Gemma 3); "prefix", a chunk holding an image sees itself whole (PaliGemma)."""
         from frontends.dsl import ACTIVATION, Tensor
         if self.encoder or self._ids is None:
             raise self.error("x", "image features merge into a decoder's token embeddings: call m.input_ids() first")
@@ -78,8 +80,12 @@ class VisionInputs:
             raise self.error("token", f"expected the image placeholder's token id, got {token!r}")
         features = Tensor(self, self._graph.add_input(FEATURES, ACTIVATION, (IMAGE_ROWS, self._features(x))))
         self.meta["image_token_id"] = token
-        if bidirectional:
-            self._blocks = self.emit("image_blocks", [self._ids], {"token": token}, "image_blocks")[0]
+        mode = {True: "image", False: "none"}.get(bidirectional, bidirectional)
+        if mode not in BIDIRECTIONAL:
+            raise self.error("bidirectional", f"expected one of {', '.join(BIDIRECTIONAL)}, got {bidirectional!r}")
+        if mode != "none":
+            self._blocks = self.emit("image_blocks", [self._ids], {"token": token, "prefix": mode == "prefix"},
+                                     "image_blocks")[0]
         return self.emit("merge_tokens", [x, self._ids, features], {"token": token}, "inputs_embeds")[0]
 
     def image_features(self, x: Tensor) -> Tensor:
@@ -391,9 +397,9 @@ class Features:
     class token), ``post_norm`` the final LayerNorm ``@norm`` (SigLIP's post_layernorm),
     ``pool`` average-pooled to that many tokens (Gemma 3), ``shuffle`` pixel-shuffled by that
     scale (Idefics3), then the ``projector``: ``mlp`` (LLaVA: ``@projector.linear_1``, GELU
-    ``approximate``, ``@projector.linear_2``, biases with ``bias``), ``linear`` (Idefics3:
-    ``@projector.proj``) or ``soft_emb`` (Gemma 3: RMSNorm with 1 + w ``@projector.norm``, then
-    ``@projector.proj``)."""
+    ``approximate``, ``@projector.linear_2``, biases with ``bias``), ``linear`` (PaliGemma with a
+    bias, Idefics3 without: ``@projector.proj``) or ``soft_emb`` (Gemma 3: RMSNorm with 1 + w
+    ``@projector.norm``, then ``@projector.proj``)."""
     layers: tuple = (-1,)
     drop: int = 0
     post_norm: bool = False
@@ -428,5 +434,6 @@ def build_image_features(m, spec: VisionSpec, features: Features, width: int) ->
     else:
         if features.projector == "soft_emb":
             x = m.rms_norm(x, "projector.norm", spec.eps, offset=1.0)
-        x = m.emit("linear", [x, m.param("projector.proj", (width, m._features(x)))], None, "projected")[0]
+        bias = m.param("projector.proj.bias", (width,)) if features.bias and features.projector == "linear" else None
+        x = m.emit("linear", [x, m.param("projector.proj", (width, m._features(x))), bias], None, "projected")[0]
     return m.image_features(x)

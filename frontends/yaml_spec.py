@@ -223,6 +223,7 @@ from typing import Optional
 from irc import yamlloc
 from frontends import yaml_gemma, yaml_ssm, yaml_vision
 from frontends.dsl import Model
+from frontends.dsl_vision import BIDIRECTIONAL
 from frontends.dsl_hybrid import scaled
 from frontends.dsl_lightning import lightning_slopes
 from frontends.yaml_attention import ATTENTION_KEYS, AttentionReader, blame
@@ -385,7 +386,7 @@ class _Expander(AttentionReader, FeedForwardReader):
         if image is not None:  # a VLM's decoder: the image features at the placeholders (frontends.yaml_vision)
             with m.at(image.origin()):
                 x = m.merge_image_features(x, image.get("token", non_negative_int),
-                                           image.get("bidirectional", boolean, False))
+                                           image.get("bidirectional", choice(*BIDIRECTIONAL), "none"))
         with blame(f, {"n": (f, "n_layers")}):  # a size limit (irc.limits)
             x = self._layers(m, x)
         x = self._norm(m, x, "norm")

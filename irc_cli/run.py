@@ -83,7 +83,8 @@ def _ids(text: str, option: str, vocab: Optional[int]) -> list:
     return ids
 
 
-def _prompt(args, text: Optional[Text], vocab: Optional[int]) -> list:
+def _prompt(args, text: Optional[Text], vocab: Optional[int], special: bool = True) -> list:
+    """The prompt's ids; ``special``: the tokenizer adds its special tokens to a plain prompt."""
     if args.prompt_ids is not None:
         if args.chat:
             raise IRCError("--chat lays out a text prompt: give --prompt TEXT, not --prompt-ids")
@@ -91,7 +92,8 @@ def _prompt(args, text: Optional[Text], vocab: Optional[int]) -> list:
     if text is None:
         raise IRCError(f"a text prompt needs the model's tokenizer, and there is no tokenizer.json for {args.spec}",
                        hint="give the prompt as token ids: --prompt-ids 1,2,3")
-    ids = text.encode(text.chat(args.prompt, args.system), special=False) if args.chat else text.encode(args.prompt)
+    ids = text.encode(text.chat(args.prompt, args.system), special=False) if args.chat else text.encode(
+        args.prompt, special=special)
     if not ids:
         raise IRCError("--prompt is empty after tokenization")
     if vocab and max(ids) >= vocab:
@@ -163,9 +165,9 @@ def cmd_run(args) -> int:
         pixels, grid = run_vlm.pixel_values(vlm, where, args.image) if args.image else (None, (0, 0))
         images = 0 if pixels is None else 1
         if args.prompt is not None:  # laid out in text, before tokenization, as the processors do
-            args.prompt = run_vlm.expand_text(args.prompt, vlm, images, grid, where, text)
+            args.prompt, special = run_vlm.expand_text(args.prompt, vlm, images, grid, where, text)
         runner = run_vlm.runner(vlm, pixels)
-    prompt = _prompt(args, text, vocab)
+    prompt = _prompt(args, text, vocab, special if vlm is not None and args.prompt is not None else True)
     if vlm is not None and args.prompt is None:
         prompt = run_vlm.expand(prompt, vlm, images, where, text)
     if context and len(prompt) + args.max_new_tokens > context:

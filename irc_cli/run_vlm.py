@@ -55,12 +55,20 @@ def _placeholders(found: int, images: int, what: str, where: str) -> None:
                        location=where, hint=PLACEHOLDER_HINT)
 
 
-def expand_text(prompt: str, model, images: int, grid: tuple, where: str, text) -> str:
-    """The prompt text with its placeholder laid out as the checkpoint's processor lays out
-    the image (``image_prompt``: frontends.hf.vlm; ``grid``: the tiles' rows and columns),
-    before tokenization, as the processors do."""
+def expand_text(prompt: str, model, images: int, grid: tuple, where: str, text) -> tuple[str, bool]:
+    """(the prompt text with its placeholder laid out as the checkpoint's processor lays out
+    the image, whether the tokenizer adds its special tokens): ``image_prompt`` from
+    frontends.hf.vlm; ``grid``: the tiles' rows and columns; before tokenization, as the
+    processors do. PaliGemma's processor writes the images' tokens, <bos>, the prompt and a
+    newline itself, and tokenizes that without special tokens."""
     layout, name = model.image_prompt, text.tokenizer.id_to_token
     placeholder, image = name(layout["placeholder"]), name(model.token) * model.tokens
+    if layout["kind"] == "prepend":
+        if placeholder in prompt:
+            raise IRCError(f"the prompt holds {placeholder}: PaliGemma's processor puts the image before the prompt",
+                           location=where, hint=f"leave {placeholder} out of the prompt")
+        bos = text.config.get("bos_token") or "<bos>"
+        return image * images + (bos["content"] if isinstance(bos, dict) else bos) + prompt + "\n", False
     _placeholders(prompt.count(placeholder), images, placeholder, where)
     if layout["kind"] == "tiles":  # SmolVLMProcessor's get_image_prompt_string
         rows, columns = grid
@@ -71,7 +79,7 @@ def expand_text(prompt: str, model, images: int, grid: tuple, where: str, text) 
     else:
         before, after = ("".join(name(t) for t in layout[k]) for k in ("before", "after"))
         laid = layout["around"] + before + image + after + layout["around"]
-    return prompt.replace(placeholder, laid)
+    return prompt.replace(placeholder, laid), True
 
 
 def expand(prompt: list, model, images: int, where: str, text=None) -> list:
@@ -80,6 +88,8 @@ def expand(prompt: list, model, images: int, where: str, text=None) -> list:
     in text: they need ``expand_text``."""
     layout = model.image_prompt
     token = layout["placeholder"]
+    if layout["kind"] == "prepend":  # PaliGemma: the images' tokens before the ids given
+        return [model.token] * (model.tokens * images) + list(prompt)
     _placeholders(prompt.count(token), images, f"token {token}", where)
     if layout["kind"] == "tiles" and images:
         raise IRCError("SmolVLM's and Idefics3's image layout names its tiles in text (<row_1_col_1>, ...)",

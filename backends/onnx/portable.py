@@ -265,6 +265,12 @@ def lower_image_blocks(b: Builder, node: Node, outs: list[str]) -> None:
     ids, out = node.inputs[0], outs[0]
     image = b.op("Equal", [b.value(ids), b.const(node.attrs["token"], NUMPY_OF[ids.dtype], f"{out}/token")],
                  f"{out}/is_image")
+    if node.attrs["prefix"]:  # a row with an image is one block: Max over it, then -1 or 0 everywhere
+        held = b.op("ReduceMax", [b.op("Cast", [image], f"{out}/image_i64", to=TensorProto.INT64), b.i64([1])],
+                    f"{out}/holds_image", keepdims=1)
+        b.node("Expand", [b.op("Sub", [held, b.i64(1)], f"{out}/row_block"), b.op("Shape", [b.value(ids)],
+                                                                                     f"{out}/shape")], outs)
+        return
     first = b.op("Slice", [image, b.i64([0]), b.i64([1]), b.i64([1])], f"{out}/first")
     before = b.op("Concat", [b.op("Xor", [first, first], f"{out}/no_image"),
                              b.op("Slice", [image, b.i64([0]), b.i64([-1]), b.i64([1])], f"{out}/all_but_last")],

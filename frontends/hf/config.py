@@ -144,7 +144,7 @@ class Arch:
     # the embedding-model form (``frontends.hf.encoder.Encoder``): no caches, no logits
     encoder: Optional[Any] = None
     image_token: Optional[int] = None  # a VLM's: image features take this token's rows (frontends.hf.vlm)
-    image_blocks: bool = False  # ... and one image's tokens see each other (Gemma 3)
+    image_blocks: str = "none"  # ... and what its image opens in the mask (dsl_vision.BIDIRECTIONAL)
 
 
 # ---- reading config.json ----------------------------------------------------------------

@@ -19,6 +19,12 @@ gemma3   ``vision_config``: a SigLIP tower's last_hidden_state (post-LayerNorm);
          one image's tokens see each other both ways (``image_blocks``:
          transformers' ``token_type_ids`` mask, here read from the ids, so the decoder model
          also takes ``input_ids``)
+paligemma ``vision_config``: SigLIP's last_hidden_state (post-LayerNorm) through one linear with a
+          bias (``multi_modal_projector.linear``); ``text_config``: gemma (or gemma2); the
+          processor writes the image's tokens before <bos> and the prompt, and the whole prompt
+          with its image is one bidirectional prefix (``image_blocks`` with ``prefix``: a chunk
+          holding an image sees itself whole; transformers 5.25 sets the text model's
+          ``use_bidirectional_attention``, the same for a prompt run in one chunk)
 idefics3 ``vision_config``: Idefics3's / SmolVLM's SigLIP tower (positions 0..n-1: every tile
 smolvlm  the processor gives is full size); its post-LayerNorm states pixel-shuffled by
          ``scale_factor`` (s x s neighbouring patches into one token of s²·d features) and
@@ -65,6 +71,7 @@ DEFAULTS = {  # transformers 5.25's LlavaConfig, Gemma3Config, Idefics3Config an
               "multimodal_projector_bias": True, "tie_word_embeddings": False},
     "gemma3": {"image_token_index": 262144, "mm_tokens_per_image": 256, "boi_token_index": 255999,
                "eoi_token_index": 256000, "tie_word_embeddings": True},
+    "paligemma": {"image_token_index": 256000, "projection_dim": 2048, "tie_word_embeddings": True},
     "idefics3": {"image_token_id": 128257, "scale_factor": 2, "tie_word_embeddings": False},
     "smolvlm": {"image_token_id": 128257, "scale_factor": 2, "tie_word_embeddings": False},
 }
@@ -79,6 +86,11 @@ TEXT_DEFAULTS = {
     "mistral": {**_SEVEN_B, "intermediate_size": 14336, "num_key_value_heads": 8, "max_position_embeddings": 131072,
                 "sliding_window": 4096},
     "qwen2": {**_SEVEN_B, "vocab_size": 151936, "intermediate_size": 22016, "max_position_embeddings": 32768},
+    "gemma": {"vocab_size": 256000, "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
+              "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256, "max_position_embeddings": 8192},
+    "gemma2": {"vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+               "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 8192,
+               "query_pre_attn_scalar": 256, "sliding_window": 4096},
     "gemma3_text": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
                     "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                     "max_position_embeddings": 131072, "query_pre_attn_scalar": 256, "sliding_window": 4096},
@@ -107,7 +119,7 @@ class Family:
     features: Callable  # (cfg, tower spec) -> frontends.dsl_vision.Features
     image_key: str
     names: tuple
-    image_blocks: bool = False
+    image_blocks: str = "none"  # dsl_vision.BIDIRECTIONAL
     text_defaults: Optional[dict] = None  # keys its config class sets in the text config
 
 
@@ -164,7 +176,7 @@ def _gemma3_features(cfg: Config, spec) -> Features:
 def _shuffle_features(cfg: Config, spec) -> Features:
     """Idefics3's connector: the post-LayerNorm patch states pixel-shuffled by scale_factor
     (s x s neighbours into one token of s²·d features), then ``modality_projection``."""
-    return Features(post_norm=True, shuffle=cfg.get("scale_factor", positive_int), projector="linear")
+    return Features(post_norm=True, shuffle=cfg.get("scale_factor", positive_int), projector="linear", bias=False)
 
 
 ARGS = {"tokens": "mm_tokens_per_image", "scale": "scale_factor"}  # DSL argument -> the config key behind it
@@ -175,7 +187,14 @@ FAMILY = {
                      "patch_size": 14, "image_size": 336, "num_hidden_layers": 24, "num_attention_heads": 16},
                     _llava_features, "image_token_index", _LLAVA_NAMES),
     "gemma3": Family("gemma3_text", ("siglip_vision_model",), {"model_type": "siglip_vision_model"}, _gemma3_features,
-                     "image_token_index", _LLAVA_NAMES, image_blocks=True),
+                     "image_token_index", _LLAVA_NAMES, image_blocks="image"),
+    "paligemma": Family("gemma", ("siglip_vision_model",),
+                        {"model_type": "siglip_vision_model", "intermediate_size": 4096, "hidden_size": 1152,
+                         "patch_size": 14, "image_size": 224, "num_hidden_layers": 27, "num_attention_heads": 16,
+                         "vision_use_head": False}, lambda cfg, spec: Features(post_norm=True, projector="linear"),
+                        "image_token_index", _LLAVA_NAMES, image_blocks="prefix",
+                        text_defaults={"hidden_size": 2048, "num_hidden_layers": 18, "intermediate_size": 16384,
+                                       "num_attention_heads": 8, "num_key_value_heads": 1, "vocab_size": 257152}),
     "idefics3": Family("llama", ("idefics3_vision",), _SIGLIP_SO400M, _shuffle_features, "image_token_id",
                        _IDEFICS_NAMES, text_defaults={"rms_norm_eps": 1e-5}),
     "smolvlm": Family("llama", ("smolvlm_vision",), _SIGLIP_SO400M, _shuffle_features, "image_token_id",
@@ -209,7 +228,8 @@ def _text(cfg: Config, name: str):
 
 
 PROJECTOR = {"gemma3": {"projector.norm": "projector.mm_soft_emb_norm.weight",
-                        "projector.proj": "projector.mm_input_projection_weight"}}
+                        "projector.proj": "projector.mm_input_projection_weight"},
+             "paligemma": {"projector.proj": "projector.linear.weight", "projector.proj.bias": "projector.linear.bias"}}
 
 
 def _attach_projector(graph: Graph, view: Checkpoint, model_type: str) -> None:
@@ -233,6 +253,8 @@ def _image_prompt(cfg: Config, image_token: int) -> dict:
     if cfg.data["model_type"] == "gemma3":
         boi, eoi = (cfg.get(key, non_negative_int) for key in ("boi_token_index", "eoi_token_index"))
         return {"kind": "gemma3", "placeholder": boi, "before": [boi], "after": [eoi], "around": "\n\n"}
+    if cfg.data["model_type"] == "paligemma":  # PaliGemmaProcessor: the images' tokens, <bos>, the prompt, "\n"
+        return {"kind": "prepend", "placeholder": image_token, "before": [], "after": [], "around": ""}
     if cfg.data["model_type"] in ("idefics3", "smolvlm"):  # SmolVLMProcessor's strings around each tile
         return {"kind": "tiles", "placeholder": image_token, "before": [], "after": [], "around": "",
                 "fake": "<fake_token_around_image>", "global": "<global-img>"}

@@ -11,9 +11,11 @@ pixels in patches of 14 give 27 x 27). Without overlap the convolution is a matm
 patches by the flattened weight (the seeds' identity), which ``lower-patch-embed`` writes out
 with slice, reshape, transpose and ``linear`` for the targets. H and W are ints, at least p.
 
-``image_blocks(ids [B, T]) {token: t}`` -> i64 [B, T]: each run of ``t`` ids numbered 0, 1, ...
-along its row, -1 elsewhere: the ``blocks`` operand of ``attention`` with which one image's
-tokens see each other (Gemma 3; ``irc.ops.attention``).
+``image_blocks(ids [B, T]) {token: t, prefix: false}`` -> i64 [B, T]: each run of ``t`` ids
+numbered 0, 1, ... along its row, -1 elsewhere: the ``blocks`` operand of ``attention`` with
+which one image's tokens see each other (Gemma 3; ``irc.ops.attention``). With ``prefix``, a
+row that holds a ``t`` is one block 0 (PaliGemma's prefix-LM: the prompt with its image seen
+whole; a chunk without one, a decode step, stays causal).
 
 ``merge_tokens(embeds [B, S, d], ids [B, S], features [M, d]) {token: t}`` -> [B, S, d]: the
 embeddings with the row of every id equal to ``t`` replaced, in order (batch row by batch row,
@@ -142,9 +144,13 @@ def _blocks_infer(inputs, attrs):
 
 def _blocks_reference(inputs, attrs):
     from irc.ops.attention import image_blocks
+    if attrs["prefix"]:
+        ids = np.asarray(inputs[0])
+        return [np.where((ids == attrs["token"]).any(axis=1, keepdims=True), 0, -1).repeat(ids.shape[1], 1)
+                .astype(np.int64)]
     return [image_blocks(inputs[0], attrs["token"])]
 
 
-register(OpDef("image_blocks", ("ids",), {"token": REQUIRED}, _blocks_infer, _blocks_reference,
+register(OpDef("image_blocks", ("ids",), {"token": REQUIRED, "prefix": False}, _blocks_infer, _blocks_reference,
                lambda inputs, outputs, attrs: Cost(other_flops=3 * inputs[0].numel, bytes_read=inputs[0].nbytes,
                                                    bytes_written=outputs[0].nbytes)))

@@ -1,6 +1,6 @@
 """The VLM ops on the targets that run them: ``merge_tokens`` (image features into the
 token embeddings at the placeholders) and ``image_blocks`` (each run of placeholders
-numbered), against their references and transformers' definitions, through the NumPy
+numbered; with ``prefix``, a row holding one is one block), against their references and transformers' definitions, through the NumPy
 module and both ONNX targets on ONNX Runtime: several images in a batch, none (0 feature
 rows, a text step, where even a generated placeholder id keeps its embedding), a prompt that
 ends in an image; the reference refuses a count that does not match."""
@@ -30,7 +30,8 @@ def vlm_embedding() -> Graph:
     features = g.add_input("image_features", DType.f32, ("I", WIDTH))
     embeds = emit1(g, "embedding", [ids, g.add_param("embed", DType.f32, (10, WIDTH))], {"scale": None}, "x")
     g.outputs = [emit1(g, "merge_tokens", [embeds, ids, features], {"token": TOKEN}, "inputs_embeds"),
-                 emit1(g, "image_blocks", [ids], {"token": TOKEN}, "blocks")]
+                 emit1(g, "image_blocks", [ids], {"token": TOKEN}, "blocks"),
+                 emit1(g, "image_blocks", [ids], {"token": TOKEN, "prefix": True}, "prefix_blocks")]
     g.params["embed"].data = np.arange(10 * WIDTH, dtype=np.float32).reshape(10, WIDTH)
     return g
 
@@ -62,13 +63,15 @@ def expected(fed: dict) -> dict:
             if token == TOKEN:
                 run_id += t == 0 or row[t - 1] != TOKEN
                 blocks[b, t] = run_id
-    return {"inputs_embeds": embeds, "blocks": blocks}
+    prefix = np.where((ids == TOKEN).any(axis=1, keepdims=True), 0, -1) + np.zeros(ids.shape, np.int64)
+    return {"inputs_embeds": embeds, "blocks": blocks, "prefix_blocks": prefix}  # PaliGemma's: a row with one
 
 
 def check(outputs: dict, fed: dict) -> None:
     want = expected(fed)
     np.testing.assert_array_equal(np.asarray(outputs["inputs_embeds"]), want["inputs_embeds"])
     np.testing.assert_array_equal(np.asarray(outputs["blocks"]), want["blocks"])
+    np.testing.assert_array_equal(np.asarray(outputs["prefix_blocks"]), want["prefix_blocks"])
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

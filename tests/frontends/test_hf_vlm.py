@@ -46,6 +46,9 @@ CASES = {  # name: (model class, config class, vision config class, text config,
                 dict(image_size=32, scale_factor=2)),
     "idefics3": ("Idefics3ForConditionalGeneration", "Idefics3Config", "Idefics3VisionConfig", ("LlamaConfig", TEXT),
                  dict(image_size=16, scale_factor=4)),
+    # the image's 16 tokens first, then the prompt: all of it one bidirectional prefix
+    "paligemma": ("PaliGemmaForConditionalGeneration", "PaliGemmaConfig", "SiglipVisionConfig",
+                  ("GemmaConfig", dict(TEXT, head_dim=12)), dict(projection_dim=48)),
 }
 
 
@@ -77,6 +80,8 @@ def tokens_per_image(model) -> int:
         return cfg.mm_tokens_per_image
     if cfg.model_type in ("smolvlm", "idefics3"):
         return (cfg.vision_config.image_size // cfg.vision_config.patch_size // cfg.scale_factor) ** 2
+    if cfg.model_type == "paligemma":
+        return (cfg.vision_config.image_size // cfg.vision_config.patch_size) ** 2
     patches = (cfg.vision_config.image_size // cfg.vision_config.patch_size) ** 2
     return patches + (1 if "CLIP" in type(cfg.vision_config).__name__ else 0) - (
         cfg.vision_feature_select_strategy == "default")
@@ -86,6 +91,9 @@ def prompt(model, images: int) -> np.ndarray:
     """Text, then per image its tokens (Gemma 3: between <start_of_image> and <end_of_image>)."""
     rng = np.random.default_rng(images)
     gemma = model.config.model_type == "gemma3"
+    if model.config.model_type == "paligemma":  # PaliGemmaProcessor: the images' tokens, <bos>, the prompt
+        return np.asarray([[IMAGE_TOKEN] * (tokens_per_image(model) * images) + [2] +
+                           list(rng.integers(3, IMAGE_TOKEN, 7))], np.int64)
     ids = [2 if gemma else 1]
     for _ in range(images):
         image = [IMAGE_TOKEN] * tokens_per_image(model)
@@ -105,7 +113,10 @@ def hf_pixels(model, pixel_values):
 
 
 def extra(model, ids) -> dict:
-    """Gemma 3's ``token_type_ids`` (1 on image tokens), as its processor gives them."""
+    """Gemma 3's ``token_type_ids`` (1 on image tokens) and PaliGemma's (0 on the prefix: the
+    whole prompt), as their processors give them."""
+    if model.config.model_type == "paligemma":
+        return {"token_type_ids": torch.zeros(ids.shape, dtype=torch.long)}
     if model.config.model_type != "gemma3":
         return {}
     return {"token_type_ids": torch.from_numpy((ids == IMAGE_TOKEN).astype(np.int64))}
@@ -152,7 +163,8 @@ def test_onnx_folder_matches_transformers(twins, tmp_path, name, target):
     assert sorted(p.name for p in out.glob("*.onnx")) == ["embedding.onnx", "model.onnx", "vision.onnx"]
     vlm = FolderModel(str(out))
     assert [v.name for v in vlm.decoder.get_inputs()][0] == "inputs_embeds"
-    assert ("input_ids" in {v.name for v in vlm.decoder.get_inputs()}) == (name == "gemma3")
+    # Gemma 3's and PaliGemma's decoders read the ids too: the image blocks of their masks
+    assert ("input_ids" in {v.name for v in vlm.decoder.get_inputs()}) == (name in ("gemma3", "paligemma"))
     ids, pixel_values = prompt(model, 2), pixels(model, 2)
     want_features, want_logits = reference(model, ids, pixel_values)
     features = vlm.features(pixel_values)
@@ -162,8 +174,6 @@ def test_onnx_folder_matches_transformers(twins, tmp_path, name, target):
     assert relative_error(logits[:, -1], want_logits[:, -1]) <= TOLERANCE
     # a text-only step: no image rows at all
     text = vlm.embedding.run(None, {"input_ids": ids[:, :1], "image_features": np.zeros((0, 48), np.float32)})[0]
-    if name == "gemma3":  # the decoder reads the ids too: the image blocks of its mask
-        assert "input_ids" in {v.name for v in vlm.decoder.get_inputs()}
     assert text.shape == (1, 1, 48)
 
 
@@ -460,3 +470,29 @@ def test_one_model_targets_refuse_a_vlm_by_name(tmp_path, capsys, target):
     err = capsys.readouterr().err
     assert f"--target {target} writes one model, and this VLM has a vision model" in err
     assert "Traceback" not in err and not out.exists()
+
+
+def test_irc_run_puts_paligemmas_image_before_the_prompt(twins, tmp_path, capsys):
+    """PaliGemma's processor writes the image's tokens before the prompt (no placeholder in
+    it): ``irc run --prompt-ids`` gives transformers' greedy tokens from the HF folder and
+    the ONNX folder."""
+    from PIL import Image
+
+    model, folder = twins("paligemma")
+    transformers.SiglipImageProcessor(size={"height": 16, "width": 16}).save_pretrained(folder)
+    image = tmp_path / "photo.png"
+    Image.fromarray((np.random.default_rng(5).random((30, 20, 3)) * 255).astype(np.uint8)).save(image)
+    from irc_cli.images import Processor
+    pixel_values = Processor.read(folder).images(Image.open(image))[0]
+    ids = np.asarray([[IMAGE_TOKEN] * tokens_per_image(model) + [2, 7, 9]], np.int64)
+    with torch.no_grad():
+        want = model.generate(input_ids=torch.from_numpy(ids), pixel_values=torch.from_numpy(pixel_values),
+                              attention_mask=torch.ones(ids.shape, dtype=torch.long), max_new_tokens=6,
+                              min_new_tokens=6, do_sample=False, **extra(model, ids))[0, ids.shape[1]:].tolist()
+    out = tmp_path / "out"
+    assert main(["compile", folder, "--target", "onnx-ort", "-o", str(out / "model.onnx"), "--quiet"]) == 0
+    for source in (folder, str(out)):
+        assert main(["run", source, "--image", str(image), "--prompt-ids", "2,7,9", "--max-new-tokens", "6",
+                     "--json", "--quiet"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["prompt_tokens"] == ids[0].tolist() and report["tokens"] == want
