@@ -1,37 +1,37 @@
 """Vision-language models from Hugging Face folders: a vision model and a text decoder.
 
-=======  =========================================================================================
-llava    ``vision_config``: a CLIP or SigLIP vision tower (transformers' default: CLIP ViT-L/14 at
-         336 pixels); its hidden state ``vision_feature_layer`` (an index into transformers'
-         ``hidden_states``: the embeddings, then each layer's output; -2 by default; a list
-         concatenates several along the features), the first token (CLIP's class token)
-         dropped when ``vision_feature_select_strategy`` is "default"; the projector
-         ``linear_1`` -> ``projector_hidden_act`` -> ``linear_2`` (biases with
-         ``multimodal_projector_bias``). ``text_config``: any decoder irc's shared loop builds
-         (``model_type`` llama by default), its token embeddings with every ``image_token_id``
-         (``image_token_index``) placeholder replaced, in order, by an image feature row
-gemma3   ``vision_config``: a SigLIP tower's last_hidden_state (post-LayerNorm); the projector
-         average-pools the patch grid to ``mm_tokens_per_image`` tokens (a k x k window,
-         k = patches per side / tokens per side), normalises them (``mm_soft_emb_norm``,
-         Gemma's RMSNorm with 1 + w, the tower's eps) and projects them
-         (``mm_input_projection_weight`` [d_vision, d_text], applied as x @ W). ``text_config``:
-         a gemma3_text decoder (its embeddings scaled by sqrt(d) before the merge), in which
-         one image's tokens see each other both ways (``image_blocks``:
-         transformers' ``token_type_ids`` mask, here read from the ids, so the decoder model
-         also takes ``input_ids``)
-paligemma ``vision_config``: SigLIP's last_hidden_state (post-LayerNorm) through one linear with a
-          bias (``multi_modal_projector.linear``); ``text_config``: gemma (or gemma2); the
-          processor writes the image's tokens before <bos> and the prompt, and the whole prompt
-          with its image is one bidirectional prefix (``image_blocks`` with ``prefix``: a chunk
-          holding an image sees itself whole; transformers 5.25 sets the text model's
-          ``use_bidirectional_attention``, the same for a prompt run in one chunk)
-idefics3 ``vision_config``: Idefics3's / SmolVLM's SigLIP tower (positions 0..n-1: every tile
-smolvlm  the processor gives is full size); its post-LayerNorm states pixel-shuffled by
-         ``scale_factor`` (s x s neighbouring patches into one token of s²·d features) and
-         projected (``connector.modality_projection.proj``, no bias); ``text_config``: llama
-         (SmolLM2's) by default. An image is its tiles and a global view, each a batch row of
-         ``pixel_values`` (``irc_cli.images`` splits it as the processor does)
-=======  =========================================================================================
+=========  =========================================================================================
+llava      ``vision_config``: a CLIP or SigLIP vision tower (transformers' default: CLIP ViT-L/14 at
+           336 pixels); its hidden state ``vision_feature_layer`` (an index into transformers'
+           ``hidden_states``: the embeddings, then each layer's output; -2 by default; a list
+           concatenates several along the features), the first token (CLIP's class token)
+           dropped when ``vision_feature_select_strategy`` is "default"; the projector
+           ``linear_1`` -> ``projector_hidden_act`` -> ``linear_2`` (biases with
+           ``multimodal_projector_bias``). ``text_config``: any decoder irc's shared loop builds
+           (``model_type`` llama by default), its token embeddings with every ``image_token_id``
+           (``image_token_index``) placeholder replaced, in order, by an image feature row
+gemma3     ``vision_config``: a SigLIP tower's last_hidden_state (post-LayerNorm); the projector
+           average-pools the patch grid to ``mm_tokens_per_image`` tokens (a k x k window,
+           k = patches per side / tokens per side), normalises them (``mm_soft_emb_norm``,
+           Gemma's RMSNorm with 1 + w, the tower's eps) and projects them
+           (``mm_input_projection_weight`` [d_vision, d_text], applied as x @ W). ``text_config``:
+           a gemma3_text decoder (its embeddings scaled by sqrt(d) before the merge), in which
+           one image's tokens see each other both ways (``image_blocks``:
+           transformers' ``token_type_ids`` mask, here read from the ids, so the decoder model
+           also takes ``input_ids``)
+paligemma  ``vision_config``: SigLIP's last_hidden_state (post-LayerNorm) through one linear with a
+           bias (``multi_modal_projector.linear``); ``text_config``: gemma (or gemma2); the
+           processor writes the image's tokens before <bos> and the prompt, and the whole prompt
+           with its image is one bidirectional prefix (``image_blocks`` with ``prefix``: a chunk
+           holding an image sees itself whole; transformers 5.25 sets the text model's
+           ``use_bidirectional_attention``, the same for a prompt run in one chunk)
+idefics3   ``vision_config``: Idefics3's / SmolVLM's SigLIP tower (positions 0..n-1: every tile
+smolvlm    the processor gives is full size); its post-LayerNorm states pixel-shuffled by
+           ``scale_factor`` (s x s neighbouring patches into one token of s²·d features) and
+           projected (``connector.modality_projection.proj``, no bias); ``text_config``: llama
+           (SmolLM2's) by default. An image is its tiles and a global view, each a batch row of
+           ``pixel_values`` (``irc_cli.images`` splits it as the processor does)
+=========  =========================================================================================
 
 ``load_vlm`` returns the decoder graph, which takes ``image_features`` f32 [I, d] beside its
 usual inputs (``merge_tokens`` right after the embedding lookup; I = 0 on a step without an
