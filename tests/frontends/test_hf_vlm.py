@@ -496,3 +496,16 @@ def test_irc_run_puts_paligemmas_image_before_the_prompt(twins, tmp_path, capsys
                      "--json", "--quiet"]) == 0
         report = json.loads(capsys.readouterr().out)
         assert report["prompt_tokens"] == ids[0].tolist() and report["tokens"] == want
+
+
+def test_a_vlm_folder_is_byte_identical_compiled_twice(twins, tmp_path):
+    """The three models, genai_config.json, processor_config.json and irc_vlm.json."""
+    model, folder = twins("gemma3")
+    transformers.Gemma3ImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(folder)
+    for run in ("a", "b"):
+        assert main(["compile", folder, "--target", "onnx-ort", "-o", str(tmp_path / run / "model.onnx"),
+                     "--quiet"]) == 0
+    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert {"vision.onnx", "embedding.onnx", "model.onnx", "genai_config.json", "processor_config.json",
+            "irc_vlm.json"} <= set(names)
+    assert all((tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes() for n in names)
