@@ -277,13 +277,14 @@ def test_config_mistakes_name_the_key(twins, tmp_path, changes, key):
 
 
 EXAMPLES = {"llava-1.5-7b": "LlavaForConditionalGeneration", "gemma-3-4b": "Gemma3ForConditionalGeneration",
-            "smolvlm-256m": "Idefics3ForConditionalGeneration"}
-TOKENS = {"llava-1.5-7b": 576, "gemma-3-4b": 256, "smolvlm-256m": 64}  # a view's: SmolVLM's per tile
+            "smolvlm-256m": "Idefics3ForConditionalGeneration", "paligemma-3b-224": "PaliGemmaForConditionalGeneration"}
+TOKENS = {"llava-1.5-7b": 576, "gemma-3-4b": 256, "smolvlm-256m": 64, "paligemma-3b-224": 256}  # SmolVLM's per tile
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_full_size_examples_count_transformers_parameters(name):
-    """LLaVA-1.5-7B, Gemma-3-4B and SmolVLM-256M (examples/hf/NAME, config.json alone) built by transformers
+    """LLaVA-1.5-7B, Gemma-3-4B, SmolVLM-256M and PaliGemma-3B (examples/hf/NAME, config.json
+    alone) built by transformers
     on the meta device: irc's decoder and vision model hold its parameters, less the tower's
     that no output reads (LLaVA reads hidden_states[-2]: CLIP's last layer and
     post-LayerNorm)."""
