@@ -284,10 +284,9 @@ TOKENS = {"llava-1.5-7b": 576, "gemma-3-4b": 256, "smolvlm-256m": 64, "paligemma
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_full_size_examples_count_transformers_parameters(name):
     """LLaVA-1.5-7B, Gemma-3-4B, SmolVLM-256M and PaliGemma-3B (examples/hf/NAME, config.json
-    alone) built by transformers
-    on the meta device: irc's decoder and vision model hold its parameters, less the tower's
-    that no output reads (LLaVA reads hidden_states[-2]: CLIP's last layer and
-    post-LayerNorm)."""
+    alone) built by transformers on the meta device: irc's decoder and vision model hold its
+    parameters, less the tower's that no output reads (LLaVA reads hidden_states[-2]: CLIP's
+    last layer and post-LayerNorm)."""
     from irc.analysis import analyze
 
     folder = f"{os.path.dirname(__file__)}/../../examples/hf/{name}"
