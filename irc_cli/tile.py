@@ -7,8 +7,10 @@ Runs ``--passes`` (if any) and then ``npu-tile`` through the pass manager, write
 plan (``-o``, JSON, byte-identical for the same input) and the report (``--report``),
 atomically, and prints the totals per phase: time per token for a decoder's prefill and
 decode, time per image (and images per second) for an image encoder's one ``image`` phase,
-which ``--tokens`` and ``--past`` do not apply to. ``add_parser`` registers the command on the
-``irc`` parser; ``main`` runs it alone (``python -m irc_cli.tile``).
+which ``--tokens`` and ``--past`` do not apply to. A VLM gets both: its decoder's plan (image
+rows not counted there) and its vision model's, written beside it (``plan.vision.json``,
+``plan.vision.html``). ``add_parser`` registers the command on the ``irc`` parser; ``main``
+runs it alone (``python -m irc_cli.tile``).
 """
 from __future__ import annotations
 
@@ -41,18 +43,29 @@ def cmd_tile(args) -> int:
     from passes.npu_tile import NpuTile
 
     graph = load(args.spec)
-    pipeline = parse_pipeline(args.passes or "") + [
-        NpuTile(target=args.target_npu, tokens=args.tokens, past=args.past, batch=args.batch, dtype=args.dtype)]
-    PassManager(pipeline, out=sys.stderr).run(graph)
-    plan = graph.meta["npu_plan"]
-    if args.output:
-        write_atomic(args.output, dumps(plan))
-        print(f"wrote {args.output} ({len(plan['ops'])} planned ops)", file=sys.stderr)
-    if args.report:
-        write_atomic(args.report, npu_page(plan))
-        print(f"wrote {args.report}", file=sys.stderr)
-    print(summary(plan))
+    plans = []
+    for part, role in [(graph, "")] + [(g, role) for role, g in graph.parts.items()]:  # a VLM's vision model too
+        pipeline = parse_pipeline(args.passes or "") + [
+            NpuTile(target=args.target_npu, tokens=args.tokens, past=args.past, batch=args.batch, dtype=args.dtype)]
+        PassManager(pipeline, out=sys.stderr).run(part)
+        plans.append((part.meta["npu_plan"], role))
+    for plan, role in plans:
+        for path, text in ((args.output, lambda: dumps(plan)), (args.report, lambda: npu_page(plan))):
+            if path:
+                path = beside(path, role)
+                write_atomic(path, text())
+                print(f"wrote {path}" + (f" ({len(plan['ops'])} planned ops)" if path.endswith(".json") else ""),
+                      file=sys.stderr)
+    print("\n".join(summary(plan) for plan, _ in plans))
     return 0
+
+
+def beside(path: str, role: str) -> str:
+    """``plan.json`` for the model itself, ``plan.vision.json`` for a VLM's vision model."""
+    if not role:
+        return path
+    stem, dot, ext = path.rpartition(".")
+    return f"{stem}.{role}.{ext}" if dot else f"{path}.{role}"
 
 
 def summary(plan: dict) -> str:

@@ -23,6 +23,7 @@ from typing import Optional
 from irc.errors import BackendError
 from irc.graph import Graph
 from irc.npu import cost, scan
+from irc.ops.vision import FEATURES
 from passes.npu_tile import workloads
 from irc.npu.target import Machine, Target
 
@@ -33,7 +34,9 @@ IMAGE = "image"
 
 def phase_bindings(tokens: int, past: int, batch: int, vision: Optional[dict] = None) -> dict:
     """Bindings per phase: a decoder's prefill and decode, or an image encoder's one image
-    phase (its token count is fixed by the graph; only B is free)."""
+    phase (its token count is fixed by the graph; only B is free). A VLM decoder's image rows
+    (``I``) are bound to 0 by ``plan_graph``: its vision model is planned apart (``irc tile``
+    plans both)."""
     if vision is not None:
         return {IMAGE: {"B": batch}}
     return {"prefill": {"B": batch, "T": tokens, "P": 0}, "decode": {"B": batch, "T": 1, "P": past}}
@@ -50,6 +53,8 @@ def plan_graph(graph: Graph, target: Target, *, tokens: int = 512, past: int = 4
     machine = target.machine(dtype)
     vision = graph.meta.get("vision")
     phases = phase_bindings(tokens, past, batch, vision)
+    if any(v.name == FEATURES for v in graph.inputs):  # a VLM decoder: its image rows are the vision plan's
+        phases = {phase: {**bindings, "I": 0} for phase, bindings in phases.items()}
     searched: dict = {}
     ops, totals = [], {}
     for phase, bindings in phases.items():

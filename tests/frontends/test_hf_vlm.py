@@ -509,3 +509,28 @@ def test_a_vlm_folder_is_byte_identical_compiled_twice(twins, tmp_path):
     assert {"vision.onnx", "embedding.onnx", "model.onnx", "genai_config.json", "processor_config.json",
             "irc_vlm.json"} <= set(names)
     assert all((tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes() for n in names)
+
+
+def test_irc_tile_plans_the_decoder_and_the_vision_model(tmp_path, capsys):
+    """``irc tile`` on a VLM: the decoder's prefill and decode (image rows not counted there)
+    and the vision model's image phase, each written, each op run by the tiled executor with
+    the planned DRAM bytes and the reference's numbers."""
+    from backends.npu.executor import execute, random_operands, reference
+    from passes.npu_tile.plan import machine_of
+
+    spec = f"{os.path.dirname(__file__)}/../../examples/tiny-llava-1.5-7b.yaml"
+    target = f"{os.path.dirname(__file__)}/../../examples/targets/edge-npu.yaml"
+    assert main(["tile", spec, "--target-npu", target, "-o", str(tmp_path / "plan.json")]) == 0
+    out = capsys.readouterr().out
+    assert "prefill" in out and "decode" in out and "image" in out and "16 tokens an image" in out
+    decoder = json.loads((tmp_path / "plan.json").read_text())
+    vision = json.loads((tmp_path / "plan.vision.json").read_text())
+    assert set(decoder["phases"]) == {"prefill", "decode"} and set(vision["phases"]) == {"image"}
+    for plan in (decoder, vision):
+        machine = machine_of(plan)
+        for record in plan["ops"]:
+            operands, numbers = random_operands(record, machine, seed=3)
+            result = execute(record, machine, operands, numbers)
+            assert result.dram == record["dram"], record["name"]
+            if record["kind"] == "gemm":
+                np.testing.assert_array_equal(result.outputs, reference(record, machine, operands, numbers))
