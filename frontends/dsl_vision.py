@@ -80,6 +80,9 @@ class VisionInputs:
             raise self.error("token", f"expected the image placeholder's token id, got {token!r}")
         features = Tensor(self, self._graph.add_input(FEATURES, ACTIVATION, (IMAGE_ROWS, self._features(x))))
         self.meta["image_token_id"] = token
+        # how a prompt lays an image out (irc_cli.run_vlm): the placeholder widened to the image's
+        # tokens, LLaVA's processor; a Hugging Face family sets its own (frontends.hf.vlm)
+        self.meta["image_prompt"] = {"kind": "repeat", "placeholder": token, "before": [], "after": [], "around": ""}
         mode = {True: "image", False: "none"}.get(bidirectional, bidirectional)
         if mode not in BIDIRECTIONAL:
             raise self.error("bidirectional", f"expected one of {', '.join(BIDIRECTIONAL)}, got {bidirectional!r}")

@@ -534,3 +534,17 @@ def test_irc_tile_plans_the_decoder_and_the_vision_model(tmp_path, capsys):
             assert result.dram == record["dram"], record["name"]
             if record["kind"] == "gemm":
                 np.testing.assert_array_equal(result.outputs, reference(record, machine, operands, numbers))
+
+
+def test_the_yaml_vlm_compiles_and_reports(tmp_path, capsys):
+    """A YAML VLM through irc compile (with its report) and irc run on its folder: its prompt
+    layout is the DSL's default, LLaVA's placeholder widened to the image's tokens."""
+    spec = f"{os.path.dirname(__file__)}/../../examples/tiny-llava-1.5-7b.yaml"
+    out = tmp_path / "out"
+    assert main(["compile", spec, "--target", "onnx", "-o", str(out / "model.onnx"), "--report",
+                 str(tmp_path / "report.html"), "--quiet"]) == 0
+    manifest = json.loads((out / "irc_vlm.json").read_text())
+    assert manifest["image_prompt"]["kind"] == "repeat" and manifest["image_tokens"] == 16
+    assert (tmp_path / "report.html").stat().st_size > 0
+    assert main(["run", str(out), "--prompt-ids", "1,5,6", "--max-new-tokens", "3", "--json", "--quiet"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["tokens"]) == 3
