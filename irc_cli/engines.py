@@ -109,14 +109,7 @@ def onnxruntime(folder, prompt, max_new_tokens, eos, clock) -> Result:
     if "logits" not in names:  # an embedding model (last_hidden_state, sentence_embedding)
         raise IRCError(f"the model has no logits output (its outputs: {', '.join(names)}): nothing to generate with",
                        location=folder, hint="an encoder's folder is for embedding, not irc run")
-    caches = {}
-    for value in session.get_inputs():
-        if value.name.startswith("past_key_values."):
-            if value.type not in ORT_TYPES:
-                raise IRCError(f"input {value.name} is {value.type}, which irc's onnxruntime loop cannot feed",
-                               location=folder, hint="install onnxruntime-genai and use --engine genai")
-            shape = [1 if i == 0 else 0 if isinstance(d, str) or d is None else d for i, d in enumerate(value.shape)]
-            caches[value.name] = np.zeros(shape, ORT_TYPES[value.type])
+    caches = session_caches(session, folder)
     inputs = {value.name for value in session.get_inputs()}
 
     def step(feeds):
@@ -126,6 +119,25 @@ def onnxruntime(folder, prompt, max_new_tokens, eos, clock) -> Result:
     tokens, last = greedy_loop(step, caches, prompt, max_new_tokens, eos, clock,
                                None if refresh is None else int(refresh))
     return Result(tokens, "onnxruntime", last)
+
+
+def input_type(session, name: str):
+    """The NumPy type of the session's input ``name`` (an fp16 model takes f16 pixels)."""
+    value = next(v for v in session.get_inputs() if v.name == name)
+    return ORT_TYPES.get(value.type, np.float32)
+
+
+def session_caches(session, folder: str) -> dict:
+    """A session's ``past_key_values.*`` inputs, empty (batch 1, no past), in their own types."""
+    caches = {}
+    for value in session.get_inputs():
+        if value.name.startswith("past_key_values."):
+            if value.type not in ORT_TYPES:
+                raise IRCError(f"input {value.name} is {value.type}, which irc's onnxruntime loop cannot feed",
+                               location=folder, hint="install onnxruntime-genai and use --engine genai")
+            shape = [1 if i == 0 else 0 if isinstance(d, str) or d is None else d for i, d in enumerate(value.shape)]
+            caches[value.name] = np.zeros(shape, ORT_TYPES[value.type])
+    return caches
 
 
 def genai(folder, prompt, max_new_tokens, eos, clock, inputs: Optional[dict] = None) -> Result:

@@ -161,13 +161,14 @@ def cmd_run(args) -> int:
         raise IRCError("--logits: onnxruntime-genai does not hand out logits here", hint="use --engine ort")
     text = _text(args, where)
     vlm = run_vlm.load_model(args, source)
+    special = True  # the tokenizer adds its special tokens (PaliGemma's layout writes <bos> itself)
     if vlm is not None:  # a vision-language model: the image's features go in with the prompt
         pixels, grid = run_vlm.pixel_values(vlm, where, args.image) if args.image else (None, (0, 0))
         images = 0 if pixels is None else 1
         if args.prompt is not None:  # laid out in text, before tokenization, as the processors do
             args.prompt, special = run_vlm.expand_text(args.prompt, vlm, images, grid, where, text)
         runner = run_vlm.runner(vlm, pixels)
-    prompt = _prompt(args, text, vocab, special if vlm is not None and args.prompt is not None else True)
+    prompt = _prompt(args, text, vocab, special)
     if vlm is not None and args.prompt is None:
         prompt = run_vlm.expand(prompt, vlm, images, where, text)
     if context and len(prompt) + args.max_new_tokens > context:

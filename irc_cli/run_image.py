@@ -38,7 +38,7 @@ def _compiled(folder: str):
     names = [o.name for o in session.get_outputs()]
 
     def run(pixels):
-        return dict(zip(names, session.run(None, {PIXELS: pixels})))
+        return dict(zip(names, session.run(None, {PIXELS: pixels.astype(engines.input_type(session, PIXELS))})))
     return run, tuple(inputs[PIXELS][2:]), "onnxruntime"
 
 

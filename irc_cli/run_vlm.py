@@ -8,11 +8,12 @@ then the vision model (``image_features``, one row per visual token). The prompt
 the image placeholder once per image (LLaVA: ``<image>``, Gemma 3: ``<start_of_image>``); each is
 laid out as transformers' processor lays it out (``image_prompt``: LLaVA's widened to the
 image's tokens; Gemma 3's "\\n\\n" + <start_of_image> + its soft tokens + <end_of_image> +
-"\\n\\n"), and the decoder's embedding step puts the features there. Then greedy decoding as for text (``irc_cli.run``):
-a folder ``irc compile`` wrote runs its three models in onnxruntime
-(``vision.onnx``, ``embedding.onnx``, the decoder), a spec or Hugging Face folder runs in the
-reference interpreter. A prompt with no placeholder, or more than one per image given, is
-refused before anything runs.
+"\\n\\n"; SmolVLM's tiles named row by row; PaliGemma's before the prompt), and the decoder's
+embedding step puts the features there. Then greedy decoding as for text (``irc_cli.run``): a
+folder ``irc compile`` wrote runs in onnxruntime-genai where it has genai's config, else its
+three models in onnxruntime (``vision.onnx``, ``embedding.onnx``, the decoder); a spec or
+Hugging Face folder runs in the reference interpreter. A prompt whose placeholders do not
+number the images is refused before anything runs.
 """
 from __future__ import annotations
 
@@ -23,10 +24,12 @@ from typing import Optional
 import numpy as np
 
 from irc.errors import IRCError
+from irc.inputs import read_json
 from irc_cli import engines
 from irc_cli.images import Processor, read_image
 
 MANIFEST = engines.VLM_MANIFEST
+KEYS = ("vision", "embedding", "decoder", "image_token_id", "image_tokens", "image_size", "image_prompt")
 
 
 def takes_images(path: str) -> bool:
@@ -106,8 +109,11 @@ class FolderModel:
         from backends.onnx.runtime import ort_session
 
         path = os.path.join(folder, MANIFEST)
-        with open(path, encoding="utf-8") as f:
-            self.manifest = json.load(f)
+        self.manifest = read_json(path)
+        missing = [key for key in KEYS if key not in self.manifest] if isinstance(self.manifest, dict) else KEYS
+        if missing:
+            raise IRCError(f"no {missing[0]} in the folder's manifest", location=path,
+                           hint="compile the model again with this irc")
         self.folder = folder
         self.vision, self.embedding, self.decoder = (ort_session(os.path.join(folder, self.manifest[k]), threads=None)
                                                      for k in ("vision", "embedding", "decoder"))
@@ -116,6 +122,10 @@ class FolderModel:
     @property
     def width(self) -> int:
         return int(self.embedding.get_inputs()[1].shape[1])
+
+    def no_rows(self) -> np.ndarray:
+        """The embedding model's image features for a step without an image: 0 rows."""
+        return np.zeros((0, self.width), engines.input_type(self.embedding, "image_features"))
 
     @property
     def token(self) -> int:
@@ -134,11 +144,11 @@ class FolderModel:
         return tuple(self.manifest["image_size"])
 
     def features(self, pixels: np.ndarray) -> np.ndarray:
+        pixels = pixels.astype(engines.input_type(self.vision, "pixel_values"))
         return self.vision.run(["image_features"], {"pixel_values": pixels})[0]
 
     def caches(self) -> dict:
-        return {v.name: np.zeros([1 if i == 0 else 0 if not isinstance(d, int) else d for i, d in enumerate(v.shape)],
-                                 np.float32) for v in self.decoder.get_inputs() if v.name.startswith("past_key_values.")}
+        return engines.session_caches(self.decoder, self.folder)
 
     def step(self, feeds: dict, features: np.ndarray) -> dict:
         embeds = self.embedding.run(None, {"input_ids": feeds["input_ids"], "image_features": features})[0]
@@ -159,11 +169,14 @@ class SpecModel:
         self.token, self.tokens = graph.meta["image_token_id"], self.vision.meta["vision"]["tokens"]
         self.image_prompt = graph.meta["image_prompt"]
         self.size = tuple(self.vision.meta["vision"]["image_size"])
-        self.width = graph.meta["d_model"]
         self.engine = "reference interpreter"
 
     def features(self, pixels: np.ndarray) -> np.ndarray:
         return self._vision.run({"pixel_values": pixels})["image_features"]
+
+    def no_rows(self) -> np.ndarray:
+        from irc.interpreter import no_images
+        return no_images(self.graph)["image_features"]
 
     def caches(self) -> dict:
         from backends.onnx.runtime import empty_caches
@@ -187,14 +200,13 @@ def runner(model, pixels: Optional[np.ndarray]):
             inputs = {} if pixels is None else {"pixel_values": pixels.astype(np.float32),
                                                  "num_image_tokens": np.asarray([model.tokens * len(pixels)], np.int64)}
             return engines.genai(model.folder, prompt, max_new_tokens, eos, clock, inputs)
-        features = None if pixels is None else model.features(pixels)
-        empty = np.zeros((0, model.width), np.float32)
-        fed = []
+        empty = model.no_rows()
+        rows = [empty if pixels is None else model.features(pixels)]  # the prompt step's, then none
 
         def step(feeds):
-            rows = features if features is not None and not fed else empty
-            fed.append(True)
-            return model.step(feeds, rows)
+            outputs = model.step(feeds, rows[0])
+            rows[0] = empty
+            return outputs
 
         tokens, last = engines.greedy_loop(step, model.caches(), prompt, max_new_tokens, eos, clock)
         return engines.Result(tokens, model.engine, last)

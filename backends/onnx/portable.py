@@ -31,7 +31,13 @@ NUMPY_OF = {dtype: dtype.numpy for dtype in DType}
 
 
 def _ins(b: Builder, node: Node) -> list[str]:
-    return [b.value(v) for v in node.inputs]
+    """The operands; a float param read beside activations of another float type (an f16
+    position table added to activations lowered in f32: ``backends.onnx.precision``) cast to
+    theirs."""
+    floats = {v.dtype for v in node.inputs if v is not None and not isinstance(v, Param) and v.dtype.is_float}
+    dtype = next(iter(floats)) if len(floats) == 1 else None
+    return [b.weight(v, dtype=dtype) if isinstance(v, Param) and v.dtype.is_float and dtype is not None
+            else b.value(v) for v in node.inputs]
 
 
 # ---- primitives ------------------------------------------------------------------------

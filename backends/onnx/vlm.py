@@ -56,13 +56,18 @@ def _merge(graph: Graph):
     return merges[0]
 
 
-def decoder_pieces(graph: Graph, name: str):
+class DecoderCut:
     """``pieces`` for ``emit_model``: the lowered decoder cut at the merge's output into
-    ``embedding.onnx`` and ``name``."""
-    merge = _merge(graph)
+    ``embedding.onnx`` and ``name``; once called, what genai's config needs of the cut:
+    ``in_place`` (every attention is GroupQueryAttention) and the decoder model's inputs."""
 
-    def pieces(model, b):
-        pieces.in_place = sum(n.op_type == "GroupQueryAttention" for n in b.nodes) == sum(
+    def __init__(self, graph: Graph, name: str):
+        self.graph, self.name, self.merge = graph, name, _merge(graph)
+        self.in_place, self.decoder_inputs = False, []
+
+    def __call__(self, model, b) -> dict:
+        graph, merge = self.graph, self.merge
+        self.in_place = sum(n.op_type == "GroupQueryAttention" for n in b.nodes) == sum(
             1 for v in graph.inputs if v.name.startswith("past_key_values.") and v.name.endswith(".key"))
         cut = b.name_for(merge.outputs[0])
         info = _value_info(merge.outputs[0])
@@ -72,13 +77,11 @@ def decoder_pieces(graph: Graph, name: str):
         rest = [v.name for v in graph.inputs if v.name not in (ids, features)]
         decoder = submodel(model, [cut] + rest, [v.name for v in graph.outputs], doc="decoder",
                            value_info={cut: info})
-        pieces.decoder_inputs = [v.name for v in decoder.graph.input]
-        return {EMBEDDING: embedding, name: decoder}
-
-    return pieces
+        self.decoder_inputs = [v.name for v in decoder.graph.input]
+        return {EMBEDDING: embedding, self.name: decoder}
 
 
-def vlm_genai_config(graph: Graph, name: str, context: int, pieces) -> dict:
+def vlm_genai_config(graph: Graph, name: str, context: int, pieces: DecoderCut) -> dict:
     """genai_config.json for a VLM folder of a ``GENAI_TYPES`` model type."""
     config = genai_config(graph, name, context, share_buffer=pieces.in_place)
     model = config["model"]
@@ -134,7 +137,7 @@ def emit_vlm(graph: Graph, path: str, **kwargs) -> tuple[Emitted, Emitted, list]
         raise BackendError(f"the decoder cannot be named {name}: the VLM folder writes that file itself",
                            hint="use -o FOLDER/model.onnx")
     files = kwargs.pop("files", None) or {}
-    pieces = decoder_pieces(graph, name)
+    pieces = DecoderCut(graph, name)
     preprocessor = files.get("preprocessor_config.json")
     genai = graph.meta.get("model_type") in GENAI_TYPES and isinstance(preprocessor, str)
     notes = [] if genai or graph.meta.get("model_type") not in GENAI_TYPES else [

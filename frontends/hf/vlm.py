@@ -143,8 +143,8 @@ def build_vision_model(cfg: Config, tower: Config, name: str, d_text: int) -> Gr
     with m.at(cfg.path):
         try:
             build_image_features(m, spec, features, d_text)
-        except ArgError as err:  # a pooling or shuffle that does not fit the patch grid
-            raise cfg.error(ARGS.get(err.arg, err.arg), err.detail) from None
+        except ArgError as err:  # feature layers outside the tower, a pooling or shuffle that does not fit
+            raise cfg.error(ARGS.get(err.arg, err.arg), err.detail, hint=err.hint) from None
     graph = m.graph
     graph.meta["model_type"] = tower_type
     return graph
@@ -154,10 +154,7 @@ def _llava_features(cfg: Config, spec) -> Features:
     """hidden_states[vision_feature_layer] (the class token dropped by "default"), projected."""
     raw = cfg.raw("vision_feature_layer")
     layers = cfg.get("vision_feature_layer", int_list) if isinstance(raw, list) else [
-        cfg.get("vision_feature_layer", lambda v: int_list([v])[0])]
-    if not layers or any(not -(spec.layers + 1) <= k <= spec.layers for k in layers):
-        raise cfg.error("vision_feature_layer", f"{raw!r} is not a hidden state of the {spec.layers}-layer tower",
-                        hint=f"an index from {-(spec.layers + 1)} to {spec.layers}")
+        cfg.get("vision_feature_layer", lambda v: int_list([v])[0])]  # their range: build_image_features
     strategy = cfg.get("vision_feature_select_strategy", string)
     if strategy not in STRATEGIES:
         raise cfg.unsupported("vision_feature_select_strategy", strategy, hint=f"strategies: {', '.join(STRATEGIES)}")
@@ -179,7 +176,8 @@ def _shuffle_features(cfg: Config, spec) -> Features:
     return Features(post_norm=True, shuffle=cfg.get("scale_factor", positive_int), projector="linear", bias=False)
 
 
-ARGS = {"tokens": "mm_tokens_per_image", "scale": "scale_factor"}  # DSL argument -> the config key behind it
+# DSL argument -> the config key behind it
+ARGS = {"layers": "vision_feature_layer", "tokens": "mm_tokens_per_image", "scale": "scale_factor"}
 
 FAMILY = {
     "llava": Family("llama", ("clip_vision_model", "siglip_vision_model"),

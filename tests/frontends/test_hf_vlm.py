@@ -548,3 +548,26 @@ def test_the_yaml_vlm_compiles_and_reports(tmp_path, capsys):
     assert (tmp_path / "report.html").stat().st_size > 0
     assert main(["run", str(out), "--prompt-ids", "1,5,6", "--max-new-tokens", "3", "--json", "--quiet"]) == 0
     assert len(json.loads(capsys.readouterr().out)["tokens"]) == 3
+
+
+def test_an_fp16_folder_runs_with_an_image(twins, tmp_path, capsys):
+    """--dtype f16: the vision model takes f16 pixels (its position table added in f32 beside
+    activations lowered in f32 loads in ORT), its features are within fp16's rounding of the
+    f32 model's, and irc run feeds each model its own types."""
+    from irc_cli.run_vlm import FolderModel
+
+    model, folder = twins("llava-clip")
+    transformers.CLIPImageProcessor(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16}
+                                    ).save_pretrained(folder)
+    for dtype in ("f32", "f16"):
+        assert main(["compile", folder, "--target", "onnx-ort", "--dtype", dtype, "-o",
+                     str(tmp_path / dtype / "model.onnx"), "--quiet"]) == 0
+    pixel_values = pixels(model, 1)
+    full, half = (FolderModel(str(tmp_path / d)).features(pixel_values) for d in ("f32", "f16"))
+    assert half.dtype == np.float16 and relative_error(half.astype(np.float32), full) <= 1e-2
+    from PIL import Image
+    image = tmp_path / "photo.png"
+    Image.fromarray((np.random.default_rng(6).random((20, 24, 3)) * 255).astype(np.uint8)).save(image)
+    assert main(["run", str(tmp_path / "f16"), "--image", str(image), "--prompt-ids", f"1,{IMAGE_TOKEN},9",
+                 "--max-new-tokens", "4", "--json", "--quiet"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["tokens"]) == 4
