@@ -213,16 +213,22 @@ class Model(EncoderOutputs, VisionInputs):
     def _context(self) -> tuple[Value, Value]:
         """The attention mask and positions (None for a vision encoder: every patch visible,
         positions learned and added once)."""
-        if self.meta.get("vision") is not None:
-            return None, None
+        if self.meta.get("vision") is not None:  # RoPE positions only where the tower made them (patch_grid)
+            return None, self._positions
         if self._mask is None:
             raise self.error("x", "call m.input_ids() first: attention needs the mask and positions")
         return self._mask, self._positions
 
     # ---- model-level calls -------------------------------------------------------------
-    def input_ids(self) -> Tensor:
+    def input_ids(self, position_axes: Optional[int] = None) -> Tensor:
         """The token ids; also declares ``attention_mask`` and ``position_ids`` (an encoder:
-        ``attention_mask`` [B, T], the positions 0..T-1 computed in the graph)."""
+        ``attention_mask`` [B, T], the positions 0..T-1 computed in the graph). With
+        ``position_axes`` A, ``position_ids`` are i64 [A, B, T] (Qwen-VL's multimodal RoPE:
+        ``Rope(mrope=...)``)."""
+        if position_axes is not None:
+            positive("position_axes", position_axes, self.origin())
+            if self.encoder:
+                raise self.error("position_axes", "an encoder computes its positions")
         if self._ids is None:
             g = self._graph
             self._ids = Tensor(self, g.add_input("input_ids", DType.i64, ("B", "T")))
@@ -232,7 +238,8 @@ class Model(EncoderOutputs, VisionInputs):
                 row = self.emit("reshape", [index], {"shape": [1, "T"]}, "position_row")[0]
                 self._positions = self.emit("expand", [row], {"shape": ["B", "T"]}, "position_ids")[0].value
             else:
-                self._positions = g.add_input("position_ids", DType.i64, ("B", "T"))
+                axes = () if position_axes is None else (position_axes,)
+                self._positions = g.add_input("position_ids", DType.i64, axes + ("B", "T"))
         return self._ids
 
     def _drop_unused_positions(self) -> None:

@@ -76,7 +76,8 @@ class AttentionLayer:
                   scale: Optional[float] = None, qkv_bias: bool = False, qk_norm: Union[bool, str] = False,
                   qk_norm_eps: float = 1e-6, qk_norm_offset: float = 0.0, causal: bool = True,
                   output_gate: bool = False, out_bias: bool = False, sinks: bool = False,
-                  clip_qkv: Optional[float] = None, query_scale: Optional[tuple] = None) -> Tensor:
+                  clip_qkv: Optional[float] = None, query_scale: Optional[tuple] = None,
+                  blocks: Optional[Tensor] = None) -> Tensor:
         """Multi-head attention (MHA; GQA when kv_heads < heads; MQA when kv_heads == 1):
         q/k/v projections (``attn.wq/wk/wv``, biases ``bq/bk/bv`` with qkv_bias), RMS norms
         ``q_norm``/``k_norm`` with qk_norm (True or "head": per head, weights [D]; "full":
@@ -86,7 +87,7 @@ class AttentionLayer:
         (bias ``attn.bo`` with out_bias; with ``output_gate``, of the output times
         sigmoid(gate), the gate read from ``attn.wq``: ``frontends.dsl_delta``); with
         ``sinks``, a learned logit per query head (``attn.sinks`` [H], GPT-OSS's) joins each
-        softmax denominator (``irc.ops.attention``)."""
+        softmax denominator (``irc.ops.attention``); ``blocks``: ``_blocks``."""
         m, p, i = self.model, self.prefix, self.index
         where = m.origin()
         d = m._features(x)
@@ -136,7 +137,7 @@ class AttentionLayer:
         attrs = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "v_head_dim": None,
                  "causal": bool(causal), "window": window, "softcap": softcap, "scale": scale}
         sink = m.param(f"{p}attn.sinks", (heads,)) if sinks else None
-        blocks = m._blocks if causal else None  # a VLM's image tokens that see each other (merge_image_features)
+        blocks = self._blocks(blocks, causal)
         out, *presents = m.emit("attention", [q, k, v, mask, past_key, past_value, sink, blocks], attrs,
                                 [f"{p}attn", f"present.{i}.key", f"present.{i}.value"])
         m._presents += [present.value for present in presents]  # none in an encoder
@@ -149,6 +150,17 @@ class AttentionLayer:
                              qk_norm=qk_norm if qk_norm in ("full", "layer") else bool(qk_norm),
                              **({"attn_sinks": True} if sinks else {}))
         return m.emit("linear", [out, wo, bo], None, f"{p}attn_out")[0]
+
+    def _blocks(self, blocks: Optional[Tensor], causal: bool) -> Optional[Tensor]:
+        """The attention's ``blocks`` operand: given ([B, T] integer), a bidirectional
+        attention's blocks, each token seeing its own block only (Qwen-VL's vision windows and
+        frames); in a causal one, the VLM's image tokens that see each other
+        (``merge_image_features``)."""
+        m = self.model
+        if blocks is not None and causal:
+            raise m.error("blocks", "blocks make a bidirectional attention block-diagonal: give causal=False",
+                          hint="a VLM decoder's image blocks come from m.merge_image_features(bidirectional=...)")
+        return m._blocks if causal else blocks
 
     def _clip(self, t: Tensor, c: float, which: str) -> Tensor:
         """t clamped to [-c, c] as primitives: -max(-max(t, -c), -c)."""

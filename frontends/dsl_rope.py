@@ -28,11 +28,18 @@ class Rope:
     and ``rotary_dim`` (partial rotary; None rotates the whole head). ``decomposed=True``
     writes RoPE out as model code does (cos/sin from positions, rotate-half or pairs) instead
     of one ``rope`` op; ``rope-fuse`` turns it back. It needs fixed frequencies (not dynamic)
-    and applies to ``attention`` only."""
+    and applies to ``attention`` only. ``mrope`` ``{"sections": [...], "layout": "sections" |
+    "interleaved" | "per_axis"}`` rotates by multi-axis positions [A, B, T] (Qwen-VL's;
+    ``irc.ops.rope``): the model's ``position_ids`` then have A axes
+    (``Model.input_ids(position_axes=A)``)."""
 
     def __init__(self, base: float = 10000.0, convention: str = "half", scaling: Optional[dict] = None,
-                 rotary_dim: Optional[int] = None, decomposed: bool = False):
+                 rotary_dim: Optional[int] = None, decomposed: bool = False, mrope: Optional[dict] = None):
         self.base = positive_float("rope.base", base)
+        self.mrope = None if mrope is None else self._mrope(mrope)
+        if self.mrope is not None and (scaling is not None or decomposed):
+            raise ArgError("rope.mrope", "multi-axis positions take plain frequencies: no scaling, not decomposed",
+                           call_site())
         self.convention = one_of("rope.convention", convention, ROPE_CONVENTIONS)
         self.rotary_dim = None if rotary_dim is None else positive("rope.rotary_dim", rotary_dim)
         self.scaling = None if scaling is None else self._scaling(scaling)
@@ -42,6 +49,16 @@ class Rope:
             raise ArgError("rope.decomposed", f"{self.scaling['kind']} scaling depends on the sequence length; "
                                               "a decomposed RoPE needs fixed frequencies", call_site())
         self.decomposed = decomposed
+
+    @staticmethod
+    def _mrope(mrope: dict) -> dict:
+        if not isinstance(mrope, dict) or set(mrope) != {"sections", "layout"}:
+            raise ArgError("rope.mrope", f"expected {{'sections': [...], 'layout': ...}}, got {mrope!r}", call_site())
+        layout = one_of("rope.mrope.layout", mrope["layout"], rope_op.MROPE_LAYOUTS)
+        sections = mrope["sections"]
+        if not isinstance(sections, (list, tuple)) or not sections:
+            raise ArgError("rope.mrope.sections", f"expected a list of pair counts, got {sections!r}", call_site())
+        return {"sections": [positive("rope.mrope.sections", s) for s in sections], "layout": layout}
 
     @staticmethod
     def _scaling(scaling: dict) -> dict:
@@ -75,16 +92,18 @@ class Rope:
 
     def attrs(self, head_dim: int) -> dict:
         """Attributes of the ``rope`` op for heads of ``head_dim``."""
-        return {"head_dim": head_dim, "rotary_dim": self.rotary_dim, "base": self.base,
-                "convention": self.convention, "scaling": _copy(self.scaling)}
+        attrs = {"head_dim": head_dim, "rotary_dim": self.rotary_dim, "base": self.base,
+                 "convention": self.convention, "scaling": _copy(self.scaling)}
+        return attrs if self.mrope is None else {**attrs, "mrope": _copy(self.mrope)}
 
     def mla_attrs(self) -> dict:
         """The ``rope`` attribute of ``mla_attention``."""
         return {"base": self.base, "convention": self.convention, "scaling": _copy(self.scaling)}
 
     def meta(self) -> dict:
-        return {"base": self.base, "convention": self.convention, "rotary_dim": self.rotary_dim,
+        meta = {"base": self.base, "convention": self.convention, "rotary_dim": self.rotary_dim,
                 "scaling": _copy(self.scaling)}
+        return meta if self.mrope is None else {**meta, "mrope": _copy(self.mrope)}
 
 
 def _copy(value):

@@ -232,7 +232,10 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
     elements = logical_elements(graph)
     params_total = sum(elements.values())
     params_active = round(sum(n * fractions.get(name, 1.0) for name, n in elements.items()))
-    cost = graph_cost(graph, {"B": 1, "T": 1, "P": context - 1})
+    vision = graph.meta.get("vision") or {}
+    # an image encoder's symbols other than B (Qwen-VL's visual tokens I and images N) bind to
+    # one image at its reference size (``vision["bindings"]``)
+    cost = graph_cost(graph, {"B": 1, "T": 1, "P": context - 1, **vision.get("bindings", {})})
 
     layers = _layer_table(graph, elements)
     kv_elements = kv_bytes = kv_bytes_at_context = 0
@@ -273,7 +276,6 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
         "nodes": len(graph.nodes),
         "layers": list(layers.values()),
     }
-    vision = graph.meta.get("vision")
     if vision:  # an image encoder (frontends.dsl_vision): its graph has no T, so cost is per image
         summary["vision"] = {**vision, "flops_per_image": cost.flops, "other_flops_per_image": cost.other_flops}
     latent = _mla_latent_elements(graph)

@@ -120,32 +120,39 @@ def parse_dim(text: str) -> Dim:
 
 def binding_plan(inputs) -> list[tuple[str, str, int, Dim]]:
     """How each symbol in the shapes of ``inputs`` (values with ``name`` and ``shape``) is
-    read off the arrays fed for them, in order: ``(symbol, input name, axis, rest)`` means
-    ``symbol = array.shape[axis] - rest``, ``rest`` a dim over symbols bound before it (0
-    for a plain symbol). Plain symbols come first; then a compound dim with one unbound
-    symbol binds it (``P`` from ``attention_mask`` [B, P+T]). The interpreter and every
-    emitter bind symbols this one way."""
+    read off the arrays fed for them, in order: ``(symbol, input name, axis, rest, c)``
+    means ``symbol = (array.shape[axis] - rest) // c``, ``rest`` a dim over symbols bound
+    before it (0 for a plain symbol), ``c`` the symbol's coefficient there (1 but for a dim
+    such as Qwen-VL's patches, ``4*I``). Plain symbols come first; then a compound dim with
+    one unbound symbol binds it (``P`` from ``attention_mask`` [B, P+T]). The interpreter and
+    every emitter bind symbols this one way."""
     plan, bound = [], set()
     for value in inputs:
         for axis, dim in enumerate(value.shape):
             if isinstance(dim, str) and symbols(dim) == {dim} and dim not in bound:
                 bound.add(dim)
-                plan.append((dim, value.name, axis, 0))
+                plan.append((dim, value.name, axis, 0, 1))
     for value in inputs:
         for axis, dim in enumerate(value.shape):
             unbound = symbols(dim) - bound
             if len(unbound) == 1:
                 (symbol,) = unbound
                 poly = _parse(dim)
-                if poly.get((symbol,)) != 1 or any(symbol in m and m != (symbol,) for m in poly):
-                    continue  # only a symbol that appears alone, with coefficient 1, can be read off
+                if poly.get((symbol,), 0) < 1 or any(symbol in m and m != (symbol,) for m in poly):
+                    continue  # only a symbol that appears alone, times a positive int, can be read off
                 bound.add(symbol)
-                plan.append((symbol, value.name, axis, _without(poly, symbol)))
+                plan.append((symbol, value.name, axis, _without(poly, symbol), poly[(symbol,)]))
     return plan
 
 
 def _without(poly: _Poly, symbol: str) -> Dim:
     return _format({m: c for m, c in poly.items() if m != (symbol,)})
+
+
+def solve_text(shape_text: str, rest: Dim, coefficient: int) -> str:
+    """Python source of a binding: ``(shape - rest) // c`` as ``binding_plan`` reads it."""
+    text = shape_text + subtract_text(rest)
+    return text if coefficient == 1 else f"({text}) // {coefficient}"
 
 
 def subtract_text(rest: Dim) -> str:

@@ -72,8 +72,8 @@ def bind_symbols(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, int
         if len(shapes[value.name]) != value.rank:
             raise IRCError(f"input %{value.name} has rank {len(shapes[value.name])}, expected {value.rank}")
     bindings: dict[str, int] = {}
-    for symbol, name, axis, rest in dims.binding_plan(graph.inputs):
-        bindings[symbol] = shapes[name][axis] - dims.evaluate(rest, bindings)
+    for symbol, name, axis, rest, coefficient in dims.binding_plan(graph.inputs):
+        bindings[symbol] = (shapes[name][axis] - dims.evaluate(rest, bindings)) // coefficient
     for value in graph.inputs:
         for dim, size in zip(value.shape, shapes[value.name]):
             if dims.symbols(dim) <= set(bindings) and dims.evaluate(dim, bindings) != size:

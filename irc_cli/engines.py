@@ -45,12 +45,14 @@ class Result:
 
 
 def greedy_loop(step, caches: dict, prompt: list, max_new_tokens: int, eos: set, clock,
-                refresh: Optional[int] = None) -> tuple:
+                refresh: Optional[int] = None, positions=None) -> tuple:
     """Greedy decoding with the KV cache and recurrent states through ``step(feeds) ->
     outputs`` (``caches``: the empty ``past_key_values.*`` caches and zero states; each
     state fed back is checked against its shape): (tokens, last logits). ``refresh``
     (LongRoPE: ``irc.ops.rope.cache_refresh_length``): the step reaching that length runs
-    the whole sequence again from the empty caches, as transformers' generate does."""
+    the whole sequence again from the empty caches, as transformers' generate does.
+    ``positions(past, ids)`` gives a step's ``position_ids`` where they are not past..past+T-1
+    (Qwen-VL's multimodal ones: ``irc_cli.run_vlm``)."""
     ids = np.asarray([prompt], dtype=np.int64)
     past, tokens, last = 0, [], None
     states = {name for name, array in caches.items() if array.size}  # fixed size: checked as fed back
@@ -61,7 +63,8 @@ def greedy_loop(step, caches: dict, prompt: list, max_new_tokens: int, eos: set,
             ids, past, caches = np.asarray([list(prompt) + tokens], dtype=np.int64), 0, dict(empty)
         t = ids.shape[1]
         feeds = {"input_ids": ids, "attention_mask": np.ones((1, past + t), np.int64),
-                 "position_ids": np.arange(past, past + t, dtype=np.int64)[None, :], **caches}
+                 "position_ids": np.arange(past, past + t, dtype=np.int64)[None, :] if positions is None
+                 else positions(past, ids), **caches}
         outputs = step(feeds)
         last = outputs["logits"][0, -1]
         token = int(np.argmax(last))

@@ -31,6 +31,7 @@ from irc.errors import IRCError, SpecError
 
 PREPROCESSOR = "preprocessor_config.json"
 TILED = ("Idefics3ImageProcessor", "SmolVLMImageProcessor")
+PATCHED = ("Qwen2VLImageProcessor",)
 MAX_PIXELS = 1 << 26  # 67 megapixels: larger files are refused before they are decoded
 OPENAI_MEAN, OPENAI_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
 HALF = [0.5, 0.5, 0.5]
@@ -51,6 +52,11 @@ DEFAULTS = {  # image_processor_type -> its class's defaults (transformers 5.25'
     **{kind: {**_COMMON, "resample": 1, "size": {"longest_edge": 4 * 364}, "max_image_size": {"longest_edge": 364},
               "do_image_splitting": True, "image_mean": HALF, "image_std": HALF, "do_pad": True}
        for kind in ("Idefics3ImageProcessor", "SmolVLMImageProcessor")},
+    # Qwen2-VL's and Qwen2.5-VL's: patches at about the image's own size (irc_cli.images_qwen)
+    "Qwen2VLImageProcessor": {**_COMMON, "resample": 3, "size": {"shortest_edge": 56 * 56,
+                                                                 "longest_edge": 28 * 28 * 1280},
+                              "min_pixels": None, "max_pixels": None, "patch_size": 14, "temporal_patch_size": 2,
+                              "merge_size": 2, "image_mean": OPENAI_MEAN, "image_std": OPENAI_STD},
     "ViTImageProcessor": {**_COMMON, "resample": 2, "size": {"height": 224, "width": 224}, "image_mean": HALF,
                           "image_std": HALF, "do_convert_rgb": None},
 }
@@ -85,8 +91,8 @@ class Processor:
         processor._refuse_pan_and_scan()
         return processor
 
-    def _error(self, key: str, detail: str) -> SpecError:
-        return SpecError(f"{key}: {detail}", location=self.path)
+    def _error(self, key: str, detail: str, hint=None) -> SpecError:
+        return SpecError(f"{key}: {detail}", location=self.path, hint=hint)
 
     def _size(self, key: str, allowed: tuple) -> dict:
         size = self.settings.get(key)
@@ -104,6 +110,10 @@ class Processor:
             side = self._size("max_image_size", ({"longest_edge"},))["longest_edge"]
             self._size("size", ({"longest_edge"},))
             return side, side
+        if self.kind in PATCHED:  # its size follows the image
+            from irc_cli.images_qwen import check
+            check(self)
+            return None
         if self.settings.get("do_center_crop"):
             crop = self._size("crop_size", ({"height", "width"},))
             return crop["height"], crop["width"]
@@ -140,6 +150,8 @@ class Processor:
 
         if self.kind in TILED:
             raise IRCError(f"{self.kind} gives an image as tiles: Processor.images", location=self.path)
+        if self.kind in PATCHED:
+            raise IRCError(f"{self.kind} gives an image as patches: irc_cli.images_qwen.patches", location=self.path)
         s = self.settings
         if s.get("do_convert_rgb"):
             image = to_rgb(image)

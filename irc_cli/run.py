@@ -167,10 +167,10 @@ def cmd_run(args) -> int:
         images = 0 if pixels is None else 1
         if args.prompt is not None:  # laid out in text, before tokenization, as the processors do
             args.prompt, special = run_vlm.expand_text(args.prompt, vlm, images, grid, where, text)
-        runner = run_vlm.runner(vlm, pixels)
+        runner = run_vlm.runner(vlm, pixels, grid)
     prompt = _prompt(args, text, vocab, special)
     if vlm is not None and args.prompt is None:
-        prompt = run_vlm.expand(prompt, vlm, images, where, text)
+        prompt = run_vlm.expand(prompt, vlm, images, where, text, grid)
     if context and len(prompt) + args.max_new_tokens > context:
         raise IRCError(f"{len(prompt)} prompt tokens + --max-new-tokens {args.max_new_tokens} exceed the model's "
                        f"context of {context} tokens", hint="ask for fewer new tokens")

@@ -26,9 +26,10 @@ import numpy as np
 from irc.errors import IRCError
 from irc.inputs import read_json
 from irc_cli import engines
-from irc_cli.images import Processor, read_image
+from irc_cli.images import PATCHED, Processor, read_image
 
 MANIFEST = engines.VLM_MANIFEST
+GRID = "image_grid_thw"  # Qwen-VL's vision model's second input
 KEYS = ("vision", "embedding", "decoder", "image_token_id", "image_tokens", "image_size", "image_prompt")
 
 
@@ -58,6 +59,15 @@ def _placeholders(found: int, images: int, what: str, where: str) -> None:
                        location=where, hint=PLACEHOLDER_HINT)
 
 
+def image_tokens(model, grid: tuple) -> int:
+    """Visual tokens of one image: the model's fixed count, or Qwen-VL's of its grid (t, h, w)."""
+    layout = model.image_prompt
+    if layout["kind"] != "qwen":
+        return model.tokens
+    t, h, w = grid
+    return t * h * w // layout["merge"] ** 2
+
+
 def expand_text(prompt: str, model, images: int, grid: tuple, where: str, text) -> tuple[str, bool]:
     """(the prompt text with its placeholder laid out as the checkpoint's processor lays out
     the image, whether the tokenizer adds its special tokens): ``image_prompt`` from
@@ -65,7 +75,7 @@ def expand_text(prompt: str, model, images: int, grid: tuple, where: str, text) 
     processors do. PaliGemma's processor writes the images' tokens, <bos>, the prompt and a
     newline itself, and tokenizes that without special tokens."""
     layout, name = model.image_prompt, text.tokenizer.id_to_token
-    placeholder, image = name(layout["placeholder"]), name(model.token) * model.tokens
+    placeholder, image = name(layout["placeholder"]), name(model.token) * (image_tokens(model, grid) if images else 0)
     if layout["kind"] == "prepend":
         if placeholder in prompt:
             raise IRCError(f"the prompt holds {placeholder}: PaliGemma's processor puts the image before the prompt",
@@ -85,7 +95,7 @@ def expand_text(prompt: str, model, images: int, grid: tuple, where: str, text) 
     return prompt.replace(placeholder, laid), True
 
 
-def expand(prompt: list, model, images: int, where: str, text=None) -> list:
+def expand(prompt: list, model, images: int, where: str, text=None, grid: tuple = (0, 0)) -> list:
     """Token ids with each placeholder id laid out as ``expand_text`` lays out its text
     (Gemma 3's newlines around the image only with the tokenizer); SmolVLM's tiles are named
     in text: they need ``expand_text``."""
@@ -98,7 +108,8 @@ def expand(prompt: list, model, images: int, where: str, text=None) -> list:
         raise IRCError("SmolVLM's and Idefics3's image layout names its tiles in text (<row_1_col_1>, ...)",
                        location=where, hint="give the prompt as text: --prompt TEXT (with the model's tokenizer)")
     around = text.encode(layout["around"], special=False) if layout["around"] and text is not None else []
-    image = around + layout["before"] + [model.token] * model.tokens + layout["after"] + around
+    image = around + layout["before"] + [model.token] * (image_tokens(model, grid) if images else 0) + \
+        layout["after"] + around
     return [t for x in prompt for t in (image if x == token else [x])]
 
 
@@ -143,9 +154,15 @@ class FolderModel:
     def size(self) -> tuple:
         return tuple(self.manifest["image_size"])
 
-    def features(self, pixels: np.ndarray) -> np.ndarray:
+    @property
+    def position_axes(self) -> Optional[int]:
+        shape = next(v.shape for v in self.decoder.get_inputs() if v.name == "position_ids") \
+            if any(v.name == "position_ids" for v in self.decoder.get_inputs()) else []
+        return shape[0] if len(shape) == 3 else None
+
+    def features(self, pixels: np.ndarray, grid: tuple = (0, 0)) -> np.ndarray:
         pixels = pixels.astype(engines.input_type(self.vision, "pixel_values"))
-        return self.vision.run(["image_features"], {"pixel_values": pixels})[0]
+        return self.vision.run(["image_features"], vision_feeds(self.vision.get_inputs(), pixels, grid))[0]
 
     def caches(self) -> dict:
         return engines.session_caches(self.decoder, self.folder)
@@ -171,8 +188,13 @@ class SpecModel:
         self.size = tuple(self.vision.meta["vision"]["image_size"])
         self.engine = "reference interpreter"
 
-    def features(self, pixels: np.ndarray) -> np.ndarray:
-        return self._vision.run({"pixel_values": pixels})["image_features"]
+    @property
+    def position_axes(self) -> Optional[int]:
+        shape = next((v.shape for v in self.graph.inputs if v.name == "position_ids"), ())
+        return shape[0] if len(shape) == 3 else None
+
+    def features(self, pixels: np.ndarray, grid: tuple = (0, 0)) -> np.ndarray:
+        return self._vision.run(vision_feeds(self.vision.inputs, pixels, grid))["image_features"]
 
     def no_rows(self) -> np.ndarray:
         from irc.interpreter import no_images
@@ -186,7 +208,30 @@ class SpecModel:
         return self._decoder.run({**feeds, "image_features": features})
 
 
-def runner(model, pixels: Optional[np.ndarray]):
+def vision_feeds(inputs, pixels: np.ndarray, grid: tuple) -> dict:
+    """The vision model's feeds: the pixels, and Qwen-VL's ``image_grid_thw`` where it takes it."""
+    feeds = {"pixel_values": pixels}
+    if any(v.name == GRID for v in inputs):
+        feeds[GRID] = np.asarray([grid], np.int64)
+    return feeds
+
+
+class MropePositions:
+    """``greedy_loop``'s positions for Qwen-VL's decoder (``irc.mrope``): the prompt's laid out
+    by its image grids, each later step's plain position plus the prompt's delta."""
+
+    def __init__(self, model, grids: list):
+        self.token, self.merge, self.grids, self.delta = model.token, model.image_prompt.get("merge", 1), grids, None
+
+    def __call__(self, past: int, ids: np.ndarray) -> np.ndarray:
+        from irc.mrope import mrope_positions, step_positions
+        if past == 0:
+            positions, self.delta = mrope_positions(ids, self.grids, self.token, self.merge)
+            return positions
+        return step_positions(np.asarray([past]), ids.shape[1], self.delta)
+
+
+def runner(model, pixels: Optional[np.ndarray], grid: tuple = (0, 0)):
     """An ``irc_cli.engines`` runner: the image's features go in with the prompt step (none
     for a text-only prompt), later steps take none. A folder with ``genai_config.json`` runs
     in onnxruntime-genai when it is installed (``--engine auto`` or ``genai``)."""
@@ -197,26 +242,41 @@ def runner(model, pixels: Optional[np.ndarray]):
             raise IRCError("--engine genai: onnxruntime-genai does not run this model type's multimodal folder",
                            hint="use --engine ort (irc's loop over the three models)")
         if has_config and (engine == "genai" or (engine == "auto" and engines._has_genai())):
-            inputs = {} if pixels is None else {"pixel_values": pixels.astype(np.float32),
-                                                 "num_image_tokens": np.asarray([model.tokens * len(pixels)], np.int64)}
+            if pixels is None:
+                inputs = {}
+            elif model.image_prompt["kind"] == "qwen":  # genai's Qwen processor's outputs
+                inputs = {"pixel_values": pixels.astype(np.float32), GRID: np.asarray([grid], np.int64),
+                          "num_image_tokens": np.asarray([image_tokens(model, grid)], np.int64)}
+            else:
+                inputs = {"pixel_values": pixels.astype(np.float32),
+                          "num_image_tokens": np.asarray([model.tokens * len(pixels)], np.int64)}
             return engines.genai(model.folder, prompt, max_new_tokens, eos, clock, inputs)
         empty = model.no_rows()
-        rows = [empty if pixels is None else model.features(pixels)]  # the prompt step's, then none
+        rows = [empty if pixels is None else model.features(pixels, grid)]  # the prompt step's, then none
 
         def step(feeds):
             outputs = model.step(feeds, rows[0])
             rows[0] = empty
             return outputs
 
-        tokens, last = engines.greedy_loop(step, model.caches(), prompt, max_new_tokens, eos, clock)
+        positions = None if model.position_axes is None else MropePositions(model, [] if pixels is None else [grid])
+        tokens, last = engines.greedy_loop(step, model.caches(), prompt, max_new_tokens, eos, clock,
+                                           positions=positions)
         return engines.Result(tokens, model.engine, last)
     return run
 
 
 def pixel_values(model, folder: str, image: str) -> tuple[np.ndarray, tuple]:
     """([N, C, H, W], (rows, columns)): the image through the checkpoint's processor, checked
-    against the model (N = 1, or Idefics3's / SmolVLM's tiles and global view)."""
+    against the model (N = 1, or Idefics3's / SmolVLM's tiles and global view); Qwen-VL's:
+    ([patches, C·T·p·p], its grid (t, h, w))."""
     processor = Processor.read(folder)
+    if model.image_prompt["kind"] == "qwen":
+        from irc_cli.images_qwen import patches
+        if processor.kind not in PATCHED:
+            raise IRCError(f"{processor.kind or 'this processor'} does not make Qwen-VL's patches",
+                           location=processor.path, hint="a Qwen2-VL checkpoint's preprocessor_config.json")
+        return patches(processor, read_image(image))
     processor.check_model(*model.size)
     pixels, rows, columns = processor.images(read_image(image))
     return pixels, (rows, columns)

@@ -160,3 +160,14 @@ def test_bad_input_is_one_message_exit_2(clip_twin, photographs, tmp_path, capsy
 def test_a_prompt_or_an_image_is_needed(capsys):
     assert main(["run", "examples/tiny-llama3.yaml"]) == 2
     assert "give the prompt: --prompt TEXT or --prompt-ids IDS" in capsys.readouterr().err
+
+
+def test_pan_and_scan_is_refused_by_name(tmp_path):
+    """Gemma 3's pan-and-scan crops: one error naming the file and the key, with its fix."""
+    from irc.errors import SpecError
+
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(
+        {"image_processor_type": "Gemma3ImageProcessor", "do_pan_and_scan": True}))
+    with pytest.raises(SpecError, match="do_pan_and_scan: Gemma 3's pan-and-scan") as err:
+        images.Processor.read(str(tmp_path))
+    assert err.value.hint == "set it to false (its default)" and "preprocessor_config.json" in str(err.value)

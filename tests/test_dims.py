@@ -41,9 +41,18 @@ class _Input:
 
 def test_binding_plan_reads_plain_symbols_first_then_a_compound_one():
     plan = dims.binding_plan([_Input("ids", ["B", "T"]), _Input("mask", ["B", "P+T"])])
-    assert plan == [("B", "ids", 0, 0), ("T", "ids", 1, 0), ("P", "mask", 1, "T")]
+    assert plan == [("B", "ids", 0, 0, 1), ("T", "ids", 1, 0, 1), ("P", "mask", 1, "T", 1)]
     assert dims.subtract_text("T") == " - T" and dims.subtract_text("T+1") == " - (T+1)"
 
 
+def test_binding_plan_divides_by_a_symbols_coefficient():
+    """Qwen-VL's patches [4*I, K]: I = rows // 4 (and 2*P+T: P = (rows - T) // 2)."""
+    assert dims.binding_plan([_Input("pixels", ["4*I", 1176])]) == [("I", "pixels", 0, 0, 4)]
+    assert dims.binding_plan([_Input("x", ["2*P+T"]), _Input("y", ["T"])]) == [("T", "y", 0, 0, 1),
+                                                                              ("P", "x", 0, "T", 2)]
+    assert dims.solve_text("x.shape[0]", "T", 2) == "(x.shape[0] - T) // 2"
+    assert dims.solve_text("x.shape[0]", 0, 1) == "x.shape[0]"
+
+
 def test_binding_plan_leaves_a_symbol_it_cannot_read_off():
-    assert dims.binding_plan([_Input("x", ["2*P+T"]), _Input("y", ["T"])]) == [("T", "y", 0, 0)]
+    assert dims.binding_plan([_Input("x", ["P*T+T"]), _Input("y", ["T"])]) == [("T", "y", 0, 0, 1)]

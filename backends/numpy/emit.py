@@ -196,8 +196,8 @@ def _variables(graph: Graph, taken: set) -> dict[str, str]:
 def _bind_symbols(graph: Graph, var: dict) -> tuple[list[str], set]:
     """Lines binding the symbols from input shapes, as ``irc.dims.binding_plan`` says."""
     lines, bound = [], set()
-    for symbol, name, axis, rest in dims.binding_plan(graph.inputs):
-        lines.append(f"    {symbol} = {var[name]}.shape[{axis}]" + dims.subtract_text(rest))
+    for symbol, name, axis, rest, coefficient in dims.binding_plan(graph.inputs):
+        lines.append(f"    {symbol} = " + dims.solve_text(f"{var[name]}.shape[{axis}]", rest, coefficient))
         bound.add(symbol)
     return lines, bound
 

@@ -42,7 +42,7 @@ from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Node, Param, Value
 from irc.ops.registry import pad_inputs
-from irc.ops.rope import rope_inv_freq, rope_switch
+from irc.ops.rope import mrope_tables, rope_inv_freq, rope_switch
 
 from backends.onnx.builder import ONNX_TYPES, Builder
 from backends.onnx.portable import slice_, softcap
@@ -85,6 +85,34 @@ def rope_tables(b: Builder, position_ids: Value, rotary: int, base: float, scali
             if dtype != DType.f32:
                 table = b.op("Cast", [table], f"{hint}/{fn.lower()}_{dtype}", to=ONNX_TYPES[dtype])
             tables.append(table)
+        return tuple(tables)
+
+    return b.cached(key, make)
+
+
+def mrope_tables_onnx(b: Builder, position_ids: Value, rotary: int, base: float, mrope: dict,
+                      dtype: DType) -> tuple[str, str]:
+    """cos and sin [B, T, rotary/2] for multi-axis ``position_ids`` [A, B, T]: the angles are
+    sum_a position[a] · M[a], M[a, j] = inv_freq_j where pair j reads axis a, else 0 (exact:
+    the other axes add zeros)."""
+    key = ("mrope", position_ids.name, rotary, float(base), json.dumps(mrope, sort_keys=True), dtype)
+
+    def make():
+        axis, inv_freq = mrope_tables(rotary, base, mrope)
+        count = len(mrope["sections"])
+        table = np.where(np.arange(count)[:, None] == axis[None, :], inv_freq[None, :], 0).astype(np.float32)
+        hint = f"mrope/{rotary}/{base:g}/{mrope['layout']}"
+        pos = b.op("Cast", [b.value(position_ids)], f"{hint}/positions", to=TensorProto.FLOAT)
+        pos = b.op("Unsqueeze", [pos, b.i64([-1])], f"{hint}/positions4")
+        spread = b.op("Mul", [pos, b.const(table.reshape(count, 1, 1, -1), np.float32, f"{hint}/axis_freq")],
+                      f"{hint}/axis_angles")
+        angles = b.op("ReduceSum", [spread, b.i64([0])], f"{hint}/angles", keepdims=0)
+        tables = []
+        for fn in ("Cos", "Sin"):
+            t = b.op(fn, [angles], f"{hint}/{fn.lower()}")
+            if dtype != DType.f32:
+                t = b.op("Cast", [t], f"{hint}/{fn.lower()}_{dtype}", to=ONNX_TYPES[dtype])
+            tables.append(t)
         return tuple(tables)
 
     return b.cached(key, make)
@@ -133,7 +161,8 @@ def lower_rope(b: Builder, node: Node, outs: list[str]) -> None:
     a = node.attrs
     head_dim = a["head_dim"]
     rotary = head_dim if a["rotary_dim"] is None else a["rotary_dim"]
-    cos, sin = rope_tables(b, position_ids, rotary, a["base"], a["scaling"], x.dtype)
+    cos, sin = (mrope_tables_onnx(b, position_ids, rotary, a["base"], a["mrope"], x.dtype) if a.get("mrope")
+                else rope_tables(b, position_ids, rotary, a["base"], a["scaling"], x.dtype))
     heads = x.shape[-1] // head_dim
     if b.opset >= 23:
         b.node("RotaryEmbedding", [b.value(x), cos, sin], outs, interleaved=int(a["convention"] == "interleaved"),
@@ -161,25 +190,40 @@ def rotate_heads(b: Builder, x4: str, shape4: tuple, cos: str, sin: str, convent
 
 def visibility(b: Builder, mask, seq, total, causal: bool, window, blocks=None) -> str:
     """Bool [B or 1, 1, T, P+T]: may query t see key j; "" when every key is visible."""
-    if not causal and window is None and mask is None:
+    if not causal and window is None and mask is None and blocks is None:
         return ""
     key = ("visible", None if mask is None else mask.name, dims.canonical(seq), dims.canonical(total), causal, window,
            None if blocks is None else blocks.name)
     return b.cached(key, lambda: _make_visibility(b, mask, seq, total, causal, window, blocks))
 
 
+def _block_ids(b: Builder, blocks: Value, seq, total) -> tuple[str, str]:
+    """(queries [B, 1, T, 1], keys [B, 1, 1, P+T]) block ids; the past's keys are -1."""
+    def make():
+        ids = b.value(blocks)
+        past = b.op("Sub", [b.dim(total), b.dim(seq)], "mask/blocks/past")
+        none = b.op("ConstantOfShape", [b.op("Concat", [b.dim(blocks.shape[0]), past], "mask/blocks/past_shape",
+                                              axis=0)],
+                    "mask/blocks/past_ids", value=numpy_helper.from_array(np.array([-1], np.int64)))
+        keys = b.op("Unsqueeze", [b.op("Concat", [none, ids], "mask/blocks/keys", axis=1), b.i64([1, 2])],
+                    "mask/blocks/keys4")
+        return b.op("Unsqueeze", [ids, b.i64([1, 3])], "mask/blocks/queries4"), keys
+
+    return b.cached(("block-ids", blocks.name), make)
+
+
 def _same_block(b: Builder, blocks: Value, seq, total) -> str:
     """Bool [B, 1, T, P+T]: query t and key j are tokens of one image (blocks equal, >= 0;
     the past's keys, numbered -1, never)."""
-    ids = b.value(blocks)
-    past = b.op("Sub", [b.dim(total), b.dim(seq)], "mask/blocks/past")
-    none = b.op("ConstantOfShape", [b.op("Concat", [b.dim(blocks.shape[0]), past], "mask/blocks/past_shape", axis=0)],
-                "mask/blocks/past_ids", value=numpy_helper.from_array(np.array([-1], np.int64)))
-    keys = b.op("Unsqueeze", [b.op("Concat", [none, ids], "mask/blocks/keys", axis=1), b.i64([1, 2])],
-                "mask/blocks/keys4")
-    queries = b.op("Unsqueeze", [ids, b.i64([1, 3])], "mask/blocks/queries4")
+    queries, keys = _block_ids(b, blocks, seq, total)
     image = b.op("GreaterOrEqual", [queries, b.i64(0)], "mask/blocks/image_query")
     return b.op("And", [b.op("Equal", [queries, keys], "mask/blocks/equal"), image], "mask/blocks/same")
+
+
+def _own_block(b: Builder, blocks: Value, seq, total) -> str:
+    """Bool [B, 1, T, P+T]: key j is in query t's block (block-diagonal attention)."""
+    queries, keys = _block_ids(b, blocks, seq, total)
+    return b.op("Equal", [queries, keys], "mask/blocks/own")
 
 
 def _make_visibility(b: Builder, mask, seq, total, causal: bool, window, blocks=None) -> str:
@@ -202,6 +246,10 @@ def _make_visibility(b: Builder, mask, seq, total, causal: bool, window, blocks=
                 inside = b.op("And", [inside, b.op("Less", [keys, end], f"{hint}/window_ahead")],
                               f"{hint}/window_both")
             visible = inside if visible is None else b.op("And", [visible, inside], f"{hint}/causal_window")
+    if blocks is not None and not causal:  # bidirectional: only the query's own block
+        same = b.cached(("own-block", blocks.name), lambda: _own_block(b, blocks, seq, total))
+        visible = same if visible is None else b.op("And", [b.op("Unsqueeze", [visible, b.i64([0, 1])],
+                                                                  f"{hint}/window4"), same], f"{hint}/window_block")
     if mask is None:
         return visible if blocks is not None else b.op("Unsqueeze", [visible, b.i64([0, 1])], f"{hint}/visible")
     keep = b.cached(("keep", mask.name), lambda: _keep(b, mask))

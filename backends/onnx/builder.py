@@ -263,11 +263,13 @@ class Builder:
         """A symbol no input carries on its own, from a linear input dim (P from P+T)."""
         for dim in self._sources:
             terms = parse_dim(dim)
-            if (1, (symbol,)) in terms and all(symbol not in s for _, s in terms if s != (symbol,)):
-                rest = [t for t in terms if t != (1, (symbol,))]
+            alone = [c for c, s in terms if s == (symbol,) and c > 0]
+            if alone and all(symbol not in s for _, s in terms if s != (symbol,)):
+                rest = [t for t in terms if t[1] != (symbol,)]
                 rest_dim = format_terms(rest)
                 whole = self.dim(dim)
-                return self.op("Sub", [whole, self.dim(rest_dim)], f"dims/{symbol}")
+                value = whole if not rest else self.op("Sub", [whole, self.dim(rest_dim)], f"dims/{symbol}.times")
+                return value if alone[0] == 1 else self.op("Div", [value, self.i64([alone[0]])], f"dims/{symbol}")
         raise BackendError(f"symbol {symbol!r} cannot be derived from the shapes of the graph inputs",
                            location=f"graph {self.graph.name}",
                            hint="the ONNX graph computes symbolic dims from its inputs' shapes; give some input "

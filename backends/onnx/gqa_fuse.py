@@ -86,7 +86,7 @@ def _ropes(node: Node) -> tuple:
     a = rq.attrs
     if (rq.attrs != rk.attrs or rq.inputs[1] is not rk.inputs[1] or a["head_dim"] != node.attrs["head_dim"]
             or a["rotary_dim"] not in (None, a["head_dim"]) or a["head_dim"] % 16
-            or q.dtype not in (DType.f32, DType.f16) or rq.inputs[1].dtype != DType.i64):
+            or q.dtype not in (DType.f32, DType.f16) or rq.inputs[1].dtype != DType.i64 or a.get("mrope")):
         return None, None
     return rq, rk
 

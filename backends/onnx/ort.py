@@ -151,7 +151,7 @@ def lower_rope_ort(b: Builder, node: Node, outs: list[str]) -> None:
     a = node.attrs
     if gqa_fuse.absorbed(b, node):
         return
-    if x.dtype not in (DType.f32, DType.f16):
+    if x.dtype not in (DType.f32, DType.f16) or a.get("mrope"):  # RotaryEmbedding reads one position axis
         lower_rope(b, node, outs)
         return
     head_dim = a["head_dim"]

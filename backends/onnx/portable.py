@@ -19,6 +19,7 @@ from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Node, Param, Value
 from irc.ops.registry import pad_inputs
+from irc.ops.vision import WINDOW_ID
 
 from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
 
@@ -265,6 +266,53 @@ def lower_merge_tokens(b: Builder, node: Node, outs: list[str]) -> None:
     b.node("Where", [keep, placed, b.value(embeds)], outs)
 
 
+def lower_patch_grid(b: Builder, node: Node, outs: list[str]) -> None:
+    """Each patch i of P: its image (how many images end at or before it), its place in that
+    image, frame, m x m block and spot in the block, by integer Div and Mod
+    (``irc.ops.vision.patch_grid``)."""
+    grid, patches = node.inputs
+    m, window, out = node.attrs["merge"], node.attrs["window"], outs[0]
+
+    def op(kind: str, inputs: list, role: str, **attrs) -> str:
+        return b.op(kind, inputs, f"{out}/{role}", **attrs)
+
+    g = b.value(grid) if grid.dtype == DType.i64 else op("Cast", [b.value(grid)], "grid_i64", to=TensorProto.INT64)
+    t, h, w = (op("Gather", [g, b.i64(k)], name, axis=1) for k, name in enumerate(("t", "h", "w")))
+    frame = op("Mul", [h, w], "frame_patches")
+    counts = op("Mul", [t, frame], "image_patches")
+    zero = b.const(0, np.int64, f"{out}/axis0")
+    ends = op("CumSum", [counts, zero], "image_ends")
+    frames_before = op("CumSum", [t, zero], "frames_before", exclusive=1)
+    count = op("Squeeze", [op("Shape", [b.value(patches)], "count1", start=0, end=1), b.i64([0])], "count")
+    index = op("Range", [b.i64(0), count, b.i64(1)], "index")
+    image = op("ReduceSum", [op("Cast", [op("GreaterOrEqual", [op("Unsqueeze", [index, b.i64([1])], "index_column"),
+                                                               op("Unsqueeze", [ends, b.i64([0])], "ends_row")],
+                                            "past_end")], "past_end_i64", to=TensorProto.INT64), b.i64([1])],
+               "image", keepdims=0)
+
+    def of_image(values: str, role: str) -> str:
+        return op("Gather", [values, image], role, axis=0)
+
+    local = op("Sub", [index, op("Sub", [of_image(ends, "end"), of_image(counts, "size")], "start")], "local")
+    size = of_image(frame, "frame_size")
+    spot = op("Mod", [local, size], "in_frame")
+    frame_id = op("Add", [of_image(frames_before, "first_frame"), op("Div", [local, size], "frame_in_image")],
+                  "frame_id")
+    block, inner = op("Div", [spot, b.i64(m * m)], "block"), op("Mod", [spot, b.i64(m * m)], "in_block")
+    columns = op("Div", [of_image(w, "width"), b.i64(m)], "block_columns")
+    block_row, block_col = op("Div", [block, columns], "block_row"), op("Mod", [block, columns], "block_col")
+    row = op("Add", [op("Mul", [block_row, b.i64(m)], "row_base"), op("Div", [inner, b.i64(m)], "inner_row")], "row")
+    col = op("Add", [op("Mul", [block_col, b.i64(m)], "col_base"), op("Mod", [inner, b.i64(m)], "inner_col")], "col")
+    cell = frame_id
+    if window:
+        cell = op("Add", [op("Mul", [frame_id, b.i64(WINDOW_ID)], "frame_windows"), op("Add", [
+            op("Mul", [op("Div", [block_row, b.i64(window)], "window_row"), b.i64(1024)], "window_row_id"),
+            op("Div", [block_col, b.i64(window)], "window_col")], "window_in_frame")], "window")
+    rows = [op("Unsqueeze", [v, b.i64([0])], f"{role}_row") for v, role in
+            ((row, "height"), (col, "width"), (frame_id, "frames"), (cell, "windows"))]
+    b.node("Concat", rows, outs, axis=0)
+
+
 def lower_image_blocks(b: Builder, node: Node, outs: list[str]) -> None:
     """Where(ids == token, cumsum(run starts) - 1, -1) along each row: a run starts where the
     token follows another id (a false column shifted in front)."""
@@ -404,5 +452,5 @@ LOWERINGS = {
     "embedding": lower_embedding, "rms_norm": lower_rms_norm, "layer_norm": lower_layer_norm,
     "linear": lower_linear, "swiglu": lower_gated_mlp, "geglu": lower_gated_mlp, "gelu_mlp": lower_gelu_mlp,
     "patch_embed": lower_patch_embed, "merge_tokens": lower_merge_tokens,
-    "image_blocks": lower_image_blocks,
+    "image_blocks": lower_image_blocks, "patch_grid": lower_patch_grid,
 }

@@ -143,6 +143,9 @@ def gathered_rope(b: NpuBuilder, position_ids, rotary: int, base: float, scaling
 def lower_rope(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     x, position_ids = node.inputs
     a = node.attrs
+    if a.get("mrope"):
+        raise BackendError("onnx-npu rope tables read one position per token, not Qwen-VL's multi-axis positions "
+                           "(mrope)", location=_where(node), hint="compile it with --target onnx or onnx-ort")
     head_dim = a["head_dim"]
     rotary = head_dim if a["rotary_dim"] is None else a["rotary_dim"]
     cos, sin = gathered_rope(b, position_ids, rotary, a["base"], a["scaling"], x.dtype)

@@ -267,8 +267,8 @@ def _load_weights() -> str:
 def _bind_symbols(graph: Graph, var) -> list[str]:
     """Lines binding the symbols from input shapes, as ``irc.dims.binding_plan`` says."""
     by_name = {v.name: v for v in graph.inputs}
-    return [f"{symbol} = {var(by_name[name])}.shape[{axis}]" + dims.subtract_text(rest)
-            for symbol, name, axis, rest in dims.binding_plan(graph.inputs)]
+    return [f"{symbol} = " + dims.solve_text(f"{var(by_name[name])}.shape[{axis}]", rest, coefficient)
+            for symbol, name, axis, rest, coefficient in dims.binding_plan(graph.inputs)]
 
 
 def _forward(graph: Graph, planner: Planner) -> str:

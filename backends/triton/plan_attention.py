@@ -71,6 +71,9 @@ class AttentionPlanning:
         x, positions = node.inputs
         out = node.outputs[0]
         attrs = node.attrs
+        if attrs.get("mrope"):
+            raise BackendError(f"{out.name}: the Triton rope tables read one position per token, not Qwen-VL's "
+                               "multi-axis positions (mrope)", hint="compile it with --target onnx or onnx-ort")
         head_dim = attrs["head_dim"]
         rotary = head_dim if attrs["rotary_dim"] is None else attrs["rotary_dim"]
         cos, sin = self.cos_sin(positions, rotary, attrs["base"], attrs["scaling"])

@@ -49,7 +49,8 @@ def expand(arch: Arch, origin: str) -> Graph:
               encoder=arch.encoder is not None)
     eps, offset = arch.norm_eps, arch.norm_offset
     with m.at(origin):
-        x = m.embed(m.input_ids(), scale=arch.embedding_scale)
+        axes = {len(spec.rope.mrope["sections"]) for spec in arch.layers if spec.rope and spec.rope.mrope}
+        x = m.embed(m.input_ids(position_axes=max(axes) if axes else None), scale=arch.embedding_scale)
         if arch.image_token is not None:  # a VLM's text model: frontends.hf.vlm
             x = m.merge_image_features(x, arch.image_token, arch.image_blocks)
         for layer, spec in zip(m.layers(arch.n_layers), arch.layers):

@@ -27,7 +27,7 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
 
 from irc.yamlloc import Bad, boolean, positive_int, positive_number, size
@@ -50,8 +50,7 @@ SCALING_FIELDS = {  # HF name -> irc name, for the scaling kinds irc implements
     "attention_factor": "attention_factor", "truncate": "truncate",
 }
 SCALING_USES = {  # the HF fields each kind reads (the others are ignored, as HF does)
-    "linear": ("factor",),
-    "dynamic": ("factor",),
+    "linear": ("factor",), "dynamic": ("factor",),
     "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
              "attention_factor", "truncate"),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
@@ -67,6 +66,7 @@ class RopeSpec:
     convention: str = "half"
     scaling: Optional[dict] = None
     rotary_dim: Optional[int] = None
+    mrope: Optional[dict] = None  # multi-axis positions (Qwen-VL's text model: frontends.hf.vlm_qwen)
 
 
 def dsl_rope(spec: Optional[RopeSpec]):
@@ -75,7 +75,7 @@ def dsl_rope(spec: Optional[RopeSpec]):
         return None
     from frontends.dsl import Rope
 
-    return Rope(base=spec.base, convention=spec.convention, scaling=spec.scaling, rotary_dim=spec.rotary_dim)
+    return Rope(**asdict(spec))
 
 
 @dataclass

@@ -55,6 +55,7 @@ from typing import Callable, Optional
 from frontends.dsl import ArgError, Model
 from frontends.dsl_vision import Features, build_image_features
 from frontends.hf.build import attach_weights, build_graph
+from frontends.hf import vlm_qwen as qwen
 from frontends.hf.config import Config, NestedConfig, int_list
 from frontends.hf.families import describe
 from frontends.hf.generation import generation_meta
@@ -74,6 +75,7 @@ DEFAULTS = {  # transformers 5.25's LlavaConfig, Gemma3Config, Idefics3Config an
     "paligemma": {"image_token_index": 256000, "projection_dim": 2048, "tie_word_embeddings": True},
     "idefics3": {"image_token_id": 128257, "scale_factor": 2, "tie_word_embeddings": False},
     "smolvlm": {"image_token_id": 128257, "scale_factor": 2, "tie_word_embeddings": False},
+    **{kind: dict(qwen.DEFAULTS) for kind in qwen.TYPES},
 }
 FAMILIES = tuple(DEFAULTS)
 _SIGLIP_SO400M = {**TOWER_DEFAULTS["siglip_vision_model"], "hidden_size": 1152, "num_hidden_layers": 12,
@@ -94,6 +96,7 @@ TEXT_DEFAULTS = {
     "gemma3_text": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
                     "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                     "max_position_embeddings": 131072, "query_pre_attn_scalar": 256, "sliding_window": 4096},
+    **qwen.TEXT_DEFAULTS,
 }
 STRATEGIES = ("default", "full")
 # viewed prefix -> stored prefix, the first that matches wins: how each family's checkpoints
@@ -121,6 +124,10 @@ class Family:
     names: tuple
     image_blocks: str = "none"  # dsl_vision.BIDIRECTIONAL
     text_defaults: Optional[dict] = None  # keys its config class sets in the text config
+    # a tower of its own form (Qwen-VL's): (cfg, tower config, name, d_text) -> vision graph,
+    # and (vision graph, the checkpoint's tower view) -> None attaching its weights
+    tower: Optional[Callable] = None
+    attach_tower: Optional[Callable] = None
 
 
 def is_vlm(cfg: Config) -> bool:
@@ -131,6 +138,8 @@ def is_vlm(cfg: Config) -> bool:
 def build_vision_model(cfg: Config, tower: Config, name: str, d_text: int) -> Graph:
     """pixel_values -> the tower -> the family's projector -> image_features."""
     family = FAMILY[cfg.data["model_type"]]
+    if family.tower is not None:
+        return family.tower(cfg, tower, name, d_text)
     tower_type = tower.get("model_type", string, family.towers[0])
     if tower_type not in family.towers:
         raise tower.unsupported("model_type", tower_type, hint=f"{cfg.data['model_type']} vision towers: "
@@ -197,22 +206,41 @@ FAMILY = {
                        _IDEFICS_NAMES, text_defaults={"rms_norm_eps": 1e-5}),
     "smolvlm": Family("llama", ("smolvlm_vision",), _SIGLIP_SO400M, _shuffle_features, "image_token_id",
                       _IDEFICS_NAMES, text_defaults={"rms_norm_eps": 1e-5}),
+    **{kind: Family(f"{kind}_text", (f"{kind}_vision",), qwen.TOWER_DEFAULTS[kind], None, "image_token_id",
+                    (qwen.TEXT_NAMES, qwen.TOWER_NAMES, []), tower=qwen.build_tower, attach_tower=qwen.attach_tower)
+       for kind in qwen.TYPES},
 }
 
 
 def _text(cfg: Config, name: str):
     model_type = cfg.data["model_type"]
     family = FAMILY[model_type]
-    text = NestedConfig(cfg, "text_config", {"model_type": family.text_type}, "the text model's settings",
-                        hint=f"a {model_type} config holds its text model's settings under text_config")
+    if model_type in qwen.TYPES and not cfg.has("text_config"):  # the hub's: the text model's keys at the top
+        text = Config({k: v for k, v in cfg.data.items() if k not in ("vision_config", "model_type")}, cfg.path,
+                      cfg.text, {})
+        text.data["model_type"] = family.text_type
+    else:
+        text = NestedConfig(cfg, "text_config", {"model_type": family.text_type}, "the text model's settings",
+                            hint=f"a {model_type} config holds its text model's settings under text_config")
     inner = text.get("model_type", string)
-    if inner != family.text_type and model_type == "gemma3":
-        raise text.unsupported("model_type", inner, hint="gemma3 holds a gemma3_text model")
+    if inner != family.text_type and model_type in ("gemma3", *qwen.TYPES):
+        raise text.unsupported("model_type", inner, hint=f"{model_type} holds a {family.text_type} model")
     text.data = {**TEXT_DEFAULTS.get(inner, {}), **(family.text_defaults or {}), "model_type": inner, **text.data}
+    sections = None
+    if model_type in qwen.TYPES:  # a Qwen2 decoder whose RoPE reads three position axes
+        sections = qwen.pop_mrope(text)
+        text.data["model_type"] = inner = "qwen2"
     arch = describe(text, name)
     if arch.expand is not None or arch.encoder is not None:
         raise text.unsupported("model_type", arch.model_type,
                                hint="irc builds a VLM's text model with the decoder most families share")
+    if sections is not None:
+        for spec in arch.layers:
+            if spec.rope is None or spec.rope.scaling or sum(sections) * 2 != (spec.rope.rotary_dim or
+                                                                              arch.attention.head_dim):
+                raise text.error("rope_parameters", f"mrope_section {sections} does not split the heads' "
+                                                    f"{arch.attention.head_dim // 2} rotated pairs (or a scaling is set)")
+            spec.rope.mrope = {"sections": list(sections), "layout": "sections"}
     key = family.image_key  # image_token_id is an alias of image_token_index where that is the key
     key = "image_token_id" if key == "image_token_index" and cfg.has("image_token_id") and not cfg.has(key) else key
     arch.image_token = cfg.get(key, non_negative_int)
@@ -253,6 +281,9 @@ def _image_prompt(cfg: Config, image_token: int) -> dict:
         return {"kind": "gemma3", "placeholder": boi, "before": [boi], "after": [eoi], "around": "\n\n"}
     if cfg.data["model_type"] == "paligemma":  # PaliGemmaProcessor: the images' tokens, <bos>, the prompt, "\n"
         return {"kind": "prepend", "placeholder": image_token, "before": [], "after": [], "around": ""}
+    if cfg.data["model_type"] in qwen.TYPES:
+        tower = cfg.data.get("vision_config") or {}
+        return qwen.image_prompt(cfg, image_token, tower.get("spatial_merge_size", 2))
     if cfg.data["model_type"] in ("idefics3", "smolvlm"):  # SmolVLMProcessor's strings around each tile
         return {"kind": "tiles", "placeholder": image_token, "before": [], "after": [], "around": "",
                 "fake": "<fake_token_around_image>", "global": "<global-img>"}
@@ -286,6 +317,11 @@ def load_vlm(folder: str, cfg: Config, weights: bool) -> Graph:
     graph.meta["image_prompt"] = _image_prompt(cfg, arch.image_token)
     if checkpoint is not None:
         attach_weights(graph, arch, PrefixView(checkpoint, names[0]))
+        family = FAMILY[cfg.data["model_type"]]
+        if family.attach_tower is not None:
+            family.attach_tower(vision, PrefixView(checkpoint, names[1]))
+            graph.parts["vision"] = vision
+            return graph
         _attach_projector(vision, PrefixView(checkpoint, names[2]), cfg.data["model_type"])
         layers = vision.meta["n_layers"]
         attach_vision_weights(vision, PrefixView(checkpoint, names[1]), spare=lambda n: _unread(n, layers))

@@ -202,14 +202,17 @@ class PrefixView(Checkpoint):
     """Part of a checkpoint under other names: each stored tensor that starts with one of
     ``renames``' stored prefixes, seen with that prefix replaced by its viewed one (a VLM's
     ``model.language_model.layers.0...`` as a text model's ``model.layers.0...``). The first
-    pair that matches wins; tensors no pair matches are not in the view."""
+    pair that matches wins; tensors no pair matches, or whose pair's viewed prefix is None (a
+    VLM's tower, stored under the text model's prefix: Qwen2-VL's ``model.visual.``), are not
+    in the view."""
 
-    def __init__(self, checkpoint: Checkpoint, renames: list[tuple[str, str]]):
+    def __init__(self, checkpoint: Checkpoint, renames: list[tuple[Optional[str], str]]):
         self.stored: dict[str, str] = {}
         for name in checkpoint.files:
             for viewed, stored in renames:
                 if name.startswith(stored):
-                    self.stored.setdefault(viewed + name[len(stored):], name)
+                    if viewed is not None:
+                        self.stored.setdefault(viewed + name[len(stored):], name)
                     break
         super().__init__(checkpoint.folder, {v: checkpoint.files[s] for v, s in self.stored.items()})
         self._headers = checkpoint._headers

@@ -15,7 +15,10 @@ Image blocks (``attention``'s optional ``blocks`` operand [B, T], int: ``image_b
 ids, Gemma 3's image tokens): query t also sees key P+t' of the current chunk when
 blocks[t] == blocks[t'] >= 0, i.e. one image's tokens see each other both ways; the window
 (a lower bound on j) and the padding still apply: visible = (causal or same block) and
-window and mask, transformers' ``create_masks_for_vision_model``.
+window and mask, transformers' ``create_masks_for_vision_model``. In bidirectional attention
+the blocks restrict instead: key j is visible to query t only when blocks[t] == blocks[j]
+(block-diagonal attention over one packed sequence: Qwen-VL's vision windows and frames,
+transformers' ``cu_seqlens``).
 
 Sinks (``attention``'s optional ``sinks`` operand [H], GPT-OSS's ``self_attn.sinks``): one
 learned logit per query head joins every softmax denominator, always visible, with no value:
@@ -53,10 +56,14 @@ def visible_keys(batch: int, seq: int, past: int, attention_mask=None, causal: b
     if causal:
         visible &= key <= query
     visible = np.broadcast_to(visible, (batch, seq, past + seq))
-    if blocks is not None:  # one image's tokens see each other (the current chunk's keys only)
+    if blocks is not None and causal:  # one image's tokens see each other (the current chunk's keys only)
         ids = np.asarray(blocks)
         same = (ids[:, :, None] == ids[:, None, :]) & (ids[:, :, None] >= 0)
         visible = visible | np.concatenate([np.zeros((batch, seq, past), bool), same], axis=2)
+    elif blocks is not None:  # bidirectional: only the query's own block
+        ids = np.asarray(blocks)
+        visible = visible & np.concatenate([np.zeros((batch, seq, past), bool),
+                                            ids[:, :, None] == ids[:, None, :]], axis=2)
     if window is not None:
         visible = visible & ((key > query - window) if causal else (np.abs(key - query) < window))
     if attention_mask is not None:
@@ -189,8 +196,8 @@ def _attention_infer(inputs, attrs):
         expect(sinks.dtype.is_float, f"attention: sinks must be float, got {sinks.dtype}")
         expect_shape("attention", "sinks", sinks, (heads,))
     if blocks is not None:
-        expect(not blocks.dtype.is_float and attrs["causal"], "attention: blocks (image tokens seeing each other) "
-                                                              "are integer and go with causal attention")
+        expect(not blocks.dtype.is_float, "attention: blocks (image tokens seeing each other, or the blocks of "
+                                          "a block-diagonal attention) must be integer")
         expect_shape("attention", "blocks", blocks, (batch, seq))
     out = [TensorType(q.dtype, (batch, seq, heads * v_head_dim))]
     if past_key is not None:

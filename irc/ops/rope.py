@@ -32,6 +32,16 @@ Conventions: ``"half"`` rotates pairs (i, i + R/2) of each head (HF ``rotate_hal
 form of DeepSeek-V2). With ``rotary_dim`` R < head_dim only the first R dims of each head
 rotate; the rest pass through.
 
+Multi-axis positions (``mrope``: Qwen-VL's multimodal RoPE and its vision towers' 2-D RoPE):
+``position_ids`` [A, B, T] hold A positions per token and ``mrope`` ``{"sections": [s_0, ...],
+"layout": ...}`` (sum s_a = R/2) says which axis each rotated pair reads: ``"sections"``, pairs
+in runs of s_0, s_1, ... (Qwen2-VL's ``mrope_section``); ``"interleaved"``, pair j reads axis 1
+when j % 3 == 1 and j < 3·s_1, axis 2 when j % 3 == 2 and j < 3·s_2, else axis 0 (Qwen3-VL's
+``apply_interleaved_mrope``); ``"per_axis"``, runs as with sections, each run with the
+frequencies of a rotary width 2·s_a of its own (the vision towers' ``VisionRotaryEmbedding``:
+height then width). ``mrope_tables`` gives the axis and the frequency of each pair; the
+angle of pair j is position[axis_j] · inv_freq_j. Scaling does not combine with it.
+
 ``cos`` and ``sin`` here hold one angle per rotated pair: shape [B, T, R/2], not the
 duplicated [B, T, R] tensors HF builds; ``apply_rope`` places them for either convention.
 """
@@ -48,6 +58,7 @@ from irc.ops.nn import f32
 from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, register, same_dims
 
 CONVENTIONS = ("half", "interleaved")
+MROPE_LAYOUTS = ("sections", "interleaved", "per_axis")
 SCALING_KEYS = {
     "linear": ("factor",),
     "dynamic": ("factor", "original_max_position"),
@@ -207,6 +218,47 @@ def yarn_softmax_mscale(scaling: Optional[dict]) -> float:
     return m * m
 
 
+def mrope_tables(rotary: int, base: float, mrope: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(axis [R/2] int64, inv_freq [R/2] float32): which position axis each rotated pair reads
+    and its frequency (the module docstring's layouts)."""
+    sections, layout = [int(s) for s in mrope["sections"]], mrope["layout"]
+    run = np.repeat(np.arange(len(sections)), sections)
+    if layout == "per_axis":
+        return run, np.concatenate([_base_inv_freq(2 * s, base) for s in sections]).astype(np.float32)
+    inv_freq = _base_inv_freq(rotary, base)
+    if layout == "sections":
+        return run, inv_freq
+    axis = np.zeros(rotary // 2, np.int64)
+    for a, offset in ((1, 1), (2, 2)):
+        axis[offset:3 * sections[a]:3] = a
+    return axis, inv_freq
+
+
+def check_mrope(op: str, mrope, rotary: int, scaling) -> None:
+    """Plain ShapeErrors for an ``mrope`` setting that does not fit the rotary width."""
+    if mrope is None:
+        return
+    expect(isinstance(mrope, dict) and mrope.get("layout") in MROPE_LAYOUTS,
+           f"{op}: mrope must be a dict with a layout in {', '.join(MROPE_LAYOUTS)}, got {mrope!r}")
+    sections = mrope.get("sections")
+    expect(isinstance(sections, (list, tuple)) and sections and all(
+        isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sections),
+        f"{op}: mrope sections must be positive ints, got {sections!r}")
+    expect(sum(sections) == rotary // 2, f"{op}: mrope sections {list(sections)} add up to {sum(sections)}, "
+                                         f"not the {rotary // 2} rotated pairs")
+    if mrope["layout"] == "interleaved":
+        expect(len(sections) == 3 and all(3 * s <= rotary // 2 + 2 for s in sections[1:]),
+               f"{op}: interleaved mrope takes three sections that fit the pairs, got {list(sections)}")
+    expect(scaling is None, f"{op}: mrope does not combine with rope scaling")
+
+
+def mrope_angles(position_ids, rotary: int, base: float, mrope: dict) -> np.ndarray:
+    """Angles [B, T, R/2] of multi-axis ``position_ids`` [A, B, T] (float32)."""
+    axis, inv_freq = mrope_tables(rotary, base, mrope)
+    positions = np.asarray(position_ids).astype(np.float32)  # [A, B, T]
+    return positions[axis].transpose(1, 2, 0) * inv_freq
+
+
 def rope_seq_len(position_ids) -> int:
     """Sequence length dynamic and LongRoPE scaling see: max(position_ids) + 1 over the
     whole batch, as HF computes it."""
@@ -248,11 +300,15 @@ def apply_rope(x4, cos, sin, convention: str = "half", rotary_dim: Optional[int]
 
 
 def rope(x, position_ids, head_dim: int, base: float, rotary_dim: Optional[int] = None,
-         convention: str = "half", scaling: Optional[dict] = None) -> np.ndarray:
+         convention: str = "half", scaling: Optional[dict] = None, mrope: Optional[dict] = None) -> np.ndarray:
     """The whole op on x [B, T, N*D]: frequencies, cos/sin, rotation; float32 result."""
     rotary = head_dim if rotary_dim is None else rotary_dim
-    inv_freq, attention_factor = rope_inv_freq(rotary, base, scaling, rope_seq_len(position_ids))
-    cos, sin = rope_cos_sin(position_ids, inv_freq, attention_factor)
+    if mrope is not None:
+        angles = mrope_angles(position_ids, rotary, base, mrope)
+        cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    else:
+        inv_freq, attention_factor = rope_inv_freq(rotary, base, scaling, rope_seq_len(position_ids))
+        cos, sin = rope_cos_sin(position_ids, inv_freq, attention_factor)
     batch, seq = x.shape[:2]
     x4 = np.asarray(x).reshape(batch, seq, -1, head_dim)
     return apply_rope(x4, cos, sin, convention, rotary).reshape(batch, seq, -1)
@@ -306,8 +362,13 @@ def _rope_infer(inputs, attrs):
            f"rope: features {x.shape[-1]} are not a multiple of head_dim {head_dim}")
     expect(position_ids.dtype in (DType.i64, DType.i32),
            f"rope: position_ids must be integer, got {position_ids.dtype}")
-    expect(len(position_ids.shape) == 2 and all(same_dims(a, b) for a, b in zip(position_ids.shape, x.shape[:2])),
-           f"rope: position_ids {dims.format_shape(position_ids.shape)} do not match x {dims.format_shape(x.shape)}")
+    mrope = attrs.get("mrope")
+    check_mrope("rope", mrope, rotary, attrs["scaling"])
+    axes = () if mrope is None else (len(mrope["sections"]),)  # multi-axis positions: [A, B, T]
+    shape = tuple(position_ids.shape)
+    expect(len(shape) == 2 + len(axes) and all(same_dims(a, b) for a, b in zip(shape, axes + tuple(x.shape[:2]))),
+           f"rope: position_ids {dims.format_shape(shape)} do not match x {dims.format_shape(x.shape)}"
+           + (f" with {axes[0]} position axes" if axes else ""))
     return [TensorType(x.dtype, x.shape)]
 
 
@@ -315,7 +376,7 @@ def _rope_reference(inputs, attrs):
     """Rotate each head of x [B, T, N*D] by its position (HF RoPE, scaling and all)."""
     x, position_ids = inputs
     out = rope(x, position_ids, attrs["head_dim"], attrs["base"], attrs["rotary_dim"], attrs["convention"],
-               attrs["scaling"])
+               attrs["scaling"], attrs.get("mrope"))
     return [out.astype(x.dtype)]
 
 
@@ -329,5 +390,6 @@ def _rope_cost(inputs, outputs, attrs):
 
 
 register(OpDef("rope", ("x", "position_ids"),
-               {"head_dim": REQUIRED, "rotary_dim": None, "base": REQUIRED, "convention": "half", "scaling": None},
+               {"head_dim": REQUIRED, "rotary_dim": None, "base": REQUIRED, "convention": "half", "scaling": None,
+                "mrope": None},
                _rope_infer, _rope_reference, _rope_cost, level="model"))

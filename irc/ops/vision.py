@@ -24,6 +24,17 @@ image features into its token embeddings. With M = 0 (a step without an image) t
 pass unchanged, a placeholder id included (transformers merges nothing without pixel
 values); otherwise the placeholders must number exactly M: the reference refuses a mismatch
 (the ONNX lowering reads missing rows as zeros; ``irc run`` checks the count first).
+
+``patch_grid(grid [N, 3], patches [P, ...]) {merge: m, window: W}`` -> i64 [4, P]: where each
+of the P flattened patches of Qwen-VL's processor sits, the images' ``image_grid_thw`` rows
+(t, h, w) one after another, each frame's patches in merge-window order (m x m blocks row by
+row, each block row by row): row 0 the patch's row in its frame, row 1 its column (the vision
+tower's 2-D RoPE positions, transformers' ``rot_pos_emb``), row 2 its frame's number over all
+images (the blocks of full attention: ``cu_seqlens``), row 3 its attention window's id
+(frame · 2^20 + (row block / W) · 2^10 + column block / W over the m x m blocks; Qwen2.5-VL's
+``get_window_index``; without ``window``, row 2 again). Ids only compare equal or not, so the
+tokens keep the processor's order where transformers permutes them into windows and back.
+The reference refuses grids whose patches do not number P or whose sides m does not divide.
 """
 from __future__ import annotations
 
@@ -153,4 +164,50 @@ def _blocks_reference(inputs, attrs):
 
 register(OpDef("image_blocks", ("ids",), {"token": REQUIRED, "prefix": False}, _blocks_infer, _blocks_reference,
                lambda inputs, outputs, attrs: Cost(other_flops=3 * inputs[0].numel, bytes_read=inputs[0].nbytes,
+                                                   bytes_written=outputs[0].nbytes)))
+
+
+WINDOW_ID = 1 << 20  # a frame's share of the window ids (patch_grid); its row blocks are 1 << 10 apart
+
+
+def patch_grid(grid, count: int, merge: int, window=None) -> np.ndarray:
+    """``patch_grid``'s rows [4, count] for ``grid`` [N, 3] (the module docstring)."""
+    rows, frames = [], 0
+    for t, h, w in np.asarray(grid, np.int64).reshape(-1, 3).tolist():
+        if min(t, h, w) < 1 or h % merge or w % merge:
+            raise ValueError(f"patch_grid: image grid {[t, h, w]} is not whole {merge} x {merge} blocks")
+        block_row, block_col, inner_row, inner_col = np.meshgrid(np.arange(h // merge), np.arange(w // merge),
+                                                                 np.arange(merge), np.arange(merge), indexing="ij")
+        height = (block_row * merge + inner_row).reshape(-1)
+        width = (block_col * merge + inner_col).reshape(-1)
+        cell = (block_row.reshape(-1) // window) * 1024 + block_col.reshape(-1) // window if window else 0
+        for frame in range(frames, frames + t):
+            ids = np.full(h * w, frame, np.int64)
+            rows.append(np.stack([height, width, ids, ids * WINDOW_ID + cell if window else ids]))
+        frames += t
+    out = np.concatenate(rows, axis=1) if rows else np.zeros((4, 0), np.int64)
+    if out.shape[1] != count:
+        raise ValueError(f"patch_grid: the image grids hold {out.shape[1]} patches but pixel_values has {count} rows")
+    return out.astype(np.int64)
+
+
+def _grid_infer(inputs, attrs):
+    grid, patches = inputs
+    for key in ("merge", "window"):
+        value = attrs[key]
+        expect(value is None and key == "window" or isinstance(value, int) and not isinstance(value, bool)
+               and value > 0, f"patch_grid: {key} must be a positive int, got {value!r}")
+    expect(not grid.dtype.is_float and grid.rank == 2 and dims.canonical(grid.shape[1]) == 3,
+           f"patch_grid: grid must be integer [N, 3] (t, h, w), got {grid.dtype}{dims.format_shape(grid.shape)}")
+    expect(patches.rank >= 1, "patch_grid: patches must have a row per patch")
+    return [TensorType(DType.i64, (4, patches.shape[0]))]
+
+
+def _grid_reference(inputs, attrs):
+    grid, patches = inputs
+    return [patch_grid(grid, patches.shape[0], attrs["merge"], attrs["window"])]
+
+
+register(OpDef("patch_grid", ("grid", "patches"), {"merge": REQUIRED, "window": None}, _grid_infer, _grid_reference,
+               lambda inputs, outputs, attrs: Cost(other_flops=20 * outputs[0].numel // 4, bytes_read=inputs[0].nbytes,
                                                    bytes_written=outputs[0].nbytes)))

@@ -187,11 +187,23 @@ def test_rms_norm_at_opset_21_without_lower_norms(tmp_path):
 
 def test_a_symbol_no_input_carries(tmp_path):
     g = Graph("unbound")
-    x = g.add_input("x", DType.f32, ("B", "2*S"))
-    g.outputs = [emit1(g, "reshape", [x], {"shape": ["B", "S", 2]}, "y")]
+    x = g.add_input("x", DType.f32, ("B", "S*S"))
+    g.outputs = [emit1(g, "reshape", [x], {"shape": ["B", "S", "S"]}, "y")]
     with pytest.raises(BackendError, match="symbol 'S' cannot be derived"):
         emit_model(g, str(tmp_path / "m.onnx"))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_symbol_times_a_coefficient_is_read_off(tmp_path):
+    """x [B, 2*S] -> [B, S, 2]: S = x's width // 2 (Qwen-VL's patches, 4 per visual token)."""
+    from backends.onnx.runtime import ort_engine
+
+    g = Graph("halves")
+    x = g.add_input("x", DType.f32, ("B", "2*S"))
+    g.outputs = [emit1(g, "reshape", [x], {"shape": ["B", "S", 2]}, "y")]
+    emit_model(g, str(tmp_path / "m.onnx"))
+    fed = np.arange(12, dtype=np.float32).reshape(2, 6)
+    np.testing.assert_array_equal(ort_engine(str(tmp_path / "m.onnx"))({"x": fed})["y"], fed.reshape(2, 3, 2))
 
 
 @pytest.mark.parametrize("options, message", [({"opset": 20}, "--opset 20"), ({"opset": 29}, "--opset 29"),

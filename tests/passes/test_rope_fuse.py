@@ -154,8 +154,8 @@ def test_interleaved_pairs_golden():
 @pytest.mark.parametrize("layout", ["BTND", "BNTD"])
 def test_forms_tables_layouts(form, convention, tables, layout):
     after = fuse(rope_graph(form, tables=tables, layout=layout, rotary=4, base=500000.0))
-    assert ropes(after) == [{"base": 500000.0, "convention": convention, "head_dim": 8, "rotary_dim": 4,
-                             "scaling": None}] * 2
+    assert ropes(after) == [{"base": 500000.0, "convention": convention, "head_dim": 8, "mrope": None,
+                             "rotary_dim": 4, "scaling": None}] * 2
     assert not after.params  # the tables went with the decomposition
 
 

@@ -1,0 +1,139 @@
+"""Qwen-VL's vision tower in the DSL: flattened patches of any image size, 2-D RoPE, window
+attention, and the patch merger (Qwen2-VL, Qwen2.5-VL).
+
+    spec = QwenVisionSpec(depth=2, width=32, heads=4, d_ff=64, patch=14, out=48,
+                          norm="rms", mlp="swiglu", window=4, full_layers=(1,))
+    m = Model("tiny-qwen-vision", vocab=None, d_model=32, encoder=True)
+    build_qwen_vision(m, spec)        # image_features [P / merge², 48]
+
+The model takes the processor's outputs as they are (``irc_cli.images_qwen``, onnxruntime-genai's
+Qwen processor): ``pixel_values`` f32 [P, C·T·p·p], every image's patches one after another, each
+patch its C channels x T frames x p x p pixels (an image is its frame twice), and
+``image_grid_thw`` i64 [N, 3]. The patch projection is transformers' Conv3d with kernel = stride,
+a matmul by the flattened weight (``@patch_embed`` [d, C·T·p·p]). ``patch_grid`` places every
+patch: its 2-D RoPE positions (row, column; ``Rope(mrope=per_axis)``: a quarter of each head's
+dims rotates by the row, a quarter by the column, as ``VisionRotaryEmbedding``) and the blocks of
+its attention (one packed sequence [1, P, d]: a frame for the full layers, a window of
+``window`` x ``window`` merged blocks for the others, ``attention(blocks=...)``). The layers are
+pre-norm (``norm``: "rms" (Qwen2.5-VL) or "layer" (Qwen2-VL)), attention with q/k/v and output
+biases (``attn.qkv`` split into wq, wk, wv), and an MLP (``mlp``: "swiglu" with biases
+(Qwen2.5-VL: ``mlp.w_gate``, ``w_up``, ``w_down`` and ``b_*``) or "quick_gelu" (Qwen2-VL)). The
+merger normalises (``merger.norm``), joins each merge x merge block's tokens (consecutive in the
+processor's order) into one of merge²·d features, and projects them (``merger.fc1``, exact
+GELU, ``merger.fc2``) to the text model's width.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
+
+from frontends.dsl_args import positive
+from frontends.dsl_rope import Rope
+from frontends.dsl_vision import IMAGE_ROWS
+from irc.ops.vision import FEATURES
+from irc import dims
+from irc.dtypes import DType
+
+if TYPE_CHECKING:
+    from frontends.dsl import Model, Tensor
+
+PIXELS, GRID = "pixel_values", "image_grid_thw"
+NORMS, MLPS = ("rms", "layer"), ("swiglu", "quick_gelu")
+
+
+@dataclass
+class QwenVisionSpec:
+    """A Qwen-VL vision tower: ``depth`` layers of ``width`` features, ``heads``, MLP ``d_ff``;
+    patches of ``patch`` pixels over ``temporal`` frames and ``channels``; ``merge`` x merge
+    blocks merged into one token of ``out`` features; ``window`` (merged blocks per window
+    side; None: every layer attends over its frame) except in ``full_layers``."""
+    depth: int
+    width: int
+    heads: int
+    d_ff: int
+    out: int
+    patch: int = 14
+    temporal: int = 2
+    channels: int = 3
+    merge: int = 2
+    norm: str = "rms"
+    mlp: str = "swiglu"
+    window: Optional[int] = None
+    full_layers: tuple = field(default_factory=tuple)
+    eps: float = 1e-6
+    theta: float = 10000.0
+    reference_size: int = 448  # the image side ``irc show`` counts a tower's tokens and FLOPs at
+
+
+def build_qwen_vision(m: "Model", spec: QwenVisionSpec) -> "Tensor":
+    """The tower ``spec`` describes, built into ``m`` (``Model(vocab=None, encoder=True)``);
+    returns its output ``image_features``."""
+    from frontends.dsl import Tensor
+    if spec.norm not in NORMS or spec.mlp not in MLPS:
+        raise m.error("norm" if spec.norm not in NORMS else "mlp", f"expected norm in {NORMS} and mlp in {MLPS}")
+    for arg in ("depth", "width", "heads", "d_ff", "out", "patch", "temporal", "channels", "merge"):
+        positive(arg, getattr(spec, arg), m.origin())
+    head_dim = spec.width // spec.heads
+    if spec.width % spec.heads or head_dim % 4:
+        raise m.error("heads", f"{spec.width} features in {spec.heads} heads: 2-D RoPE needs heads of a multiple of "
+                               "4 dims")
+    graph = m._graph
+    if m.meta.get("vision") is not None:
+        raise m.error("spec", "the image input is already declared")
+    flat = spec.channels * spec.temporal * spec.patch * spec.patch
+    patches = dims.mul(spec.merge * spec.merge, IMAGE_ROWS)  # m² patches per visual token
+    pixels = Tensor(m, graph.add_input(PIXELS, DType.f32, (patches, flat)))
+    grid = Tensor(m, graph.add_input(GRID, DType.i64, ("N", 3)))
+    side = spec.reference_size // spec.patch
+    m.meta["vision"] = {"channels": spec.channels, "image_size": [spec.reference_size] * 2, "patch": spec.patch,
+                        "patches": side * side, "tokens": side * side // spec.merge ** 2, "grid": "thw",
+                        "merge": spec.merge, "temporal": spec.temporal,
+                        "window_pixels": (spec.window or 0) * spec.merge * spec.patch,
+                        "bindings": {IMAGE_ROWS: side * side // spec.merge ** 2, "N": 1}}
+    m.meta.pop("vocab_size", None)
+    x = m.emit("linear", [pixels, m.param("patch_embed", (spec.width, flat)), None], None, "patches")[0]
+    x = m.emit("reshape", [x], {"shape": [1, patches, spec.width]}, "patch_row")[0]
+    where = m.emit("patch_grid", [grid, pixels], {"merge": spec.merge, "window": spec.window}, "patch_grid")[0]
+
+    def rows(start: int, stop: int, shape: list, name: str) -> Tensor:
+        picked = m.emit("slice", [where], {"axis": 0, "start": start, "end": stop}, f"{name}_rows")[0]
+        return m.emit("reshape", [picked], {"shape": shape}, name)[0]
+
+    m._positions = rows(0, 2, [2, 1, patches], "rope_positions").value
+    frames = rows(2, 3, [1, patches], "frame_blocks")
+    windows = rows(3, 4, [1, patches], "window_blocks") if spec.window else frames
+    quarter = head_dim // 4
+    rope = Rope(base=spec.theta, mrope={"sections": [quarter, quarter], "layout": "per_axis"})
+    for layer in m.layers(spec.depth):
+        norm = layer.rms_norm if spec.norm == "rms" else layer.layer_norm
+        blocks = frames if spec.window is None or layer.index in spec.full_layers else windows
+        x = x + layer.attention(norm(x, eps=spec.eps), heads=spec.heads, rope=rope, qkv_bias=True, out_bias=True,
+                                causal=False, blocks=blocks)
+        h = norm(x, eps=spec.eps)
+        x = x + (layer.quick_gelu_mlp(h, spec.d_ff) if spec.mlp == "quick_gelu" else _swiglu_biased(layer, h, spec))
+    x = m.rms_norm(x, "merger.norm", spec.eps) if spec.norm == "rms" else m.layer_norm(x, "merger.norm", spec.eps)
+    joined = spec.width * spec.merge ** 2
+    x = m.emit("reshape", [x], {"shape": [IMAGE_ROWS, joined]}, "merged")[0]
+    x = m.emit("linear", [x, m.param("merger.fc1", (joined, joined)), m.param("merger.fc1.bias", (joined,))], None,
+               "merger_up")[0]
+    x = m.emit("gelu", [x], {"approximate": "none"}, "merger_act")[0]
+    x = m.emit("linear", [x, m.param("merger.fc2", (spec.out, joined)), m.param("merger.fc2.bias", (spec.out,))],
+               None, "merger_out")[0]
+    features = m.emit("reshape", [x], {"shape": [IMAGE_ROWS, spec.out]}, FEATURES)[0]
+    graph.outputs.append(features.value)
+    return features
+
+
+def _swiglu_biased(layer, x: "Tensor", spec: QwenVisionSpec) -> "Tensor":
+    """down(silu(gate(x) + b) * (up(x) + b)) + b: Qwen2.5-VL's vision MLP, as primitives."""
+    m, p = layer.model, layer.prefix
+    d = m._features(x)
+    layer._note_mlp("swiglu", spec.d_ff)
+
+    def linear(t: "Tensor", which: str, rows: int, cols: int) -> "Tensor":
+        return m.emit("linear", [t, m.param(f"{p}mlp.w_{which}", (rows, cols)), m.param(f"{p}mlp.b_{which}", (rows,))],
+                      None, f"{p}mlp_{which}")[0]
+
+    gate = m.emit("silu", [linear(x, "gate", spec.d_ff, d)], None, f"{p}mlp_gate_act")[0]
+    hidden = m.emit("mul", [gate, linear(x, "up", spec.d_ff, d)], None, f"{p}mlp_act")[0]
+    return linear(hidden, "down", d, spec.d_ff)
