@@ -2,7 +2,9 @@
 latency per image at LLaVA-1.5's size. Prints tables; asserts nothing.
 
 The twins are ``tests/frontends/test_hf_vlm.py``'s ``CASES`` (LLaVA with a CLIP tower, LLaVA
-with a SigLIP tower and a Qwen2 text model, Gemma 3), saved by transformers 5.25 and renamed to
+with a SigLIP tower and a Qwen2 text model, Gemma 3, PaliGemma, Idefics3, SmolVLM) and
+``tests/frontends/test_hf_qwen_vl.py``'s (Qwen2-VL, Qwen2.5-VL: fed their image grids and the
+decoder its 3-D positions where it declares them), saved by transformers 5.25 and renamed to
 the layout the hub's checkpoints have (``hub-4.x``: ``language_model.model.``,
 ``vision_tower.vision_model.``, ``multi_modal_projector.``). Each tool gets that folder and is held
 to transformers on a prompt with one image (Gemma 3 with its ``token_type_ids``, so one
@@ -18,7 +20,8 @@ onnxruntime-genai 16 greedy tokens.
 
 A cell says ``exact`` (<= 1e-4), ``wrong (error)`` or ``refused: <the last line of its error>``.
 ``--latency``: LLaVA-1.5-7B's vision model (CLIP ViT-L/14-336 to hidden_states[-2], the class
-token dropped, the projector: 576 tokens of 4096) per image, median of 5 after a warm-up, 2
+token dropped, the projector: 576 tokens of 4096) and Qwen2.5-VL-7B's (a 448 x 448 image: 1,024
+patches through 32 layers, windows of 8 x 8 patches, the merger: 256 tokens of 3584) per image, median of 5 after a warm-up, 2
 threads: irc's ``onnx-ort`` model in ONNX Runtime against PyTorch eager (transformers'
 CLIPVisionModel and LlavaMultiModalProjector), random weights (the time does not depend on them).
 
@@ -99,7 +102,7 @@ def irc_cells(folder: str, tmp: str, model, ids, pixel_values, want, tokens) -> 
     return cells + [genai]
 
 
-def mobius_cell(folder: str, tmp: str, ids, pixel_values, want) -> str:
+def mobius_cell(folder: str, tmp: str, ids, pixel_values, want, grids=None) -> str:
     out, tool = os.path.join(tmp, "mobius"), os.path.join(os.path.dirname(sys.executable), "mobius")
     if not os.path.exists(tool):
         return "not installed (pip install -c constraints.txt '.[bench]')"
@@ -110,7 +113,8 @@ def mobius_cell(folder: str, tmp: str, ids, pixel_values, want) -> str:
     paths = {k: os.path.join(out, d, "model.onnx") for k, d in (("vision", "vision_encoder"), ("embedding", "embedding"),
                                                                  ("decoder", "decoder"))}
     try:
-        return three_models(paths, ids, pixel_values, want)
+        return three_models(paths, ids, pixel_values, want) if grids is None else qwen_models(
+            paths, ids, pixel_values, grids, want)
     except Exception as err:  # noqa: BLE001 (a model that fails to run is a result here)
         return f"fails to run: {last_line(str(err))}"
 
@@ -151,11 +155,88 @@ def twins_table(only: str) -> None:
             cells = irc_cells(folder, tmp, model, ids, pixel_values, want, tokens)
             rows.append([name, *cells, mobius_cell(folder, tmp, ids, pixel_values, want), builder_cell(folder, tmp)])
             print(f"  {name} done", file=sys.stderr)
+    rows += qwen_table(only)
     print("\n| twin | irc interpreter | irc onnx | irc onnx-ort | genai 0.18 (irc onnx-ort folder) | mobius-onnx 0.1.0 "
           "| genai builder 0.18 |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
+
+
+def qwen_models(paths: dict, ids, pixel_values, grids, want) -> str:
+    """``three_models`` for Qwen-VL: the vision model also takes ``image_grid_thw``, the
+    decoder its positions in the rank it declares ([3, B, T]: ``irc.mrope``; [B, T]: plain)."""
+    import onnxruntime as ort
+
+    from irc.check import relative_error
+    from irc.mrope import mrope_positions
+    sessions = {k: ort.InferenceSession(p, providers=["CPUExecutionProvider"]) for k, p in paths.items()}
+    vision = sessions["vision"]
+    fed = {"pixel_values": pixel_values, "image_grid_thw": grids}
+    features = vision.run(None, {v.name: fed[v.name] for v in vision.get_inputs()})[0]
+    embeds = sessions["embedding"].run(None, {"input_ids": ids, "image_features": features})[0]
+    decoder = sessions["decoder"]
+    shapes = {v.name: v.shape for v in decoder.get_inputs()}
+    positions = mrope_positions(ids, grids, QWEN_IMAGE, 2)[0]
+    feeds = {"inputs_embeds": embeds, "input_ids": ids, "attention_mask": np.ones_like(ids),
+             "position_ids": positions if len(shapes.get("position_ids", [])) == 3 else positions[0]}
+    for name, shape in shapes.items():
+        if name.startswith("past_key_values."):
+            feeds[name] = np.zeros([1, shape[1], 0, shape[3]], np.float32)
+    logits = decoder.run(["logits"], {k: v for k, v in feeds.items() if k in shapes})[0]
+    return verdict(relative_error(logits[:, -1], want[:, -1]))
+
+
+def qwen_table(only: str) -> list:
+    """Rows for Qwen2-VL and Qwen2.5-VL (``tests/frontends/test_hf_qwen_vl.py``'s twins, which
+    transformers 5.25 saves in the hub's layout: ``model.layers.``, ``visual.``)."""
+    import torch
+
+    from frontends import load_spec
+    from irc.check import relative_error
+    from irc.interpreter import run
+    from irc_cli import main
+    from irc_cli.run_vlm import FolderModel, runner
+    from tests.frontends import test_hf_qwen_vl as t
+    from tests.frontends.test_hf_vlm import Clock
+
+    rows = []
+    for name in sorted(t.CLASSES):
+        if only and name not in only.split(","):
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            model, folder = t.build(name, Path(tmp) / "saved")
+            ids, pixel_values, grids = t.prompt(1), t.pixels(1), t.GRIDS[:1]
+            want = t.reference(model, ids, pixel_values, grids)[1]
+            with torch.no_grad():
+                tokens = model.generate(input_ids=torch.from_numpy(ids), pixel_values=torch.from_numpy(pixel_values),
+                                        image_grid_thw=torch.from_numpy(grids),
+                                        mm_token_type_ids=torch.from_numpy((ids == t.IMAGE) * 1), max_new_tokens=16,
+                                        min_new_tokens=16, do_sample=False)[0, ids.shape[1]:].tolist()
+            graph = load_spec(folder)
+            features = run(graph.parts["vision"], {"pixel_values": pixel_values, "image_grid_thw": grids})
+            cells = [verdict(relative_error(run(graph, t.decoder_feeds(graph, ids, features["image_features"],
+                                                                        grids))["logits"], want))]
+            genai = "not a genai type"
+            for target in ("onnx", "onnx-ort"):
+                out = os.path.join(tmp, f"irc-{target}")
+                if main(["compile", folder, "--target", target, "-o", os.path.join(out, "model.onnx"), "--quiet"]):
+                    cells.append("refused")
+                    continue
+                cells.append(qwen_models({k: os.path.join(out, f) for k, f in (
+                    ("vision", "vision.onnx"), ("embedding", "embedding.onnx"), ("decoder", "model.onnx"))},
+                    ids, pixel_values, grids, want))
+                if target == "onnx-ort" and os.path.exists(os.path.join(out, "genai_config.json")):
+                    got = runner(FolderModel(out), pixel_values, tuple(grids[0]))(
+                        out, ids[0].tolist(), 16, set(), Clock(), engine="genai").tokens
+                    genai = "exact" if got == tokens else "wrong (tokens)"
+            mobius = mobius_cell(folder, tmp, ids, pixel_values, want, grids)
+            rows.append([name, *cells, genai, mobius, builder_cell(folder, tmp)])
+            print(f"  {name} done", file=sys.stderr)
+    return rows
+
+
+QWEN_IMAGE = 150  # the twins' image placeholder id
 
 
 def median_ms(run, rounds: int = 5) -> float:
@@ -207,16 +288,54 @@ def latency_table() -> None:
     torch_ms = median_ms(eager)
     rows.append(("llava-1.5-7b vision model (576 tokens)", f"{flops / 1e9:,.0f}", f"{irc_ms:,.0f}", f"{torch_ms:,.0f}",
                  f"{torch_ms / irc_ms:.2f}x"))
+    rows.append(qwen_latency(spec))
     print("\n| vision model | GFLOPs/image | irc onnx-ort, ORT (ms) | PyTorch eager (ms) | irc speed-up |")
     print("|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
 
 
+def qwen_latency(spec) -> tuple:
+    """Qwen2.5-VL-7B's vision model on a 448 x 448 image (1,024 patches, 256 tokens):
+    irc onnx-ort in ONNX Runtime against transformers' tower in PyTorch eager."""
+    import torch
+    import transformers
+
+    from backends.onnx.emit import emit_model
+    from backends.onnx.runtime import ort_session
+    from frontends import load_spec
+    from irc.analysis import analyze
+    from irc.passmanager import PassManager, parse_pipeline
+
+    folder = os.path.join(ROOT, "examples", "hf", "qwen2.5-vl-7b")
+    vision = load_spec(folder).parts["vision"]
+    flops = analyze(vision)["vision"]["flops_per_image"]
+    PassManager(parse_pipeline(",".join(p for p in (spec.prelude({}), spec.pipeline({}), spec.postlude({})) if p))
+                ).run(vision)
+    grid = np.array([[1, 32, 32]])
+    pixels = np.random.default_rng(0).standard_normal((1024, 3 * 2 * 14 * 14)).astype(np.float32)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "vision.onnx")
+        emit_model(vision, path, target="onnx-ort", genai=False)
+        session = ort_session(path, threads=2)
+        irc_ms = median_ms(lambda: session.run(None, {"pixel_values": pixels, "image_grid_thw": grid}))
+    config = transformers.AutoConfig.from_pretrained(folder)
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
+    tower = Qwen2_5_VisionTransformerPretrainedModel._from_config(config.vision_config).eval()
+
+    def eager():
+        with torch.no_grad():
+            return tower(torch.from_numpy(pixels), grid_thw=torch.from_numpy(grid)).pooler_output
+    torch_ms = median_ms(eager)
+    return ("qwen2.5-vl-7b vision model (448 x 448: 256 tokens)", f"{flops / 1e9:,.0f}", f"{irc_ms:,.0f}",
+            f"{torch_ms:,.0f}", f"{torch_ms / irc_ms:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default="", help="comma-separated twin names")
-    parser.add_argument("--latency", action="store_true", help="also time LLaVA-1.5-7B's vision model per image")
+    parser.add_argument("--latency", action="store_true",
+                        help="also time LLaVA-1.5-7B's and Qwen2.5-VL-7B's vision models per image")
     args = parser.parse_args()
     twins_table(args.only)
     if args.latency:
