@@ -77,6 +77,34 @@ class EncoderOutputs:
         self.meta["sentence_embedding"] = x.shape[-1]
         return x
 
+    def text_embeds(self, x: Tensor) -> Tensor:
+        """Make ``x`` [B, n] the output ``text_embeds`` (a dual encoder's text tower: CLIP's
+        ``get_text_features``)."""
+        self._encoder_only("text_embeds")
+        self._extra_output(x, "text_embeds")
+        return x
+
+    def pick_token(self, x: Tensor, ids: Optional[Tensor] = None, token: Optional[int] = None) -> Tensor:
+        """x [B, T, d] -> [B, d] at one position of each row: without ``ids``, the last
+        (SigLIP's text pooling); with them, the first holding ``token`` (CLIP's eos pooling),
+        or with ``token`` None the first holding the row's largest id (CLIP's legacy rule);
+        zeros for a row without it."""
+        self._encoder_only("pick_token")
+        c = self._pool_context()
+        if ids is None:
+            one = self.emit("constant", [], {"value": 1.0}, "pick_one")[0]
+            return self._pick(x, self.emit("sub", [c["length"], one], None, "pick_last")[0], "pick_token")
+        if token is None:
+            target = self.emit("reduce_max", [ids], {"axes": [1], "keepdims": True}, "pick_largest_id")[0]
+        else:
+            target = self.emit("constant", [], {"value": int(token), "dtype": "i64"}, "pick_id")[0]
+        hit = self.emit("cast", [self.emit("equal", [ids, target], None, "pick_hit")[0]], {"to": "f32"},
+                        "pick_hit_f32")[0]
+        from_end = self.emit("sub", [c["length"], c["index"]], None, "pick_from_end")[0]
+        top = self.emit("reduce_max", [self.emit("mul", [hit, from_end], None, "pick_from_end_hit")[0]],
+                        {"axes": [1], "keepdims": True}, "pick_first_from_end")[0]
+        return self._pick(x, self.emit("sub", [c["length"], top], None, "pick_first")[0], "pick_token")
+
     def _extra_output(self, x: Tensor, name: str) -> None:
         """Make ``x`` [B, n] the output ``name`` after ``last_hidden_state`` (once)."""
         names = [v.name for v in self._graph.outputs]

@@ -132,9 +132,10 @@ def cmd_show(args) -> int:
         _apply_passes(graph.parts["vision"], args)
         seen = analyze(graph.parts["vision"], context=args.context, cache_dtype=cache)
         costs = visual_token_costs(seen["vision"], graph, cache, tokens=seen["vision"]["tokens"])
+    words = analyze(graph.parts["text"], context=args.context) if "text" in graph.parts else None  # a dual encoder's
     if args.json:
         print(json.dumps({**summary, "weights": weights, **({"mla_forms": trade} if trade else {}),
-                          **({"vision_model": seen} if seen else {}),
+                          **({"vision_model": seen} if seen else {}), **({"text_tower": words} if words else {}),
                           **({"memory_against_context": memory} if memory else {}),
                           **({"visual_tokens": costs} if costs else {})}, indent=2, sort_keys=True))
         return 0
@@ -142,6 +143,8 @@ def cmd_show(args) -> int:
     print(f"  weights: {weights}")
     if "vision" in summary:
         _print_rows(_vision_rows(summary))
+        if words:
+            print(f"  text tower: {words['params_total']:,} parameters, {words['n_layers']} layers -> text_embeds")
         for line in _visual_token_lines(costs) if costs else []:
             print(line)
         return 0
@@ -247,7 +250,7 @@ def cmd_compile(args) -> int:
     if target.needs_output and not args.output:
         raise BackendError(f"--target {args.target} writes files: give -o PATH")
     graph = load(args.spec, args.gguf_weights)
-    if graph.parts and args.target not in PART_TARGETS:
+    if "vision" in graph.parts and args.target not in PART_TARGETS:
         raise BackendError(f"--target {args.target} writes one model, and this VLM has a vision model beside its "
                            "decoder", location=args.spec, hint="compile it with --target onnx or onnx-ort (vision, "
                                                                 "embedding and decoder models), or ir")
@@ -278,6 +281,9 @@ def cmd_compile(args) -> int:
         files, notes = companion_files(args.spec)  # a tokenizer, for the model's folder
         lines = target.emit(graph, args.output, dataclasses.replace(options, files=files, progress=progress,
                                                                          report=getattr(args, "report", None)))
+        if "text" in graph.parts and args.target not in PART_TARGETS:  # a dual encoder on a one-model target
+            lines.append(f"the text tower is not written: --target {args.target} writes one model (the image "
+                         "tower); --target onnx or onnx-ort writes both")
         for line in [] if args.quiet else load_notes(graph) + notes + lines:
             print(line, file=sys.stderr)
     elif args.target == "ir":
@@ -303,6 +309,8 @@ def _summary_line(graph, args, seconds: float, since: float) -> str:
     params = f"{summary['params_total']:,} params" + (
         f" + {analyze(seen)['params_total']:,} in the vision model ({seen.meta['vision']['tokens']:,} "
         "tokens/image)" if seen else "")
+    if "text" in graph.parts:  # a dual encoder's text tower
+        params += f" + {analyze(graph.parts['text'])['params_total']:,} in the text tower"
     return f"compiled {graph.name} -> {where}: {dtypes}, {params}, {memory}, {seconds:.1f} s"
 
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from irc import dims
 from irc.errors import IRCError
+from irc.inputs import read_json
 from irc.output import import_native
 from irc.ops.rope import CACHE_REFRESH_KEY, cache_refresh_length
 
@@ -239,10 +240,14 @@ def genai_config(folder: str) -> dict:
 
 
 def model_path(folder: str) -> str:
-    """The model file: genai_config.json's ``decoder.filename``, else the folder's one .onnx file."""
+    """The model file: genai_config.json's ``decoder.filename``, a dual encoder's image tower
+    (``irc_dual.json``), else the folder's one .onnx file."""
     name = genai_config(folder).get("model", {}).get("decoder", {}).get("filename")
     if name:
         return os.path.join(folder, name)
+    dual = os.path.join(folder, "irc_dual.json")
+    if os.path.isfile(dual):
+        return os.path.join(folder, read_json(dual)["image"])
     found = sorted(glob.glob(os.path.join(folder, "*.onnx")))
     if len(found) != 1:
         raise IRCError(f"expected one .onnx model in the folder, found {len(found)}", location=folder,

@@ -32,6 +32,8 @@ def add_parser(subparsers, common) -> None:
     prompt.add_argument("--prompt-ids", metavar="IDS", help="the prompt as token ids, e.g. 1,2,3 (no tokenizer needed)")
     p.add_argument("--image", metavar="FILE", help="an image for an image encoder: its embeddings "
                    "(irc_cli.run_image; needs Pillow: pip install 'irc[vision]')")
+    p.add_argument("--text", action="append", metavar="TEXT", help="with --image, for a dual encoder (CLIP, "
+                   "SigLIP): a text to score the image against (repeat it; irc_cli.run_dual)")
     p.add_argument("--chat", action="store_true", help="lay the prompt out with the model's chat template (one user "
                    "turn, ready for the answer); needs jinja2")
     p.add_argument("--system", help="with --chat: a system message before the user's")
@@ -149,6 +151,9 @@ def cmd_run(args) -> int:
     if args.image is not None and not run_vlm.takes_images(args.spec):
         from irc_cli.run_image import run_image
         return run_image(args)
+    if args.text:
+        raise IRCError("--text goes with --image: a dual encoder (CLIP, SigLIP) scores an image against texts",
+                       hint="give the image: --image FILE")
     if args.prompt is None and args.prompt_ids is None:
         raise IRCError("give the prompt: --prompt TEXT or --prompt-ids IDS (or --image FILE for an image encoder)")
     if args.max_new_tokens < 1:

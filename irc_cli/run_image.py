@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from irc.errors import IRCError
-from irc_cli import engines, weights
+from irc_cli import engines, run_dual, weights
 from irc_cli.images import Processor, read_image
 
 PIXELS = "pixel_values"
@@ -43,7 +43,7 @@ def _compiled(folder: str):
 
 
 def _spec(args):
-    """(run(pixels) -> outputs, (height, width), engine) of a spec in the interpreter."""
+    """(run(pixels) -> outputs, (height, width), engine, graph) of a spec in the interpreter."""
     from irc.interpreter import Interpreter
     from irc_cli.commands import _apply_passes
     from irc_cli.spec import load
@@ -57,7 +57,7 @@ def _spec(args):
     _apply_passes(graph, args)
     interpreter = Interpreter(graph, args.seed)
     return (lambda pixels: interpreter.run({PIXELS: pixels})), tuple(graph.meta["vision"]["image_size"]), \
-        "interpreter"
+        "interpreter", graph
 
 
 def run_image(args) -> int:
@@ -70,23 +70,29 @@ def run_image(args) -> int:
     if compiled:
         folder = compiled[0]
         run, size, engine = _compiled(folder)
+        source = folder
     else:
         folder = args.spec if os.path.isdir(args.spec) else os.path.dirname(os.path.abspath(args.spec))
-        run, size, engine = _spec(args)
+        run, size, engine, source = _spec(args)
     processor = Processor.read(folder)
     processor.check_model(*size)
     pixels = processor(read_image(args.image))[None]
     start = time.perf_counter()
     outputs = run(pixels)
-    seconds = time.perf_counter() - start
     pooled = outputs.get("pooler_output")
+    scored = {} if not args.text else run_dual.zero_shot(source, folder, args.text,
+                                                         outputs.get("image_embeds", pooled))
+    seconds = time.perf_counter() - start
     if args.json:
         report = {"image": args.image, "engine": engine, "seconds": round(seconds, 4),
                   "shapes": {name: list(np.shape(value)) for name, value in outputs.items()},
-                  "pooler_output": None if pooled is None else [float(x) for x in pooled[0]]}
+                  "pooler_output": None if pooled is None else [float(x) for x in pooled[0]], **scored}
         if "image_embeds" in outputs:  # a dual encoder's projected embedding (CLIP)
             report["image_embeds"] = [float(x) for x in outputs["image_embeds"][0]]
         print(json.dumps(report))
+    elif scored:
+        for text, score in sorted(zip(scored["texts"], scored["scores"]), key=lambda pair: -pair[1]):
+            print(f"{score:.4f}  {text}")
     else:
         for name, value in outputs.items():
             print(f"{name}: {' x '.join(str(d) for d in np.shape(value))}")

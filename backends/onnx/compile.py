@@ -7,6 +7,7 @@ from irc.graph import Graph
 from irc.progress import SILENT
 from irc.text import describe_bytes
 
+from backends.onnx.dual import emit_dual
 from backends.onnx.emit import emit_model
 from backends.onnx.vlm import EMBEDDING, emit_vlm
 from backends.onnx.targets import resolve_options, resolve_tied_head, resolve_unfused
@@ -21,6 +22,9 @@ def emit_target(graph: Graph, path: str, options) -> list[str]:
         vision, result, lines = emit_vlm(graph, path, **kwargs)
         return _lines(vision) + _lines(result) + [f"wrote {os.path.join(os.path.dirname(result.path), EMBEDDING)} "
                                                   "(the token embedding and the image features' merge)"] + lines
+    if "text" in graph.parts:  # a dual encoder: image and text towers (backends.onnx.dual)
+        image, text, lines = emit_dual(graph, path, **kwargs)
+        return _lines(image) + _lines(text) + lines
     return _lines(emit_model(graph, path, **kwargs))
 
 

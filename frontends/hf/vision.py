@@ -20,7 +20,8 @@ clip, siglip             a dual encoder's config (``vision_config`` and ``text_c
                          image tower as above (``vision_config``, errors naming
                          ``vision_config.<key>``); CLIP adds ``image_embeds``, the pooled state
                          through ``visual_projection`` (``get_image_features``); SigLIP's image
-                         embedding is its pooler_output. The text tower is not compiled yet
+                         embedding is its pooler_output. The text tower is ``graph.parts["text"]``
+                         (``frontends.hf.dual_text``)
 =======================  ===================================================================
 
 The graph takes ``pixel_values`` f32 [B, C, image_size, image_size] (the checkpoint's size:
@@ -281,8 +282,14 @@ def load_vision(folder: str, cfg: Config, weights: bool) -> Graph:
         prefix = _prefix(checkpoint, "vit")
         pooler = prefix + checkpoint_name("vit", "pooler.dense") in checkpoint.files
     graph = build_vision(cfg, name, pooler)
+    if cfg.data["model_type"] in TOWERS:  # a dual encoder: its text tower beside (frontends.hf.dual_text)
+        from frontends.hf.dual_text import build_text_tower
+        graph.parts["text"] = build_text_tower(cfg, name)
     if checkpoint is not None:
         attach_vision_weights(graph, checkpoint)
+        if "text" in graph.parts:
+            from frontends.hf.dual_text import attach_text_weights
+            attach_text_weights(graph.parts["text"], checkpoint, cfg.data["model_type"], graph.parts["text"].meta)
     return graph
 
 
