@@ -98,6 +98,11 @@ def random_feeds(graph: Graph, batch: int = 2, tokens: int = 5, past: int = 0, s
     positions count real tokens only (as HF generate does)."""
     rng = np.random.default_rng(seed)
     bindings = {"B": batch, "T": tokens, "P": past}
+    grid = None
+    if any(v.name == "image_grid_thw" for v in graph.inputs):  # Qwen-VL's patches: one image of 2 x 3 merged blocks
+        merge = int((graph.meta.get("vision") or {}).get("merge", 1))
+        grid = np.asarray([[1, 2 * merge, 3 * merge]], np.int64)
+        bindings.update(N=1, I=6)
     for value in graph.inputs:
         for d in value.shape:
             for symbol in sorted(dims.symbols(d) - set(bindings)):
@@ -112,6 +117,8 @@ def random_feeds(graph: Graph, batch: int = 2, tokens: int = 5, past: int = 0, s
             feeds[value.name] = np.ones(shape, dtype=np.int64)
         elif value.name == "position_ids":
             feeds[value.name] = np.broadcast_to(np.arange(past, past + tokens, dtype=np.int64), shape).copy()
+        elif value.name == "image_grid_thw" and grid is not None:
+            feeds[value.name] = grid
         elif value.name == FEATURES:  # a VLM decoder's image rows: one per placeholder in the ids
             rows = int((feeds["input_ids"] == graph.meta["image_token_id"]).sum())
             feeds[value.name] = rng.standard_normal((rows,) + shape[1:]).astype(value.dtype.numpy)

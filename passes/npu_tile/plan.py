@@ -34,11 +34,13 @@ IMAGE = "image"
 
 def phase_bindings(tokens: int, past: int, batch: int, vision: Optional[dict] = None) -> dict:
     """Bindings per phase: a decoder's prefill and decode, or an image encoder's one image
-    phase (its token count is fixed by the graph; only B is free). A VLM decoder's image rows
+    phase (its token count is fixed by the graph; only B is free, or Qwen-VL's images of its
+    reference size, ``vision["bindings"]``). A VLM decoder's image rows
     (``I``) are bound to 0 by ``plan_graph``: its vision model is planned apart (``irc tile``
     plans both)."""
-    if vision is not None:
-        return {IMAGE: {"B": batch}}
+    if vision is not None:  # Qwen-VL's: its visual tokens and images at its reference size, times the batch
+        extra = {k: v * batch if k != "N" else batch for k, v in vision.get("bindings", {}).items()}
+        return {IMAGE: {"B": batch, **extra}}
     return {"prefill": {"B": batch, "T": tokens, "P": 0}, "decode": {"B": batch, "T": 1, "P": past}}
 
 

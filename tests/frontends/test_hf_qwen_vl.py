@@ -280,3 +280,17 @@ def test_the_full_size_example_counts_transformers_parameters():
     assert analyze(graph)["params_total"] + vision["params_total"] == sum(p.numel() for p in model.parameters())
     assert vision["params_total"] == sum(p.numel() for p in model.model.visual.parameters())
     assert vision["vision"]["tokens"] == 256  # a 448 x 448 image: 32 x 32 patches merged 2 x 2
+
+
+def test_check_quantize_and_tile_take_the_tower(twins, tmp_path, capsys):
+    """``--check`` feeds the tower a consistent grid (and reports int4's error on the image
+    features); ``irc tile`` plans it at its reference image size beside the decoder."""
+    _, folder = twins("qwen2_5_vl")
+    assert main(["compile", folder, "--target", "onnx-ort", "--passes", "quantize", "--check", "-o",
+                 str(tmp_path / "q" / "model.onnx")]) == 0
+    err = capsys.readouterr().err
+    assert "vision model: check passed" in err and "vision model: check reported: quantize moves the outputs" in err
+    assert main(["tile", folder, "--target-npu", "examples/targets/edge-npu.yaml", "-o",
+                 str(tmp_path / "plan.json")]) == 0
+    plan = json.loads((tmp_path / "plan.vision.json").read_text())
+    assert plan["options"]["vision"]["tokens"] == 3136 and plan["ops"]
