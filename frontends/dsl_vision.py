@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from frontends.dsl import Tensor
 
 PIXELS = "pixel_values"
+ROWS = "image_rows"  # LLaVA-NeXT's vision model's second input: which feature rows an image is (packed_features)
 IMAGE_ROWS = "I"
 BIDIRECTIONAL = ("none", "image", "prefix")  # what an image opens in the causal mask (merge_image_features)  # its row count (all images' tokens; 0 on a step without an image)
 QUICK_GELU = 1.702  # x * sigmoid(1.702 x), CLIP's quick_gelu
@@ -103,6 +104,26 @@ class VisionInputs:
         rows = self.emit("reshape", [x], {"shape": [dims.mul(count, tokens), width]}, FEATURES)[0]
         self._graph.outputs.append(rows.value)
         return rows
+
+    def packed_features(self, x: Tensor, newline: str = "image_newline") -> Tensor:
+        """Make ``x`` [N, tokens, d] (every tile's projected tokens) the output
+        ``image_features`` [I, d] as the rows the input ``image_rows`` i64 [I] picks from
+        them, index N·tokens standing for ``@{newline}`` [d]: LLaVA-NeXT's any-resolution
+        packing (the base view, then the tiles' grid unpadded with a newline after each row),
+        which the processor lays out (``irc_cli.images_anyres.feature_rows``)."""
+        from frontends.dsl import Tensor
+        self._vision()
+        if self._graph.outputs:
+            raise self.error("x", "a vision model's outputs are already declared")
+        count, tokens, width = x.shape
+        flat = self.emit("reshape", [x], {"shape": [dims.mul(count, tokens), width]}, "tile_features")[0]
+        row = self.emit("reshape", [self._added_param(newline, (width,))], {"shape": [1, width]}, "newline_row")[0]
+        table = self.emit("concat", [flat, row], {"axis": 0}, "feature_table")[0]
+        rows = Tensor(self, self._graph.add_input(ROWS, DType.i64, (IMAGE_ROWS,)))
+        self.meta["vision"]["tokens"] = tokens  # per tile; an image's count follows its size
+        out = self.emit("gather", [table, rows], {"axis": 0}, FEATURES)[0]
+        self._graph.outputs.append(out.value)
+        return out
 
     def mlp_projector(self, x: Tensor, width: int, approximate: str = "none", bias: bool = True) -> Tensor:
         """LLaVA's projector into a text model of ``width``: ``@projector.linear_1`` [width, d],
@@ -411,6 +432,7 @@ class Features:
     projector: str = "mlp"
     bias: bool = True
     approximate: str = "none"
+    packed: bool = False  # LLaVA-NeXT: the tiles' rows picked by image_rows, a newline among them (packed_features)
 
 
 def build_image_features(m, spec: VisionSpec, features: Features, width: int) -> Tensor:
@@ -439,4 +461,4 @@ def build_image_features(m, spec: VisionSpec, features: Features, width: int) ->
             x = m.rms_norm(x, "projector.norm", spec.eps, offset=1.0)
         bias = m.param("projector.proj.bias", (width,)) if features.bias and features.projector == "linear" else None
         x = m.emit("linear", [x, m.param("projector.proj", (width, m._features(x))), bias], None, "projected")[0]
-    return m.image_features(x)
+    return m.packed_features(x) if features.packed else m.image_features(x)

@@ -32,6 +32,7 @@ from irc.errors import IRCError, SpecError
 PREPROCESSOR = "preprocessor_config.json"
 TILED = ("Idefics3ImageProcessor", "SmolVLMImageProcessor")
 PATCHED = ("Qwen2VLImageProcessor",)
+FITTED = ("PixtralImageProcessor",)
 MAX_PIXELS = 1 << 26  # 67 megapixels: larger files are refused before they are decoded
 OPENAI_MEAN, OPENAI_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
 HALF = [0.5, 0.5, 0.5]
@@ -57,6 +58,15 @@ DEFAULTS = {  # image_processor_type -> its class's defaults (transformers 5.25'
                                                                  "longest_edge": 28 * 28 * 1280},
                               "min_pixels": None, "max_pixels": None, "patch_size": 14, "temporal_patch_size": 2,
                               "merge_size": 2, "image_mean": OPENAI_MEAN, "image_std": OPENAI_STD},
+    # LLaVA-NeXT's: a base view and tiles of the best grid pinpoint (irc_cli.images_anyres)
+    "LlavaNextImageProcessor": {**_COMMON, "resample": 3, "size": {"shortest_edge": 224}, "do_center_crop": True,
+                                "crop_size": {"height": 224, "width": 224}, "image_mean": OPENAI_MEAN,
+                                "image_std": OPENAI_STD, "do_pad": True, "image_grid_pinpoints": [
+                                    [336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]]},
+    # Pixtral's and Mistral 3's: the image at about its own size, whole patches (irc_cli.images_pixtral)
+    "PixtralImageProcessor": {**_COMMON, "resample": 3, "size": {"longest_edge": 1024},
+                              "patch_size": {"height": 16, "width": 16}, "image_mean": OPENAI_MEAN,
+                              "image_std": OPENAI_STD, "do_pad": True},
     "ViTImageProcessor": {**_COMMON, "resample": 2, "size": {"height": 224, "width": 224}, "image_mean": HALF,
                           "image_std": HALF, "do_convert_rgb": None},
 }
@@ -114,6 +124,10 @@ class Processor:
             from irc_cli.images_qwen import check
             check(self)
             return None
+        if self.kind in FITTED:  # its size follows the image
+            from irc_cli.images_pixtral import check
+            check(self)
+            return None
         if self.settings.get("do_center_crop"):
             crop = self._size("crop_size", ({"height", "width"},))
             return crop["height"], crop["width"]
@@ -152,6 +166,9 @@ class Processor:
             raise IRCError(f"{self.kind} gives an image as tiles: Processor.images", location=self.path)
         if self.kind in PATCHED:
             raise IRCError(f"{self.kind} gives an image as patches: irc_cli.images_qwen.patches", location=self.path)
+        if self.kind in FITTED:
+            raise IRCError(f"{self.kind} gives an image at its own size: irc_cli.images_pixtral.pixtral",
+                           location=self.path)
         s = self.settings
         if s.get("do_convert_rgb"):
             image = to_rgb(image)

@@ -30,6 +30,7 @@ from irc_cli.images import PATCHED, Processor, read_image
 
 MANIFEST = engines.VLM_MANIFEST
 GRID = "image_grid_thw"  # Qwen-VL's vision model's second input
+ROWS = "image_rows"  # LLaVA-NeXT's (frontends.dsl_vision.packed_features)
 KEYS = ("vision", "embedding", "decoder", "image_token_id", "image_tokens", "image_size", "image_prompt")
 
 
@@ -62,6 +63,8 @@ def _placeholders(found: int, images: int, what: str, where: str) -> None:
 def image_tokens(model, grid: tuple) -> int:
     """Visual tokens of one image: the model's fixed count, or Qwen-VL's of its grid (t, h, w)."""
     layout = model.image_prompt
+    if layout["kind"] == "anyres":  # LLaVA-NeXT: the image's packed rows
+        return len(grid)
     if layout["kind"] != "qwen":
         return model.tokens
     t, h, w = grid
@@ -155,6 +158,10 @@ class FolderModel:
         return tuple(self.manifest["image_size"])
 
     @property
+    def patch(self) -> int:
+        return int(self.manifest["patch"])
+
+    @property
     def position_axes(self) -> Optional[int]:
         shape = next(v.shape for v in self.decoder.get_inputs() if v.name == "position_ids") \
             if any(v.name == "position_ids" for v in self.decoder.get_inputs()) else []
@@ -186,6 +193,7 @@ class SpecModel:
         self.token, self.tokens = graph.meta["image_token_id"], self.vision.meta["vision"]["tokens"]
         self.image_prompt = graph.meta["image_prompt"]
         self.size = tuple(self.vision.meta["vision"]["image_size"])
+        self.patch = self.vision.meta["vision"]["patch"]
         self.engine = "reference interpreter"
 
     @property
@@ -213,6 +221,8 @@ def vision_feeds(inputs, pixels: np.ndarray, grid: tuple) -> dict:
     feeds = {"pixel_values": pixels}
     if any(v.name == GRID for v in inputs):
         feeds[GRID] = np.asarray([grid], np.int64)
+    if any(v.name == ROWS for v in inputs):  # LLaVA-NeXT's: the rows the image's tiles pack into
+        feeds[ROWS] = np.asarray(grid, np.int64)
     return feeds
 
 
@@ -271,6 +281,12 @@ def pixel_values(model, folder: str, image: str) -> tuple[np.ndarray, tuple]:
     against the model (N = 1, or Idefics3's / SmolVLM's tiles and global view); Qwen-VL's:
     ([patches, C·T·p·p], its grid (t, h, w))."""
     processor = Processor.read(folder)
+    if model.image_prompt["kind"] == "anyres":  # the base view and the tiles, and the rows they pack into
+        from irc_cli.images_anyres import anyres, feature_rows
+        processor.check_model(*model.size)
+        pixels, size = anyres(processor, read_image(image))
+        side = model.size[0] // model.patch
+        return pixels, feature_rows(size, model.image_prompt["pinpoints"], model.size[0], side)
     if model.image_prompt["kind"] == "qwen":
         from irc_cli.images_qwen import patches
         if processor.kind not in PATCHED:

@@ -10,6 +10,11 @@ llava      ``vision_config``: a CLIP or SigLIP vision tower (transformers' defau
            ``multimodal_projector_bias``). ``text_config``: any decoder irc's shared loop builds
            (``model_type`` llama by default), its token embeddings with every ``image_token_id``
            (``image_token_index``) placeholder replaced, in order, by an image feature row
+llava_next LLaVA's tower and projector on the base view and each tile of the best-fitting
+           ``image_grid_pinpoints`` resolution, the projected tokens packed as transformers'
+           ``pack_image_features`` packs them (the base view's, then the tiles' grid unpadded to the
+           image's aspect with ``image_newline`` after each row): the rows ``image_rows`` picks, which
+           the processor lays out (``irc_cli.images_anyres``); "default" strategy only
 gemma3     ``vision_config``: a SigLIP tower's last_hidden_state (post-LayerNorm); the projector
            average-pools the patch grid to ``mm_tokens_per_image`` tokens (a k x k window,
            k = patches per side / tokens per side), normalises them (``mm_soft_emb_norm``,
@@ -31,6 +36,8 @@ smolvlm    the processor gives is full size); its post-LayerNorm states pixel-sh
            projected (``connector.modality_projection.proj``, no bias); ``text_config``: llama
            (SmolLM2's) by default. An image is its tiles and a global view, each a batch row of
            ``pixel_values`` (``irc_cli.images`` splits it as the processor does)
+qwen2_vl   Qwen-VL's own tower on the processor's flattened patches and ``image_grid_thw``, a
+qwen2_5_vl Qwen2 decoder with multimodal RoPE: ``frontends.hf.vlm_qwen``
 =========  =========================================================================================
 
 ``load_vlm`` returns the decoder graph, which takes ``image_features`` f32 [I, d] beside its
@@ -70,6 +77,9 @@ DEFAULTS = {  # transformers 5.25's LlavaConfig, Gemma3Config, Idefics3Config an
     "llava": {"image_token_index": 32000, "image_seq_length": 576, "projector_hidden_act": "gelu",
               "vision_feature_select_strategy": "default", "vision_feature_layer": -2,
               "multimodal_projector_bias": True, "tie_word_embeddings": False},
+    "llava_next": {"image_token_index": 32000, "projector_hidden_act": "gelu", "vision_feature_select_strategy": "default",
+                   "vision_feature_layer": -2, "multimodal_projector_bias": True, "tie_word_embeddings": False,
+                   "image_grid_pinpoints": [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]]},
     "gemma3": {"image_token_index": 262144, "mm_tokens_per_image": 256, "boi_token_index": 255999,
                "eoi_token_index": 256000, "tie_word_embeddings": True},
     "paligemma": {"image_token_index": 256000, "projection_dim": 2048, "tie_word_embeddings": True},
@@ -174,6 +184,22 @@ def _llava_features(cfg: Config, spec) -> Features:
                     bias=cfg.get("multimodal_projector_bias", boolean), approximate=GELU[act])
 
 
+def _anyres_features(cfg: Config, spec) -> Features:
+    """LLaVA's features of every tile, packed as LLaVA-NeXT packs them (``Features.packed``)."""
+    features = _llava_features(cfg, spec)
+    if not features.drop:
+        raise cfg.unsupported("vision_feature_select_strategy", cfg.get("vision_feature_select_strategy", string),
+                              hint="LLaVA-NeXT's tiles are patch grids: irc builds the \"default\" strategy")
+    pinpoints = cfg.raw("image_grid_pinpoints")
+    if not isinstance(pinpoints, list) or not pinpoints or any(
+            not isinstance(p, list) or len(p) != 2 or any(not isinstance(v, int) or isinstance(v, bool) or v <= 0 or
+                                                          v % spec.image_size for v in p) for p in pinpoints):
+        raise cfg.error("image_grid_pinpoints", f"expected [height, width] pairs of multiples of the tower's "
+                                                f"{spec.image_size} pixels, got {pinpoints!r}")
+    features.packed = True
+    return features
+
+
 def _gemma3_features(cfg: Config, spec) -> Features:
     """The post-LayerNorm patch states average-pooled to mm_tokens_per_image, normed, projected."""
     return Features(post_norm=True, pool=cfg.get("mm_tokens_per_image", positive_int), projector="soft_emb")
@@ -193,6 +219,10 @@ FAMILY = {
                     {"model_type": "clip_vision_model", "intermediate_size": 4096, "hidden_size": 1024,
                      "patch_size": 14, "image_size": 336, "num_hidden_layers": 24, "num_attention_heads": 16},
                     _llava_features, "image_token_index", _LLAVA_NAMES),
+    "llava_next": Family("llama", ("clip_vision_model", "siglip_vision_model"),
+                         {"model_type": "clip_vision_model", "intermediate_size": 4096, "hidden_size": 1024,
+                          "patch_size": 14, "image_size": 336, "num_hidden_layers": 24, "num_attention_heads": 16},
+                         _anyres_features, "image_token_index", _LLAVA_NAMES),
     "gemma3": Family("gemma3_text", ("siglip_vision_model",), {"model_type": "siglip_vision_model"}, _gemma3_features,
                      "image_token_index", _LLAVA_NAMES, image_blocks="image"),
     "paligemma": Family("gemma", ("siglip_vision_model",),
@@ -258,9 +288,18 @@ PROJECTOR = {"gemma3": {"projector.norm": "projector.mm_soft_emb_norm.weight",
              "paligemma": {"projector.proj": "projector.linear.weight", "projector.proj.bias": "projector.linear.bias"}}
 
 
-def _attach_projector(graph: Graph, view: Checkpoint, model_type: str) -> None:
+def _attach_projector(graph: Graph, view: Checkpoint, model_type: str, checkpoint: Checkpoint) -> None:
     names = PROJECTOR.get(model_type, {})
+    if "image_newline" in graph.params:  # LLaVA-NeXT's, beside the projector (transformers 5's name, then 4.x's)
+        stored = next((n for n in ("model.image_newline", "image_newline") if n in checkpoint.files), "image_newline")
+        param = graph.params["image_newline"]
+        if tuple(checkpoint.info(stored)[1]) != param.shape:
+            raise SpecError(f"tensor {stored} has shape {checkpoint.info(stored)[1]}; config.json describes "
+                            f"@image_newline as {list(param.shape)}", location=checkpoint.file(stored))
+        param.data = CheckpointData(checkpoint, Tensor(stored), param.dtype)
     for param in graph.params.values():
+        if param.name == "image_newline":
+            continue
         if param.name.startswith("projector."):
             stored = names.get(param.name) or (param.name if param.name.endswith(".bias") else param.name + ".weight")
             # Gemma 3 stores its projection [d_vision, d_text], applied as x @ W
@@ -281,6 +320,9 @@ def _image_prompt(cfg: Config, image_token: int) -> dict:
         return {"kind": "gemma3", "placeholder": boi, "before": [boi], "after": [eoi], "around": "\n\n"}
     if cfg.data["model_type"] == "paligemma":  # PaliGemmaProcessor: the images' tokens, <bos>, the prompt, "\n"
         return {"kind": "prepend", "placeholder": image_token, "before": [], "after": [], "around": ""}
+    if cfg.data["model_type"] == "llava_next":  # LlavaNextProcessor: <image> widened to the image's packed rows
+        return {"kind": "anyres", "placeholder": image_token, "before": [], "after": [], "around": "",
+                "pinpoints": cfg.get("image_grid_pinpoints", lambda v: v)}
     if cfg.data["model_type"] in qwen.TYPES:
         tower = cfg.data.get("vision_config") or {}
         return qwen.image_prompt(cfg, image_token, tower.get("spatial_merge_size", 2))
@@ -322,7 +364,7 @@ def load_vlm(folder: str, cfg: Config, weights: bool) -> Graph:
             family.attach_tower(vision, PrefixView(checkpoint, names[1]))
             graph.parts["vision"] = vision
             return graph
-        _attach_projector(vision, PrefixView(checkpoint, names[2]), cfg.data["model_type"])
+        _attach_projector(vision, PrefixView(checkpoint, names[2]), cfg.data["model_type"], checkpoint)
         layers = vision.meta["n_layers"]
         attach_vision_weights(vision, PrefixView(checkpoint, names[1]), spare=lambda n: _unread(n, layers))
     graph.parts["vision"] = vision  # what Model.vision_model sets in the DSL

@@ -277,8 +277,10 @@ def test_config_mistakes_name_the_key(twins, tmp_path, changes, key):
 
 
 EXAMPLES = {"llava-1.5-7b": "LlavaForConditionalGeneration", "gemma-3-4b": "Gemma3ForConditionalGeneration",
+            "llava-v1.6-mistral-7b": "LlavaNextForConditionalGeneration",
             "smolvlm-256m": "Idefics3ForConditionalGeneration", "paligemma-3b-224": "PaliGemmaForConditionalGeneration"}
-TOKENS = {"llava-1.5-7b": 576, "gemma-3-4b": 256, "smolvlm-256m": 64, "paligemma-3b-224": 256}  # SmolVLM's per tile
+TOKENS = {"llava-1.5-7b": 576, "gemma-3-4b": 256, "smolvlm-256m": 64, "paligemma-3b-224": 256,
+          "llava-v1.6-mistral-7b": 576}  # SmolVLM's and LLaVA-NeXT's per tile
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))

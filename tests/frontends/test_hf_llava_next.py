@@ -1,0 +1,142 @@
+"""LLaVA-NeXT (``llava_next``: any-resolution tiling) against transformers 5.25 on a tiny random
+twin: the vision model takes the base view and the tiles (``pixel_values`` [N, C, S, S]) and the
+rows they pack into (``image_rows``: the base view's tokens, then the tiles' grid unpadded to the
+image's aspect with ``image_newline`` after each row, ``packed_features``), giving transformers'
+``get_image_features`` and, merged into the prompt, its logits, for images of several shapes,
+through the reference interpreter and both ONNX targets; ``irc run --image`` splits an image as
+LlavaNextImageProcessor does and lays the prompt out to the packed row count; bad pinpoints name
+the key."""
+import json
+
+import numpy as np
+import pytest
+
+from frontends import load_spec
+from irc.check import relative_error
+from irc.errors import SpecError
+from irc.interpreter import run
+from irc_cli import main
+from tests.frontends.test_hf_models import built_once
+from tests.frontends.test_hf_vlm import decoder_feeds
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+TOLERANCE = 1e-4
+IMAGE = 100
+TOWER = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4, image_size=16,
+             patch_size=4)
+TEXT = dict(vocab_size=128, hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=512)
+PINPOINTS = [[16, 32], [32, 16], [32, 32]]
+SIZES = [(20, 37), (40, 12), (16, 16), (33, 30)]  # images (height, width): wide, tall, one tile, near square
+
+
+def build(name: str, folder):
+    config = transformers.LlavaNextConfig(vision_config=transformers.CLIPVisionConfig(**TOWER).to_dict(),
+                                          text_config=transformers.LlamaConfig(**TEXT).to_dict(),
+                                          image_token_index=IMAGE, image_grid_pinpoints=PINPOINTS)
+    model = transformers.LlavaNextForConditionalGeneration(config).eval()
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator) * (0.5 if p.ndim == 1 else p.shape[-1] ** -0.5))
+    model.save_pretrained(folder)
+    return model, str(folder)
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory):
+    return built_once(build, tmp_path_factory)
+
+
+def packed_rows(model, size) -> np.ndarray:
+    """transformers' pack_image_features on row-numbered features: which rows it keeps, in order
+    (the newline numbered after the last tile's)."""
+    from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
+
+    tiles = image_size_to_num_patches(size, PINPOINTS, TOWER["image_size"])
+    side = TOWER["image_size"] // TOWER["patch_size"]
+    code = torch.arange(tiles * side * side, dtype=torch.float32)[:, None].repeat(1, 48).view(tiles, side * side, 48)
+    packed, _ = model.model.pack_image_features([code], torch.tensor([size]), "default",
+                                                image_newline=torch.full((48,), float(tiles * side * side)))
+    return packed[0][:, 0].long().numpy(), tiles
+
+
+def case(model, size, seed: int = 0):
+    rows, tiles = packed_rows(model, size)
+    pixels = np.random.default_rng(seed).standard_normal((tiles, 3, 16, 16)).astype(np.float32)
+    ids = np.asarray([[1, 5, 9] + [IMAGE] * len(rows) + [7, 8, 11]], np.int64)
+    with torch.no_grad():
+        features = model.model.get_image_features(torch.from_numpy(pixels)[None], torch.tensor([size])).pooler_output
+        logits = model(input_ids=torch.from_numpy(ids), pixel_values=torch.from_numpy(pixels)[None],
+                       image_sizes=torch.tensor([size])).logits.numpy()
+    return rows, pixels, ids, torch.cat(list(features)).numpy(), logits
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_interpreter_matches_transformers(twins, size):
+    model, folder = twins("llava_next")
+    graph = load_spec(folder)
+    vision = graph.parts["vision"]
+    assert [(v.name, v.shape) for v in vision.inputs] == [("pixel_values", ("B", 3, 16, 16)), ("image_rows", ("I",))]
+    rows, pixels, ids, want_features, want_logits = case(model, size)
+    features = run(vision, {"pixel_values": pixels, "image_rows": rows})["image_features"]
+    assert relative_error(features, want_features) <= TOLERANCE
+    logits = run(graph, decoder_feeds(graph, ids, features))["logits"]
+    assert relative_error(logits, want_logits) <= TOLERANCE
+
+
+@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
+def test_onnx_folder_matches_transformers(twins, tmp_path, target):
+    from irc_cli.run_vlm import FolderModel
+
+    model, folder = twins("llava_next")
+    out = tmp_path / "out"
+    assert main(["compile", folder, "--target", target, "-o", str(out / "model.onnx"), "--quiet"]) == 0
+    vlm = FolderModel(str(out))
+    for size in SIZES:
+        rows, pixels, ids, want_features, want_logits = case(model, size, seed=1)
+        features = vlm.features(pixels, rows)
+        assert relative_error(features, want_features) <= TOLERANCE, size
+        feeds = {k: v for k, v in decoder_feeds(load_spec(folder), ids, features).items() if k != "image_features"}
+        logits = vlm.step(feeds, features)["logits"]
+        assert relative_error(logits[:, -1], want_logits[:, -1]) <= TOLERANCE, size
+
+
+def test_irc_run_splits_an_image_as_the_processor_does(twins, tmp_path, capsys):
+    """``irc run --image``: the processor's tiles and rows (``irc_cli.images_anyres``), <image>
+    widened to the packed row count, transformers' greedy tokens."""
+    from PIL import Image
+
+    model, folder = twins("llava_next")
+    processor = transformers.LlavaNextImageProcessorPil(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16},
+                                                         image_grid_pinpoints=PINPOINTS)
+    processor.save_pretrained(folder)
+    image = tmp_path / "photo.png"
+    Image.fromarray((np.random.default_rng(3).random((20, 37, 3)) * 255).astype(np.uint8)).save(image)
+    processed = processor(Image.open(image), return_tensors="pt")
+    rows, _ = packed_rows(model, (20, 37))
+    ids = np.asarray([[1, 7] + [IMAGE] * len(rows) + [9]], np.int64)
+    with torch.no_grad():
+        want = model.generate(input_ids=torch.from_numpy(ids), pixel_values=processed["pixel_values"],
+                              image_sizes=processed["image_sizes"], max_new_tokens=6, min_new_tokens=6,
+                              do_sample=False)[0, ids.shape[1]:].tolist()
+    out = tmp_path / "out"
+    assert main(["compile", folder, "--target", "onnx", "-o", str(out / "model.onnx"), "--quiet"]) == 0
+    for source in (folder, str(out)):
+        assert main(["run", source, "--image", str(image), "--prompt-ids", f"1,7,{IMAGE},9", "--max-new-tokens", "6",
+                     "--json", "--quiet"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["prompt_tokens"] == ids[0].tolist()
+        assert report["tokens"] == want, source
+
+
+@pytest.mark.parametrize("pinpoints", [[[16, 20]], [], "16x32"])
+def test_bad_pinpoints_name_the_key(twins, tmp_path, pinpoints):
+    _, folder = twins("llava_next")
+    config = json.loads(open(f"{folder}/config.json").read())
+    config["image_grid_pinpoints"] = pinpoints
+    (tmp_path / "config.json").write_text(json.dumps(config, indent=2))
+    with pytest.raises(SpecError, match="image_grid_pinpoints"):
+        load_spec(str(tmp_path))
