@@ -65,6 +65,8 @@ def image_tokens(model, grid: tuple) -> int:
     layout = model.image_prompt
     if layout["kind"] == "anyres":  # LLaVA-NeXT: the image's packed rows
         return len(grid)
+    if layout["kind"] == "rows":  # Mistral-3: a feature per merged block
+        return grid[0] * grid[1]
     if layout["kind"] != "qwen":
         return model.tokens
     t, h, w = grid
@@ -86,6 +88,10 @@ def expand_text(prompt: str, model, images: int, grid: tuple, where: str, text) 
         bos = text.config.get("bos_token") or "<bos>"
         return image * images + (bos["content"] if isinstance(bos, dict) else bos) + prompt + "\n", False
     _placeholders(prompt.count(placeholder), images, placeholder, where)
+    if layout["kind"] == "rows" and images:  # PixtralProcessor: rows of [IMG], [IMG_BREAK] after each, [IMG_END] last
+        rows = [[model.token] * grid[1] + [layout["image_break"]] for _ in range(grid[0])]
+        rows[-1][-1] = layout["image_end"]
+        return prompt.replace(placeholder, "".join(name(t) for row in rows for t in row)), True
     if layout["kind"] == "tiles":  # SmolVLMProcessor's get_image_prompt_string
         rows, columns = grid
         fake, whole = layout["fake"], layout["global"]
@@ -110,6 +116,10 @@ def expand(prompt: list, model, images: int, where: str, text=None, grid: tuple 
     if layout["kind"] == "tiles" and images:
         raise IRCError("SmolVLM's and Idefics3's image layout names its tiles in text (<row_1_col_1>, ...)",
                        location=where, hint="give the prompt as text: --prompt TEXT (with the model's tokenizer)")
+    if layout["kind"] == "rows" and images:  # Mistral-3's rows of [IMG] ([IMG_BREAK], [IMG_END] closing them)
+        rows = [[model.token] * grid[1] + [layout["image_break"]] for _ in range(grid[0])]
+        rows[-1][-1] = layout["image_end"]
+        return [t for x in prompt for t in ([t for row in rows for t in row] if x == token else [x])]
     around = text.encode(layout["around"], special=False) if layout["around"] and text is not None else []
     image = around + layout["before"] + [model.token] * (image_tokens(model, grid) if images else 0) + \
         layout["after"] + around
@@ -254,6 +264,11 @@ def runner(model, pixels: Optional[np.ndarray], grid: tuple = (0, 0)):
         if has_config and (engine == "genai" or (engine == "auto" and engines._has_genai())):
             if pixels is None:
                 inputs = {}
+            elif model.image_prompt["kind"] == "rows":  # genai's Mistral-3 processor's outputs
+                block = model.patch * model.image_prompt["merge"]
+                inputs = {"pixel_values": pixels.astype(np.float32),
+                          "image_sizes": np.asarray([[grid[0] * block, grid[1] * block]], np.int64),
+                          "num_image_tokens": np.asarray([image_tokens(model, grid)], np.int64)}
             elif model.image_prompt["kind"] == "qwen":  # genai's Qwen processor's outputs
                 inputs = {"pixel_values": pixels.astype(np.float32), GRID: np.asarray([grid], np.int64),
                           "num_image_tokens": np.asarray([image_tokens(model, grid)], np.int64)}
@@ -281,6 +296,11 @@ def pixel_values(model, folder: str, image: str) -> tuple[np.ndarray, tuple]:
     against the model (N = 1, or Idefics3's / SmolVLM's tiles and global view); Qwen-VL's:
     ([patches, C·T·p·p], its grid (t, h, w))."""
     processor = Processor.read(folder)
+    if model.image_prompt["kind"] == "rows":  # Pixtral's: whole merged blocks of any size
+        from irc_cli.images_pixtral import pixtral
+        block = model.patch * model.image_prompt["merge"]
+        pixels, (height, width) = pixtral(processor, read_image(image), block)
+        return pixels, (height // block, width // block)
     if model.image_prompt["kind"] == "anyres":  # the base view and the tiles, and the rows they pack into
         from irc_cli.images_anyres import anyres, feature_rows
         processor.check_model(*model.size)

@@ -17,8 +17,9 @@ files, the image placeholder token, the tokens per image and the image size, and
 folder for ``irc run``. Everything is staged and committed together (``irc.output``).
 
 onnxruntime-genai 0.18 runs multimodal folders only for its own model types (gemma3,
-mistral3, phi3v, the Qwen-VLs, ...). For those irc compiles (``GENAI_TYPES``: gemma3 and
-qwen2_5_vl, whose sections ``backends.onnx.genai_qwen`` writes) the
+mistral3, phi3v, the Qwen-VLs, ...). For those irc compiles (``GENAI_TYPES``: gemma3,
+qwen2_5_vl and mistral3, whose sections ``backends.onnx.genai_qwen`` and ``genai_mistral3``
+write) the
 folder also gets ``genai_config.json`` with its ``vision`` / ``embedding`` / ``decoder``
 sections (the decoder's ``inputs_embeds``, and ``input_ids`` where the decoder reads them:
 Gemma 3's image blocks) and ``processor_config.json``, onnxruntime-extensions' steps made
@@ -38,6 +39,7 @@ from irc.output import OutputFolder
 
 from backends.onnx.emit import Emitted, _value_info, emit_model
 from backends.onnx.genai import CONFIG, genai_config
+from backends.onnx.genai_mistral3 import mistral3_genai_sections, mistral3_processor_config
 from backends.onnx.genai_qwen import qwen_genai_sections, qwen_processor_config
 from backends.onnx.split import submodel
 
@@ -46,7 +48,7 @@ EMBEDDING = "embedding.onnx"
 MANIFEST = "irc_vlm.json"
 EMBEDS = "inputs_embeds"
 PROCESSOR = "processor_config.json"
-GENAI_TYPES = {"gemma3": "gemma3", "qwen2_5_vl": "qwen2_5_vl"}  # irc's model_type -> genai's that runs it with images
+GENAI_TYPES = {"gemma3": "gemma3", "qwen2_5_vl": "qwen2_5_vl", "mistral3": "mistral3"}  # irc's -> genai's type
 RESAMPLE = {0: "NEAREST", 1: "LANCZOS", 2: "LINEAR", 3: "CUBIC"}  # Pillow's codes -> onnxruntime-extensions'
 
 
@@ -97,6 +99,10 @@ def vlm_genai_config(graph: Graph, name: str, context: int, pieces: DecoderCut) 
                           "outputs": {"inputs_embeds": EMBEDS}}
     model["vision"] = {"filename": VISION, "config_filename": PROCESSOR, "inputs": {"pixel_values": "pixel_values"},
                        "outputs": {"image_features": "image_features"}}
+    if model["type"] == "mistral3":  # genai lays the [IMG] rows out from the patch and merge sizes
+        vision = graph.parts["vision"].meta["vision"]
+        model.update(mistral3_genai_sections(vision["patch"], vision["merge"], graph.meta["image_token_id"],
+                                             vision_filename=VISION, config_filename=PROCESSOR))
     if model["type"] == "qwen2_5_vl":  # the vision section and the token ids genai's 3-D positions read
         vision = graph.parts["vision"].meta["vision"]
         layout = graph.meta["image_prompt"]
@@ -160,7 +166,9 @@ def emit_vlm(graph: Graph, path: str, **kwargs) -> tuple[Emitted, Emitted, list]
         if genai:
             config = vlm_genai_config(graph, name, kwargs.get("context", 4096), pieces)
             written.append(out.write(CONFIG, json.dumps(config, indent=4, sort_keys=True) + "\n"))
+            meta = vision.meta["vision"]
             steps = (qwen_processor_config(preprocessor) if graph.meta["model_type"] == "qwen2_5_vl" else
-                     processor_config(preprocessor, vision.meta["vision"]["image_size"]))
+                     mistral3_processor_config(preprocessor, meta["patch"] * meta["merge"])
+                     if graph.meta["model_type"] == "mistral3" else processor_config(preprocessor, meta["image_size"]))
             written.append(out.write(PROCESSOR, json.dumps(steps, indent=2) + "\n"))
     return seen, text, [f"wrote {path}" for path in written] + notes

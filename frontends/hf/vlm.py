@@ -38,6 +38,8 @@ smolvlm    the processor gives is full size); its post-LayerNorm states pixel-sh
            ``pixel_values`` (``irc_cli.images`` splits it as the processor does)
 qwen2_vl   Qwen-VL's own tower on the processor's flattened patches and ``image_grid_thw``, a
 qwen2_5_vl Qwen2 decoder with multimodal RoPE: ``frontends.hf.vlm_qwen``
+mistral3   Pixtral and Mistral-3's projector on an image of any size, a Mistral decoder:
+           ``frontends.hf.vlm_mistral3``
 =========  =========================================================================================
 
 ``load_vlm`` returns the decoder graph, which takes ``image_features`` f32 [I, d] beside its
@@ -62,6 +64,7 @@ from typing import Callable, Optional
 from frontends.dsl import ArgError, Model
 from frontends.dsl_vision import Features, build_image_features
 from frontends.hf.build import attach_weights, build_graph
+from frontends.hf import vlm_mistral3 as mistral3
 from frontends.hf import vlm_qwen as qwen
 from frontends.hf.config import Config, NestedConfig, int_list
 from frontends.hf.families import describe
@@ -86,6 +89,7 @@ DEFAULTS = {  # transformers 5.25's LlavaConfig, Gemma3Config, Idefics3Config an
     "idefics3": {"image_token_id": 128257, "scale_factor": 2, "tie_word_embeddings": False},
     "smolvlm": {"image_token_id": 128257, "scale_factor": 2, "tie_word_embeddings": False},
     **{kind: dict(qwen.DEFAULTS) for kind in qwen.TYPES},
+    "mistral3": dict(mistral3.DEFAULTS),
 }
 FAMILIES = tuple(DEFAULTS)
 _SIGLIP_SO400M = {**TOWER_DEFAULTS["siglip_vision_model"], "hidden_size": 1152, "num_hidden_layers": 12,
@@ -236,6 +240,9 @@ FAMILY = {
                        _IDEFICS_NAMES, text_defaults={"rms_norm_eps": 1e-5}),
     "smolvlm": Family("llama", ("smolvlm_vision",), _SIGLIP_SO400M, _shuffle_features, "image_token_id",
                       _IDEFICS_NAMES, text_defaults={"rms_norm_eps": 1e-5}),
+    "mistral3": Family("mistral", ("pixtral",), mistral3.TOWER_DEFAULTS, None, "image_token_index", mistral3.NAMES,
+                       text_defaults=mistral3.TEXT_DEFAULTS, tower=mistral3.build_tower,
+                       attach_tower=mistral3.attach_tower),
     **{kind: Family(f"{kind}_text", (f"{kind}_vision",), qwen.TOWER_DEFAULTS[kind], None, "image_token_id",
                     (qwen.TEXT_NAMES, qwen.TOWER_NAMES, []), tower=qwen.build_tower, attach_tower=qwen.attach_tower)
        for kind in qwen.TYPES},
@@ -323,6 +330,8 @@ def _image_prompt(cfg: Config, image_token: int) -> dict:
     if cfg.data["model_type"] == "llava_next":  # LlavaNextProcessor: <image> widened to the image's packed rows
         return {"kind": "anyres", "placeholder": image_token, "before": [], "after": [], "around": "",
                 "pinpoints": cfg.get("image_grid_pinpoints", lambda v: v)}
+    if cfg.data["model_type"] == "mistral3":
+        return mistral3.image_prompt(image_token, dict(mistral3.BREAKS), cfg.get("spatial_merge_size", positive_int))
     if cfg.data["model_type"] in qwen.TYPES:
         tower = cfg.data.get("vision_config") or {}
         return qwen.image_prompt(cfg, image_token, tower.get("spatial_merge_size", 2))

@@ -39,7 +39,9 @@ in runs of s_0, s_1, ... (Qwen2-VL's ``mrope_section``); ``"interleaved"``, pair
 when j % 3 == 1 and j < 3·s_1, axis 2 when j % 3 == 2 and j < 3·s_2, else axis 0 (Qwen3-VL's
 ``apply_interleaved_mrope``); ``"per_axis"``, runs as with sections, each run with the
 frequencies of a rotary width 2·s_a of its own (the vision towers' ``VisionRotaryEmbedding``:
-height then width). ``mrope_tables`` gives the axis and the frequency of each pair; the
+height then width); ``"alternating"``, two equal runs, the first with the even frequencies of
+the whole rotary width, the second with the odd ones (Pixtral's ``PixtralVisionRotaryEmbedding``:
+row, then column). ``mrope_tables`` gives the axis and the frequency of each pair; the
 angle of pair j is position[axis_j] · inv_freq_j. Scaling does not combine with it.
 
 ``cos`` and ``sin`` here hold one angle per rotated pair: shape [B, T, R/2], not the
@@ -58,7 +60,7 @@ from irc.ops.nn import f32
 from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, register, same_dims
 
 CONVENTIONS = ("half", "interleaved")
-MROPE_LAYOUTS = ("sections", "interleaved", "per_axis")
+MROPE_LAYOUTS = ("sections", "interleaved", "per_axis", "alternating")
 SCALING_KEYS = {
     "linear": ("factor",),
     "dynamic": ("factor", "original_max_position"),
@@ -226,6 +228,8 @@ def mrope_tables(rotary: int, base: float, mrope: dict) -> tuple[np.ndarray, np.
     if layout == "per_axis":
         return run, np.concatenate([_base_inv_freq(2 * s, base) for s in sections]).astype(np.float32)
     inv_freq = _base_inv_freq(rotary, base)
+    if layout == "alternating":
+        return run, np.concatenate([inv_freq[0::2], inv_freq[1::2]]).astype(np.float32)
     if layout == "sections":
         return run, inv_freq
     axis = np.zeros(rotary // 2, np.int64)
@@ -246,6 +250,9 @@ def check_mrope(op: str, mrope, rotary: int, scaling) -> None:
         f"{op}: mrope sections must be positive ints, got {sections!r}")
     expect(sum(sections) == rotary // 2, f"{op}: mrope sections {list(sections)} add up to {sum(sections)}, "
                                          f"not the {rotary // 2} rotated pairs")
+    if mrope["layout"] == "alternating":
+        expect(len(sections) == 2 and sections[0] == sections[1],
+               f"{op}: alternating mrope takes two equal sections, got {list(sections)}")
     if mrope["layout"] == "interleaved":
         expect(len(sections) == 3 and all(3 * s <= rotary // 2 + 2 for s in sections[1:]),
                f"{op}: interleaved mrope takes three sections that fit the pairs, got {list(sections)}")
