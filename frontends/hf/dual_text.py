@@ -22,7 +22,7 @@ import numpy as np
 
 from frontends.dsl import Model
 from frontends.hf.config import Config, NestedConfig
-from frontends.hf.weights import Checkpoint, CheckpointData, Tensor
+from frontends.hf.weights import Checkpoint, Tensor, attach_sources
 from irc.errors import SpecError
 from irc.graph import Graph
 from irc.yamlloc import non_negative_int, positive_int, positive_number, string
@@ -93,20 +93,15 @@ def build_text_tower(cfg: Config, name: str) -> Graph:
 def attach_text_weights(text: Graph, checkpoint: Checkpoint, kind: str, meta: dict) -> None:
     """Every text tower param from its tensor (shapes checked); the logit scale (and bias)
     into ``meta``."""
-    for param in text.params.values():
-        if param.name.startswith("layers."):
-            index, rest = param.name[len("layers."):].split(".", 1)
-            stored = f"text_model.encoder.layers.{index}.{_LAYER[rest]}"
-        else:
-            stored = _TOP[param.name]
-        shape = checkpoint.info(stored)[1] if stored in checkpoint.files else None
-        if shape is None:
-            raise SpecError(f"the checkpoint has no tensor {stored}", location=checkpoint.folder,
-                            hint=f"is this a {kind} checkpoint with its text tower?")
-        if tuple(shape) != param.shape:
-            raise SpecError(f"tensor {stored} has shape {list(shape)}; config.json describes @{param.name} as "
-                            f"{list(param.shape)}", location=checkpoint.file(stored))
-        param.data = CheckpointData(checkpoint, Tensor(stored), param.dtype)
+    def source(name: str, shape: tuple) -> Tensor:
+        if name.startswith("layers."):
+            index, rest = name[len("layers."):].split(".", 1)
+            return Tensor(f"text_model.encoder.layers.{index}.{_LAYER[rest]}")
+        return Tensor(_TOP[name])
+
+    tower = [n for n in checkpoint.files if n.startswith("text_model.") or n == "text_projection.weight"]
+    attach_sources(text.params.values(), checkpoint, source, what="the text tower",
+                   spare=lambda n: n not in tower)
     for key in ("logit_scale", "logit_bias") if kind == "siglip" else ("logit_scale",):
         if key not in checkpoint.files:
             raise SpecError(f"the checkpoint has no tensor {key}", location=checkpoint.folder)

@@ -17,8 +17,7 @@ from __future__ import annotations
 from frontends.dsl import ArgError, Model
 from frontends.dsl_pixtral import PixtralSpec, build_pixtral
 from frontends.hf.config import Config
-from frontends.hf.weights import Checkpoint, CheckpointData, Tensor
-from irc.errors import SpecError
+from frontends.hf.weights import Checkpoint, Tensor, attach_sources
 from irc.graph import Graph
 from irc.yamlloc import boolean, positive_int, positive_number, string
 
@@ -85,32 +84,23 @@ def build_tower(cfg: Config, tower: Config, name: str, d_text: int) -> Graph:
     return graph
 
 
+def _source(name: str, shape: tuple) -> Tensor:
+    """The tower's or projector's tensor (in the view's names) behind a param."""
+    if name.startswith("layers."):
+        index, rest = name[len("layers."):].split(".", 1)
+        return Tensor(f"tower.transformer.layers.{index}.{_LAYER[rest]}")
+    if name == "patch_embed":  # the Conv2d [d, C, p, p], flattened
+        from frontends.hf.vision import Reshaped
+        return Reshaped(_TOP[name], shape)
+    return Tensor(_TOP[name])
+
+
 def attach_tower(vision: Graph, view: Checkpoint) -> None:
     """Every tower and projector param from its tensor (shapes checked); a tensor of either left
     over is an error, but for the tower's layers past the hidden state read."""
-    from frontends.hf.vision import Reshaped
-    used = set()
-    for param in vision.params.values():
-        if param.name.startswith("layers."):
-            index, rest = param.name[len("layers."):].split(".", 1)
-            stored = f"tower.transformer.layers.{index}.{_LAYER[rest]}"
-        else:
-            stored = _TOP[param.name]
-        if stored not in view.files:
-            raise SpecError(f"the checkpoint has no tensor {stored}", location=view.folder,
-                            hint="is this a mistral3 checkpoint?")
-        source = Reshaped(stored, param.shape) if param.name == "patch_embed" else Tensor(stored)
-        if tuple(source.shape(view)) != param.shape:
-            raise SpecError(f"tensor {view.stored[stored]} has shape {view.info(stored)[1]}; config.json describes "
-                            f"@{param.name} as {list(param.shape)}", location=view.file(stored))
-        param.data = CheckpointData(view, source, param.dtype)
-        used.add(stored)
     built = sum(1 for name in vision.params if name.endswith(".attn_norm"))
-    left = sorted(n for n in view.files if n not in used and not (
-        n.startswith("tower.transformer.layers.") and int(n.split(".")[3]) >= built))
-    if left:
-        raise SpecError(f"checkpoint tensor {view.stored[left[0]]} has no place in the model config.json describes",
-                        location=view.file(left[0]), hint="the checkpoint has weights irc's model lacks")
+    attach_sources(vision.params.values(), view, _source, what="the vision model",
+                   spare=lambda n: n.startswith("tower.transformer.layers.") and int(n.split(".")[3]) >= built)
 
 
 def image_prompt(image_token: int, tokens: dict, merge: int) -> dict:

@@ -25,8 +25,7 @@ from __future__ import annotations
 from frontends.dsl import ArgError, Model
 from frontends.dsl_qwen_vision import QwenVisionSpec, build_qwen_vision
 from frontends.hf.config import Config, int_list
-from frontends.hf.weights import Checkpoint, CheckpointData, Tensor, View
-from irc.errors import SpecError
+from frontends.hf.weights import Checkpoint, Tensor, View, attach_sources
 from irc.graph import Graph
 from irc.yamlloc import positive_int, string
 
@@ -134,23 +133,9 @@ def _source(param: str, shape: tuple, swiglu: bool) -> Tensor:
 
 def attach_tower(vision: Graph, view: Checkpoint) -> None:
     """Every tower param from its tensor (shapes checked); a tower tensor left over is an error."""
-    used = set()
     swiglu = "layers.0.mlp.w_gate" in vision.params  # Qwen2.5-VL's MLP; Qwen2-VL's is fc1, fc2
-    for param in vision.params.values():
-        source = _source(param.name, param.shape, swiglu)
-        name = source.names()[0]
-        view.file(name)
-        view.dtype(name)
-        shape = source.shape(view)
-        if tuple(shape) != param.shape:
-            raise SpecError(f"tensor {view.stored[name]} has shape {shape}; config.json describes @{param.name} as "
-                            f"{list(param.shape)}", location=view.file(name))
-        param.data = CheckpointData(view, source, param.dtype)
-        used.add(name)
-    left = sorted(set(view.files) - used)
-    if left:
-        raise SpecError(f"checkpoint tensor {view.stored[left[0]]} has no place in the vision tower config.json "
-                        "describes", location=view.file(left[0]), hint="the checkpoint has weights irc's model lacks")
+    attach_sources(vision.params.values(), view, lambda name, shape: _source(name, shape, swiglu),
+                   what="the vision tower")
 
 
 def pop_mrope(text: Config) -> list:

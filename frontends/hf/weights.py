@@ -26,7 +26,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-from typing import Optional
+from typing import Callable, Optional
 
 import ml_dtypes
 import numpy as np
@@ -369,3 +369,29 @@ class View(Tensor):
         parts = (["transposed"] if self.transpose else []) + (
             [f"{len(self.selection)} rows"] if self.selection is not None else [])
         return f"{self.name}[{', '.join(parts)}]"
+
+
+def attach_sources(params, checkpoint: Checkpoint, source_of: Callable[[str, tuple], Source],
+                   spare: Callable[[str], bool] = lambda name: False, what: str = "the model") -> None:
+    """Point each of ``params`` at its tensor(s) in ``checkpoint`` (``source_of(name, shape)``),
+    names, dtypes and shapes checked; a tensor of ``checkpoint`` left over, but for those
+    ``spare`` accepts, is an error (the checkpoint has weights ``what`` lacks). For a part's
+    own view of a checkpoint (a VLM's tower, a dual encoder's text tower)."""
+    used = set()
+    for param in params:
+        source = source_of(param.name, param.shape)
+        for name in source.names():
+            checkpoint.file(name)  # a missing tensor is an error naming it
+            checkpoint.dtype(name)
+        shape = source.shape(checkpoint)
+        if tuple(shape) != param.shape:
+            stored = getattr(checkpoint, "stored", {}).get(source.names()[0], source.names()[0])
+            raise SpecError(f"tensor {stored} has shape {list(shape)}; config.json describes @{param.name} as "
+                            f"{list(param.shape)}", location=checkpoint.file(source.names()[0]))
+        param.data = CheckpointData(checkpoint, source, param.dtype)
+        used.update(source.names())
+    left = sorted(n for n in checkpoint.files if n not in used and not spare(n))
+    if left:
+        stored = getattr(checkpoint, "stored", {}).get(left[0], left[0])
+        raise SpecError(f"checkpoint tensor {stored} has no place in {what} config.json describes",
+                        location=checkpoint.file(left[0]), hint="the checkpoint has weights irc's model lacks")

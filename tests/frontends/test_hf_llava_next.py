@@ -17,7 +17,7 @@ from irc.errors import SpecError
 from irc.interpreter import run
 from irc_cli import main
 from tests.frontends.test_hf_models import built_once
-from tests.frontends.test_hf_vlm import decoder_feeds
+from tests.frontends.test_hf_vlm import decoder_feeds, randomized
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -36,11 +36,7 @@ def build(name: str, folder):
     config = transformers.LlavaNextConfig(vision_config=transformers.CLIPVisionConfig(**TOWER).to_dict(),
                                           text_config=transformers.LlamaConfig(**TEXT).to_dict(),
                                           image_token_index=IMAGE, image_grid_pinpoints=PINPOINTS)
-    model = transformers.LlavaNextForConditionalGeneration(config).eval()
-    generator = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=generator) * (0.5 if p.ndim == 1 else p.shape[-1] ** -0.5))
+    model = randomized(transformers.LlavaNextForConditionalGeneration(config).eval(), 3)
     model.save_pretrained(folder)
     return model, str(folder)
 

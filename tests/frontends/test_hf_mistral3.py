@@ -15,7 +15,7 @@ from irc.check import relative_error
 from irc.interpreter import run
 from irc_cli import main
 from tests.frontends.test_hf_models import built_once
-from tests.frontends.test_hf_vlm import decoder_feeds
+from tests.frontends.test_hf_vlm import decoder_feeds, randomized
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -33,11 +33,7 @@ def build(name: str, folder):
     config = transformers.Mistral3Config(vision_config=transformers.PixtralVisionConfig(**TOWER).to_dict(),
                                          text_config=transformers.MistralConfig(**TEXT).to_dict(),
                                          image_token_index=IMAGE, spatial_merge_size=2, tie_word_embeddings=False)
-    model = transformers.Mistral3ForConditionalGeneration(config).eval()
-    generator = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=generator) * (0.5 if p.ndim == 1 else p.shape[-1] ** -0.5))
+    model = randomized(transformers.Mistral3ForConditionalGeneration(config).eval(), 5)
     model.save_pretrained(folder)
     return model, str(folder)
 

@@ -20,6 +20,7 @@ from irc.interpreter import run
 from irc.mrope import mrope_positions
 from irc_cli import main
 from tests.frontends.test_hf_models import built_once
+from tests.frontends.test_hf_vlm import randomized
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -47,11 +48,7 @@ def build(name: str, folder):
     config = getattr(transformers, config_class)(text_config=TEXT, vision_config=TOWERS[name], image_token_id=IMAGE,
                                                   video_token_id=VIDEO, vision_start_token_id=START,
                                                   vision_end_token_id=END)
-    model = getattr(transformers, model_class)(config).eval()
-    generator = torch.Generator().manual_seed(sorted(CLASSES).index(name))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=generator) * (0.5 if p.ndim == 1 else p.shape[-1] ** -0.5))
+    model = randomized(getattr(transformers, model_class)(config).eval(), sorted(CLASSES).index(name))
     model.save_pretrained(folder)
     (folder / "preprocessor_config.json").write_text(json.dumps(PROCESSOR))
     return model, str(folder)
@@ -294,3 +291,27 @@ def test_check_quantize_and_tile_take_the_tower(twins, tmp_path, capsys):
                  str(tmp_path / "plan.json")]) == 0
     plan = json.loads((tmp_path / "plan.vision.json").read_text())
     assert plan["options"]["vision"]["tokens"] == 3136 and plan["ops"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ("extra", "checkpoint tensor visual.blocks.0.extra has no place in the vision tower"),
+    ("missing", "the checkpoint has no tensor"),
+    ("reshaped", "has shape"),
+])
+def test_a_checkpoint_that_does_not_fit_the_tower_names_the_tensor(twins, tmp_path, change, message):
+    from safetensors.numpy import load_file, save_file
+
+    from irc.errors import SpecError
+
+    _, folder = twins("qwen2_5_vl")
+    tensors = load_file(f"{folder}/model.safetensors")
+    if change == "extra":
+        tensors["visual.blocks.0.extra"] = np.zeros(3, np.float32)
+    elif change == "missing":
+        del tensors["visual.merger.mlp.0.bias"]
+    else:
+        tensors["visual.merger.mlp.2.bias"] = np.zeros(5, np.float32)
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(open(f"{folder}/config.json").read())
+    with pytest.raises(SpecError, match=message):
+        load_spec(str(tmp_path))

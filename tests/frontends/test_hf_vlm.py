@@ -60,13 +60,19 @@ def build(name: str, folder):
     config = getattr(transformers, config_class)(
         vision_config=getattr(transformers, vision)(**{**TOWER, "image_size": size}).to_dict(),
         text_config=getattr(transformers, text)(**text_kwargs).to_dict(), **token, **overrides)
-    model = getattr(transformers, model_class)(config).eval()
-    generator = torch.Generator().manual_seed(sorted(CASES).index(name))
+    model = randomized(getattr(transformers, model_class)(config).eval(), sorted(CASES).index(name))
+    model.save_pretrained(folder)
+    return model, str(folder)
+
+
+def randomized(model, seed: int):
+    """``model`` with seeded weights of a size that keeps activations near 1 (biases and norms
+    0.5, matrices 1/sqrt(fan-in)), so a twin's outputs are well away from zero."""
+    generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=generator) * (0.5 if p.ndim == 1 else p.shape[-1] ** -0.5))
-    model.save_pretrained(folder)
-    return model, str(folder)
+    return model
 
 
 @pytest.fixture(scope="module")
