@@ -4,7 +4,8 @@ latency per image at LLaVA-1.5's size. Prints tables; asserts nothing.
 The twins are ``tests/frontends/test_hf_vlm.py``'s ``CASES`` (LLaVA with a CLIP tower, LLaVA
 with a SigLIP tower and a Qwen2 text model, Gemma 3, PaliGemma, Idefics3, SmolVLM) and
 ``tests/frontends/test_hf_qwen_vl.py``'s (Qwen2-VL, Qwen2.5-VL: fed their image grids and the
-decoder its 3-D positions where it declares them), saved by transformers 5.25 and renamed to
+decoder its 3-D positions where it declares them), ``test_hf_llava_next.py``'s and
+``test_hf_mistral3.py``'s (an image of 20 x 37 and 16 x 24 pixels), saved by transformers 5.25 and renamed to
 the layout the hub's checkpoints have (``hub-4.x``: ``language_model.model.``,
 ``vision_tower.vision_model.``, ``multi_modal_projector.``). Each tool gets that folder and is held
 to transformers on a prompt with one image (Gemma 3 with its ``token_type_ids``, so one
@@ -57,13 +58,17 @@ def last_line(text: str) -> str:
     return ((errors or lines or ["no output"])[-1])[:160].replace("|", "/")
 
 
-def three_models(paths: dict, ids, pixel_values, want) -> str:
-    """vision -> embedding -> decoder in ONNX Runtime (empty caches): the last logits' verdict."""
+def three_models(paths: dict, ids, pixel_values, want, extra: dict = None) -> str:
+    """vision -> embedding -> decoder in ONNX Runtime (empty caches): the last logits' verdict
+    (``extra``: more vision inputs, fed to a model that declares them: LLaVA-NeXT's
+    ``image_rows``, or ``image_sizes``)."""
     import onnxruntime as ort
 
     from irc.check import relative_error
     sessions = {k: ort.InferenceSession(p, providers=["CPUExecutionProvider"]) for k, p in paths.items()}
-    features = sessions["vision"].run(None, {"pixel_values": pixel_values})[0]
+    fed = {"pixel_values": pixel_values, **(extra or {})}
+    features = sessions["vision"].run(None, {v.name: fed[v.name] for v in sessions["vision"].get_inputs()
+                                             if v.name in fed})[0]
     embeds = sessions["embedding"].run(None, {"input_ids": ids, "image_features": features})[0]
     feeds = {"inputs_embeds": embeds, "input_ids": ids, "attention_mask": np.ones_like(ids),
              "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None]}
@@ -102,7 +107,7 @@ def irc_cells(folder: str, tmp: str, model, ids, pixel_values, want, tokens) -> 
     return cells + [genai]
 
 
-def mobius_cell(folder: str, tmp: str, ids, pixel_values, want, grids=None) -> str:
+def mobius_cell(folder: str, tmp: str, ids, pixel_values, want, grids=None, extra=None) -> str:
     out, tool = os.path.join(tmp, "mobius"), os.path.join(os.path.dirname(sys.executable), "mobius")
     if not os.path.exists(tool):
         return "not installed (pip install -c constraints.txt '.[bench]')"
@@ -113,7 +118,7 @@ def mobius_cell(folder: str, tmp: str, ids, pixel_values, want, grids=None) -> s
     paths = {k: os.path.join(out, d, "model.onnx") for k, d in (("vision", "vision_encoder"), ("embedding", "embedding"),
                                                                  ("decoder", "decoder"))}
     try:
-        return three_models(paths, ids, pixel_values, want) if grids is None else qwen_models(
+        return three_models(paths, ids, pixel_values, want, extra) if grids is None else qwen_models(
             paths, ids, pixel_values, grids, want)
     except Exception as err:  # noqa: BLE001 (a model that fails to run is a result here)
         return f"fails to run: {last_line(str(err))}"
@@ -155,7 +160,7 @@ def twins_table(only: str) -> None:
             cells = irc_cells(folder, tmp, model, ids, pixel_values, want, tokens)
             rows.append([name, *cells, mobius_cell(folder, tmp, ids, pixel_values, want), builder_cell(folder, tmp)])
             print(f"  {name} done", file=sys.stderr)
-    rows += qwen_table(only)
+    rows += qwen_table(only) + any_size_table(only)
     print("\n| twin | irc interpreter | irc onnx | irc onnx-ort | genai 0.18 (irc onnx-ort folder) | mobius-onnx 0.1.0 "
           "| genai builder 0.18 |")
     print("|---|---|---|---|---|---|---|")
@@ -237,6 +242,66 @@ def qwen_table(only: str) -> list:
 
 
 QWEN_IMAGE = 150  # the twins' image placeholder id
+
+
+def any_size_table(only: str) -> list:
+    """Rows for LLaVA-NeXT and Mistral-3 (``tests/frontends/test_hf_llava_next.py``'s and
+    ``test_hf_mistral3.py``'s twins), one image of a size that is neither square nor a tile."""
+    from frontends import load_spec
+    from irc.check import relative_error
+    from irc.interpreter import run
+    from irc_cli import main
+    from tests.frontends import test_hf_llava_next as next_twin
+    from tests.frontends import test_hf_mistral3 as mistral
+    from tests.frontends.test_hf_vlm import decoder_feeds
+
+    rows = []
+    for name, module in (("llava_next", next_twin), ("mistral3", mistral)):
+        if only and name not in only.split(","):
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            model, folder = module.build(name, Path(tmp) / "saved")
+            if name == "mistral3":  # what genai's config is made from
+                import transformers
+                transformers.PixtralImageProcessorPil(patch_size={"height": 8, "width": 8},
+                                                      size={"longest_edge": 24}).save_pretrained(folder)
+            if name == "llava_next":
+                image_rows, pixel_values, ids, _, want = module.case(model, (20, 37))
+                extra = {"image_rows": image_rows, "image_sizes": np.asarray([[20, 37]], np.int64)}
+            else:
+                pixel_values, ids, _, want = module.case(model, (16, 24))
+                extra = {"image_sizes": np.asarray([[16, 24]], np.int64)}
+            graph = load_spec(folder)
+            features = run(graph.parts["vision"], {k: v for k, v in {"pixel_values": pixel_values, **extra}.items()
+                                                   if k in {x.name for x in graph.parts["vision"].inputs}})
+            cells = [verdict(relative_error(run(graph, decoder_feeds(graph, ids, features["image_features"]))[
+                "logits"], want))]
+            for target in ("onnx", "onnx-ort"):
+                out = os.path.join(tmp, f"irc-{target}")
+                if main(["compile", folder, "--target", target, "-o", os.path.join(out, "model.onnx"), "--quiet"]):
+                    cells.append("refused")
+                    continue
+                cells.append(three_models({k: os.path.join(out, f) for k, f in (
+                    ("vision", "vision.onnx"), ("embedding", "embedding.onnx"), ("decoder", "model.onnx"))},
+                    ids, pixel_values, want, extra))
+            genai = "not a genai type"
+            if name == "mistral3" and os.path.exists(os.path.join(tmp, "irc-onnx-ort", "genai_config.json")):
+                import torch
+
+                from irc_cli.run_vlm import FolderModel, runner
+                from tests.frontends.test_hf_vlm import Clock
+                with torch.no_grad():
+                    tokens = model.generate(input_ids=torch.from_numpy(ids), pixel_values=torch.from_numpy(pixel_values),
+                                            image_sizes=torch.tensor([[16, 24]]), max_new_tokens=16, min_new_tokens=16,
+                                            do_sample=False)[0, ids.shape[1]:].tolist()
+                out = os.path.join(tmp, "irc-onnx-ort")
+                got = runner(FolderModel(out), pixel_values, (2, 3))(out, ids[0].tolist(), 16, set(), Clock(),
+                                                                     engine="genai").tokens
+                genai = "exact" if got == tokens else "wrong (tokens)"
+            rows.append([name, *cells, genai, mobius_cell(folder, tmp, ids, pixel_values, want, extra=extra),
+                         builder_cell(folder, tmp)])
+            print(f"  {name} done", file=sys.stderr)
+    return rows
 
 
 def median_ms(run, rounds: int = 5) -> float:
