@@ -23,8 +23,9 @@ write) the
 folder also gets ``genai_config.json`` with its ``vision`` / ``embedding`` / ``decoder``
 sections (the decoder's ``inputs_embeds``, and ``input_ids`` where the decoder reads them:
 Gemma 3's image blocks) and ``processor_config.json``, onnxruntime-extensions' steps made
-from the checkpoint's ``preprocessor_config.json`` (decode, RGB, resize to the model's image
-size with its resample filter, rescale, normalise, channels first). genai's own image
+from the checkpoint's ``preprocessor_config.json`` (decode as RGB, resize to the model's image
+size with its resample filter, rescale, normalise, channels first; no ``ConvertRGB``, which in
+0.18 swaps red and blue). genai's own image
 resize is not Pillow's, so its pixels can differ slightly from transformers'; ``irc run``
 uses Pillow (``irc_cli.images``). A llava folder has neither (genai refuses the type).
 """
@@ -124,7 +125,8 @@ def processor_config(preprocessor: str, size: list) -> dict:
     def step(name: str, kind: str, **attrs) -> dict:
         return {"operation": {"name": name, "type": kind, **({"attrs": attrs} if attrs else {})}}
 
-    steps = [step("decode_image", "DecodeImage", color_space="RGB"), step("convert_to_rgb", "ConvertRGB"),
+    # DecodeImage gives RGB already; 0.18's ConvertRGB swaps red and blue (Qwen's Normalize swaps them back)
+    steps = [step("decode_image", "DecodeImage", color_space="RGB"),
              step("resize", "Resize", interpolation=RESAMPLE[resample], height=size[0], width=size[1],
                   keep_aspect_ratio=0),
              step("rescale", "Rescale", rescale_factor=float(settings.get("rescale_factor", 1 / 255))),

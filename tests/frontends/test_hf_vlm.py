@@ -512,8 +512,8 @@ def test_a_vlm_folder_is_byte_identical_compiled_twice(twins, tmp_path):
     """The three models, genai_config.json, processor_config.json and irc_vlm.json."""
     model, folder = twins("gemma3")
     transformers.Gemma3ImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(folder)
-    for run in ("a", "b"):
-        assert main(["compile", folder, "--target", "onnx-ort", "-o", str(tmp_path / run / "model.onnx"),
+    for copy in ("a", "b"):
+        assert main(["compile", folder, "--target", "onnx-ort", "-o", str(tmp_path / copy / "model.onnx"),
                      "--quiet"]) == 0
     names = sorted(p.name for p in (tmp_path / "a").iterdir())
     assert {"vision.onnx", "embedding.onnx", "model.onnx", "genai_config.json", "processor_config.json",
@@ -581,3 +581,46 @@ def test_an_fp16_folder_runs_with_an_image(twins, tmp_path, capsys):
     assert main(["run", str(tmp_path / "f16"), "--image", str(image), "--prompt-ids", f"1,{IMAGE_TOKEN},9",
                  "--max-new-tokens", "4", "--json", "--quiet"]) == 0
     assert len(json.loads(capsys.readouterr().out)["tokens"]) == 4
+
+
+def bpe_tokenizer(folder) -> None:
+    """A tokenizer onnxruntime-extensions loads (BPE, no merges: whole words), Gemma 3's image
+    strings as special tokens with the twin's ids."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+
+    vocab = {"<unk>": 0, **{f"w{i}": i for i in range(1, IMAGE_TOKEN)}, "<image_soft_token>": IMAGE_TOKEN,
+             "<start_of_image>": BOI, "<end_of_image>": EOI}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.add_special_tokens([AddedToken(t, normalized=False) for t in list(vocab)[IMAGE_TOKEN:]])
+    tokenizer.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "GemmaTokenizer", "unk_token": "<unk>", "bos_token": "w1", "eos_token": "w2",
+                   "pad_token": "<unk>", "add_bos_token": False, "add_eos_token": False}, f)
+
+
+def test_genai_reads_an_image_file_through_the_folders_processor(twins, tmp_path):
+    """onnxruntime-genai 0.18's own image path for Gemma 3: the file through the folder's
+    processor_config.json gives transformers' processor's pixel values, channels in RGB order
+    (0.18's ConvertRGB step would swap red and blue: irc's config leaves it out). genai's Gemma
+    3 processor writes 256 soft tokens an image (the checkpoints' count; the twin has 16), so
+    the twin is not generated from here."""
+    og = pytest.importorskip("onnxruntime_genai")
+    from PIL import Image
+
+    _, folder = twins("gemma3")
+    processor = transformers.Gemma3ImageProcessorPil(size={"height": 32, "width": 32})
+    processor.save_pretrained(folder)
+    out = tmp_path / "out"
+    assert main(["compile", folder, "--target", "onnx-ort", "-o", str(out / "model.onnx"), "--quiet"]) == 0
+    steps = json.loads((out / "processor_config.json").read_text())["processor"]["transforms"]
+    assert "ConvertRGB" not in [step["operation"]["type"] for step in steps]
+    bpe_tokenizer(str(out))
+    pixels = np.zeros((32, 32, 3), np.uint8)
+    pixels[..., 0], pixels[..., 1], pixels[..., 2] = 250, 10, 120  # a channel swap would show
+    pixels[8:20, 4:30] = np.random.default_rng(4).integers(0, 256, (12, 26, 3))
+    image = tmp_path / "photo.png"
+    Image.fromarray(pixels).save(image)
+    inputs = og.Model(str(out)).create_multimodal_processor()("<start_of_image>", images=og.Images.open(str(image)))
+    want = processor(Image.open(image), return_tensors="np")["pixel_values"]
+    assert np.abs(inputs["pixel_values"].as_numpy() - want).max() <= 1e-5
