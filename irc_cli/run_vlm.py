@@ -23,7 +23,7 @@ from typing import Optional
 
 import numpy as np
 
-from irc.errors import IRCError
+from irc.errors import IRCError, SpecError
 from irc.inputs import read_json
 from irc_cli import engines
 from irc_cli.images import PATCHED, Processor, read_image
@@ -172,6 +172,10 @@ class FolderModel:
         return int(self.manifest["patch"])
 
     @property
+    def temporal(self) -> Optional[int]:
+        return self.manifest.get("temporal")
+
+    @property
     def position_axes(self) -> Optional[int]:
         shape = next(v.shape for v in self.decoder.get_inputs() if v.name == "position_ids") \
             if any(v.name == "position_ids" for v in self.decoder.get_inputs()) else []
@@ -204,6 +208,7 @@ class SpecModel:
         self.image_prompt = graph.meta["image_prompt"]
         self.size = tuple(self.vision.meta["vision"]["image_size"])
         self.patch = self.vision.meta["vision"]["patch"]
+        self.temporal = self.vision.meta["vision"].get("temporal")
         self.engine = "reference interpreter"
 
     @property
@@ -304,6 +309,8 @@ def pixel_values(model, folder: str, image: str) -> tuple[np.ndarray, tuple]:
     if model.image_prompt["kind"] == "anyres":  # the base view and the tiles, and the rows they pack into
         from irc_cli.images_anyres import anyres, feature_rows
         processor.check_model(*model.size)
+        agree(processor, "image_grid_pinpoints", [list(p) for p in processor.settings.get("image_grid_pinpoints") or []],
+              [list(p) for p in model.image_prompt["pinpoints"]])
         pixels, size = anyres(processor, read_image(image))
         side = model.size[0] // model.patch
         return pixels, feature_rows(size, model.image_prompt["pinpoints"], model.size[0], side)
@@ -312,10 +319,20 @@ def pixel_values(model, folder: str, image: str) -> tuple[np.ndarray, tuple]:
         if processor.kind not in PATCHED:
             raise IRCError(f"{processor.kind or 'this processor'} does not make Qwen-VL's patches",
                            location=processor.path, hint="a Qwen2-VL checkpoint's preprocessor_config.json")
+        for key, wanted in (("patch_size", model.patch), ("merge_size", model.image_prompt["merge"]),
+                            ("temporal_patch_size", model.temporal)):
+            agree(processor, key, processor.settings.get(key), wanted)
         return patches(processor, read_image(image))
     processor.check_model(*model.size)
     pixels, rows, columns = processor.images(read_image(image))
     return pixels, (rows, columns)
+
+
+def agree(processor, key: str, value, wanted) -> None:
+    """The processor's ``key`` is the model's, or one error naming the file and the key."""
+    if value != wanted:
+        raise SpecError(f"{key}: {value!r} contradicts the model's {wanted!r} (its config.json)",
+                        location=processor.path, hint="the processor and the model must come from one checkpoint")
 
 
 def load_model(args, source) -> Optional[object]:

@@ -141,7 +141,7 @@ def manifest(graph: Graph, vision: Graph, name: str, vision_name: str) -> dict:
     return {"model_type": graph.meta.get("model_type"), "vision": vision_name, "embedding": EMBEDDING,
             "decoder": name, "image_token_id": graph.meta["image_token_id"], "image_tokens": meta["tokens"],
             "image_size": meta["image_size"], "channels": meta["channels"], "patch": meta["patch"],
-            "image_prompt": graph.meta["image_prompt"]}
+            "image_prompt": graph.meta["image_prompt"], **{k: meta[k] for k in ("merge", "temporal") if k in meta}}
 
 
 def emit_vlm(graph: Graph, path: str, **kwargs) -> tuple[Emitted, Emitted, list]:

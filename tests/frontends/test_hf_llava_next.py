@@ -136,3 +136,22 @@ def test_bad_pinpoints_name_the_key(twins, tmp_path, pinpoints):
     (tmp_path / "config.json").write_text(json.dumps(config, indent=2))
     with pytest.raises(SpecError, match="image_grid_pinpoints"):
         load_spec(str(tmp_path))
+
+
+def test_a_processor_whose_pinpoints_contradict_the_model_is_refused(twins, tmp_path, capsys):
+    import os
+
+    from PIL import Image
+
+    _, folder = twins("llava_next")
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (odd / name).symlink_to(os.path.join(folder, name))
+    transformers.LlavaNextImageProcessorPil(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16},
+                                            image_grid_pinpoints=[[16, 32], [32, 16]]).save_pretrained(odd)
+    image = tmp_path / "photo.png"
+    Image.fromarray(np.zeros((20, 30, 3), np.uint8)).save(image)
+    assert main(["run", str(odd), "--image", str(image), "--prompt-ids", f"1,{IMAGE}"]) == 2
+    err = capsys.readouterr().err
+    assert "preprocessor_config.json" in err and "image_grid_pinpoints" in err and "contradicts" in err

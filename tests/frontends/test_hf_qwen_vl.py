@@ -315,3 +315,21 @@ def test_a_checkpoint_that_does_not_fit_the_tower_names_the_tensor(twins, tmp_pa
     (tmp_path / "config.json").write_text(open(f"{folder}/config.json").read())
     with pytest.raises(SpecError, match=message):
         load_spec(str(tmp_path))
+
+
+def test_a_processor_that_contradicts_the_model_is_refused(twins, tmp_path, capsys):
+    """preprocessor_config.json's patch_size against the tower's: one error naming the file and
+    the key, exit 2."""
+    from PIL import Image
+
+    _, folder = twins("qwen2_5_vl")
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (odd / name).symlink_to(os.path.join(folder, name))
+    (odd / "preprocessor_config.json").write_text(json.dumps({**PROCESSOR, "patch_size": 14}))
+    image = tmp_path / "photo.png"
+    Image.fromarray(np.zeros((40, 40, 3), np.uint8)).save(image)
+    assert main(["run", str(odd), "--image", str(image), "--prompt-ids", f"1,{START},{IMAGE},{END}"]) == 2
+    err = capsys.readouterr().err
+    assert "preprocessor_config.json" in err and "patch_size: 14 contradicts the model's 4" in err
