@@ -5,7 +5,6 @@ the pinpoints' own sizes), with llava-v1.6's config, a small one and the class d
 packed feature rows equal to ``LlavaNextModel.pack_image_features`` and the token count to
 ``LlavaNextProcessor``'s over many sizes, and through a tiny random model's
 ``get_image_features``; pinpoints that cannot be tiled are one SpecError naming the key."""
-import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,6 +13,7 @@ import pytest
 from irc.errors import IRCError, SpecError
 from irc_cli import images
 from irc_cli.images_anyres import anyres, best_resolution, feature_rows, image_tokens
+from tests.image_inputs import odd_image as sized_image, written
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -41,15 +41,8 @@ ODD = {"37x91": (37, 91), "strip 1000x30": (1000, 30), "strip 9x700": (9, 700), 
 
 
 def odd_image(name):
-    width, height = ODD[name]
-    data = np.random.default_rng(width * height).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    return Image.fromarray(data, "RGB")
+    return sized_image(*ODD[name])
 
-
-def written(folder, config):
-    folder.mkdir(exist_ok=True)
-    (folder / images.PREPROCESSOR).write_text(json.dumps(config))
-    return str(folder)
 
 
 def compare(ours, hf, image, name):

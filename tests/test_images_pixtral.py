@@ -5,7 +5,6 @@ patches, the longest edge itself), with Mistral 3's patch of 28 and a longest ed
 112, and with a checkpoint's config given the patch at call time as ``PixtralProcessor`` gives
 it; the resize equal to transformers' over many sizes; the token grid equal to
 ``PixtralProcessor``'s; a bad size is one SpecError naming the file and key."""
-import json
 import sys
 import types
 
@@ -15,6 +14,7 @@ import pytest
 from irc.errors import IRCError, SpecError
 from irc_cli import images
 from irc_cli.images_pixtral import image_layout, pixtral, resized_size
+from tests.image_inputs import odd_image as sized_image, written
 
 transformers = pytest.importorskip("transformers")
 Image = pytest.importorskip("PIL.Image")
@@ -34,15 +34,8 @@ ODD = {"37x91": (37, 91), "strip 1000x30": (1000, 30), "strip 9x700": (9, 700), 
 
 
 def odd_image(name):
-    width, height = ODD[name]
-    data = np.random.default_rng(width * height).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    return Image.fromarray(data, "RGB")
+    return sized_image(*ODD[name])
 
-
-def written(folder, config):
-    folder.mkdir(exist_ok=True)
-    (folder / images.PREPROCESSOR).write_text(json.dumps(config))
-    return str(folder)
 
 
 def compare(ours, hf, image, name, **call):

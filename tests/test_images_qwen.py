@@ -4,7 +4,6 @@ sample data: RGB, grayscale, RGBA, a JPEG) and on odd sizes (a thin strip, an im
 min pixels, one over the max), with a small config and with the checkpoint's; its
 ``smart_resize`` equal to transformers' over many sizes; a config that contradicts itself is
 one SpecError naming the file and key."""
-import json
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from irc.errors import IRCError, SpecError
 from irc_cli import images
 from irc_cli.images_qwen import image_tokens, patches, smart_resize
+from tests.image_inputs import odd_image as sized_image, written
 
 transformers = pytest.importorskip("transformers")
 Image = pytest.importorskip("PIL.Image")
@@ -28,15 +28,8 @@ ODD = {"37x91": (37, 91), "strip 1000x30": (1000, 30), "under min 5x7": (5, 7), 
 
 
 def odd_image(name):
-    width, height = ODD[name]
-    data = np.random.default_rng(width * height).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    return Image.fromarray(data, "RGB")
+    return sized_image(*ODD[name])
 
-
-def written(folder, config):
-    folder.mkdir(exist_ok=True)
-    (folder / images.PREPROCESSOR).write_text(json.dumps(config))
-    return str(folder)
 
 
 def compare(ours, hf, image, name):
