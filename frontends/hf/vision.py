@@ -8,7 +8,10 @@ vit                      patches (Conv2d with bias) + CLS + learned positions; p
                          ``pooler_act`` (tanh) on the CLS state, when the checkpoint has it
 dinov2                   ViT's embeddings; LayerScale after attention and MLP
                          (``layer_scale1/2.lambda1``), MLP width hidden_size x ``mlp_ratio``;
-                         pooler_output: the normed CLS state
+                         pooler_output: the normed CLS state. Built for the image side the
+                         folder's preprocessor_config.json makes (crop_size: 224 for the
+                         hub's checkpoints, trained at 518), the position grid resized
+                         bicubically as transformers' ``interpolate_pos_encoding`` does
 dinov2_with_registers    DINOv2 plus ``num_register_tokens`` learned tokens after the CLS one
 clip_vision_model        patches (no bias) + class embedding + positions, ``pre_layrnorm``,
                          layers with quick_gelu MLPs; last_hidden_state unnormed,
@@ -155,6 +158,90 @@ class Reshaped(Tensor):
         return f"{self.name}[as {self.wanted}]"
 
 
+def bicubic_matrix(old: int, new: int, antialias: bool = False) -> np.ndarray:
+    """[new, old]: torch's bicubic resize along one axis (``F.interpolate(..., size=new,
+    mode="bicubic", align_corners=False)``: source x = (i + 0.5)·old/new - 0.5, Keys' cubic with
+    a = -0.75 on the four nearest samples, indices clamped to the edge); with ``antialias``,
+    torch's antialiased form (PIL's: a = -0.5 over a support widened by the downscale, the
+    weights normalised)."""
+    if antialias:
+        return _antialiased(old, new)
+    a, out = -0.75, np.zeros((new, old))
+    for i in range(new):
+        x = (i + 0.5) * old / new - 0.5
+        base = math.floor(x)
+        t = x - base
+        weights = [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+                   ((a + 2) * t - (a + 3)) * t * t + 1,
+                   ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+                   ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a]
+        for k, weight in enumerate(weights):
+            out[i, min(max(base - 1 + k, 0), old - 1)] += weight
+    return out
+
+
+def _antialiased(old: int, new: int) -> np.ndarray:
+    def cubic(x: float, a: float = -0.5) -> float:
+        x = abs(x)
+        return ((a + 2) * x - (a + 3)) * x * x + 1 if x < 1 else (((x - 5) * x + 8) * x - 4) * a if x < 2 else 0.0
+
+    scale = old / new
+    support, invscale = 2 * max(scale, 1.0), 1 / scale if scale >= 1 else 1.0
+    out = np.zeros((new, old))
+    for i in range(new):
+        center = scale * (i + 0.5)
+        low, high = max(int(center - support + 0.5), 0), min(int(center + support + 0.5), old)
+        weights = np.array([cubic((j - center + 0.5) * invscale) for j in range(low, high)])
+        out[i, low:high] = weights / weights.sum() if weights.sum() else weights
+    return out
+
+
+class Positions(Reshaped):
+    """A ViT's position table [1 + g², d] (class row, then a g x g grid), read for a model of
+    another grid n x n as DINOv2 does for every image size (``interpolate_pos_encoding``: the
+    grid bicubic-resized in float32, the class row kept; DINOv2 with registers antialiased)."""
+
+    def __init__(self, name: str, shape: tuple, antialias: bool = False):
+        super().__init__(name, shape)
+        self.antialias = antialias
+
+    def _grids(self, checkpoint: Checkpoint) -> tuple:
+        stored = math.prod(checkpoint.info(self.name)[1]) // self.wanted[-1]
+        old, new = math.isqrt(stored - 1), math.isqrt(self.wanted[0] - 1)
+        return (old, new) if old * old == stored - 1 and new * new == self.wanted[0] - 1 else (None, None)
+
+    def shape(self, checkpoint: Checkpoint) -> list[int]:
+        old, new = self._grids(checkpoint)
+        return self.wanted if old is not None else super().shape(checkpoint)
+
+    def rows(self, checkpoint: Checkpoint, start: int, stop: int) -> np.ndarray:
+        old, new = self._grids(checkpoint)
+        table = checkpoint.read(self.name).reshape(-1, self.wanted[-1])
+        if old == new:
+            return table[start:stop]
+        resize = bicubic_matrix(old, new, self.antialias)
+        grid = table[1:].astype(np.float32).reshape(old, old, -1)
+        resized = np.einsum("ij,jkd,lk->ild", resize, grid, resize).reshape(new * new, -1)
+        return np.concatenate([table[:1], resized.astype(table.dtype)])[start:stop]
+
+
+def processor_size(folder: str):
+    """The square side ``preprocessor_config.json`` beside a checkpoint makes its images (its
+    crop, or a fixed resize), or None."""
+    import json
+
+    path = os.path.join(folder, "preprocessor_config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            settings = json.load(f)
+    except (OSError, ValueError):
+        return None
+    size = settings.get("crop_size") if settings.get("do_center_crop", True) else settings.get("size")
+    if isinstance(size, dict) and size.get("height") == size.get("width") and isinstance(size.get("height"), int):
+        return size["height"]
+    return None
+
+
 def checkpoint_source(model_type: str, param: Param, prefix: str) -> Source:
     """Where ``param`` is in the checkpoint: one tensor, or for SigLIP's head q, k or v (and
     their biases) the rows of torch's packed in-projection, q|k|v."""
@@ -164,6 +251,8 @@ def checkpoint_source(model_type: str, param: Param, prefix: str) -> Source:
     packed = PACKED.get(name.rsplit(".", 1)[-1][1:]) if name.startswith("head.attention.") else None
     if packed is None:
         stored = prefix + checkpoint_name(model_type, name)
+        if name == "position_embeddings":
+            return Positions(stored, param.shape, antialias=model_type == "dinov2_with_registers")
         return Reshaped(stored, param.shape) if name in RESHAPED else Tensor(stored)
     d = param.shape[0]
     stored = "in_proj_weight" if name.rsplit(".", 1)[-1][0] == "w" else "in_proj_bias"
@@ -215,9 +304,10 @@ def vision_spec(cfg: Config, model_type: str, pooler: bool = True) -> VisionSpec
     return spec
 
 
-def build_vision(cfg: Config, name: str, pooler: bool = True) -> Graph:
+def build_vision(cfg: Config, name: str, pooler: bool = True, size=None) -> Graph:
     """The vision encoder config.json describes, through ``build_vit`` (a dual encoder's image
-    tower, with CLIP's projection)."""
+    tower, with CLIP's projection); ``size``: DINOv2's images of another side than
+    ``image_size`` (its positions resized as transformers resizes them: ``Positions``)."""
     from frontends.dsl import Model
 
     model_type = cfg.data["model_type"]
@@ -226,6 +316,11 @@ def build_vision(cfg: Config, name: str, pooler: bool = True) -> Graph:
         tower = NestedConfig(cfg, "vision_config", DEFAULTS[TOWERS[model_type]], "the image tower's settings",
                              hint=f"irc compiles the image tower of a {model_type} checkpoint")
     spec = vision_spec(tower, TOWERS.get(model_type, model_type), pooler)
+    if size is not None and model_type.startswith("dinov2"):
+        if size < spec.patch:
+            raise SpecError(f"preprocessor_config.json makes {size}-pixel images, smaller than a {spec.patch}-pixel "
+                            "patch", location=cfg.path)
+        spec.image_size = size
     m = Model(name, vocab=None, d_model=tower.get("hidden_size", positive_int), dtype=cfg.dtype(), encoder=True)
     pooled = build_vit(m, spec)
     if model_type == "clip":
@@ -281,7 +376,9 @@ def load_vision(folder: str, cfg: Config, weights: bool) -> Graph:
     if checkpoint is not None and cfg.data["model_type"] == "vit":
         prefix = _prefix(checkpoint, "vit")
         pooler = prefix + checkpoint_name("vit", "pooler.dense") in checkpoint.files
-    graph = build_vision(cfg, name, pooler)
+    # DINOv2 runs at its processor's image size, resizing its positions as transformers always does
+    size = processor_size(folder) if cfg.data["model_type"].startswith("dinov2") else None
+    graph = build_vision(cfg, name, pooler, size)
     if cfg.data["model_type"] in TOWERS:  # a dual encoder: its text tower beside (frontends.hf.dual_text)
         from frontends.hf.dual_text import build_text_tower
         graph.parts["text"] = build_text_tower(cfg, name)

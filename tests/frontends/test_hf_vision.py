@@ -269,3 +269,32 @@ def test_run_gives_a_clip_checkpoints_image_embeds(duals, photographs, tmp_path,
         want = model.get_image_features(**processor(PIL.open(photographs["coffee.png"]), return_tensors="pt"))
     want = getattr(want, "pooler_output", want)[0].numpy()
     assert relative_error(got, want) <= TOLERANCE
+
+
+@pytest.mark.parametrize("model_type", ["dinov2", "dinov2_with_registers"])
+@pytest.mark.parametrize("side", [16, 20, 48])
+def test_dinov2_runs_at_its_processors_image_size(tmp_path, model_type, side):
+    """A DINOv2 checkpoint (here 32 pixels: an 8 x 8 position grid) with a processor that crops
+    ``side`` pixels: irc builds the model for that side, its positions resized bicubically as
+    transformers' ``interpolate_pos_encoding`` resizes them (down, odd and up)."""
+    from transformers.models.bit.image_processing_pil_bit import BitImageProcessorPil
+
+    config_class = transformers.Dinov2Config if model_type == "dinov2" else transformers.Dinov2WithRegistersConfig
+    model_class = transformers.Dinov2Model if model_type == "dinov2" else transformers.Dinov2WithRegistersModel
+    config = config_class(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=4,
+                          mlp_ratio=2)
+    torch.manual_seed(1)
+    model = model_class(config).eval()
+    with torch.no_grad():
+        model.embeddings.position_embeddings.normal_()
+    model.save_pretrained(tmp_path)
+    BitImageProcessorPil(size={"shortest_edge": side}, crop_size={"height": side, "width": side}).save_pretrained(
+        tmp_path)
+    graph = load_spec(str(tmp_path))
+    assert graph.meta["vision"]["image_size"] == [side, side]
+    pixels = np.random.default_rng(side).standard_normal((2, 3, side, side)).astype(np.float32)
+    got = run(graph, {"pixel_values": pixels})
+    with torch.no_grad():
+        out = model(pixel_values=torch.from_numpy(pixels))
+    assert relative_error(got["last_hidden_state"], out.last_hidden_state.numpy()) <= TOLERANCE
+    assert relative_error(got["pooler_output"], out.pooler_output.numpy()) <= TOLERANCE
