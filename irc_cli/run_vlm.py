@@ -69,8 +69,17 @@ def image_tokens(model, grid: tuple) -> int:
         return grid[0] * grid[1]
     if layout["kind"] != "qwen":
         return model.tokens
-    t, h, w = grid
-    return t * h * w // layout["merge"] ** 2
+    from irc_cli.images_qwen import image_tokens as qwen_tokens
+    return qwen_tokens(grid, layout["merge"])
+
+
+def image_rows(model, grid: tuple) -> list:
+    """Mistral-3's image ids (PixtralProcessor's): ``grid`` rows of [IMG] x columns, each closed
+    by [IMG_BREAK], the last by [IMG_END]."""
+    layout = model.image_prompt
+    rows = [[model.token] * grid[1] + [layout["image_break"]] for _ in range(grid[0])]
+    rows[-1][-1] = layout["image_end"]
+    return [t for row in rows for t in row]
 
 
 def expand_text(prompt: str, model, images: int, grid: tuple, where: str, text) -> tuple[str, bool]:
@@ -88,10 +97,8 @@ def expand_text(prompt: str, model, images: int, grid: tuple, where: str, text) 
         bos = text.config.get("bos_token") or "<bos>"
         return image * images + (bos["content"] if isinstance(bos, dict) else bos) + prompt + "\n", False
     _placeholders(prompt.count(placeholder), images, placeholder, where)
-    if layout["kind"] == "rows" and images:  # PixtralProcessor: rows of [IMG], [IMG_BREAK] after each, [IMG_END] last
-        rows = [[model.token] * grid[1] + [layout["image_break"]] for _ in range(grid[0])]
-        rows[-1][-1] = layout["image_end"]
-        return prompt.replace(placeholder, "".join(name(t) for row in rows for t in row)), True
+    if layout["kind"] == "rows" and images:  # PixtralProcessor's rows of [IMG]
+        return prompt.replace(placeholder, "".join(name(t) for t in image_rows(model, grid))), True
     if layout["kind"] == "tiles":  # SmolVLMProcessor's get_image_prompt_string
         rows, columns = grid
         fake, whole = layout["fake"], layout["global"]
@@ -116,10 +123,8 @@ def expand(prompt: list, model, images: int, where: str, text=None, grid: tuple 
     if layout["kind"] == "tiles" and images:
         raise IRCError("SmolVLM's and Idefics3's image layout names its tiles in text (<row_1_col_1>, ...)",
                        location=where, hint="give the prompt as text: --prompt TEXT (with the model's tokenizer)")
-    if layout["kind"] == "rows" and images:  # Mistral-3's rows of [IMG] ([IMG_BREAK], [IMG_END] closing them)
-        rows = [[model.token] * grid[1] + [layout["image_break"]] for _ in range(grid[0])]
-        rows[-1][-1] = layout["image_end"]
-        return [t for x in prompt for t in ([t for row in rows for t in row] if x == token else [x])]
+    if layout["kind"] == "rows" and images:  # Mistral-3's rows of [IMG]
+        return [t for x in prompt for t in (image_rows(model, grid) if x == token else [x])]
     around = text.encode(layout["around"], special=False) if layout["around"] and text is not None else []
     image = around + layout["before"] + [model.token] * (image_tokens(model, grid) if images else 0) + \
         layout["after"] + around
@@ -302,10 +307,10 @@ def pixel_values(model, folder: str, image: str) -> tuple[np.ndarray, tuple]:
     ([patches, C·T·p·p], its grid (t, h, w))."""
     processor = Processor.read(folder)
     if model.image_prompt["kind"] == "rows":  # Pixtral's: whole merged blocks of any size
-        from irc_cli.images_pixtral import pixtral
+        from irc_cli.images_pixtral import image_layout, pixtral
         block = model.patch * model.image_prompt["merge"]
         pixels, (height, width) = pixtral(processor, read_image(image), block)
-        return pixels, (height // block, width // block)
+        return pixels, image_layout(height, width, block)
     if model.image_prompt["kind"] == "anyres":  # the base view and the tiles, and the rows they pack into
         from irc_cli.images_anyres import anyres, feature_rows
         processor.check_model(*model.size)

@@ -47,7 +47,7 @@ import numpy as np
 
 from frontends.dsl_vision import VisionSpec, build_vit
 from frontends.hf.config import Config, NestedConfig
-from frontends.hf.weights import Checkpoint, CheckpointData, Source, Tensor, View
+from frontends.hf.weights import Checkpoint, Source, Tensor, View, attach_sources
 from irc.errors import SpecError
 from irc.graph import Graph, Param
 from irc.yamlloc import boolean, positive_int, positive_number
@@ -345,26 +345,11 @@ def attach_vision_weights(graph: Graph, checkpoint: Checkpoint, spare=lambda nam
     and those ``spare(name)`` accepts (a VLM's unread layers) are not."""
     model_type = graph.meta["model_type"]
     prefix = _prefix(checkpoint, model_type)
-    used = set()
-    for param in graph.params.values():
-        if param.data is not None:
-            continue
-        source = checkpoint_source(model_type, param, prefix)
-        name = source.names()[0]
-        checkpoint.file(name)
-        checkpoint.dtype(name)
-        shape = source.shape(checkpoint)
-        if tuple(shape) != param.shape:
-            raise SpecError(f"tensor {source!r} has shape {shape}; config.json describes @{param.name} as "
-                            f"{list(param.shape)}", location=checkpoint.file(name))
-        param.data = CheckpointData(checkpoint, source, param.dtype)
-        used.add(name)
-    tower = [n for n in checkpoint.files if n.startswith(prefix) and n[len(prefix):].split(".")[0] in
-             ("embeddings", "encoder", "layernorm", "pre_layrnorm", "post_layernorm", "head")]
-    left = sorted(n for n in tower if n not in used and n[len(prefix):] not in SPARE and not spare(n))
-    if left:
-        raise SpecError(f"checkpoint tensor {left[0]} has no place in the model config.json describes",
-                        location=checkpoint.file(left[0]), hint="the checkpoint has weights irc's model lacks")
+    tower = {n for n in checkpoint.files if n.startswith(prefix) and n[len(prefix):].split(".")[0] in
+             ("embeddings", "encoder", "layernorm", "pre_layrnorm", "post_layernorm", "head")}
+    attach_sources([p for p in graph.params.values() if p.data is None], checkpoint,
+                   lambda name, shape: checkpoint_source(model_type, graph.params[name], prefix),
+                   spare=lambda n: n not in tower or n[len(prefix):] in SPARE or spare(n))
 
 
 def load_vision(folder: str, cfg: Config, weights: bool) -> Graph:

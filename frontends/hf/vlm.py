@@ -71,8 +71,7 @@ from frontends.hf.families import describe
 from frontends.hf.generation import generation_meta
 from frontends.hf.vision import DEFAULTS as TOWER_DEFAULTS
 from frontends.hf.vision import GELU, attach_vision_weights, vision_spec
-from frontends.hf.weights import Checkpoint, CheckpointData, PrefixView, Tensor, View
-from irc.errors import SpecError
+from frontends.hf.weights import Checkpoint, PrefixView, Tensor, View, attach_sources
 from irc.graph import Graph
 from irc.yamlloc import boolean, non_negative_int, positive_int, string
 
@@ -142,6 +141,8 @@ class Family:
     # and (vision graph, the checkpoint's tower view) -> None attaching its weights
     tower: Optional[Callable] = None
     attach_tower: Optional[Callable] = None
+    # (cfg, image token) -> how its processor lays an image out in the prompt (None: LLaVA's)
+    layout: Optional[Callable] = None
 
 
 def is_vlm(cfg: Config) -> bool:
@@ -218,6 +219,27 @@ def _shuffle_features(cfg: Config, spec) -> Features:
 # DSL argument -> the config key behind it
 ARGS = {"layers": "vision_feature_layer", "tokens": "mm_tokens_per_image", "scale": "scale_factor"}
 
+def _laid(placeholder: int, kind: str, before=(), after=(), around: str = "", **more) -> dict:
+    return {"kind": kind, "placeholder": placeholder, "before": list(before), "after": list(after), "around": around,
+            **more}
+
+
+def _gemma3_layout(cfg: Config, image_token: int) -> dict:
+    """Gemma3Processor: "\n\n<start_of_image>" + the soft tokens + "<end_of_image>\n\n" for each
+    ``<start_of_image>``."""
+    boi, eoi = (cfg.get(key, non_negative_int) for key in ("boi_token_index", "eoi_token_index"))
+    return _laid(boi, "gemma3", [boi], [eoi], "\n\n")
+
+
+def _tiles_layout(cfg: Config, image_token: int) -> dict:
+    """SmolVLMProcessor's strings around each tile."""
+    return _laid(image_token, "tiles", fake="<fake_token_around_image>", **{"global": "<global-img>"})
+
+
+def _qwen_layout(cfg: Config, image_token: int) -> dict:
+    return qwen.image_prompt(cfg, image_token, (cfg.data.get("vision_config") or {}).get("spatial_merge_size", 2))
+
+
 FAMILY = {
     "llava": Family("llama", ("clip_vision_model", "siglip_vision_model"),
                     {"model_type": "clip_vision_model", "intermediate_size": 4096, "hidden_size": 1024,
@@ -226,25 +248,30 @@ FAMILY = {
     "llava_next": Family("llama", ("clip_vision_model", "siglip_vision_model"),
                          {"model_type": "clip_vision_model", "intermediate_size": 4096, "hidden_size": 1024,
                           "patch_size": 14, "image_size": 336, "num_hidden_layers": 24, "num_attention_heads": 16},
-                         _anyres_features, "image_token_index", _LLAVA_NAMES),
+                         _anyres_features, "image_token_index", _LLAVA_NAMES,  # <image> widened to the packed rows
+                         layout=lambda cfg, token: _laid(token, "anyres",
+                                                         pinpoints=cfg.get("image_grid_pinpoints", lambda v: v))),
     "gemma3": Family("gemma3_text", ("siglip_vision_model",), {"model_type": "siglip_vision_model"}, _gemma3_features,
-                     "image_token_index", _LLAVA_NAMES, image_blocks="image"),
+                     "image_token_index", _LLAVA_NAMES, image_blocks="image", layout=_gemma3_layout),
     "paligemma": Family("gemma", ("siglip_vision_model",),
                         {"model_type": "siglip_vision_model", "intermediate_size": 4096, "hidden_size": 1152,
                          "patch_size": 14, "image_size": 224, "num_hidden_layers": 27, "num_attention_heads": 16,
                          "vision_use_head": False}, lambda cfg, spec: Features(post_norm=True, projector="linear"),
-                        "image_token_index", _LLAVA_NAMES, image_blocks="prefix",
+                        "image_token_index", _LLAVA_NAMES, image_blocks="prefix",  # the images, <bos>, the prompt
+                        layout=lambda cfg, token: _laid(token, "prepend"),
                         text_defaults={"hidden_size": 2048, "num_hidden_layers": 18, "intermediate_size": 16384,
                                        "num_attention_heads": 8, "num_key_value_heads": 1, "vocab_size": 257152}),
-    "idefics3": Family("llama", ("idefics3_vision",), _SIGLIP_SO400M, _shuffle_features, "image_token_id",
-                       _IDEFICS_NAMES, text_defaults={"rms_norm_eps": 1e-5}),
-    "smolvlm": Family("llama", ("smolvlm_vision",), _SIGLIP_SO400M, _shuffle_features, "image_token_id",
-                      _IDEFICS_NAMES, text_defaults={"rms_norm_eps": 1e-5}),
+    **{kind: Family("llama", (f"{kind}_vision",), _SIGLIP_SO400M, _shuffle_features, "image_token_id",
+                    _IDEFICS_NAMES, text_defaults={"rms_norm_eps": 1e-5}, layout=_tiles_layout)
+       for kind in ("idefics3", "smolvlm")},
     "mistral3": Family("mistral", ("pixtral",), mistral3.TOWER_DEFAULTS, None, "image_token_index", mistral3.NAMES,
                        text_defaults=mistral3.TEXT_DEFAULTS, tower=mistral3.build_tower,
-                       attach_tower=mistral3.attach_tower),
+                       attach_tower=mistral3.attach_tower,
+                       layout=lambda cfg, token: mistral3.image_prompt(token, dict(mistral3.BREAKS),
+                                                                       cfg.get("spatial_merge_size", positive_int))),
     **{kind: Family(f"{kind}_text", (f"{kind}_vision",), qwen.TOWER_DEFAULTS[kind], None, "image_token_id",
-                    (qwen.TEXT_NAMES, qwen.TOWER_NAMES, []), tower=qwen.build_tower, attach_tower=qwen.attach_tower)
+                    (qwen.TEXT_NAMES, qwen.TOWER_NAMES, []), tower=qwen.build_tower, attach_tower=qwen.attach_tower,
+                    layout=_qwen_layout)
        for kind in qwen.TYPES},
 }
 
@@ -296,49 +323,29 @@ PROJECTOR = {"gemma3": {"projector.norm": "projector.mm_soft_emb_norm.weight",
 
 
 def _attach_projector(graph: Graph, view: Checkpoint, model_type: str, checkpoint: Checkpoint) -> None:
+    """The projector's params from ``view`` (its prefix), LLaVA-NeXT's ``image_newline`` from
+    beside it in ``checkpoint`` (transformers 5's name, then 4.x's)."""
     names = PROJECTOR.get(model_type, {})
-    if "image_newline" in graph.params:  # LLaVA-NeXT's, beside the projector (transformers 5's name, then 4.x's)
+
+    def source(name: str, shape: tuple) -> Tensor:
+        stored = names.get(name) or (name if name.endswith(".bias") else name + ".weight")
+        # Gemma 3 stores its projection [d_vision, d_text], applied as x @ W
+        return View(stored, transpose=True) if stored.endswith("_projection_weight") else Tensor(stored)
+
+    attach_sources([p for p in graph.params.values() if p.name.startswith("projector.")], view, source,
+                   spare=lambda name: True)
+    if "image_newline" in graph.params:
         stored = next((n for n in ("model.image_newline", "image_newline") if n in checkpoint.files), "image_newline")
-        param = graph.params["image_newline"]
-        if tuple(checkpoint.info(stored)[1]) != param.shape:
-            raise SpecError(f"tensor {stored} has shape {checkpoint.info(stored)[1]}; config.json describes "
-                            f"@image_newline as {list(param.shape)}", location=checkpoint.file(stored))
-        param.data = CheckpointData(checkpoint, Tensor(stored), param.dtype)
-    for param in graph.params.values():
-        if param.name == "image_newline":
-            continue
-        if param.name.startswith("projector."):
-            stored = names.get(param.name) or (param.name if param.name.endswith(".bias") else param.name + ".weight")
-            # Gemma 3 stores its projection [d_vision, d_text], applied as x @ W
-            source = View(stored, transpose=True) if stored.endswith("_projection_weight") else Tensor(stored)
-            if tuple(source.shape(view)) != param.shape:
-                raise SpecError(f"tensor {view.stored[stored]} has shape {source.shape(view)}; config.json "
-                                f"describes @{param.name} as {list(param.shape)}", location=view.file(stored))
-            param.data = CheckpointData(view, source, param.dtype)
+        attach_sources([graph.params["image_newline"]], checkpoint, lambda name, shape: Tensor(stored),
+                       spare=lambda name: True)
 
 
 def _image_prompt(cfg: Config, image_token: int) -> dict:
-    """How the checkpoint's processor lays an image out in the prompt: the id the user writes
-    (``placeholder``) becomes ``around`` (text), ``before``, the image's tokens, ``after``,
-    ``around`` again: LlavaProcessor widens ``<image>``; Gemma3Processor writes
-    "\\n\\n<start_of_image>" + the soft tokens + "<end_of_image>\\n\\n" for each ``<start_of_image>``."""
-    if cfg.data["model_type"] == "gemma3":
-        boi, eoi = (cfg.get(key, non_negative_int) for key in ("boi_token_index", "eoi_token_index"))
-        return {"kind": "gemma3", "placeholder": boi, "before": [boi], "after": [eoi], "around": "\n\n"}
-    if cfg.data["model_type"] == "paligemma":  # PaliGemmaProcessor: the images' tokens, <bos>, the prompt, "\n"
-        return {"kind": "prepend", "placeholder": image_token, "before": [], "after": [], "around": ""}
-    if cfg.data["model_type"] == "llava_next":  # LlavaNextProcessor: <image> widened to the image's packed rows
-        return {"kind": "anyres", "placeholder": image_token, "before": [], "after": [], "around": "",
-                "pinpoints": cfg.get("image_grid_pinpoints", lambda v: v)}
-    if cfg.data["model_type"] == "mistral3":
-        return mistral3.image_prompt(image_token, dict(mistral3.BREAKS), cfg.get("spatial_merge_size", positive_int))
-    if cfg.data["model_type"] in qwen.TYPES:
-        tower = cfg.data.get("vision_config") or {}
-        return qwen.image_prompt(cfg, image_token, tower.get("spatial_merge_size", 2))
-    if cfg.data["model_type"] in ("idefics3", "smolvlm"):  # SmolVLMProcessor's strings around each tile
-        return {"kind": "tiles", "placeholder": image_token, "before": [], "after": [], "around": "",
-                "fake": "<fake_token_around_image>", "global": "<global-img>"}
-    return {"kind": "repeat", "placeholder": image_token, "before": [], "after": [], "around": ""}
+    """How the checkpoint's processor lays an image out in the prompt (the family's ``layout``):
+    the id the user writes (``placeholder``) becomes ``around`` (text), ``before``, the image's
+    tokens, ``after``, ``around`` again; LlavaProcessor's by default: ``<image>`` widened."""
+    layout = FAMILY[cfg.data["model_type"]].layout
+    return layout(cfg, image_token) if layout else _laid(image_token, "repeat")
 
 
 def _unread(name: str, layers: int) -> bool:
