@@ -1,5 +1,6 @@
 """Qwen-VL's vision tower in the DSL: flattened patches of any image size, 2-D RoPE, window
-attention, and the patch merger (Qwen2-VL, Qwen2.5-VL).
+attention, learned positions resampled to each image, and the patch merger (Qwen2-VL,
+Qwen2.5-VL, Qwen3.5).
 
     spec = QwenVisionSpec(depth=2, width=32, heads=4, d_ff=64, patch=14, out=48,
                           norm="rms", mlp="swiglu", window=4, full_layers=(1,))
@@ -10,20 +11,24 @@ The model takes the processor's outputs as they are (``irc_cli.images_qwen``, on
 Qwen processor): ``pixel_values`` f32 [P, C·T·p·p], every image's patches one after another, each
 patch its C channels x T frames x p x p pixels (an image is its frame twice), and
 ``image_grid_thw`` i64 [N, 3]. The patch projection is transformers' Conv3d with kernel = stride,
-a matmul by the flattened weight (``@patch_embed`` [d, C·T·p·p]). ``patch_grid`` places every
+a matmul by the flattened weight (``@patch_embed`` [d, C·T·p·p], with ``patch_bias`` its bias).
+With ``positions`` S² (Qwen3.5), a learned S x S position table (``@pos_embed``) is resampled
+bilinearly to each image's grid and added (``resample_positions``). ``patch_grid`` places every
 patch: its 2-D RoPE positions (row, column; ``Rope(mrope=per_axis)``: a quarter of each head's
 dims rotates by the row, a quarter by the column, as ``VisionRotaryEmbedding``) and the blocks of
 its attention (one packed sequence [1, P, d]: a frame for the full layers, a window of
 ``window`` x ``window`` merged blocks for the others, ``attention(blocks=...)``). The layers are
 pre-norm (``norm``: "rms" (Qwen2.5-VL) or "layer" (Qwen2-VL)), attention with q/k/v and output
 biases (``attn.qkv`` split into wq, wk, wv), and an MLP (``mlp``: "swiglu" with biases
-(Qwen2.5-VL: ``mlp.w_gate``, ``w_up``, ``w_down`` and ``b_*``) or "quick_gelu" (Qwen2-VL)). The
+(Qwen2.5-VL: ``mlp.w_gate``, ``w_up``, ``w_down`` and ``b_*``), "quick_gelu" (Qwen2-VL) or
+"gelu" (tanh-approximated, Qwen3.5), both ``mlp.w_up``, ``w_down`` with biases). The
 merger normalises (``merger.norm``), joins each merge x merge block's tokens (consecutive in the
 processor's order) into one of merge²·d features, and projects them (``merger.fc1``, exact
 GELU, ``merger.fc2``) to the text model's width.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
@@ -38,7 +43,7 @@ if TYPE_CHECKING:
     from frontends.dsl import Model, Tensor
 
 PIXELS, GRID = "pixel_values", "image_grid_thw"
-NORMS, MLPS = ("rms", "layer"), ("swiglu", "quick_gelu")
+NORMS, MLPS = ("rms", "layer"), ("swiglu", "quick_gelu", "gelu")
 
 
 @dataclass
@@ -62,6 +67,8 @@ class QwenVisionSpec:
     full_layers: tuple = field(default_factory=tuple)
     eps: float = 1e-6
     theta: float = 10000.0
+    patch_bias: bool = False
+    positions: int = 0  # S² learned positions (an S x S table resampled to each image), 0: none
     reference_size: int = 448  # the image side ``irc show`` counts a tower's tokens and FLOPs at
 
 
@@ -91,9 +98,16 @@ def build_qwen_vision(m: "Model", spec: QwenVisionSpec) -> "Tensor":
                         "window_pixels": (spec.window or 0) * spec.merge * spec.patch,
                         "bindings": {IMAGE_ROWS: side * side // spec.merge ** 2, "N": 1}}
     m.meta.pop("vocab_size", None)
-    x = m.emit("linear", [pixels, m.param("patch_embed", (spec.width, flat)), None], None, "patches")[0]
-    x = m.emit("reshape", [x], {"shape": [1, patches, spec.width]}, "patch_row")[0]
+    bias = m.param("patch_embed.bias", (spec.width,)) if spec.patch_bias else None
+    x = m.emit("linear", [pixels, m.param("patch_embed", (spec.width, flat)), bias], None, "patches")[0]
     where = m.emit("patch_grid", [grid, pixels], {"merge": spec.merge, "window": spec.window}, "patch_grid")[0]
+    if spec.positions:
+        side = math.isqrt(spec.positions)
+        if side * side != spec.positions:
+            raise m.error("positions", f"{spec.positions} learned positions are not a square grid")
+        table = m.param("pos_embed", (spec.positions, spec.width))
+        x = x + m.emit("resample_positions", [table, where], {"side": side}, "patch_positions")[0]
+    x = m.emit("reshape", [x], {"shape": [1, patches, spec.width]}, "patch_row")[0]
 
     def rows(start: int, stop: int, shape: list, name: str) -> Tensor:
         picked = m.emit("slice", [where], {"axis": 0, "start": start, "end": stop}, f"{name}_rows")[0]
@@ -110,7 +124,10 @@ def build_qwen_vision(m: "Model", spec: QwenVisionSpec) -> "Tensor":
         x = x + layer.attention(norm(x, eps=spec.eps), heads=spec.heads, rope=rope, qkv_bias=True, out_bias=True,
                                 causal=False, blocks=blocks)
         h = norm(x, eps=spec.eps)
-        x = x + (layer.quick_gelu_mlp(h, spec.d_ff) if spec.mlp == "quick_gelu" else _swiglu_biased(layer, h, spec))
+        if spec.mlp == "gelu":
+            x = x + layer.gelu_mlp(h, spec.d_ff, bias=True, approximate="tanh")
+        else:
+            x = x + (layer.quick_gelu_mlp(h, spec.d_ff) if spec.mlp == "quick_gelu" else _swiglu_biased(layer, h, spec))
     x = m.rms_norm(x, "merger.norm", spec.eps) if spec.norm == "rms" else m.layer_norm(x, "merger.norm", spec.eps)
     joined = spec.width * spec.merge ** 2
     x = m.emit("reshape", [x], {"shape": [IMAGE_ROWS, joined]}, "merged")[0]

@@ -1,5 +1,8 @@
-"""What onnxruntime-genai 0.18 needs, beyond a plain decoder's config, to run a Qwen2.5-VL
-folder with an image (``model.type`` ``qwen2_5_vl``, its ``MultiModalLanguageModel``).
+"""What onnxruntime-genai 0.18 needs, beyond a plain decoder's config, to run a Qwen2.5-VL or
+Qwen3.5 folder with an image (``model.type`` ``qwen2_5_vl``, ``qwen3_5`` or ``qwen3_5_moe``, its
+``MultiModalLanguageModel``; the three share ``QwenImageProcessor`` and the 3-D positions, and
+its multimodal decoder state carries a hybrid's recurrent states beside the KV caches:
+``src/models/model.cpp``, ``multi_modal.cpp``).
 
 Sources (microsoft/onnxruntime-genai, the snapshot nearest 0.18; the installed 0.18
 parser was probed and accepts / refuses the same keys):
@@ -17,7 +20,8 @@ parser was probed and accepts / refuses the same keys):
   ``vision.spatial_merge_size`` and ``vision.tokens_per_second``; position_ids [3, batch, seq].
 - onnxruntime-extensions ``shared/api/image_transforms.hpp`` (``Resize`` with ``smart_resize``,
   ``Rescale``, ``Normalize`` with ``qwen2_5_vl``), ``image_transforms_qwen2_5.hpp``
-  (``PatchImage``); the step list is genai's ``test/models/qwen2-5-vl/processor_config.json``.
+  (``PatchImage``); the step list is genai's ``test/models/qwen2-5-vl/processor_config.json``
+  (and ``qwen3-5/``'s, whose ``Normalize`` flag ``qwen3_vl`` is the same switch).
 - transformers 5.25 ``Qwen2VLImageProcessor`` for the defaults of a missing key.
 
 ``vision.patch_size`` and ``vision.window_size`` only matter to genai's QNN three-stage vision
@@ -31,6 +35,9 @@ import json
 from irc.errors import BackendError
 
 GENAI_TYPE = "qwen2_5_vl"
+QWEN_TYPES = ("qwen2_5_vl", "qwen3_5", "qwen3_5_moe")  # genai's types that take these sections
+_NAMES = {"qwen2_5_vl": ("qwen2_5_image_processor", "qwen2_5_vl")}  # processor name, Normalize flag
+_QWEN3 = ("qwen3_vl_image_processor", "qwen3_vl")
 RESAMPLE = {0: "NEAREST", 1: "LANCZOS", 2: "LINEAR", 3: "CUBIC"}  # Pillow's codes -> onnxruntime-extensions'
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
@@ -45,7 +52,7 @@ def _int(settings: dict, key: str, path: str) -> int:
     return value
 
 
-def qwen_processor_config(preprocessor_path: str) -> dict:
+def qwen_processor_config(preprocessor_path: str, genai_type: str = GENAI_TYPE) -> dict:
     """``processor_config.json`` (onnxruntime-extensions' steps) for a Qwen2.5-VL checkpoint's
     ``preprocessor_config.json``: decode as RGB, the channel swap (``ConvertRGB``, undone by
     ``Normalize``'s ``qwen2_5_vl``), ``smart_resize`` between min_pixels and max_pixels on a
@@ -84,20 +91,21 @@ def qwen_processor_config(preprocessor_path: str) -> dict:
     def step(name: str, kind: str, **attrs) -> dict:
         return {"operation": {"name": name, "type": kind, **({"attrs": attrs} if attrs else {})}}
 
+    name, flag = _NAMES.get(genai_type, _QWEN3)
     steps = [step("decode_image", "DecodeImage", color_space="RGB"),
              step("convert_to_rgb", "ConvertRGB"),  # swaps R and B; Normalize's qwen2_5_vl swaps them back
              step("resize", "Resize", interpolation=RESAMPLE[resample], smart_resize=1, keep_aspect_ratio=0,
                   min_pixels=low, max_pixels=high, patch_size=patch, merge_size=merge),
              step("rescale", "Rescale", rescale_factor=float(factor)),
-             step("normalize", "Normalize", mean=mean, std=std, qwen2_5_vl=1),
+             step("normalize", "Normalize", mean=mean, std=std, **{flag: 1}),
              step("patch_image", "PatchImage", patch_size=patch, temporal_patch_size=temporal, merge_size=merge)]
-    return {"processor": {"name": "qwen2_5_image_processor", "transforms": steps}}
+    return {"processor": {"name": name, "transforms": steps}}
 
 
 def qwen_genai_sections(merge: int, patch: int, window: int, image_token_id: int, vision_start_token_id: int,
                         video_token_id: int | None = None, tokens_per_second: float = 2.0,
                         vision_filename: str = "vision.onnx",
-                        config_filename: str = "processor_config.json") -> dict:
+                        config_filename: str = "processor_config.json", genai_type: str = GENAI_TYPE) -> dict:
     """The ``genai_config.json`` ``model`` keys a ``qwen2_5_vl`` folder adds to the plain decoder's
     (``config["model"].update(...)``): ``type``, the three token ids genai's mRoPE positions read,
     and the ``vision`` section.
@@ -111,13 +119,14 @@ def qwen_genai_sections(merge: int, patch: int, window: int, image_token_id: int
     as the mask, int64); ``decoder.hidden_size`` must equal the vision output's width."""
     for name, value in {"merge": merge, "patch": patch, "window": window, "image_token_id": image_token_id,
                         "vision_start_token_id": vision_start_token_id}.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if "token" in name else 1):
-            raise BackendError(f"Qwen2.5-VL {name} must be a {'non-negative' if 'token' in name else 'positive'} "
+        low = 0 if "token" in name or name == "window" and genai_type != GENAI_TYPE else 1  # 0: no windows
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise BackendError(f"Qwen2.5-VL {name} must be a {'non-negative' if not low else 'positive'} "
                                f"integer, not {value!r}")
     if window % (merge * patch):
         raise BackendError(f"Qwen2.5-VL window_size {window} is not a multiple of spatial_merge_size * patch_size "
                            f"({merge} * {patch})")
-    model = {"type": GENAI_TYPE, "image_token_id": image_token_id, "vision_start_token_id": vision_start_token_id}
+    model = {"type": genai_type, "image_token_id": image_token_id, "vision_start_token_id": vision_start_token_id}
     if video_token_id is not None:
         model["video_token_id"] = int(video_token_id)
     model["vision"] = {
@@ -125,7 +134,7 @@ def qwen_genai_sections(merge: int, patch: int, window: int, image_token_id: int
         "config_filename": config_filename,
         "spatial_merge_size": merge,
         "patch_size": patch,
-        "window_size": window,
+        **({"window_size": window} if window else {}),  # Qwen3.5's tower has no windows
         "tokens_per_second": float(tokens_per_second),
         "inputs": {"pixel_values": "pixel_values", "image_grid_thw": "image_grid_thw"},
         "outputs": {"image_features": "image_features"},

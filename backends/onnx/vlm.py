@@ -18,8 +18,8 @@ folder for ``irc run``. Everything is staged and committed together (``irc.outpu
 
 onnxruntime-genai 0.18 runs multimodal folders only for its own model types (gemma3,
 mistral3, phi3v, the Qwen-VLs, ...). For those irc compiles (``GENAI_TYPES``: gemma3,
-qwen2_5_vl and mistral3, whose sections ``backends.onnx.genai_qwen`` and ``genai_mistral3``
-write) the
+qwen2_5_vl, qwen3_5, qwen3_5_moe and mistral3, whose sections ``backends.onnx.genai_qwen`` and
+``genai_mistral3`` write) the
 folder also gets ``genai_config.json`` with its ``vision`` / ``embedding`` / ``decoder``
 sections (the decoder's ``inputs_embeds``, and ``input_ids`` where the decoder reads them:
 Gemma 3's image blocks) and ``processor_config.json``, onnxruntime-extensions' steps made
@@ -41,7 +41,7 @@ from irc.output import OutputFolder
 from backends.onnx.emit import Emitted, _value_info, emit_model
 from backends.onnx.genai import CONFIG, genai_config
 from backends.onnx.genai_mistral3 import mistral3_genai_sections, mistral3_processor_config
-from backends.onnx.genai_qwen import qwen_genai_sections, qwen_processor_config
+from backends.onnx.genai_qwen import QWEN_TYPES, qwen_genai_sections, qwen_processor_config
 from backends.onnx.split import submodel
 
 VISION = "vision.onnx"
@@ -49,7 +49,7 @@ EMBEDDING = "embedding.onnx"
 MANIFEST = "irc_vlm.json"
 EMBEDS = "inputs_embeds"
 PROCESSOR = "processor_config.json"
-GENAI_TYPES = {"gemma3": "gemma3", "qwen2_5_vl": "qwen2_5_vl", "mistral3": "mistral3"}  # irc's -> genai's type
+GENAI_TYPES = {"gemma3": "gemma3", "mistral3": "mistral3", **{kind: kind for kind in QWEN_TYPES}}  # irc's -> genai's
 RESAMPLE = {0: "NEAREST", 1: "LANCZOS", 2: "LINEAR", 3: "CUBIC"}  # Pillow's codes -> onnxruntime-extensions'
 
 
@@ -104,12 +104,12 @@ def vlm_genai_config(graph: Graph, name: str, context: int, pieces: DecoderCut) 
         vision = graph.parts["vision"].meta["vision"]
         model.update(mistral3_genai_sections(vision["patch"], vision["merge"], graph.meta["image_token_id"],
                                              vision_filename=VISION, config_filename=PROCESSOR))
-    if model["type"] == "qwen2_5_vl":  # the vision section and the token ids genai's 3-D positions read
+    if model["type"] in QWEN_TYPES:  # the vision section and the token ids genai's 3-D positions read
         vision = graph.parts["vision"].meta["vision"]
         layout = graph.meta["image_prompt"]
         model.update(qwen_genai_sections(vision["merge"], vision["patch"], vision["window_pixels"],
                                          graph.meta["image_token_id"], layout["vision_start"],
-                                         vision_filename=VISION, config_filename=PROCESSOR))
+                                         vision_filename=VISION, config_filename=PROCESSOR, genai_type=model["type"]))
     return config
 
 
@@ -169,7 +169,8 @@ def emit_vlm(graph: Graph, path: str, **kwargs) -> tuple[Emitted, Emitted, list]
             config = vlm_genai_config(graph, name, kwargs.get("context", 4096), pieces)
             written.append(out.write(CONFIG, json.dumps(config, indent=4, sort_keys=True) + "\n"))
             meta = vision.meta["vision"]
-            steps = (qwen_processor_config(preprocessor) if graph.meta["model_type"] == "qwen2_5_vl" else
+            steps = (qwen_processor_config(preprocessor, graph.meta["model_type"])
+                     if graph.meta["model_type"] in QWEN_TYPES else
                      mistral3_processor_config(preprocessor, meta["patch"] * meta["merge"])
                      if graph.meta["model_type"] == "mistral3" else processor_config(preprocessor, meta["image_size"]))
             written.append(out.write(PROCESSOR, json.dumps(steps, indent=2) + "\n"))

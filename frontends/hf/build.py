@@ -40,6 +40,16 @@ def build_graph(arch: Arch, cfg: Config) -> Graph:
         raise SpecError(f"{key}: {err.detail}", location=cfg.where(key), hint=err.hint) from None
 
 
+def embedded_inputs(m: Model, arch: Arch):
+    """The token embeddings (``position_ids`` of as many axes as a multimodal RoPE reads), a
+    VLM's image features merged in (``Arch.image_token``: ``frontends.hf.vlm``)."""
+    axes = {len(spec.rope.mrope["sections"]) for spec in arch.layers if spec.rope and spec.rope.mrope}
+    x = m.embed(m.input_ids(position_axes=max(axes) if axes else None), scale=arch.embedding_scale)
+    if arch.image_token is not None:
+        x = m.merge_image_features(x, arch.image_token, arch.image_blocks)
+    return x
+
+
 def expand(arch: Arch, origin: str) -> Graph:
     """The decoder of ``arch`` through the DSL, every node's origin ``origin``; a DSL refusal
     propagates as ``ArgError`` (``build_graph`` names the config.json key behind it)."""
@@ -49,10 +59,7 @@ def expand(arch: Arch, origin: str) -> Graph:
               encoder=arch.encoder is not None)
     eps, offset = arch.norm_eps, arch.norm_offset
     with m.at(origin):
-        axes = {len(spec.rope.mrope["sections"]) for spec in arch.layers if spec.rope and spec.rope.mrope}
-        x = m.embed(m.input_ids(position_axes=max(axes) if axes else None), scale=arch.embedding_scale)
-        if arch.image_token is not None:  # a VLM's text model: frontends.hf.vlm
-            x = m.merge_image_features(x, arch.image_token, arch.image_blocks)
+        x = embedded_inputs(m, arch)
         for layer, spec in zip(m.layers(arch.n_layers), arch.layers):
             if spec.mixer == "attention":
                 h = layer.rms_norm(x, "attn_norm", eps, offset)

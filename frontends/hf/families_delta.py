@@ -14,30 +14,31 @@ qwen3_5_text       Qwen3.5: the same layers with split projections (``in_proj_qk
                    ``in_proj_z``, ``in_proj_b``, ``in_proj_a``); a SwiGLU MLP on every layer
 qwen3_5_moe_text   Qwen3.5's layers, a MoE (renormalised top-k, gated shared expert) on every
                    layer
-qwen3_5,           the multimodal configs: the text model inside (``text_config``); weights
-qwen3_5_moe        under ``model.language_model.``, the vision tower's left aside
 =================  ==========================================================================
+
+The multimodal configs (``qwen3_5``, ``qwen3_5_moe``: Qwen3.5 as it ships, with its vision
+tower) are VLMs (``frontends.hf.vlm_qwen``): their text model is this one, its RoPE reading
+three position axes and its embeddings taking the image features.
 
 Every RMS norm is (1 + w) (Qwen's zero-centred norm) except the gated norm after the
 DeltaNet, norm(o)·w·silu(z) per value head. Qwen3.5's RoPE is multimodal (``mrope_section``,
 ``mrope_interleaved``): for text every section reads the same position, which is plain RoPE
-over the rotary width, so those two settings are read and set aside. Embeddings are untied
-unless ``tie_word_embeddings`` (the multimodal config's own, as transformers reads it).
+over the rotary width, so those two settings are set aside here (a VLM reads them). Embeddings
+are untied unless ``tie_word_embeddings``.
 
 Refused, naming config.json and the key: a ``layer_types`` entry other than the two kinds or
 a list whose length is not ``num_hidden_layers``, value heads that are not a multiple of
-key heads (``linear_num_value_heads``), ``attention_bias``, an activation other than SiLU,
-a multimodal config without a ``text_config`` object or with another text model inside.
-Checkpoint tensors irc does not build are left aside as transformers leaves them:
-``mtp.*`` (the multi-token-prediction head) and the multimodal checkpoints' ``model.visual.*``.
+key heads (``linear_num_value_heads``), ``attention_bias``, an activation other than SiLU.
+Checkpoint tensors irc does not build are left aside as transformers leaves them: ``mtp.*``
+(the multi-token-prediction head).
 """
 from __future__ import annotations
 
 from typing import Optional
 
-from frontends.hf.config import (Arch, Attention, Config, LayerSpec, NestedConfig, attention_dims, int_list,
+from frontends.hf.config import (Arch, Attention, Config, LayerSpec, attention_dims, int_list,
                                  layer_types, read_rope, rope_dict, dsl_rope)
-from irc.yamlloc import boolean, layer_count, non_negative_int, positive_int, positive_number, string
+from irc.yamlloc import boolean, layer_count, non_negative_int, positive_int, positive_number
 
 DELTA, ATTENTION = "linear_attention", "full_attention"
 KINDS = (DELTA, ATTENTION)
@@ -56,19 +57,7 @@ DEFAULTS = {  # transformers 5.24's config classes
     "qwen3_5_moe_text": {**_QWEN, **_MOE, "vocab_size": 248320, "hidden_size": 2048, "num_hidden_layers": 40,
                          "num_attention_heads": 16, "num_key_value_heads": 2, "num_experts_per_tok": 8,
                          "num_experts": 256},
-    "qwen3_5": {"tie_word_embeddings": False},
-    "qwen3_5_moe": {"tie_word_embeddings": False},
 }
-MULTIMODAL = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}  # -> the text model inside
-
-
-class TextConfig(NestedConfig):
-    """A multimodal config.json's ``text_config``: keys are read inside it and errors name
-    ``text_config.<key>`` at its line."""
-
-    def __init__(self, outer: Config, defaults: dict):
-        super().__init__(outer, "text_config", defaults, "the text model's settings",
-                         hint="irc compiles the text model of a multimodal Qwen3.5 checkpoint")
 
 
 def layer_kinds(cfg: Config, n: int) -> list[str]:
@@ -128,14 +117,7 @@ def _moe(cfg: Config, n: int, model_type: str) -> tuple[Optional[dict], list[boo
 
 
 def _qwen_delta(cfg: Config, name: str, model_type: str) -> Arch:
-    """Qwen3-Next and Qwen3.5 (text, or the text model of a multimodal config)."""
-    outer, checkpoint = cfg, model_type
-    if model_type in MULTIMODAL:
-        cfg = TextConfig(outer, {})
-        inner = cfg.get("model_type", string, MULTIMODAL[model_type])
-        if inner != MULTIMODAL[model_type]:
-            raise cfg.unsupported("model_type", inner, hint=f"{model_type} holds a {MULTIMODAL[model_type]} model")
-        cfg.defaults, model_type, checkpoint = DEFAULTS[inner], inner, "qwen3_5_multimodal"
+    """Qwen3-Next and Qwen3.5 (text; also a Qwen3.5 VLM's text model)."""
     cfg.check("hidden_act", lambda v: v == "silu", hint="the gated MLPs and the convolution use SiLU")
     cfg.check("attention_bias", lambda v: not v, hint="irc's gated attention here has no bias")
     d, heads, kv_heads, head_dim = attention_dims(cfg)
@@ -148,10 +130,10 @@ def _qwen_delta(cfg: Config, name: str, model_type: str) -> Arch:
                         mixer="attention" if kind == ATTENTION else "gated_delta")
               for kind, is_moe in zip(kinds, moe_layers)]
     mlp = None if all(moe_layers) else {"kind": "swiglu", "d_ff": cfg.get("intermediate_size", positive_int)}
-    return Arch(name=name, model_type=model_type, dtype=outer.dtype(), vocab_size=cfg.get("vocab_size", positive_int),
+    return Arch(name=name, model_type=model_type, dtype=cfg.dtype(), vocab_size=cfg.get("vocab_size", positive_int),
                 d_model=d, n_layers=n, norm_eps=cfg.get("rms_norm_eps", positive_number),
                 attention=Attention("gqa", heads, kv_heads, head_dim, qk_norm=True), layers=layers, mlp=mlp, moe=moe,
-                norm_offset=1.0, tied=outer.get("tie_word_embeddings", boolean), checkpoint=checkpoint, ssm=ssm,
+                norm_offset=1.0, tied=cfg.get("tie_word_embeddings", boolean), checkpoint=model_type, ssm=ssm,
                 expand=expand)
 
 
@@ -159,12 +141,13 @@ def expand(arch: Arch, origin: str):
     """The decoder: x + mixer(input_layernorm(x)), then x + mlp or moe(post_attention_layernorm(x)),
     the mixer a gated DeltaNet or the gated attention."""
     from frontends.dsl import Model
+    from frontends.hf.build import embedded_inputs
 
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     eps, offset, a = arch.norm_eps, arch.norm_offset, arch.attention
     delta = {k: v for k, v in arch.ssm.items() if k != "kind"}
     with m.at(origin):
-        x = m.embed(m.input_ids())
+        x = embedded_inputs(m, arch)  # a VLM's image features merged in (frontends.hf.vlm_qwen)
         for layer, spec in zip(m.layers(arch.n_layers), arch.layers):
             if spec.mixer == "attention":
                 rope = dsl_rope(spec.rope)
@@ -192,12 +175,9 @@ def _layout() -> dict:
              "ssm.norm": "linear_attn.norm.weight",
              **{f"moe.shared_{x}": f"mlp.shared_expert.{x}_proj.weight" for x in ("gate", "up", "down")},
              "moe.shared_expert_gate": "mlp.shared_expert_gate.weight",
-             "_spare": ("mtp.", "model.visual.")}  # what transformers does not load either
+             "_spare": ("mtp.",)}  # what transformers does not load either
 
 
-LANGUAGE_MODEL = {"embed": "model.language_model.embed_tokens.weight", "norm": "model.language_model.norm.weight",
-                  "lm_head": "lm_head.weight"}
-LAYOUTS = {"qwen3_next": _layout(), "qwen3_5_text": _layout(), "qwen3_5_moe_text": _layout(),
-           "qwen3_5_multimodal": {**_layout(), "_prefix": "model.language_model.layers.", "_top": LANGUAGE_MODEL}}
+LAYOUTS = {"qwen3_next": _layout(), "qwen3_5_text": _layout(), "qwen3_5_moe_text": _layout()}
 
 __all__ = ["DEFAULTS", "FAMILIES", "LAYOUTS", "layer_kinds", "delta_config"]

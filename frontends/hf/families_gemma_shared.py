@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from frontends.hf.config import Config
-from frontends.hf.families_delta import TextConfig
+from frontends.hf.config import Config, NestedConfig
 from irc.yamlloc import non_negative_int, string
 
 GELU = {"gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "gelu": "none"}  # hidden_activation -> approximate
@@ -21,7 +20,8 @@ def text_model(outer: Config, model_type: str, defaults: dict, text: str, family
     if not isinstance(outer.data.get("text_config"), dict):
         raise outer.error("text_config", "expected the text model's settings (an object)",
                           hint=f"irc compiles the text model of a multimodal {family} checkpoint")
-    cfg = TextConfig(outer, defaults)
+    cfg = NestedConfig(outer, "text_config", defaults, "the text model's settings",
+                       hint=f"irc compiles the text model of a multimodal {family} checkpoint")
     inner = cfg.get("model_type", string, text)
     if inner != text:
         raise cfg.unsupported("model_type", inner, hint=f"{model_type} holds a {text} model")

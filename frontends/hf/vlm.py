@@ -64,6 +64,7 @@ from typing import Callable, Optional
 from frontends.dsl import ArgError, Model
 from frontends.dsl_vision import Features, build_image_features
 from frontends.hf.build import attach_weights, build_graph
+from frontends.hf import families_delta
 from frontends.hf import vlm_mistral3 as mistral3
 from frontends.hf import vlm_qwen as qwen
 from frontends.hf.config import Config, NestedConfig, int_list
@@ -87,7 +88,7 @@ DEFAULTS = {  # transformers 5.25's LlavaConfig, Gemma3Config, Idefics3Config an
     "paligemma": {"image_token_index": 256000, "projection_dim": 2048, "tie_word_embeddings": True},
     "idefics3": {"image_token_id": 128257, "scale_factor": 2, "tie_word_embeddings": False},
     "smolvlm": {"image_token_id": 128257, "scale_factor": 2, "tie_word_embeddings": False},
-    **{kind: dict(qwen.DEFAULTS) for kind in qwen.TYPES},
+    **{kind: dict(qwen.DEFAULTS[kind]) for kind in qwen.TYPES},
     "mistral3": dict(mistral3.DEFAULTS),
 }
 FAMILIES = tuple(DEFAULTS)
@@ -112,6 +113,8 @@ TEXT_DEFAULTS = {
     **qwen.TEXT_DEFAULTS,
 }
 STRATEGIES = ("default", "full")
+# the text decoders that merge image features: the shared loop's (None) and Qwen3.5's hybrid
+IMAGE_EXPANDERS = (None, families_delta.expand)
 # viewed prefix -> stored prefix, the first that matches wins: how each family's checkpoints
 # name the text model (seen as the text family's own names), the tower and the projector,
 # transformers 5's in-memory names and 4.x's (what save_pretrained and the hub hold)
@@ -279,7 +282,8 @@ FAMILY = {
 def _text(cfg: Config, name: str):
     model_type = cfg.data["model_type"]
     family = FAMILY[model_type]
-    if model_type in qwen.TYPES and not cfg.has("text_config"):  # the hub's: the text model's keys at the top
+    if model_type in qwen.TYPES and model_type not in qwen.QWEN3 and not cfg.has("text_config"):
+        # the hub's Qwen2-VLs: the text model's keys at the top
         text = Config({k: v for k, v in cfg.data.items() if k not in ("vision_config", "model_type")}, cfg.path,
                       cfg.text, {})
         text.data["model_type"] = family.text_type
@@ -290,21 +294,22 @@ def _text(cfg: Config, name: str):
     if inner != family.text_type and model_type in ("gemma3", *qwen.TYPES):
         raise text.unsupported("model_type", inner, hint=f"{model_type} holds a {family.text_type} model")
     text.data = {**TEXT_DEFAULTS.get(inner, {}), **(family.text_defaults or {}), "model_type": inner, **text.data}
-    sections = None
-    if model_type in qwen.TYPES:  # a Qwen2 decoder whose RoPE reads three position axes
-        sections = qwen.pop_mrope(text)
-        text.data["model_type"] = inner = "qwen2"
+    # a decoder whose RoPE reads three position axes (Qwen-VL's)
+    mrope = qwen.text_mrope(model_type, text) if model_type in qwen.TYPES else None
     arch = describe(text, name)
-    if arch.expand is not None or arch.encoder is not None:
+    if arch.expand not in IMAGE_EXPANDERS or arch.encoder is not None:
         raise text.unsupported("model_type", arch.model_type,
                                hint="irc builds a VLM's text model with the decoder most families share")
-    if sections is not None:
-        for spec in arch.layers:
-            if spec.rope is None or spec.rope.scaling or sum(sections) * 2 != (spec.rope.rotary_dim or
-                                                                              arch.attention.head_dim):
-                raise text.error("rope_parameters", f"mrope_section {sections} does not split the heads' "
-                                                    f"{arch.attention.head_dim // 2} rotated pairs (or a scaling is set)")
-            spec.rope.mrope = {"sections": list(sections), "layout": "sections"}
+    for spec in arch.layers if mrope is not None else ():
+        if spec.mixer != "attention":
+            continue
+        sections = mrope["sections"]
+        if spec.rope is None or spec.rope.scaling or sum(sections) * 2 != (spec.rope.rotary_dim or
+                                                                          arch.attention.head_dim):
+            raise text.error("rope_parameters", f"mrope_section {sections} does not split the heads' "
+                                                f"{(spec.rope.rotary_dim if spec.rope else 0) or arch.attention.head_dim} "
+                                                "rotary dims in pairs (or a scaling is set)")
+        spec.rope.mrope = dict(mrope)
     key = family.image_key  # image_token_id is an alias of image_token_index where that is the key
     key = "image_token_id" if key == "image_token_index" and cfg.has("image_token_id") and not cfg.has(key) else key
     arch.image_token = cfg.get(key, non_negative_int)

@@ -1,5 +1,5 @@
-"""Qwen2-VL and Qwen2.5-VL from Hugging Face folders: their vision tower (``frontends.dsl_qwen_vision``)
-and what their text model adds to a Qwen2 decoder (multimodal RoPE).
+"""Qwen2-VL, Qwen2.5-VL and Qwen3.5 from Hugging Face folders: their vision tower
+(``frontends.dsl_qwen_vision``) and what their text model adds to its decoder (multimodal RoPE).
 
 ==========  ========================================================================================
 qwen2_vl    ``vision_config`` (``qwen2_vl_vision``): ``embed_dim`` wide, ``depth`` layers of
@@ -9,18 +9,29 @@ qwen2_5_vl  ``vision_config`` (``qwen2_5_vl_vision``): ``hidden_size`` wide, RMS
             with biases (``intermediate_size``, ``hidden_act`` silu), window attention over
             ``window_size`` pixels except in ``fullatt_block_indexes``; merger (RMSNorm) to
             ``out_hidden_size``
+qwen3_5     ``vision_config`` (``qwen3_5_vision`` / ``qwen3_5_moe_vision``): ``hidden_size`` wide, patches
+qwen3_5_moe with a bias, ``num_position_embeddings`` learned positions (an S x S grid) resampled
+            bilinearly to each image, LayerNorms, GELU (tanh) MLPs with biases
+            (``intermediate_size``), every layer over its frame; merger (LayerNorm) to
+            ``out_hidden_size``. The text model (``text_config``) is Qwen3.5's hybrid
+            (``frontends.hf.families_delta``), its RoPE interleaved over three axes
+            (``mrope_section``, [11, 11, 10] by default, as ``Qwen3_5TextRotaryEmbedding`` always
+            interleaves)
 ==========  ========================================================================================
 
 Both: patches of ``patch_size`` x ``temporal_patch_size`` frames, ``spatial_merge_size`` merging,
-2-D RoPE with ``vision_config.rope_parameters.rope_theta`` (10,000). The text model is a Qwen2
-decoder (``text_config``, or, as the hub's checkpoints hold it, the top-level keys) whose RoPE
-reads three position axes (``mrope_section`` in ``rope_parameters`` / ``rope_scaling``, of
-``rope_type`` "mrope" or "default"): its ``position_ids`` are i64 [3, B, T] (``irc.mrope``).
+2-D RoPE with ``vision_config.rope_parameters.rope_theta`` (10,000). The Qwen2-VLs' text model is
+a Qwen2 decoder (``text_config``, or, as the hub's checkpoints hold it, the top-level keys)
+whose RoPE reads three position axes in sections (``mrope_section`` in ``rope_parameters`` /
+``rope_scaling``, of ``rope_type`` "mrope" or "default"); every text model's ``position_ids`` are
+i64 [3, B, T] (``irc.mrope``).
 Weights: the tower under ``model.visual.`` (transformers 5) or ``visual.`` (the hub's), the text
 model under ``model.language_model.`` or ``model.``. The processor writes
 ``<|vision_start|>`` + one ``<|image_pad|>`` per visual token + ``<|vision_end|>``.
 """
 from __future__ import annotations
+
+import math
 
 from frontends.dsl import ArgError, Model
 from frontends.dsl_qwen_vision import QwenVisionSpec, build_qwen_vision
@@ -29,7 +40,8 @@ from frontends.hf.weights import Checkpoint, Tensor, View, attach_sources
 from irc.graph import Graph
 from irc.yamlloc import positive_int, string
 
-TYPES = ("qwen2_vl", "qwen2_5_vl")
+QWEN3 = ("qwen3_5", "qwen3_5_moe")  # a learned position grid, the hybrid text model
+TYPES = ("qwen2_vl", "qwen2_5_vl", *QWEN3)
 _TEXT = {"vocab_size": 152064, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
          "num_attention_heads": 64, "num_key_value_heads": 8, "max_position_embeddings": 32768,
          "rms_norm_eps": 1e-5, "rope_theta": 1e6, "model_type": "qwen2"}
@@ -42,9 +54,17 @@ TOWER_DEFAULTS = {
     "qwen2_5_vl": {**_COMMON, "model_type": "qwen2_5_vl_vision", "hidden_size": 3584, "out_hidden_size": 3584,
                    "intermediate_size": 3420, "hidden_act": "silu", "window_size": 112,
                    "fullatt_block_indexes": [7, 15, 23, 31]},
+    **{kind: {**_COMMON, "model_type": f"{kind}_vision", "depth": 27, "hidden_size": 1152, "patch_size": 16,
+              "hidden_act": "gelu_pytorch_tanh", "intermediate_size": 4304, "out_hidden_size": 3584,
+              "num_position_embeddings": 2304} for kind in QWEN3},
 }
-DEFAULTS = {"image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652,
-            "vision_end_token_id": 151653, "tie_word_embeddings": False}
+ACTS = {"qwen2_vl": "quick_gelu", "qwen2_5_vl": "silu", **{kind: "gelu_pytorch_tanh" for kind in QWEN3}}
+MLP = {"quick_gelu": "quick_gelu", "silu": "swiglu", "gelu_pytorch_tanh": "gelu"}
+_QWEN2_IDS = {"image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652,
+              "vision_end_token_id": 151653, "tie_word_embeddings": False}
+DEFAULTS = {"qwen2_vl": _QWEN2_IDS, "qwen2_5_vl": _QWEN2_IDS,
+            **{kind: {"image_token_id": 248056, "video_token_id": 248057, "vision_start_token_id": 248053,
+                      "vision_end_token_id": 248054, "tie_word_embeddings": False} for kind in QWEN3}}
 TEXT_NAMES = [("model.", "model.language_model."), ("lm_head.", "lm_head."), (None, "model.visual."),
               ("model.", "model.")]
 TOWER_NAMES = [("", "model.visual."), ("", "visual.")]
@@ -57,6 +77,13 @@ _SWIGLU = {f"mlp.{k}_{w}": f"mlp.{w}_proj.{'weight' if k == 'w' else 'bias'}" fo
 _TOP = {"merger.norm": "merger.ln_q.weight", "merger.norm.bias": "merger.ln_q.bias",
         "merger.fc1": "merger.mlp.0.weight", "merger.fc1.bias": "merger.mlp.0.bias",
         "merger.fc2": "merger.mlp.2.weight", "merger.fc2.bias": "merger.mlp.2.bias"}
+# Qwen3.5's names where they differ
+_QWEN3_NAMES = {"mlp.w_up": "mlp.linear_fc1.weight", "mlp.b_up": "mlp.linear_fc1.bias",
+                "mlp.w_down": "mlp.linear_fc2.weight", "mlp.b_down": "mlp.linear_fc2.bias",
+                "merger.norm": "merger.norm.weight", "merger.norm.bias": "merger.norm.bias",
+                "merger.fc1": "merger.linear_fc1.weight", "merger.fc1.bias": "merger.linear_fc1.bias",
+                "merger.fc2": "merger.linear_fc2.weight", "merger.fc2.bias": "merger.linear_fc2.bias",
+                "pos_embed": "pos_embed.weight", "patch_embed.bias": "patch_embed.proj.bias"}
 
 
 def tower_spec(cfg: Config, tower: Config, d_text: int) -> QwenVisionSpec:
@@ -70,15 +97,14 @@ def tower_spec(cfg: Config, tower: Config, d_text: int) -> QwenVisionSpec:
         raise tower.error("hidden_size" if qwen2 else "out_hidden_size",
                           f"the merger's {out} features do not match the text model's width {d_text}")
     act = tower.get("hidden_act", string)
-    if act != ("quick_gelu" if qwen2 else "silu"):
-        raise tower.unsupported("hidden_act", act, hint=f"irc builds {model_type}'s "
-                                                        f"{'quick_gelu' if qwen2 else 'silu'} vision MLP")
+    if act != ACTS[model_type]:
+        raise tower.unsupported("hidden_act", act, hint=f"irc builds {model_type}'s {ACTS[model_type]} vision MLP")
     for key in ("patch_size", "temporal_patch_size"):
         if isinstance(tower.raw(key), list):
             raise tower.unsupported(key, tower.raw(key), hint="irc reads one size")
     depth = tower.get("depth", positive_int)
     window, full = None, ()
-    if not qwen2:
+    if model_type == "qwen2_5_vl":
         pixels = tower.get("window_size", positive_int)
         unit = tower.get("patch_size", positive_int) * tower.get("spatial_merge_size", positive_int)
         if pixels % unit:
@@ -92,12 +118,17 @@ def tower_spec(cfg: Config, tower: Config, d_text: int) -> QwenVisionSpec:
     if isinstance(rope, dict) and "rope_theta" in rope:
         theta = float(rope["rope_theta"])
     d_ff = width * tower.get("mlp_ratio", positive_int) if qwen2 else tower.get("intermediate_size", positive_int)
+    qwen3 = model_type in QWEN3
+    positions = tower.get("num_position_embeddings", positive_int) if qwen3 else 0
+    if positions and math.isqrt(positions) ** 2 != positions:
+        raise tower.error("num_position_embeddings", f"{positions} learned positions are not a square grid")
     return QwenVisionSpec(depth=depth, width=width, heads=tower.get("num_heads", positive_int), d_ff=d_ff, out=out,
                           patch=tower.get("patch_size", positive_int),
                           temporal=tower.get("temporal_patch_size", positive_int),
                           channels=tower.get("in_channels", positive_int),
-                          merge=tower.get("spatial_merge_size", positive_int), norm="layer" if qwen2 else "rms",
-                          mlp="quick_gelu" if qwen2 else "swiglu", window=window, full_layers=full, theta=theta)
+                          merge=tower.get("spatial_merge_size", positive_int),
+                          norm="rms" if model_type == "qwen2_5_vl" else "layer", mlp=MLP[act], window=window,
+                          full_layers=full, theta=theta, patch_bias=qwen3, positions=positions)
 
 
 def build_tower(cfg: Config, tower: Config, name: str, d_text: int) -> Graph:
@@ -114,11 +145,13 @@ def build_tower(cfg: Config, tower: Config, name: str, d_text: int) -> Graph:
     return graph
 
 
-def _source(param: str, shape: tuple, swiglu: bool) -> Tensor:
+def _source(param: str, shape: tuple, swiglu: bool, qwen3: bool) -> Tensor:
     """The checkpoint tensor (under the tower's prefix) behind the tower's param."""
     if param == "patch_embed":
         from frontends.hf.vision import Reshaped
         return Reshaped("patch_embed.proj.weight", shape)  # the Conv3d [d, C, T, p, p], flattened
+    if qwen3 and param in _QWEN3_NAMES:
+        return Tensor(_QWEN3_NAMES[param])
     if param in _TOP:
         return Tensor(_TOP[param])
     index, name = param[len("layers."):].split(".", 1)
@@ -128,14 +161,34 @@ def _source(param: str, shape: tuple, swiglu: bool) -> Tensor:
         part = "qkv".index(name[-1])
         return View(block + ("attn.qkv.weight" if name[5] == "w" else "attn.qkv.bias"),
                     rows=range(part * width, (part + 1) * width))
+    if qwen3 and name in _QWEN3_NAMES:
+        return Tensor(block + _QWEN3_NAMES[name])
     return Tensor(block + ({**_LAYER, **_SWIGLU} if swiglu else _LAYER)[name])
 
 
 def attach_tower(vision: Graph, view: Checkpoint) -> None:
     """Every tower param from its tensor (shapes checked); a tower tensor left over is an error."""
     swiglu = "layers.0.mlp.w_gate" in vision.params  # Qwen2.5-VL's MLP; Qwen2-VL's is fc1, fc2
-    attach_sources(vision.params.values(), view, lambda name, shape: _source(name, shape, swiglu),
+    qwen3 = "pos_embed" in vision.params  # Qwen3.5's names
+    attach_sources(vision.params.values(), view, lambda name, shape: _source(name, shape, swiglu, qwen3),
                    what="the vision tower")
+
+
+def text_mrope(model_type: str, text: Config) -> dict:
+    """The text model's multimodal RoPE (``rope``'s ``mrope``), its settings taken out of the
+    text config: Qwen2-VL's sections, read by a Qwen2 decoder, or Qwen3.5's interleaved ones,
+    which its hybrid reads (``families_delta`` sets the two keys aside)."""
+    if model_type not in QWEN3:
+        sections = pop_mrope(text)
+        text.data["model_type"] = "qwen2"
+        return {"sections": sections, "layout": "sections"}
+    params = next((text.data[k] for k in ("rope_parameters", "rope_scaling") if isinstance(text.data.get(k), dict)),
+                  {})
+    sections = params.get("mrope_section", [11, 11, 10])  # Qwen3_5TextRotaryEmbedding's default
+    try:
+        return {"sections": int_list(sections), "layout": "interleaved"}
+    except Exception:
+        raise text.error("rope_parameters.mrope_section", f"expected a list of integers, got {sections!r}") from None
 
 
 def pop_mrope(text: Config) -> list:

@@ -25,16 +25,24 @@ pass unchanged, a placeholder id included (transformers merges nothing without p
 values); otherwise the placeholders must number exactly M: the reference refuses a mismatch
 (the ONNX lowering reads missing rows as zeros; ``irc run`` checks the count first).
 
-``patch_grid(grid [N, 3], patches [P, ...]) {merge: m, window: W}`` -> i64 [4, P]: where each
+``patch_grid(grid [N, 3], patches [P, ...]) {merge: m, window: W}`` -> i64 [6, P]: where each
 of the P flattened patches of Qwen-VL's processor sits, the images' ``image_grid_thw`` rows
 (t, h, w) one after another, each frame's patches in merge-window order (m x m blocks row by
 row, each block row by row): row 0 the patch's row in its frame, row 1 its column (the vision
 tower's 2-D RoPE positions, transformers' ``rot_pos_emb``), row 2 its frame's number over all
 images (the blocks of full attention: ``cu_seqlens``), row 3 its attention window's id
 (frame · 2^20 + (row block / W) · 2^10 + column block / W over the m x m blocks; Qwen2.5-VL's
-``get_window_index``; without ``window``, row 2 again). Ids only compare equal or not, so the
+``get_window_index``; without ``window``, row 2 again), rows 4 and 5 its frame's height and
+width in patches (what a learned position table is resampled to). Ids only compare equal or not, so the
 tokens keep the processor's order where transformers permutes them into windows and back.
 The reference refuses grids whose patches do not number P or whose sides m does not divide.
+
+``resample_positions(table [S·S, d], where [6, P]) {side: S}`` -> [P, d]: each patch's learned
+position, the S x S ``table`` (row-major) resampled bilinearly, corners aligned, to its
+frame's h x w grid at its (row, column), both read from ``patch_grid``'s rows: source row
+r·(S - 1) / max(h - 1, 1), its floor and the next row (clamped to S - 1) weighted 1 - f and f,
+the same across columns, four rows of the table summed. Qwen3-VL's and Qwen3.5's towers
+(transformers' ``get_vision_interpolation_indices_and_weights``, bilinear, align_corners).
 """
 from __future__ import annotations
 
@@ -167,11 +175,12 @@ register(OpDef("image_blocks", ("ids",), {"token": REQUIRED, "prefix": False}, _
                                                    bytes_written=outputs[0].nbytes)))
 
 
+GRID_ROWS = 6  # patch_grid's: row, column, frame, window, frame height, frame width
 WINDOW_ID = 1 << 20  # a frame's share of the window ids (patch_grid); its row blocks are 1 << 10 apart
 
 
 def patch_grid(grid, count: int, merge: int, window=None) -> np.ndarray:
-    """``patch_grid``'s rows [4, count] for ``grid`` [N, 3] (the module docstring)."""
+    """``patch_grid``'s rows [6, count] for ``grid`` [N, 3] (the module docstring)."""
     rows, frames = [], 0
     for t, h, w in np.asarray(grid, np.int64).reshape(-1, 3).tolist():
         if min(t, h, w) < 1 or h % merge or w % merge:
@@ -183,9 +192,10 @@ def patch_grid(grid, count: int, merge: int, window=None) -> np.ndarray:
         cell = (block_row.reshape(-1) // window) * 1024 + block_col.reshape(-1) // window if window else 0
         for frame in range(frames, frames + t):
             ids = np.full(h * w, frame, np.int64)
-            rows.append(np.stack([height, width, ids, ids * WINDOW_ID + cell if window else ids]))
+            rows.append(np.stack([height, width, ids, ids * WINDOW_ID + cell if window else ids,
+                                  np.full(h * w, h), np.full(h * w, w)]))
         frames += t
-    out = np.concatenate(rows, axis=1) if rows else np.zeros((4, 0), np.int64)
+    out = np.concatenate(rows, axis=1) if rows else np.zeros((GRID_ROWS, 0), np.int64)
     if out.shape[1] != count:
         raise ValueError(f"patch_grid: the image grids hold {out.shape[1]} patches but pixel_values has {count} rows")
     return out.astype(np.int64)
@@ -200,7 +210,7 @@ def _grid_infer(inputs, attrs):
     expect(not grid.dtype.is_float and grid.rank == 2 and dims.canonical(grid.shape[1]) == 3,
            f"patch_grid: grid must be integer [N, 3] (t, h, w), got {grid.dtype}{dims.format_shape(grid.shape)}")
     expect(patches.rank >= 1, "patch_grid: patches must have a row per patch")
-    return [TensorType(DType.i64, (4, patches.shape[0]))]
+    return [TensorType(DType.i64, (GRID_ROWS, patches.shape[0]))]
 
 
 def _grid_reference(inputs, attrs):
@@ -209,5 +219,52 @@ def _grid_reference(inputs, attrs):
 
 
 register(OpDef("patch_grid", ("grid", "patches"), {"merge": REQUIRED, "window": None}, _grid_infer, _grid_reference,
-               lambda inputs, outputs, attrs: Cost(other_flops=20 * outputs[0].numel // 4, bytes_read=inputs[0].nbytes,
+               lambda inputs, outputs, attrs: Cost(other_flops=20 * outputs[0].numel // GRID_ROWS, bytes_read=inputs[0].nbytes,
+                                                   bytes_written=outputs[0].nbytes)))
+
+
+def bilinear_taps(index, size, side: int) -> tuple[np.ndarray, np.ndarray]:
+    """(taps [P, 2] i64, weights [P, 2] f32): the two source rows (or columns) of a bilinear,
+    corners-aligned resampling of ``side`` rows to ``size`` [P] at ``index`` [P]."""
+    source = np.asarray(index, np.float32) * np.float32(side - 1) / np.maximum(np.asarray(size, np.float32) - 1,
+                                                                               np.float32(1))
+    floor = np.floor(source)
+    taps = np.minimum(floor.astype(np.int64)[:, None] + np.arange(2), side - 1)
+    frac = (source - floor).astype(np.float32)
+    return taps, np.stack([1 - frac, frac], axis=1).astype(np.float32)
+
+
+def resample_positions(table, where, side: int) -> np.ndarray:
+    """``resample_positions``'s [P, d] (the module docstring)."""
+    where = np.asarray(where, np.int64)
+    row_taps, row_weights = bilinear_taps(where[0], where[4], side)
+    col_taps, col_weights = bilinear_taps(where[1], where[5], side)
+    out = np.zeros((where.shape[1], table.shape[1]), np.float32)
+    for i in range(2):
+        for j in range(2):
+            out += np.asarray(table, np.float32)[row_taps[:, i] * side + col_taps[:, j]] * (row_weights[:, i] * col_weights[:, j])[:, None]
+    return out.astype(table.dtype)
+
+
+def _resample_infer(inputs, attrs):
+    table, where = inputs
+    side = attrs["side"]
+    expect(isinstance(side, int) and not isinstance(side, bool) and side > 0,
+           f"resample_positions: side must be a positive int, got {side!r}")
+    expect(table.dtype.is_float and table.rank == 2 and dims.canonical(table.shape[0]) == side * side,
+           f"resample_positions: table must be float [{side * side}, d], got {table.dtype}"
+           f"{dims.format_shape(table.shape)}")
+    expect(not where.dtype.is_float and where.rank == 2 and dims.canonical(where.shape[0]) == GRID_ROWS,
+           f"resample_positions: where must be patch_grid's i64 [{GRID_ROWS}, P], got {where.dtype}"
+           f"{dims.format_shape(where.shape)}")
+    return [TensorType(table.dtype, (where.shape[1], table.shape[1]))]
+
+
+def _resample_reference(inputs, attrs):
+    return [resample_positions(inputs[0], inputs[1], attrs["side"])]
+
+
+register(OpDef("resample_positions", ("table", "where"), {"side": REQUIRED}, _resample_infer, _resample_reference,
+               lambda inputs, outputs, attrs: Cost(other_flops=8 * outputs[0].numel,
+                                                   bytes_read=4 * outputs[0].nbytes + inputs[1].nbytes,
                                                    bytes_written=outputs[0].nbytes)))

@@ -1,5 +1,5 @@
-"""The gated-DeltaNet families (Qwen3-Next, Qwen3.5 dense and MoE, the text model of a
-multimodal Qwen3.5 config) against transformers on tiny random twins: logits on a
+"""The gated-DeltaNet families (Qwen3-Next, Qwen3.5 dense and MoE; Qwen3.5 as it ships, with
+its vision tower, is a VLM: ``test_hf_qwen_vl``) against transformers on tiny random twins: logits on a
 left-padded batch of two (each row held against the row run alone), 16 greedy tokens
 through the reference interpreter; both ONNX targets in ONNX Runtime (prefill logits and 16
 greedy tokens per row, the conv and recurrent states and the KV caches fed back); and
@@ -30,8 +30,6 @@ TEXT = dict(vocab_size=128, hidden_size=32, pad_token_id=0, bos_token_id=0, eos_
             num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
             linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=6)
 EXPERTS = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=24)
-VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32, patch_size=4,
-              num_position_embeddings=16)
 CASES = {  # name: (config class, its settings)
     # delta, dense MLP (mlp_only_layers), delta, gated attention: MoE with a gated shared expert elsewhere
     "qwen3-next-moe": ("Qwen3NextConfig", dict(TEXT, **EXPERTS, num_hidden_layers=4, mlp_only_layers=[1])),
@@ -44,19 +42,13 @@ CASES = {  # name: (config class, its settings)
     "qwen3.5-dense": ("Qwen3_5TextConfig", dict(TEXT, num_hidden_layers=4, linear_num_value_heads=6)),
     "qwen3.5-moe": ("Qwen3_5MoeTextConfig", dict(TEXT, **EXPERTS, num_hidden_layers=4,
                                                  layer_types=["linear_attention", "full_attention"] * 2)),
-    # the builder's form: Qwen3_5ForConditionalGeneration, weights under model.language_model.
-    "qwen3.5-multimodal": ("Qwen3_5Config", dict(text_config=dict(TEXT, num_hidden_layers=4), vision_config=VISION)),
 }
 
 
 def build_case(name: str, folder):
     class_name, settings = CASES[name]
     config = getattr(transformers, class_name)(**settings)
-    if class_name.endswith("TextConfig") or class_name == "Qwen3NextConfig":
-        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
-    else:
-        model = transformers.Qwen3_5ForConditionalGeneration._from_config(config, attn_implementation="eager")
-    model = model.eval()
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
     randomize(model, seed=sorted(CASES).index(name), norm_centre=0.0)  # Qwen's norms are (1 + w)
     generator = torch.Generator().manual_seed(7)
     with torch.no_grad():

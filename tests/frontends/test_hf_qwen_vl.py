@@ -1,7 +1,10 @@
-"""Qwen2-VL and Qwen2.5-VL (``frontends.hf.vlm_qwen``) against transformers 5.25 on tiny random
-twins: flattened patches of images of any size (``image_grid_thw``), 2-D RoPE in the tower,
-Qwen2.5-VL's window attention (windows of 2 x 2 merged blocks, one full-attention layer), the
-patch merger, and the text model's multimodal RoPE (``irc.mrope``: three position axes).
+"""Qwen2-VL, Qwen2.5-VL and Qwen3.5 (dense and MoE; ``frontends.hf.vlm_qwen``) against
+transformers 5.25 on tiny random twins: flattened patches of images of any size
+(``image_grid_thw``), 2-D RoPE in the tower, Qwen2.5-VL's window attention (windows of 2 x 2
+merged blocks, one full-attention layer), Qwen3.5's learned 4 x 4 position grid resampled to
+each image, the patch merger, and the text model's multimodal RoPE (``irc.mrope``: three
+position axes; sections for the Qwen2-VLs, interleaved over a partial rotary width in Qwen3.5's
+hybrid of gated-DeltaNet and attention layers).
 Each gives transformers' image features and its logits with one and with two images (of
 different sizes), and on a left-padded batch, through the reference interpreter and, cut into
 vision / embedding / decoder models, both ONNX targets (<= 1e-4 relative); the folder
@@ -30,14 +33,27 @@ IMAGE, VIDEO, START, END = 150, 151, 152, 153
 TEXT = dict(vocab_size=160, hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=159,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 2, 2]})
+# Qwen3.5's hybrid: DeltaNet, gated attention (12 of 16 dims rotating, 6 pairs over 3 axes), DeltaNet
+QWEN3_TEXT = dict(TEXT, head_dim=16, num_hidden_layers=3, layer_types=["linear_attention", "full_attention",
+                                                                       "linear_attention"],
+                  linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=6,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 2, 2],
+                                   "mrope_interleaved": True, "partial_rotary_factor": 0.75})
+QWEN3_TOWER = dict(depth=2, hidden_size=32, intermediate_size=40, num_heads=4, out_hidden_size=48, patch_size=4,
+                   spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16)
 TOWERS = {
     "qwen2_5_vl": dict(depth=3, hidden_size=32, intermediate_size=40, num_heads=4, out_hidden_size=48, patch_size=4,
                        window_size=16, fullatt_block_indexes=[1], spatial_merge_size=2, temporal_patch_size=2),
     "qwen2_vl": dict(depth=3, embed_dim=32, hidden_size=48, num_heads=4, mlp_ratio=2, patch_size=4,
                      spatial_merge_size=2, temporal_patch_size=2),
+    "qwen3_5": QWEN3_TOWER, "qwen3_5_moe": QWEN3_TOWER,
 }
+TEXTS = {"qwen3_5": QWEN3_TEXT, "qwen3_5_moe": dict(QWEN3_TEXT, num_experts=4, num_experts_per_tok=2,
+                                                    moe_intermediate_size=16, shared_expert_intermediate_size=24)}
 CLASSES = {"qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration"),
-           "qwen2_vl": ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration")}
+           "qwen2_vl": ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration"),
+           "qwen3_5": ("Qwen3_5Config", "Qwen3_5ForConditionalGeneration"),
+           "qwen3_5_moe": ("Qwen3_5MoeConfig", "Qwen3_5MoeForConditionalGeneration")}
 GRIDS = np.array([[1, 8, 12], [1, 4, 8]])  # a 32 x 48 and a 16 x 32 image in patches of 4: 24 and 8 tokens
 PROCESSOR = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 4, "merge_size": 2,
              "temporal_patch_size": 2, "min_pixels": 256, "max_pixels": 2048}
@@ -45,10 +61,11 @@ PROCESSOR = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 4, "
 
 def build(name: str, folder):
     config_class, model_class = CLASSES[name]
-    config = getattr(transformers, config_class)(text_config=TEXT, vision_config=TOWERS[name], image_token_id=IMAGE,
-                                                  video_token_id=VIDEO, vision_start_token_id=START,
-                                                  vision_end_token_id=END)
-    model = randomized(getattr(transformers, model_class)(config).eval(), sorted(CLASSES).index(name))
+    config = getattr(transformers, config_class)(text_config=TEXTS.get(name, TEXT), vision_config=TOWERS[name],
+                                                  image_token_id=IMAGE, video_token_id=VIDEO,
+                                                  vision_start_token_id=START, vision_end_token_id=END)
+    model = getattr(transformers, model_class)._from_config(config, attn_implementation="eager")
+    model = randomized(model.eval(), sorted(CLASSES).index(name))
     model.save_pretrained(folder)
     (folder / "preprocessor_config.json").write_text(json.dumps(PROCESSOR))
     return model, str(folder)
@@ -84,13 +101,13 @@ def reference(model, ids, pixel_values, grids, mask=None):
 
 
 def decoder_feeds(graph, ids, features, grids, mask=None) -> dict:
+    """The prompt's feeds: its 3-D positions, empty caches (and zero recurrent states)."""
+    from backends.onnx.runtime import empty_caches
+
     mask = np.ones_like(ids) if mask is None else mask
     positions, _ = mrope_positions(ids, grids, IMAGE, 2, mask)
-    feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "image_features": features}
-    for value in graph.inputs:
-        if value.name.startswith("past_key_values."):
-            feeds[value.name] = np.zeros((ids.shape[0], value.shape[1], 0, value.shape[3]), np.float32)
-    return feeds
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "image_features": features,
+            **empty_caches(graph, ids.shape[0])}
 
 
 @pytest.mark.parametrize("name", sorted(CLASSES))
@@ -100,6 +117,7 @@ def test_interpreter_matches_transformers(twins, name, images):
     graph = load_spec(folder)
     vision = graph.parts["vision"]
     assert [(v.name, v.shape) for v in vision.inputs] == [("pixel_values", ("4*I", 96)), ("image_grid_thw", ("N", 3))]
+    assert ("pos_embed" in vision.params) == name.startswith("qwen3")
     assert [v.shape for v in graph.inputs if v.name == "position_ids"] == [(3, "B", "T")]
     ids, pixel_values, grids = prompt(images), pixels(images), GRIDS[:images]
     want_features, want_logits = reference(model, ids, pixel_values, grids)
@@ -116,9 +134,11 @@ def test_interpreter_matches_transformers(twins, name, images):
     np.testing.assert_array_equal(delta, want_delta.numpy()[:, 0])
 
 
-def test_a_left_padded_batch_matches_transformers(twins):
-    """Row 0 holds an image; row 1 is text, padded on the left: the mask and the positions."""
-    model, folder = twins("qwen2_5_vl")
+@pytest.mark.parametrize("name", ["qwen2_5_vl", "qwen3_5"])
+def test_a_left_padded_batch_matches_transformers(twins, name):
+    """Row 0 holds an image; row 1 is text, padded on the left: the mask and the positions
+    (and, in Qwen3.5's DeltaNet layers, the padding kept out of the recurrent state)."""
+    model, folder = twins(name)
     graph = load_spec(folder)
     image = prompt(1)
     text = np.random.default_rng(5).integers(3, IMAGE, (1, image.shape[1] - 5))
@@ -180,14 +200,16 @@ def test_onnx_folder_generates_transformers_tokens(twins, tmp_path, name):
     assert got.tokens == want
 
 
-def test_irc_run_makes_the_processors_patches(twins, tmp_path, capsys):
+@pytest.mark.parametrize("name", ["qwen2_5_vl", "qwen3_5"])
+def test_irc_run_makes_the_processors_patches(twins, tmp_path, capsys, name):
     """``irc run --image`` on the HF folder (interpreter) and its ONNX folder (irc's loop, and
-    onnxruntime-genai 0.18 from the folder's genai_config.json: its own 3-D positions): the
-    image through Qwen2VLImageProcessor's steps, <|image_pad|> widened to its tokens, the same
-    answer as transformers given the processor's own pixel values."""
+    onnxruntime-genai 0.18 from the folder's genai_config.json: its own 3-D positions; for
+    Qwen3.5, its DeltaNet layers' conv and recurrent states beside the KV caches): the image
+    through Qwen2VLImageProcessor's steps, <|image_pad|> widened to its tokens, the same answer
+    as transformers given the processor's own pixel values."""
     from PIL import Image
 
-    model, folder = twins("qwen2_5_vl")
+    model, folder = twins(name)
     image = tmp_path / "photo.png"
     Image.fromarray((np.random.default_rng(3).random((37, 53, 3)) * 255).astype(np.uint8)).save(image)
     processed = transformers.Qwen2VLImageProcessorPil(**{k: v for k, v in PROCESSOR.items()
@@ -204,7 +226,7 @@ def test_irc_run_makes_the_processors_patches(twins, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["compile", folder, "--target", "onnx", "-o", str(out / "model.onnx"), "--quiet"]) == 0
     (out / "preprocessor_config.json").write_text(json.dumps(PROCESSOR))
-    assert json.loads((out / "genai_config.json").read_text())["model"]["type"] == "qwen2_5_vl"
+    assert json.loads((out / "genai_config.json").read_text())["model"]["type"] == name
     engines = {(folder, "auto"): "reference interpreter", (str(out), "ort"): "onnxruntime (vision, embedding, decoder)",
                (str(out), "genai"): "onnxruntime-genai"}
     for (source, engine), name in engines.items():

@@ -8,6 +8,9 @@ that runs them (the NumPy module, both ONNX targets on ONNX Runtime):
   (``get_vision_cu_seqlens``) and windows (``get_vision_window_index``: the same partition of
   the patches into windows), for several images, a two-frame grid and windows that do not
   divide the grid;
+- ``resample_positions``: a learned S x S position grid resampled to each image's grid
+  (``get_vision_interpolation_indices_and_weights``, bilinear, corners aligned: Qwen3.5's
+  ``pos_embed``), up and down and to a 1-patch side;
 - a bidirectional ``attention`` with ``blocks``: block-diagonal (transformers' packed
   ``cu_seqlens`` attention, each block alone)."""
 import importlib.util
@@ -22,7 +25,7 @@ from irc.build import emit1
 from irc.dtypes import DType
 from irc.graph import Graph
 from irc.interpreter import run
-from irc.ops.vision import patch_grid
+from irc.ops.vision import patch_grid, resample_positions
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -137,6 +140,8 @@ def test_patch_grid_is_transformers(tmp_path, window):
     np.testing.assert_array_equal(where[:2].T, get_vision_position_ids(grids, 2).numpy())
     frames = get_vision_cu_seqlens(grids).numpy()
     np.testing.assert_array_equal(np.searchsorted(frames, np.arange(count), side="right") - 1, where[2])
+    heights, widths = (np.repeat(GRIDS[:, k], GRIDS.prod(1)) for k in (1, 2))
+    np.testing.assert_array_equal(where[4:], np.stack([heights, widths]))
     if window is not None:  # the same partition of the patches: transformers' windows, in its order
         index, bounds = get_vision_window_index(grids, 2, window * 2 * 14, 14)
         order = (index.numpy()[:, None] * 4 + np.arange(4)).reshape(-1)  # merged blocks -> their 4 patches
@@ -147,6 +152,31 @@ def test_patch_grid_is_transformers(tmp_path, window):
     feeds = {"image_grid_thw": GRIDS, "pixel_values": np.zeros((count, 5), np.float32)}
     for target, out in targets(grid_graph(window), feeds, tmp_path).items():
         np.testing.assert_array_equal(out["where"], where, err_msg=target)
+
+
+@pytest.mark.parametrize("side", [5, 2])
+def test_resample_positions_is_transformers(tmp_path, side):
+    """An S x S table to grids of 8 x 12, 4 x 6 (two frames), 10 x 4 and a 2 x 2 one: larger,
+    smaller and not square, on every target."""
+    from transformers.vision_utils import get_vision_interpolation_indices_and_weights
+
+    grids = np.concatenate([GRIDS, [[1, 2, 2]]])
+    count = int(grids.prod(1).sum())
+    table = np.random.default_rng(side).standard_normal((side * side, 7)).astype(np.float32)
+    index, weight = get_vision_interpolation_indices_and_weights(torch.from_numpy(grids), side, mode="bilinear",
+                                                                 align_corners=True, spatial_merge_size=2)
+    want = (torch.from_numpy(table)[index] * weight[:, :, None]).sum(1).numpy()
+    np.testing.assert_allclose(resample_positions(table, patch_grid(grids, count, 2), side), want, rtol=1e-5,
+                               atol=1e-6)
+    g = Graph("resample")
+    grid = g.add_input("image_grid_thw", DType.i64, ("N", 3))
+    pixels = g.add_input("pixel_values", DType.f32, ("P", 5))
+    where = emit1(g, "patch_grid", [grid, pixels], {"merge": 2, "window": None}, "where")
+    g.outputs = [emit1(g, "resample_positions", [g.add_input("table", DType.f32, (side * side, 7)), where],
+                       {"side": side}, "positions")]
+    feeds = {"image_grid_thw": grids, "pixel_values": np.zeros((count, 5), np.float32), "table": table}
+    for target, out in targets(g, feeds, tmp_path).items():
+        np.testing.assert_allclose(out["positions"], want, rtol=1e-5, atol=1e-6, err_msg=target)
 
 
 def test_patch_grid_refuses_a_count_that_does_not_match():
