@@ -131,6 +131,7 @@ class Model(EncoderOutputs, VisionInputs):
         self._kinds: dict[int, list] = {}  # layer -> its mixers, in order ("attention", "mamba", "mamba2")
         self._ids: Optional[Tensor] = None
         self._blocks: Optional[Tensor] = None  # image blocks every causal attention reads (frontends.dsl_vision)
+        self._deepstack: Optional[Tensor] = None  # the merged, widened embeddings DeepStack levels come from
         self._mask: Optional[Value] = None
         self._positions: Optional[Value] = None
         self._presents: list[Value] = []

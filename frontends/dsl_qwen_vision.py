@@ -24,7 +24,11 @@ biases (``attn.qkv`` split into wq, wk, wv), and an MLP (``mlp``: "swiglu" with 
 "gelu" (tanh-approximated, Qwen3.5), both ``mlp.w_up``, ``w_down`` with biases). The
 merger normalises (``merger.norm``), joins each merge x merge block's tokens (consecutive in the
 processor's order) into one of merge²·d features, and projects them (``merger.fc1``, exact
-GELU, ``merger.fc2``) to the text model's width.
+GELU, ``merger.fc2``) to the text model's width. With ``deepstack`` (Qwen3-VL's DeepStack), the
+states after each of those layers go through a merger of their own (``deepstack.{j}.*``, j the
+layer's place in ``deepstack``; normalised after the join) and the features are
+[I, (1 + levels)·out]: the merger's, then the levels in layer order
+(``Model.merge_image_features(deepstack=...)`` takes them).
 """
 from __future__ import annotations
 
@@ -69,6 +73,7 @@ class QwenVisionSpec:
     theta: float = 10000.0
     patch_bias: bool = False
     positions: int = 0  # S² learned positions (an S x S table resampled to each image), 0: none
+    deepstack: tuple = field(default_factory=tuple)  # layers whose states DeepStack mergers also project
     reference_size: int = 448  # the image side ``irc show`` counts a tower's tokens and FLOPs at
 
 
@@ -84,6 +89,8 @@ def build_qwen_vision(m: "Model", spec: QwenVisionSpec) -> "Tensor":
     if spec.width % spec.heads or head_dim % 4:
         raise m.error("heads", f"{spec.width} features in {spec.heads} heads: 2-D RoPE needs heads of a multiple of "
                                "4 dims")
+    if len(set(spec.deepstack)) != len(spec.deepstack) or any(not 0 <= i < spec.depth for i in spec.deepstack):
+        raise m.error("deepstack", f"{list(spec.deepstack)} are not distinct layers of the {spec.depth}-layer tower")
     graph = m._graph
     if m.meta.get("vision") is not None:
         raise m.error("spec", "the image input is already declared")
@@ -96,6 +103,7 @@ def build_qwen_vision(m: "Model", spec: QwenVisionSpec) -> "Tensor":
                         "patches": side * side, "tokens": side * side // spec.merge ** 2, "grid": "thw",
                         "merge": spec.merge, "temporal": spec.temporal,
                         "window_pixels": (spec.window or 0) * spec.merge * spec.patch,
+                        "deepstack": len(spec.deepstack),
                         "bindings": {IMAGE_ROWS: side * side // spec.merge ** 2, "N": 1}}
     m.meta.pop("vocab_size", None)
     bias = m.param("patch_embed.bias", (spec.width,)) if spec.patch_bias else None
@@ -116,7 +124,7 @@ def build_qwen_vision(m: "Model", spec: QwenVisionSpec) -> "Tensor":
     m._positions = rows(0, 2, [2, 1, patches], "rope_positions").value
     frames = rows(2, 3, [1, patches], "frame_blocks")
     windows = rows(3, 4, [1, patches], "window_blocks") if spec.window else frames
-    quarter = head_dim // 4
+    quarter, levels = head_dim // 4, {}
     rope = Rope(base=spec.theta, mrope={"sections": [quarter, quarter], "layout": "per_axis"})
     for layer in m.layers(spec.depth):
         norm = layer.rms_norm if spec.norm == "rms" else layer.layer_norm
@@ -128,17 +136,31 @@ def build_qwen_vision(m: "Model", spec: QwenVisionSpec) -> "Tensor":
             x = x + layer.gelu_mlp(h, spec.d_ff, bias=True, approximate="tanh")
         else:
             x = x + (layer.quick_gelu_mlp(h, spec.d_ff) if spec.mlp == "quick_gelu" else _swiglu_biased(layer, h, spec))
-    x = m.rms_norm(x, "merger.norm", spec.eps) if spec.norm == "rms" else m.layer_norm(x, "merger.norm", spec.eps)
-    joined = spec.width * spec.merge ** 2
-    x = m.emit("reshape", [x], {"shape": [IMAGE_ROWS, joined]}, "merged")[0]
-    x = m.emit("linear", [x, m.param("merger.fc1", (joined, joined)), m.param("merger.fc1.bias", (joined,))], None,
-               "merger_up")[0]
-    x = m.emit("gelu", [x], {"approximate": "none"}, "merger_act")[0]
-    x = m.emit("linear", [x, m.param("merger.fc2", (spec.out, joined)), m.param("merger.fc2.bias", (spec.out,))],
-               None, "merger_out")[0]
-    features = m.emit("reshape", [x], {"shape": [IMAGE_ROWS, spec.out]}, FEATURES)[0]
+        if layer.index in spec.deepstack:
+            levels[layer.index] = _merger(m, x, spec, f"deepstack.{spec.deepstack.index(layer.index)}", True)
+    x = _merger(m, x, spec, "merger", False)
+    if levels:  # the levels in layer order after the features (transformers' deepstack_features)
+        x = m.emit("concat", [x] + [levels[i] for i in sorted(levels)], {"axis": -1}, "deepstack_features")[0]
+    features = m.emit("reshape", [x], {"shape": [IMAGE_ROWS, spec.out * (1 + len(levels))]}, FEATURES)[0]
     graph.outputs.append(features.value)
     return features
+
+
+def _merger(m: "Model", x: "Tensor", spec: QwenVisionSpec, name: str, joined_norm: bool) -> "Tensor":
+    """Each merge x merge block's tokens (consecutive) joined into one row of merge²·d
+    features, normalised (before the join, or after it: ``joined_norm``, DeepStack's), then
+    ``name``.fc1, exact GELU, ``name``.fc2 -> [I, out]."""
+    joined = spec.width * spec.merge ** 2
+    if not joined_norm:
+        x = m.rms_norm(x, f"{name}.norm", spec.eps) if spec.norm == "rms" else m.layer_norm(x, f"{name}.norm", spec.eps)
+    x = m.emit("reshape", [x], {"shape": [IMAGE_ROWS, joined]}, f"{name}_joined")[0]
+    if joined_norm:
+        x = m.layer_norm(x, f"{name}.norm", spec.eps)
+    x = m.emit("linear", [x, m.param(f"{name}.fc1", (joined, joined)), m.param(f"{name}.fc1.bias", (joined,))], None,
+               f"{name}_up")[0]
+    x = m.emit("gelu", [x], {"approximate": "none"}, f"{name}_act")[0]
+    return m.emit("linear", [x, m.param(f"{name}.fc2", (spec.out, joined)), m.param(f"{name}.fc2.bias", (spec.out,))],
+                  None, f"{name}_out")[0]
 
 
 def _swiglu_biased(layer, x: "Tensor", spec: QwenVisionSpec) -> "Tensor":

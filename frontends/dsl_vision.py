@@ -65,13 +65,19 @@ class VisionInputs:
             raise self.error("x", "call m.pixel_values(...) first: this is a vision encoder's call")
         return vision
 
-    def merge_image_features(self, x: Tensor, token: int, bidirectional=False) -> Tensor:
+    def merge_image_features(self, x: Tensor, token: int, bidirectional=False, deepstack: int = 0) -> Tensor:
         """A VLM decoder's embeddings x [B, T, d] with each ``token`` placeholder's row
         replaced, in order, by the next row of the input ``image_features`` f32 [I, d]
         (``merge_tokens``; I = 0 on a step without an image). ``bidirectional`` (``BIDIRECTIONAL``),
         for every causal attention built after this call (the ``image_blocks`` of the ids,
         attention's ``blocks`` operand): "image" (or true), one image's tokens see each other
-        (Gemma 3); "prefix", a chunk holding an image sees itself whole (PaliGemma)."""
+        (Gemma 3); "prefix", a chunk holding an image sees itself whole (PaliGemma).
+
+        ``deepstack`` k (Qwen3-VL's DeepStack): each feature row is [(1 + k)·d], the token's
+        features then k levels that later layers add; the merge runs on the embeddings widened
+        by k·d zero columns (so the merged ``inputs_embeds`` are [B, T, (1 + k)·d], zeros where
+        no image sits) and the first d columns are returned. ``deepstack_add(x, level)`` adds a
+        level's columns after a layer."""
         from frontends.dsl import ACTIVATION, Tensor
         if self.encoder or self._ids is None:
             raise self.error("x", "image features merge into a decoder's token embeddings: call m.input_ids() first")
@@ -79,7 +85,10 @@ class VisionInputs:
             raise self.error("x", "the image features are already merged")
         if not isinstance(token, int) or isinstance(token, bool) or token < 0:
             raise self.error("token", f"expected the image placeholder's token id, got {token!r}")
-        features = Tensor(self, self._graph.add_input(FEATURES, ACTIVATION, (IMAGE_ROWS, self._features(x))))
+        width = self._features(x)
+        if not isinstance(deepstack, int) or isinstance(deepstack, bool) or deepstack < 0:
+            raise self.error("deepstack", f"expected a count of DeepStack levels, got {deepstack!r}")
+        features = Tensor(self, self._graph.add_input(FEATURES, ACTIVATION, (IMAGE_ROWS, width * (1 + deepstack))))
         self.meta["image_token_id"] = token
         # how a prompt lays an image out (irc_cli.run_vlm): the placeholder widened to the image's
         # tokens, LLaVA's processor; a Hugging Face family sets its own (frontends.hf.vlm)
@@ -90,7 +99,24 @@ class VisionInputs:
         if mode != "none":
             self._blocks = self.emit("image_blocks", [self._ids], {"token": token, "prefix": mode == "prefix"},
                                      "image_blocks")[0]
-        return self.emit("merge_tokens", [x, self._ids, features], {"token": token}, "inputs_embeds")[0]
+        if not deepstack:
+            return self.emit("merge_tokens", [x, self._ids, features], {"token": token}, "inputs_embeds")[0]
+        zeros = self.emit("sub", [x, x], None, "deepstack_zeros")[0]  # from x alone: the embedding model reads ids only
+        wide = self.emit("concat", [x] + [zeros] * deepstack, {"axis": -1}, "embeds_widened")[0]
+        self._deepstack = self.emit("merge_tokens", [wide, self._ids, features], {"token": token}, "inputs_embeds")[0]
+        self.meta["deepstack"] = deepstack
+        return self.emit("slice", [self._deepstack], {"axis": -1, "start": 0, "end": width}, "token_embeds")[0]
+
+    def deepstack_add(self, x: Tensor, level: int) -> Tensor:
+        """x [B, T, d] plus DeepStack level ``level``'s columns of the merged embeddings (each
+        image token's row of that level; zeros elsewhere, so text is unchanged); x itself where
+        the model has no such level (``merge_image_features(deepstack=k)``)."""
+        if self._deepstack is None or not 0 <= level < self.meta["deepstack"]:
+            return x
+        width = self._features(x)
+        part = self.emit("slice", [self._deepstack], {"axis": -1, "start": width * (1 + level),
+                                                      "end": width * (2 + level)}, f"deepstack_{level}")[0]
+        return x + part
 
     def image_features(self, x: Tensor) -> Tensor:
         """Make ``x`` [N, tokens, d] a VLM vision model's output ``image_features``

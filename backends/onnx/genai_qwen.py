@@ -1,8 +1,11 @@
-"""What onnxruntime-genai 0.18 needs, beyond a plain decoder's config, to run a Qwen2.5-VL or
-Qwen3.5 folder with an image (``model.type`` ``qwen2_5_vl``, ``qwen3_5`` or ``qwen3_5_moe``, its
-``MultiModalLanguageModel``; the three share ``QwenImageProcessor`` and the 3-D positions, and
-its multimodal decoder state carries a hybrid's recurrent states beside the KV caches:
-``src/models/model.cpp``, ``multi_modal.cpp``).
+"""What onnxruntime-genai 0.18 needs, beyond a plain decoder's config, to run a Qwen2.5-VL,
+Qwen3-VL or Qwen3.5 folder with an image (``model.type`` ``qwen2_5_vl``, ``qwen3_vl``,
+``qwen3_5`` or ``qwen3_5_moe``, its ``MultiModalLanguageModel``; they share
+``QwenImageProcessor`` and the 3-D positions, and its multimodal decoder state carries a
+hybrid's recurrent states beside the KV caches: ``src/models/model.cpp``, ``multi_modal.cpp``).
+genai sizes the image features and ``inputs_embeds`` by ``decoder.hidden_size`` alone
+(``multi_modal_features.cpp``, ``embeddings.cpp``), so a Qwen3-VL folder, whose features carry
+DeepStack's levels beside the token's, declares that width (``backends.onnx.vlm``).
 
 Sources (microsoft/onnxruntime-genai, the snapshot nearest 0.18; the installed 0.18
 parser was probed and accepts / refuses the same keys):
@@ -35,7 +38,7 @@ import json
 from irc.errors import BackendError
 
 GENAI_TYPE = "qwen2_5_vl"
-QWEN_TYPES = ("qwen2_5_vl", "qwen3_5", "qwen3_5_moe")  # genai's types that take these sections
+QWEN_TYPES = ("qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe")  # genai's types that take these sections
 _NAMES = {"qwen2_5_vl": ("qwen2_5_image_processor", "qwen2_5_vl")}  # processor name, Normalize flag
 _QWEN3 = ("qwen3_vl_image_processor", "qwen3_vl")
 RESAMPLE = {0: "NEAREST", 1: "LANCZOS", 2: "LINEAR", 3: "CUBIC"}  # Pillow's codes -> onnxruntime-extensions'

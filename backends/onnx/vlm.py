@@ -18,7 +18,7 @@ folder for ``irc run``. Everything is staged and committed together (``irc.outpu
 
 onnxruntime-genai 0.18 runs multimodal folders only for its own model types (gemma3,
 mistral3, phi3v, the Qwen-VLs, ...). For those irc compiles (``GENAI_TYPES``: gemma3,
-qwen2_5_vl, qwen3_5, qwen3_5_moe and mistral3, whose sections ``backends.onnx.genai_qwen`` and
+qwen2_5_vl, qwen3_vl, qwen3_5, qwen3_5_moe and mistral3, whose sections ``backends.onnx.genai_qwen`` and
 ``genai_mistral3`` write) the
 folder also gets ``genai_config.json`` with its ``vision`` / ``embedding`` / ``decoder``
 sections (the decoder's ``inputs_embeds``, and ``input_ids`` where the decoder reads them:
@@ -49,7 +49,8 @@ EMBEDDING = "embedding.onnx"
 MANIFEST = "irc_vlm.json"
 EMBEDS = "inputs_embeds"
 PROCESSOR = "processor_config.json"
-GENAI_TYPES = {"gemma3": "gemma3", "mistral3": "mistral3", **{kind: kind for kind in QWEN_TYPES}}  # irc's -> genai's
+GENAI_TYPES = {"gemma3": "gemma3", "mistral3": "mistral3", **{kind: kind for kind in QWEN_TYPES},
+               "qwen3_vl_moe": "qwen3_vl"}  # irc's model type -> genai's (its pipelines are the decoder's type)
 RESAMPLE = {0: "NEAREST", 1: "LANCZOS", 2: "LINEAR", 3: "CUBIC"}  # Pillow's codes -> onnxruntime-extensions'
 
 
@@ -96,6 +97,9 @@ def vlm_genai_config(graph: Graph, name: str, context: int, pieces: DecoderCut) 
     inputs[EMBEDS] = EMBEDS
     if "input_ids" not in pieces.decoder_inputs:
         del inputs["input_ids"]
+    levels = graph.meta.get("deepstack", 0)
+    if levels:  # Qwen3-VL's DeepStack: image features and inputs_embeds carry (1 + levels)·d columns
+        model["decoder"]["hidden_size"] *= 1 + levels
     model["embedding"] = {"filename": EMBEDDING, "inputs": {"input_ids": "input_ids", "image_features": "image_features"},
                           "outputs": {"inputs_embeds": EMBEDS}}
     model["vision"] = {"filename": VISION, "config_filename": PROCESSOR, "inputs": {"pixel_values": "pixel_values"},
@@ -169,8 +173,8 @@ def emit_vlm(graph: Graph, path: str, **kwargs) -> tuple[Emitted, Emitted, list]
             config = vlm_genai_config(graph, name, kwargs.get("context", 4096), pieces)
             written.append(out.write(CONFIG, json.dumps(config, indent=4, sort_keys=True) + "\n"))
             meta = vision.meta["vision"]
-            steps = (qwen_processor_config(preprocessor, graph.meta["model_type"])
-                     if graph.meta["model_type"] in QWEN_TYPES else
+            genai_type = GENAI_TYPES[graph.meta["model_type"]]
+            steps = (qwen_processor_config(preprocessor, genai_type) if genai_type in QWEN_TYPES else
                      mistral3_processor_config(preprocessor, meta["patch"] * meta["merge"])
                      if graph.meta["model_type"] == "mistral3" else processor_config(preprocessor, meta["image_size"]))
             written.append(out.write(PROCESSOR, json.dumps(steps, indent=2) + "\n"))

@@ -46,7 +46,7 @@ def embedded_inputs(m: Model, arch: Arch):
     axes = {len(spec.rope.mrope["sections"]) for spec in arch.layers if spec.rope and spec.rope.mrope}
     x = m.embed(m.input_ids(position_axes=max(axes) if axes else None), scale=arch.embedding_scale)
     if arch.image_token is not None:
-        x = m.merge_image_features(x, arch.image_token, arch.image_blocks)
+        x = m.merge_image_features(x, arch.image_token, arch.image_blocks, deepstack=arch.deepstack)
     return x
 
 
@@ -69,13 +69,13 @@ def expand(arch: Arch, origin: str) -> Graph:
                 x = x + _residual(arch, a)
             elif spec.mixer is not None:
                 x = x + _residual(arch, _ssm(arch, layer, spec, layer.rms_norm(x, "ssm_norm", eps, offset)))
-            if not spec.ffn:
-                continue
-            h = layer.rms_norm(x, "mlp_norm", eps, offset)
-            h = layer.moe(h, **arch.moe) if spec.moe else _mlp(arch, layer, h)
-            if arch.sandwich:
-                h = layer.rms_norm(h, "post_mlp_norm", eps, offset)
-            x = x + _residual(arch, h)
+            if spec.ffn:
+                h = layer.rms_norm(x, "mlp_norm", eps, offset)
+                h = layer.moe(h, **arch.moe) if spec.moe else _mlp(arch, layer, h)
+                if arch.sandwich:
+                    h = layer.rms_norm(h, "post_mlp_norm", eps, offset)
+                x = x + _residual(arch, h)
+            x = m.deepstack_add(x, layer.index)  # a Qwen3-VL's image features at its first layers
         if arch.encoder is not None:  # an embedding model: frontends.hf.encoder
             build_outputs(m, arch.encoder, m.rms_norm(x, "norm", eps, offset))
             return m.graph

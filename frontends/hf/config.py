@@ -138,13 +138,13 @@ class Arch:
     ssm: Optional[dict] = None
     residual_scale: Optional[float] = None  # each branch times this before its residual add (Granite)
     logits_scale: Optional[float] = None  # the logits times this (Granite: 1 / logits_scaling)
-    # a family whose layers the shared decoder loop cannot express builds its own graph:
-    # ``expand(arch, origin) -> Graph`` through the DSL (``frontends.hf.build.expand`` calls it)
+    # a family the shared decoder loop cannot express: ``expand(arch, origin) -> Graph`` (build.expand)
     expand: Optional[Callable] = None
     # the embedding-model form (``frontends.hf.encoder.Encoder``): no caches, no logits
     encoder: Optional[Any] = None
     image_token: Optional[int] = None  # a VLM's: image features take this token's rows (frontends.hf.vlm)
     image_blocks: str = "none"  # ... and what its image opens in the mask (dsl_vision.BIDIRECTIONAL)
+    deepstack: int = 0  # ... and the DeepStack levels its first layers add (Qwen3-VL)
 
 
 # ---- reading config.json ----------------------------------------------------------------

@@ -34,6 +34,7 @@ from frontends.hf.config import Arch, Attention, Config, LayerSpec, int_list, re
 from frontends.hf.families_common import (FULL, SLIDING, _arch, _dims, _layer_types, _no, _rope, _silu, _swiglu,
                                           _windows)
 from irc.yamlloc import boolean, positive_int, positive_number
+from frontends.hf.weights import FusedExperts
 
 _LLAMA = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu", "max_position_embeddings": 2048,
           "attention_bias": False, "mlp_bias": False}
@@ -162,7 +163,15 @@ def _ministral3(cfg: Config, name: str, model_type: str) -> Arch:
 
 FAMILIES = {"gemma": _gemma, "granite": _granite, "granitemoe": _granite, "smollm3": _smollm3,
             "ministral": _ministral, "ministral3": _ministral3}
-LAYOUTS = {"granitemoe": {"moe.router": "block_sparse_moe.router.layer.weight",
+def _fused(part: str):
+    def source(arch: Arch, prefix: str) -> FusedExperts:
+        name = "mlp.experts.down_proj" if part == "down" else "mlp.experts.gate_up_proj"
+        return FusedExperts(prefix + name, part, arch.moe["d_ff"], arch.d_model)
+    return source
+
+
+LAYOUTS = {"qwen3_vl_moe": {f"moe.w_{part}": _fused(part) for part in ("gate", "up", "down")},  # Qwen3-VL-MoE's text
+           "granitemoe": {"moe.router": "block_sparse_moe.router.layer.weight",
                           "moe.w_down": "block_sparse_moe.output_linear.weight"}}
 
 __all__ = ["DEFAULTS", "FAMILIES", "LAYOUTS"]

@@ -312,10 +312,13 @@ def _text(cfg: Config, name: str):
         spec.rope.mrope = dict(mrope)
     key = family.image_key  # image_token_id is an alias of image_token_index where that is the key
     key = "image_token_id" if key == "image_token_index" and cfg.has("image_token_id") and not cfg.has(key) else key
+    arch.checkpoint = qwen.CHECKPOINTS.get(model_type, arch.checkpoint)  # a text layout of its own
     arch.image_token = cfg.get(key, non_negative_int)
     if arch.image_token >= arch.vocab_size:
         raise cfg.error(key, f"{arch.image_token} is outside the text model's vocabulary ({arch.vocab_size})")
-    arch.tied = arch.tied or cfg.get("tie_word_embeddings", boolean)  # LlavaConfig.__post_init__
+    # LlavaConfig.__post_init__; a Qwen3-VL / Qwen3.5 ties as its outer config says (its text config's flag is unread)
+    outer = cfg.get("tie_word_embeddings", boolean)
+    arch.tied = outer if model_type in qwen.QWEN3 else arch.tied or outer
     if not any(key in text.data for key in ("dtype", "torch_dtype")):  # the model's dtype, where the text's is unsaid
         arch.dtype = cfg.dtype()
     arch.image_blocks = family.image_blocks
@@ -369,6 +372,7 @@ def load_vlm(folder: str, cfg: Config, weights: bool) -> Graph:
     names = FAMILY[cfg.data["model_type"]].names
     tower = NestedConfig(cfg, "vision_config", {}, "the vision tower's settings")
     vision = build_vision_model(cfg, tower, name, arch.d_model)
+    arch.deepstack = vision.meta["vision"].get("deepstack", 0)  # Qwen3-VL's levels the decoder adds
     checkpoint = Checkpoint.find(folder) if weights else None
     if checkpoint is not None:
         if cfg.has("quantization_config"):

@@ -17,6 +17,11 @@ qwen3_5_moe with a bias, ``num_position_embeddings`` learned positions (an S x S
             (``frontends.hf.families_delta``), its RoPE interleaved over three axes
             (``mrope_section``, [11, 11, 10] by default, as ``Qwen3_5TextRotaryEmbedding`` always
             interleaves)
+qwen3_vl    Qwen3.5's tower plus DeepStack: the states after each ``deepstack_visual_indexes`` layer
+            ([8, 16, 24] by default) through a merger of their own, added to the text model's
+            hidden states at the image tokens after its first layers (``Arch.deepstack``; the
+            features are [I, (1 + levels)·d]); the text model a Qwen3 decoder (q/k norms) with
+            interleaved RoPE over three axes ([24, 20, 20] by default)
 ==========  ========================================================================================
 
 Both: patches of ``patch_size`` x ``temporal_patch_size`` frames, ``spatial_merge_size`` merging,
@@ -40,12 +45,27 @@ from frontends.hf.weights import Checkpoint, Tensor, View, attach_sources
 from irc.graph import Graph
 from irc.yamlloc import positive_int, string
 
-QWEN3 = ("qwen3_5", "qwen3_5_moe")  # a learned position grid, the hybrid text model
+DEEPSTACK = ("qwen3_vl", "qwen3_vl_moe")
+QWEN3 = (*DEEPSTACK, "qwen3_5", "qwen3_5_moe")  # towers with a learned position grid, interleaved text RoPE
 TYPES = ("qwen2_vl", "qwen2_5_vl", *QWEN3)
+SECTIONS = {**{kind: [24, 20, 20] for kind in DEEPSTACK}, "qwen3_5": [11, 11, 10], "qwen3_5_moe": [11, 11, 10]}
+QWEN3_TEXT = {"qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe"}  # irc's decoder for the text model
+CHECKPOINTS = {"qwen3_vl_moe": "qwen3_vl_moe"}  # text layouts of their own: the experts fused
 _TEXT = {"vocab_size": 152064, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
          "num_attention_heads": 64, "num_key_value_heads": 8, "max_position_embeddings": 32768,
          "rms_norm_eps": 1e-5, "rope_theta": 1e6, "model_type": "qwen2"}
-TEXT_DEFAULTS = {"qwen2_vl_text": _TEXT, "qwen2_5_vl_text": _TEXT}  # transformers 5.25's, for saved differences
+TEXT_DEFAULTS = {"qwen2_vl_text": _TEXT, "qwen2_5_vl_text": _TEXT,  # transformers 5.25's, for saved differences
+                 "qwen3_vl_text": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016,
+                                   "num_hidden_layers": 32, "num_attention_heads": 32, "head_dim": 128,
+                                   "max_position_embeddings": 128000, "rms_norm_eps": 1e-6, "rope_theta": 5e5,
+                                   "attention_bias": False, "model_type": "qwen3"},
+                 "qwen3_vl_moe_text": {"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632,
+                                       "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
+                                       "max_position_embeddings": 128000, "rms_norm_eps": 1e-6, "rope_theta": 5e5,
+                                       "attention_bias": False, "decoder_sparse_step": 1, "moe_intermediate_size": 1408,
+                                       "num_experts_per_tok": 4, "num_local_experts": 60, "mlp_only_layers": [],
+                                       "norm_topk_prob": True, "tie_word_embeddings": True,
+                                       "model_type": "qwen3_moe"}}
 _COMMON = {"in_channels": 3, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "depth": 32,
            "num_heads": 16}
 TOWER_DEFAULTS = {
@@ -56,15 +76,15 @@ TOWER_DEFAULTS = {
                    "fullatt_block_indexes": [7, 15, 23, 31]},
     **{kind: {**_COMMON, "model_type": f"{kind}_vision", "depth": 27, "hidden_size": 1152, "patch_size": 16,
               "hidden_act": "gelu_pytorch_tanh", "intermediate_size": 4304, "out_hidden_size": 3584,
-              "num_position_embeddings": 2304} for kind in QWEN3},
+              "num_position_embeddings": 2304, "deepstack_visual_indexes": [8, 16, 24]} for kind in QWEN3},
 }
 ACTS = {"qwen2_vl": "quick_gelu", "qwen2_5_vl": "silu", **{kind: "gelu_pytorch_tanh" for kind in QWEN3}}
 MLP = {"quick_gelu": "quick_gelu", "silu": "swiglu", "gelu_pytorch_tanh": "gelu"}
 _QWEN2_IDS = {"image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652,
               "vision_end_token_id": 151653, "tie_word_embeddings": False}
-DEFAULTS = {"qwen2_vl": _QWEN2_IDS, "qwen2_5_vl": _QWEN2_IDS,
+DEFAULTS = {"qwen2_vl": _QWEN2_IDS, "qwen2_5_vl": _QWEN2_IDS, **{kind: _QWEN2_IDS for kind in DEEPSTACK},
             **{kind: {"image_token_id": 248056, "video_token_id": 248057, "vision_start_token_id": 248053,
-                      "vision_end_token_id": 248054, "tie_word_embeddings": False} for kind in QWEN3}}
+                      "vision_end_token_id": 248054, "tie_word_embeddings": False} for kind in ("qwen3_5", "qwen3_5_moe")}}
 TEXT_NAMES = [("model.", "model.language_model."), ("lm_head.", "lm_head."), (None, "model.visual."),
               ("model.", "model.")]
 TOWER_NAMES = [("", "model.visual."), ("", "visual.")]
@@ -120,6 +140,11 @@ def tower_spec(cfg: Config, tower: Config, d_text: int) -> QwenVisionSpec:
     d_ff = width * tower.get("mlp_ratio", positive_int) if qwen2 else tower.get("intermediate_size", positive_int)
     qwen3 = model_type in QWEN3
     positions = tower.get("num_position_embeddings", positive_int) if qwen3 else 0
+    # Qwen3.5's towers have no DeepStack (its configs may list an empty one; transformers reads none)
+    deepstack = tuple(tower.get("deepstack_visual_indexes", int_list)) if model_type in DEEPSTACK else ()
+    if len(set(deepstack)) != len(deepstack) or any(not 0 <= i < depth for i in deepstack):
+        raise tower.error("deepstack_visual_indexes", f"{list(deepstack)} are not distinct layers of the "
+                                                      f"{depth}-layer tower")
     if positions and math.isqrt(positions) ** 2 != positions:
         raise tower.error("num_position_embeddings", f"{positions} learned positions are not a square grid")
     return QwenVisionSpec(depth=depth, width=width, heads=tower.get("num_heads", positive_int), d_ff=d_ff, out=out,
@@ -128,7 +153,7 @@ def tower_spec(cfg: Config, tower: Config, d_text: int) -> QwenVisionSpec:
                           channels=tower.get("in_channels", positive_int),
                           merge=tower.get("spatial_merge_size", positive_int),
                           norm="rms" if model_type == "qwen2_5_vl" else "layer", mlp=MLP[act], window=window,
-                          full_layers=full, theta=theta, patch_bias=qwen3, positions=positions)
+                          full_layers=full, theta=theta, patch_bias=qwen3, positions=positions, deepstack=deepstack)
 
 
 def build_tower(cfg: Config, tower: Config, name: str, d_text: int) -> Graph:
@@ -152,6 +177,10 @@ def _source(param: str, shape: tuple, swiglu: bool, qwen3: bool) -> Tensor:
         return Reshaped("patch_embed.proj.weight", shape)  # the Conv3d [d, C, T, p, p], flattened
     if qwen3 and param in _QWEN3_NAMES:
         return Tensor(_QWEN3_NAMES[param])
+    if param.startswith("deepstack."):  # deepstack.{j}.norm / fc1 / fc2 (+ .bias)
+        _, level, name = param.split(".", 2)
+        stored = _QWEN3_NAMES[f"merger.{name}"][len("merger."):]
+        return Tensor(f"deepstack_merger_list.{level}.{stored}")
     if param in _TOP:
         return Tensor(_TOP[param])
     index, name = param[len("layers."):].split(".", 1)
@@ -176,15 +205,20 @@ def attach_tower(vision: Graph, view: Checkpoint) -> None:
 
 def text_mrope(model_type: str, text: Config) -> dict:
     """The text model's multimodal RoPE (``rope``'s ``mrope``), its settings taken out of the
-    text config: Qwen2-VL's sections, read by a Qwen2 decoder, or Qwen3.5's interleaved ones,
-    which its hybrid reads (``families_delta`` sets the two keys aside)."""
+    text config: Qwen2-VL's sections, read by a Qwen2 decoder, or Qwen3-VL's and Qwen3.5's
+    interleaved ones (a Qwen3 decoder and Qwen3.5's hybrid, which set the two keys aside)."""
     if model_type not in QWEN3:
         sections = pop_mrope(text)
         text.data["model_type"] = "qwen2"
         return {"sections": sections, "layout": "sections"}
     params = next((text.data[k] for k in ("rope_parameters", "rope_scaling") if isinstance(text.data.get(k), dict)),
                   {})
-    sections = params.get("mrope_section", [11, 11, 10])  # Qwen3_5TextRotaryEmbedding's default
+    sections = params.get("mrope_section", SECTIONS[model_type])  # the text RoPE class's default
+    if model_type in DEEPSTACK:  # a Qwen3 decoder (the hybrid sets the two keys aside itself)
+        pop_mrope(text)
+        text.data["model_type"] = QWEN3_TEXT[model_type]
+        if "num_local_experts" in text.data:  # Qwen3VLMoeTextConfig saves num_experts under this name
+            text.data["num_experts"] = text.data.pop("num_local_experts")
     try:
         return {"sections": int_list(sections), "layout": "interleaved"}
     except Exception:
@@ -199,6 +233,7 @@ def pop_mrope(text: Config) -> list:
         if isinstance(params, dict) and "mrope_section" in params:
             params = dict(params)
             sections = params.pop("mrope_section")
+            params.pop("mrope_interleaved", None)  # Qwen3-VL's: the layout is the family's
             if params.get("rope_type", params.get("type")) == "mrope":
                 params.pop("type", None)
                 params["rope_type"] = "default"

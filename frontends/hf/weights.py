@@ -281,6 +281,44 @@ class Rows(Tensor):
         return f"{self.name}[{self.start}:{self.stop}]"
 
 
+class FusedExperts(Tensor):
+    """One projection of an MoE's experts fused in one [E, ...] tensor, in either of the two
+    orientations checkpoints hold it (transformers 5's Qwen3-VL-MoE converter reads both the
+    same way): ``part`` "gate" or "up", a half of ``gate_up_proj`` stored [E, 2F, d] (as
+    transformers 5 saves it; gate first) or [E, d, 2F] (the hub's), as irc's [E, F, d]; "down",
+    ``down_proj`` stored [E, d, F] or [E, F, d], as [E, d, F]. A tensor whose two trailing
+    axes are the same either way is read as transformers 5 saves it, as its converter does."""
+
+    def __init__(self, name: str, part: str, d_ff: int, d_model: int):
+        super().__init__(name)
+        self.part, self.d_ff, self.d_model = part, d_ff, d_model
+
+    def _form(self, checkpoint: Checkpoint) -> tuple[list, bool]:
+        """(stored shape, whether it is the hub's orientation, to transpose)."""
+        stored = list(checkpoint.info(self.name)[1])
+        saved = [2 * self.d_ff, self.d_model] if self.part != "down" else [self.d_model, self.d_ff]
+        if len(stored) == 3 and stored[1:] in (saved, saved[::-1]):
+            return stored, stored[1:] != saved
+        raise SpecError(f"tensor {self.name} {stored} is not [E, {saved[0]}, {saved[1]}] or [E, {saved[1]}, "
+                        f"{saved[0]}] (experts of d_model {self.d_model}, d_ff {self.d_ff})",
+                        location=checkpoint.file(self.name))
+
+    def shape(self, checkpoint: Checkpoint) -> list[int]:
+        stored, _ = self._form(checkpoint)
+        return [stored[0], self.d_ff, self.d_model] if self.part != "down" else [stored[0], self.d_model, self.d_ff]
+
+    def rows(self, checkpoint: Checkpoint, start: int, stop: int) -> np.ndarray:
+        _, hub = self._form(checkpoint)
+        data = checkpoint.read(self.name, start, stop)
+        data = data.transpose(0, 2, 1) if hub else data
+        if self.part != "down":
+            data = data[:, :self.d_ff] if self.part == "gate" else data[:, self.d_ff:]
+        return np.ascontiguousarray(data)
+
+    def __repr__(self) -> str:
+        return f"{self.name}[experts, {self.part}]"
+
+
 class Stack(Source):
     """Equal-shaped tensors stacked on a new first axis (per-expert weights -> [E, ...])."""
 

@@ -21,6 +21,7 @@ from frontends import load_spec
 from irc.check import relative_error
 from irc.interpreter import run
 from irc.mrope import mrope_positions
+from backends.onnx.vlm import GENAI_TYPES
 from irc_cli import main
 from tests.frontends.test_hf_models import built_once
 from tests.frontends.test_hf_vlm import randomized
@@ -47,11 +48,23 @@ TOWERS = {
     "qwen2_vl": dict(depth=3, embed_dim=32, hidden_size=48, num_heads=4, mlp_ratio=2, patch_size=4,
                      spatial_merge_size=2, temporal_patch_size=2),
     "qwen3_5": QWEN3_TOWER, "qwen3_5_moe": QWEN3_TOWER,
+    # DeepStack from the last and the first of three layers (out of order, as a config may list them)
+    "qwen3_vl": dict(QWEN3_TOWER, depth=3, deepstack_visual_indexes=[2, 0]),
+    "qwen3_vl_moe": dict(QWEN3_TOWER, deepstack_visual_indexes=[1]),
 }
-TEXTS = {"qwen3_5": QWEN3_TEXT, "qwen3_5_moe": dict(QWEN3_TEXT, num_experts=4, num_experts_per_tok=2,
+TEXTS = {"qwen3_vl": dict(TEXT, head_dim=12, num_hidden_layers=3,
+                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 2, 2],
+                                           "mrope_interleaved": True}),
+         "qwen3_vl_moe": dict(TEXT, head_dim=12, num_hidden_layers=2, num_experts=4, num_experts_per_tok=2,
+                              moe_intermediate_size=16, decoder_sparse_step=1,
+                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                               "mrope_section": [2, 2, 2], "mrope_interleaved": True}),
+         "qwen3_5": QWEN3_TEXT, "qwen3_5_moe": dict(QWEN3_TEXT, num_experts=4, num_experts_per_tok=2,
                                                     moe_intermediate_size=16, shared_expert_intermediate_size=24)}
 CLASSES = {"qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration"),
            "qwen2_vl": ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration"),
+           "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration"),
+           "qwen3_vl_moe": ("Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration"),
            "qwen3_5": ("Qwen3_5Config", "Qwen3_5ForConditionalGeneration"),
            "qwen3_5_moe": ("Qwen3_5MoeConfig", "Qwen3_5MoeForConditionalGeneration")}
 GRIDS = np.array([[1, 8, 12], [1, 4, 8]])  # a 32 x 48 and a 16 x 32 image in patches of 4: 24 and 8 tokens
@@ -96,7 +109,9 @@ def reference(model, ids, pixel_values, grids, mask=None):
         out = model(input_ids=torch.from_numpy(ids), pixel_values=torch.from_numpy(pixel_values),
                     image_grid_thw=torch.from_numpy(grids), mm_token_type_ids=torch.from_numpy((ids == IMAGE) * 1),
                     **kwargs)
-        features = model.model.visual(torch.from_numpy(pixel_values), grid_thw=torch.from_numpy(grids)).pooler_output
+        vision = model.model.visual(torch.from_numpy(pixel_values), grid_thw=torch.from_numpy(grids))
+        # Qwen3-VL's DeepStack levels beside the features: irc's image_features [I, (1 + levels)·d]
+        features = torch.cat([vision.pooler_output, *(getattr(vision, "deepstack_features", None) or [])], dim=-1)
     return features.numpy(), out.logits.numpy()
 
 
@@ -118,6 +133,7 @@ def test_interpreter_matches_transformers(twins, name, images):
     vision = graph.parts["vision"]
     assert [(v.name, v.shape) for v in vision.inputs] == [("pixel_values", ("4*I", 96)), ("image_grid_thw", ("N", 3))]
     assert ("pos_embed" in vision.params) == name.startswith("qwen3")
+    assert vision.outputs[0].shape == ("I", 48 * {"qwen3_vl": 3, "qwen3_vl_moe": 2}.get(name, 1))
     assert [v.shape for v in graph.inputs if v.name == "position_ids"] == [(3, "B", "T")]
     ids, pixel_values, grids = prompt(images), pixels(images), GRIDS[:images]
     want_features, want_logits = reference(model, ids, pixel_values, grids)
@@ -134,7 +150,7 @@ def test_interpreter_matches_transformers(twins, name, images):
     np.testing.assert_array_equal(delta, want_delta.numpy()[:, 0])
 
 
-@pytest.mark.parametrize("name", ["qwen2_5_vl", "qwen3_5"])
+@pytest.mark.parametrize("name", ["qwen2_5_vl", "qwen3_vl", "qwen3_5"])
 def test_a_left_padded_batch_matches_transformers(twins, name):
     """Row 0 holds an image; row 1 is text, padded on the left: the mask and the positions
     (and, in Qwen3.5's DeltaNet layers, the padding kept out of the recurrent state)."""
@@ -200,11 +216,12 @@ def test_onnx_folder_generates_transformers_tokens(twins, tmp_path, name):
     assert got.tokens == want
 
 
-@pytest.mark.parametrize("name", ["qwen2_5_vl", "qwen3_5"])
+@pytest.mark.parametrize("name", ["qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5"])
 def test_irc_run_makes_the_processors_patches(twins, tmp_path, capsys, name):
     """``irc run --image`` on the HF folder (interpreter) and its ONNX folder (irc's loop, and
     onnxruntime-genai 0.18 from the folder's genai_config.json: its own 3-D positions; for
-    Qwen3.5, its DeltaNet layers' conv and recurrent states beside the KV caches): the image
+    Qwen3-VL, DeepStack's levels carried in widened embeddings; for Qwen3.5, its DeltaNet
+    layers' conv and recurrent states beside the KV caches): the image
     through Qwen2VLImageProcessor's steps, <|image_pad|> widened to its tokens, the same answer
     as transformers given the processor's own pixel values."""
     from PIL import Image
@@ -226,7 +243,7 @@ def test_irc_run_makes_the_processors_patches(twins, tmp_path, capsys, name):
     out = tmp_path / "out"
     assert main(["compile", folder, "--target", "onnx", "-o", str(out / "model.onnx"), "--quiet"]) == 0
     (out / "preprocessor_config.json").write_text(json.dumps(PROCESSOR))
-    assert json.loads((out / "genai_config.json").read_text())["model"]["type"] == name
+    assert json.loads((out / "genai_config.json").read_text())["model"]["type"] == GENAI_TYPES[name]
     engines = {(folder, "auto"): "reference interpreter", (str(out), "ort"): "onnxruntime (vision, embedding, decoder)",
                (str(out), "genai"): "onnxruntime-genai"}
     for (source, engine), name in engines.items():
@@ -237,6 +254,29 @@ def test_irc_run_makes_the_processors_patches(twins, tmp_path, capsys, name):
         report = json.loads(capsys.readouterr().out)
         assert report["prompt_tokens"] == ids[0].tolist() and report["engine"] == name
         assert report["tokens"] == want, source
+
+
+def test_qwen3_vl_moe_reads_the_hubs_expert_layout(twins, tmp_path):
+    """The hub's Qwen3-VL-MoE checkpoints hold the experts as [E, d, 2F] and [E, F, d] (what
+    transformers' converter transposes on load); transformers 5 saves [E, 2F, d] and [E, d, F].
+    Both read as the same model."""
+    from safetensors.numpy import load_file, save_file
+
+    _, folder = twins("qwen3_vl_moe")
+    tensors = load_file(f"{folder}/model.safetensors")
+    for key in [k for k in tensors if ".mlp.experts." in k]:
+        tensors[key] = np.ascontiguousarray(tensors[key].transpose(0, 2, 1))
+    hub = tmp_path / os.path.basename(folder)
+    hub.mkdir()
+    save_file(tensors, str(hub / "model.safetensors"))
+    (hub / "config.json").write_text(open(f"{folder}/config.json").read())
+    ids, pixel_values = prompt(1), pixels(1)
+    logits = []
+    for source in (folder, str(hub)):
+        graph = load_spec(source)
+        features = run(graph.parts["vision"], {"pixel_values": pixel_values, "image_grid_thw": GRIDS[:1]})
+        logits.append(run(graph, decoder_feeds(graph, ids, features["image_features"], GRIDS[:1]))["logits"])
+    np.testing.assert_array_equal(logits[0], logits[1])
 
 
 def _config(tmp_path, twins, **changes) -> str:
