@@ -2,11 +2,11 @@
 random weights), fp32 and int4 in one run. Prints one table; asserts nothing; not run by pytest.
 
 The twin: transformers' ``Qwen3_5ForConditionalGeneration`` (the only Qwen3.5 form the
-builder takes; irc reads the text model inside it, under ``model.language_model.``) from a
+builder takes; irc compiles it whole, a VLM, and runs text through its embedding model) from a
 small config: text d 512, 8 layers (three gated-DeltaNet layers of 4 key / 8 value heads of
 64, conv 4, to one gated attention layer of 8 heads over 2 KV heads of 64, RoPE on a quarter
-of each head), SwiGLU MLP of 1408, vocab 32000; a one-block vision tower that neither tool
-runs. Weights randomised as tests/frontends/test_hf_delta.py does, saved with a word-level
+of each head), SwiGLU MLP of 1408, vocab 32000 (its last four ids the image tokens); a
+one-block vision tower. Weights randomised as tests/frontends/test_hf_delta.py does, saved with a word-level
 ``tokenizer.json``. The tools, the measurements and the table are
 ``benchmarks/builder_compare.py``'s (shared with ``lfm2_vs_builder.py``): compile time and
 size on disk, last-position logits against transformers (one unpadded 128-token prompt; a
@@ -18,6 +18,7 @@ the builder fp32 / int4 and mobius-onnx fp32. ``--quick`` runs a d-64 twin once.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -47,7 +48,10 @@ def make_twin(folder: str, quick: bool = False):
     from tests.frontends.test_hf_models import randomize
 
     text, vision = (QUICK_TEXT, QUICK_VISION) if quick else (TEXT, VISION)
-    config = transformers.Qwen3_5Config(text_config=text, vision_config=vision)
+    vocab = text["vocab_size"]  # the image tokens inside the twin's vocabulary, as irc requires of a VLM
+    config = transformers.Qwen3_5Config(text_config=text, vision_config=vision, image_token_id=vocab - 1,
+                                        video_token_id=vocab - 2, vision_start_token_id=vocab - 3,
+                                        vision_end_token_id=vocab - 4)
     model = transformers.Qwen3_5ForConditionalGeneration._from_config(config, attn_implementation="eager").eval()
     randomize(model, seed=0, norm_centre=0.0)  # Qwen's norms are (1 + w)
     generator = torch.Generator().manual_seed(7)
@@ -59,6 +63,9 @@ def make_twin(folder: str, quick: bool = False):
     model.generation_config.pad_token_id = 0
     model.save_pretrained(folder)
     write_tokenizer(folder, text["vocab_size"])
+    with open(os.path.join(folder, "preprocessor_config.json"), "w") as f:  # genai's image steps come from it
+        json.dump({"image_processor_type": "Qwen2VLImageProcessor", "patch_size": vision["patch_size"],
+                   "merge_size": 2, "temporal_patch_size": 2, "image_mean": [0.5] * 3, "image_std": [0.5] * 3}, f)
     return model
 
 

@@ -303,11 +303,9 @@ def _text(cfg: Config, name: str):
     for spec in arch.layers if mrope is not None else ():
         if spec.mixer != "attention":
             continue
-        sections = mrope["sections"]
-        if spec.rope is None or spec.rope.scaling or sum(sections) * 2 != (spec.rope.rotary_dim or
-                                                                          arch.attention.head_dim):
-            raise text.error("rope_parameters", f"mrope_section {sections} does not split the heads' "
-                                                f"{(spec.rope.rotary_dim if spec.rope else 0) or arch.attention.head_dim} "
+        sections, rotary = mrope["sections"], (spec.rope.rotary_dim if spec.rope else 0) or arch.attention.head_dim
+        if spec.rope is None or spec.rope.scaling or mrope["layout"] == "sections" and sum(sections) * 2 != rotary:
+            raise text.error("rope_parameters", f"mrope_section {sections} does not split the heads' {rotary} "
                                                 "rotary dims in pairs (or a scaling is set)")
         spec.rope.mrope = dict(mrope)
     key = family.image_key  # image_token_id is an alias of image_token_index where that is the key

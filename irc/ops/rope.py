@@ -37,7 +37,8 @@ Multi-axis positions (``mrope``: Qwen-VL's multimodal RoPE and its vision towers
 "layout": ...}`` (sum s_a = R/2) says which axis each rotated pair reads: ``"sections"``, pairs
 in runs of s_0, s_1, ... (Qwen2-VL's ``mrope_section``); ``"interleaved"``, pair j reads axis 1
 when j % 3 == 1 and j < 3·s_1, axis 2 when j % 3 == 2 and j < 3·s_2, else axis 0 (Qwen3-VL's
-``apply_interleaved_mrope``); ``"per_axis"``, runs as with sections, each run with the
+and Qwen3.5's recomposition; there the sum need not be R/2, the strides clipped to the pairs
+as transformers' slices clip); ``"per_axis"``, runs as with sections, each run with the
 frequencies of a rotary width 2·s_a of its own (the vision towers' ``VisionRotaryEmbedding``:
 height then width); ``"alternating"``, two equal runs, the first with the even frequencies of
 the whole rotary width, the second with the odd ones (Pixtral's ``PixtralVisionRotaryEmbedding``:
@@ -248,14 +249,14 @@ def check_mrope(op: str, mrope, rotary: int, scaling) -> None:
     expect(isinstance(sections, (list, tuple)) and sections and all(
         isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sections),
         f"{op}: mrope sections must be positive ints, got {sections!r}")
-    expect(sum(sections) == rotary // 2, f"{op}: mrope sections {list(sections)} add up to {sum(sections)}, "
-                                         f"not the {rotary // 2} rotated pairs")
+    if mrope["layout"] == "interleaved":  # the sections only bound the axes' strides: any rotary width
+        expect(len(sections) == 3, f"{op}: interleaved mrope takes three sections, got {list(sections)}")
+    else:
+        expect(sum(sections) == rotary // 2, f"{op}: mrope sections {list(sections)} add up to {sum(sections)}, "
+                                             f"not the {rotary // 2} rotated pairs")
     if mrope["layout"] == "alternating":
         expect(len(sections) == 2 and sections[0] == sections[1],
                f"{op}: alternating mrope takes two equal sections, got {list(sections)}")
-    if mrope["layout"] == "interleaved":
-        expect(len(sections) == 3 and all(3 * s <= rotary // 2 + 2 for s in sections[1:]),
-               f"{op}: interleaved mrope takes three sections that fit the pairs, got {list(sections)}")
     expect(scaling is None, f"{op}: mrope does not combine with rope scaling")
 
 

@@ -56,7 +56,7 @@ def rope_graph(mrope: dict, axes: int) -> Graph:
     return g
 
 
-def hf_text_rope(kind: str, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
+def hf_text_rope(kind: str, x: np.ndarray, positions: np.ndarray, sections=(2, 2, 2)) -> np.ndarray:
     """transformers' rotary embedding and apply_rotary_pos_emb on x [B, T, H·D]."""
     module = getattr(transformers.models, kind)
     modeling = getattr(module, f"modeling_{kind}")
@@ -69,7 +69,7 @@ def hf_text_rope(kind: str, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
         config = transformers.Qwen3VLTextConfig(hidden_size=HEADS * HEAD_DIM, num_attention_heads=HEADS,
                                                 head_dim=HEAD_DIM, rope_parameters={
                                                     "rope_type": "default", "rope_theta": 10000.0,
-                                                    "mrope_section": [2, 2, 2], "mrope_interleaved": True})
+                                                    "mrope_section": list(sections), "mrope_interleaved": True})
         rotary = modeling.Qwen3VLTextRotaryEmbedding(config)
     q = torch.from_numpy(x).view(x.shape[0], x.shape[1], HEADS, HEAD_DIM).transpose(1, 2)
     cos, sin = rotary(q, torch.from_numpy(positions))
@@ -83,11 +83,15 @@ def text_feeds(seed: int) -> dict:
             "position_ids": rng.integers(0, 40, (3, 2, 7)).astype(np.int64)}
 
 
-@pytest.mark.parametrize("kind, layout", [("qwen2_vl", "sections"), ("qwen3_vl", "interleaved")])
-def test_text_mrope_is_transformers(tmp_path, kind, layout):
+@pytest.mark.parametrize("kind, layout, sections", [("qwen2_vl", "sections", [2, 2, 2]),
+                                                     ("qwen3_vl", "interleaved", [2, 2, 2]),
+                                                     ("qwen3_vl", "interleaved", [11, 11, 10])])
+def test_text_mrope_is_transformers(tmp_path, kind, layout, sections):
+    """Interleaved sections that add up to more pairs than there are (Qwen3.5's default on a
+    head of 6 pairs): the strides clipped, as transformers' slices clip them."""
     feeds = text_feeds(1)
-    want = hf_text_rope(kind, feeds["x"], feeds["position_ids"])
-    for target, out in targets(rope_graph({"sections": [2, 2, 2], "layout": layout}, 3), feeds, tmp_path).items():
+    want = hf_text_rope(kind, feeds["x"], feeds["position_ids"], sections)
+    for target, out in targets(rope_graph({"sections": sections, "layout": layout}, 3), feeds, tmp_path).items():
         np.testing.assert_allclose(out["y"], want, rtol=1e-5, atol=1e-5, err_msg=target)
 
 
