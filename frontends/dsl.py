@@ -262,13 +262,20 @@ class Model(EncoderOutputs, VisionInputs):
         looked_up = self.emit("embedding", [ids, table], {"scale": scale}, "embed_out")[0]
         return self.emit("cast", [looked_up], {"to": str(ACTIVATION)}, "x")[0]
 
-    def embed_positions(self, x: Tensor, positions: int) -> Tensor:
+    def embed_positions(self, x: Tensor, positions: int, offset: int = 0) -> Tensor:
         """x plus a learned absolute position embedding ``@embed_positions`` [positions, d]
-        looked up at ``position_ids`` (GPT-2's wpe)."""
+        looked up at ``position_ids`` + ``offset`` (GPT-2's wpe; OPT's table starts 2 rows
+        in)."""
         positive("positions", positions, self.origin())
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < positions:
+            raise self.error("offset", f"expected an integer in [0, {positions}), got {offset!r}")
         _, position_ids = self._context()
+        rows = Tensor(self, position_ids)
+        if offset:
+            shift = self.emit("constant", [], {"value": offset, "dtype": "i64"}, "position_offset")[0]
+            rows = self.emit("add", [rows, shift], None, "position_rows")[0]
         table = self.param("embed_positions", (positions, self.d_model))
-        looked_up = self.emit("embedding", [Tensor(self, position_ids), table], {"scale": None}, "position_embed")[0]
+        looked_up = self.emit("embedding", [rows, table], {"scale": None}, "position_embed")[0]
         if self.dtype != ACTIVATION:
             looked_up = self.emit("cast", [looked_up], {"to": str(ACTIVATION)}, "position_embed_f32")[0]
         return self.emit("add", [x, looked_up], None, "x")[0]

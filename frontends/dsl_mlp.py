@@ -1,6 +1,6 @@
 """The DSL's dense MLPs (part of ``frontends.dsl.Layer``): SwiGLU, GeGLU, GELU with biases
-(GPT-2) and the squared-ReLU MLP (Nemotron-H), with weights ``layers.{i}.mlp.*`` and the
-model's ``mlp``/``d_ff`` meta entries."""
+(GPT-2), the ReLU MLP (OPT) and the squared-ReLU MLP (Nemotron-H), with weights
+``layers.{i}.mlp.*`` and the model's ``mlp``/``d_ff`` meta entries."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
@@ -52,6 +52,17 @@ class MlpLayer:
         b_up = m.param(f"{p}mlp.b_up", (d_ff,)) if bias else None
         b_down = m.param(f"{p}mlp.b_down", (d,)) if bias else None
         return w_up, w_down, b_up, b_down
+
+    def relu_mlp(self, x: Tensor, d_ff: int, bias: bool = False) -> Tensor:
+        """down(relu(up(x) + b_up)) + b_down (OPT's fc1 / fc2), as primitives; weights
+        ``mlp.w_up`` [d_ff, d], ``mlp.w_down`` [d, d_ff] (biases ``b_up``, ``b_down``)."""
+        m, p = self.model, self.prefix
+        w_up, w_down, b_up, b_down = self._up_down(x, d_ff, bias)
+        self._note_mlp("relu", d_ff)
+        up = m.emit("linear", [x, w_up, b_up], None, f"{p}mlp_up")[0]
+        zero = m.emit("constant", [], {"value": 0.0}, f"{p}mlp_zero")[0]
+        relu = m.emit("maximum", [up, zero], None, f"{p}mlp_act")[0]
+        return m.emit("linear", [relu, w_down, b_down], None, f"{p}mlp_out")[0]
 
     def relu2_mlp(self, x: Tensor, d_ff: int, bias: bool = False) -> Tensor:
         """down(relu(up(x) + b_up)^2) + b_down (Nemotron-H's squared-ReLU MLP), as primitives;

@@ -436,7 +436,7 @@ def hidden_states(m, spec: VisionSpec) -> list:
     return states
 
 
-PROJECTORS = ("mlp", "linear", "soft_emb")
+PROJECTORS = ("mlp", "linear", "soft_emb", "qformer")
 
 
 @dataclass
@@ -448,8 +448,9 @@ class Features:
     ``pool`` average-pooled to that many tokens (Gemma 3), ``shuffle`` pixel-shuffled by that
     scale (Idefics3), then the ``projector``: ``mlp`` (LLaVA: ``@projector.linear_1``, GELU
     ``approximate``, ``@projector.linear_2``, biases with ``bias``), ``linear`` (PaliGemma with a
-    bias, Idefics3 without: ``@projector.proj``) or ``soft_emb`` (Gemma 3: RMSNorm with 1 + w
-    ``@projector.norm``, then ``@projector.proj``)."""
+    bias, Idefics3 without: ``@projector.proj``), ``soft_emb`` (Gemma 3: RMSNorm with 1 + w
+    ``@projector.norm``, then ``@projector.proj``) or ``qformer`` (BLIP-2: the ``qformer`` spec's
+    queries read the states, ``frontends.dsl_qformer`` under ``projector.``; ``@projector.proj``, biased)."""
     layers: tuple = (-1,)
     drop: int = 0
     post_norm: bool = False
@@ -459,6 +460,7 @@ class Features:
     bias: bool = True
     approximate: str = "none"
     packed: bool = False  # LLaVA-NeXT: the tiles' rows picked by image_rows, a newline among them (packed_features)
+    qformer: Optional[object] = None  # the projector "qformer"'s frontends.dsl_qformer.QFormerSpec
 
 
 def build_image_features(m, spec: VisionSpec, features: Features, width: int) -> Tensor:
@@ -480,11 +482,15 @@ def build_image_features(m, spec: VisionSpec, features: Features, width: int) ->
         x = m.pool_tokens(x, features.pool)
     if features.shuffle is not None:
         x = m.pixel_shuffle(x, features.shuffle)
+    if features.projector == "qformer":
+        from frontends.dsl_qformer import build_qformer
+        x = build_qformer(m, x, features.qformer, prefix="projector.")
     if features.projector == "mlp":
         x = m.mlp_projector(x, width, features.approximate, features.bias)
     else:
         if features.projector == "soft_emb":
             x = m.rms_norm(x, "projector.norm", spec.eps, offset=1.0)
-        bias = m.param("projector.proj.bias", (width,)) if features.bias and features.projector == "linear" else None
+        biased = features.bias and features.projector in ("linear", "qformer")
+        bias = m.param("projector.proj.bias", (width,)) if biased else None
         x = m.emit("linear", [x, m.param("projector.proj", (width, m._features(x))), bias], None, "projected")[0]
     return m.packed_features(x) if features.packed else m.image_features(x)

@@ -1,6 +1,6 @@
 """Images in, pixel values out: a checkpoint's ``preprocessor_config.json`` applied with Pillow
 as transformers' PIL image processors apply it (``PilBackend`` in transformers 5.25: CLIP,
-SigLIP, ViT, BiT/DINOv2's and Gemma 3's processors, the last without pan-and-scan), for
+SigLIP, ViT, BiT/DINOv2's, BLIP's and Gemma 3's processors, the last without pan-and-scan), for
 ``irc run --image``.
 
 The steps, each only when its ``do_*`` key says so (missing keys take the processor class's
@@ -45,6 +45,8 @@ DEFAULTS = {  # image_processor_type -> its class's defaults (transformers 5.25'
     "BitImageProcessor": {**_COMMON, "resample": 3, "size": {"shortest_edge": 224}, "do_center_crop": True,
                           "crop_size": {"height": 224, "width": 224}, "image_mean": OPENAI_MEAN,
                           "image_std": OPENAI_STD},
+    "BlipImageProcessor": {**_COMMON, "resample": 3, "size": {"height": 384, "width": 384}, "image_mean": OPENAI_MEAN,
+                           "image_std": OPENAI_STD},  # BLIP-2's
     "SiglipImageProcessor": {**_COMMON, "resample": 3, "size": {"height": 224, "width": 224}, "image_mean": HALF,
                              "image_std": HALF},
     "Gemma3ImageProcessor": {**_COMMON, "resample": 2, "size": {"height": 224, "width": 224}, "image_mean": HALF,

@@ -16,14 +16,16 @@ transformers = pytest.importorskip("transformers")
 Image = pytest.importorskip("PIL.Image")
 
 from transformers.models.bit.image_processing_pil_bit import BitImageProcessorPil  # noqa: E402
+from transformers.models.blip.image_processing_pil_blip import BlipImageProcessorPil  # noqa: E402
 from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil  # noqa: E402
 from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil  # noqa: E402
 from transformers.models.vit.image_processing_pil_vit import ViTImageProcessorPil  # noqa: E402
 
-PROCESSORS = {  # as their checkpoints configure them: CLIP-L/336, SigLIP-so400m, ViT-B/16, DINOv2
+PROCESSORS = {  # as their checkpoints configure them: CLIP-L/336, SigLIP-so400m, ViT-B/16, DINOv2, BLIP-2
     "clip": lambda: CLIPImageProcessorPil(size={"shortest_edge": 336}, crop_size={"height": 336, "width": 336}),
     "siglip": lambda: SiglipImageProcessorPil(size={"height": 384, "width": 384}),
     "vit": lambda: ViTImageProcessorPil(),
+    "blip-2": lambda: BlipImageProcessorPil(size={"height": 224, "width": 224}),
     "dinov2": lambda: BitImageProcessorPil(size={"shortest_edge": 256}, crop_size={"height": 224, "width": 224},
                                            image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225]),
 }

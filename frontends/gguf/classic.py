@@ -146,7 +146,7 @@ def describe_gpt2(hp: Hparams, name: str) -> Arch:
            "positions": positions}
     attention = Attention("gqa", dims["heads"], dims["heads"], dims["head_dim"], qkv_bias=True)
     return _arch(hp, name, "gpt2", dims, attention, [LayerSpec(None, None)] * dims["layers"], mlp,
-                 "attention.layer_norm_epsilon", partial(families_classic._expand, "gpt2"))
+                 "attention.layer_norm_epsilon", partial(families_classic.expand, "gpt2"))
 
 
 def describe_phi2(hp: Hparams, name: str) -> Arch:
@@ -157,7 +157,7 @@ def describe_phi2(hp: Hparams, name: str) -> Arch:
            "head_bias": "output.bias" in hp.gguf.tensors}
     attention = Attention("gqa", dims["heads"], dims["heads"], dims["head_dim"], qkv_bias=True)
     return _arch(hp, name, "phi", dims, attention, [LayerSpec(None, read_rope(hp, dims["head_dim"]))] * dims["layers"],
-                 mlp, "attention.layer_norm_epsilon", partial(families_classic._expand, "parallel_one_norm"))
+                 mlp, "attention.layer_norm_epsilon", partial(families_classic.expand, "parallel_one_norm"))
 
 
 def _has(hp: Hparams, tensor: str) -> bool:
@@ -174,7 +174,7 @@ def describe_gptneox(hp: Hparams, name: str) -> Arch:
                           qkv_bias=_has(hp, "blk.0.attn_qkv.bias"))
     form = "parallel_two_norms" if hp.flag("use_parallel_residual", True) else "sequential"
     return _arch(hp, name, "gpt_neox", dims, attention, [LayerSpec(None, read_rope(hp, dims["head_dim"]))]
-                 * dims["layers"], mlp, "attention.layer_norm_epsilon", partial(families_classic._expand, form))
+                 * dims["layers"], mlp, "attention.layer_norm_epsilon", partial(families_classic.expand, form))
 
 
 def describe_falcon(hp: Hparams, name: str) -> Arch:
@@ -187,7 +187,7 @@ def describe_falcon(hp: Hparams, name: str) -> Arch:
                           qkv_bias=_has(hp, "blk.0.attn_qkv.bias"))
     form = "parallel_two_norms" if _has(hp, "blk.0.attn_norm_2.weight") else "parallel_one_norm"
     return _arch(hp, name, "falcon", dims, attention, [LayerSpec(None, read_rope(hp, dims["head_dim"]))]
-                 * dims["layers"], mlp, "attention.layer_norm_epsilon", partial(families_classic._expand, form))
+                 * dims["layers"], mlp, "attention.layer_norm_epsilon", partial(families_classic.expand, form))
 
 
 def describe_glm4(hp: Hparams, name: str) -> Arch:

@@ -32,7 +32,7 @@ granitemoe, ...    (gemma, granite, granitemoe, smollm3, ministral)
 olmo2, olmo3,      layer forms of their own: ``families_olmo`` (OLMo-2/3's norms after the
 olmoe, starcoder2  branches, OLMoE, StarCoder2's biased LayerNorms)
 gpt2, gpt_neox,    the classic LayerNorm decoders with biases, parallel blocks, learned
-phi                positions, fused and transposed projections: ``families_classic``
+phi, falcon, opt   positions, fused and transposed projections: ``families_classic``
 gemma3n_text,      Gemma-3n: AltUp streams, LAuReL, per-layer embeddings, KV sharing, activation
 gemma3n            sparsity (the multimodal one's text model): ``families_gemma3n``
 gemma4_text,       Gemma-4: per-layer head dims, KV sharing, per-layer embeddings, proportional

@@ -1,5 +1,5 @@
 """The classic decoders, LayerNorm with bias and biases everywhere (``frontends.hf.families``
-registers them), each built by its own loop through the DSL (``Arch.expand``).
+registers them), each built by its own loop through the DSL (``expand``, set as ``Arch.expand``).
 
 =================  ==========================================================================
 gpt2               GPT-2: learned absolute positions (``wpe``), pre-LayerNorm (``ln_1``,
@@ -20,11 +20,22 @@ falcon             Falcon: ``new_decoder_architecture`` (40B/180B: grouped KV by
                    (7B: ``multi_query``, one norm in parallel with ``parallel_attn``, else
                    sequential); the fused ``query_key_value`` in each layout; biases with
                    ``bias``; GELU; tied by default
+opt                OPT: learned absolute positions whose table starts 2 rows in (row =
+                   position + 2, ``max_position_embeddings`` + 2 rows), pre-LayerNorm
+                   (``self_attn_layer_norm``, ``final_layer_norm``, the decoder's
+                   ``final_layer_norm``; eps 1e-5), q/k/v/``out_proj`` and ``fc1``/``fc2``
+                   with biases (``enable_bias``), softmax scale head_dim^-0.5, ReLU (or a
+                   GELU form: ``activation_function``), tied by default; names under
+                   ``model.decoder.`` or, as the hub's checkpoints saved from ``OPTModel``
+                   have them, under ``decoder.``
 =================  ==========================================================================
 
 Refused, naming config.json and the key: GPT-2's ``scale_attn_by_inverse_layer_idx``, Phi's
-``qk_layernorm``, Falcon's ``alibi``, an activation other than GELU's forms, a partial rotary factor giving an odd
-rotary width (the DSL's refusal, named at the key).
+``qk_layernorm``, Falcon's ``alibi``, an activation other than GELU's forms (OPT: and ReLU), a
+partial rotary factor giving an odd rotary width (the DSL's refusal, named at the key), OPT's
+post-LayerNorm layers (``do_layer_norm_before`` false: OPT-350m), its ``project_in`` /
+``project_out`` (``word_embed_proj_dim`` other than ``hidden_size``), LayerNorms without
+weights (``layer_norm_elementwise_affine`` false) and ``_remove_final_layer_norm``.
 """
 from __future__ import annotations
 
@@ -49,7 +60,13 @@ DEFAULTS = {  # transformers 5.24's config classes
                "tie_word_embeddings": True},
     "phi": {"hidden_act": "gelu_new", "layer_norm_eps": 1e-5, "qk_layernorm": False, "tie_word_embeddings": False,
             "max_position_embeddings": 2048, "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+    "opt": {"vocab_size": 50272, "hidden_size": 768, "num_hidden_layers": 12, "ffn_dim": 3072,
+            "max_position_embeddings": 2048, "do_layer_norm_before": True, "_remove_final_layer_norm": False,
+            "word_embed_proj_dim": None, "num_attention_heads": 12, "activation_function": "relu",
+            "enable_bias": True, "layer_norm_elementwise_affine": True, "tie_word_embeddings": True},
 }
+OPT_POSITION_OFFSET = 2  # OPTLearnedPositionalEmbedding: row = position + 2
+OPT_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default; OPTConfig has no key for it
 GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh", "gelu": "none"}
 
 
@@ -61,13 +78,13 @@ def _gelu(cfg: Config, key: str) -> str:
 
 
 def _arch(cfg: Config, name: str, model_type: str, d: int, n: int, heads: int, rope, mlp: dict, form: str,
-          eps_key: str, kv_heads=None, **attention) -> Arch:
+          eps: float, kv_heads=None, **attention) -> Arch:
     arch = Arch(name=name, model_type=model_type, dtype=cfg.dtype(), vocab_size=cfg.get("vocab_size", positive_int),
-                d_model=d, n_layers=n, norm_eps=cfg.get(eps_key, positive_number),
+                d_model=d, n_layers=n, norm_eps=eps,
                 attention=Attention("gqa", heads, kv_heads or heads, d // heads, **attention),
                 layers=[LayerSpec(None, rope)] * n,
                 mlp=mlp, tied=cfg.get("tie_word_embeddings", boolean), checkpoint=model_type)
-    arch.expand = partial(_expand, form)
+    arch.expand = partial(expand, form)
     return arch
 
 
@@ -85,8 +102,8 @@ def _gpt2(cfg: Config, name: str, model_type: str) -> Arch:
     mlp = {"kind": "gelu", "d_ff": cfg.get("n_inner", positive_int, None) or 4 * d, "bias": True,
            "approximate": _gelu(cfg, "activation_function"), "positions": cfg.get("n_positions", positive_int)}
     scale = None if cfg.get("scale_attn_weights", boolean) else 1.0
-    return _arch(cfg, name, model_type, d, n, heads, None, mlp, "gpt2", "layer_norm_epsilon", qkv_bias=True,
-                 scale=scale)
+    return _arch(cfg, name, model_type, d, n, heads, None, mlp, "gpt2", cfg.get("layer_norm_epsilon", positive_number),
+                 qkv_bias=True, scale=scale)
 
 
 def _gpt_neox(cfg: Config, name: str, model_type: str) -> Arch:
@@ -95,8 +112,8 @@ def _gpt_neox(cfg: Config, name: str, model_type: str) -> Arch:
     mlp = {"kind": "gelu", "d_ff": cfg.get("intermediate_size", positive_int), "approximate": _gelu(cfg, "hidden_act"),
            "bias": True}
     form = "parallel_two_norms" if cfg.get("use_parallel_residual", boolean) else "sequential"
-    return _arch(cfg, name, model_type, d, n, heads, _rope(cfg, d // heads), mlp, form, "layer_norm_eps",
-                 qkv_bias=cfg.get("attention_bias", boolean))
+    return _arch(cfg, name, model_type, d, n, heads, _rope(cfg, d // heads), mlp, form,
+                 cfg.get("layer_norm_eps", positive_number), qkv_bias=cfg.get("attention_bias", boolean))
 
 
 def _phi(cfg: Config, name: str, model_type: str) -> Arch:
@@ -109,7 +126,7 @@ def _phi(cfg: Config, name: str, model_type: str) -> Arch:
     mlp = {"kind": "gelu", "d_ff": cfg.get("intermediate_size", positive_int), "approximate": _gelu(cfg, "hidden_act"),
            "bias": True}
     return _arch(cfg, name, model_type, d, n, heads, _rope(cfg, d // heads), mlp, "parallel_one_norm",
-                 "layer_norm_eps", qkv_bias=True)
+                 cfg.get("layer_norm_eps", positive_number), qkv_bias=True)
 
 
 def _falcon(cfg: Config, name: str, model_type: str) -> Arch:
@@ -131,25 +148,63 @@ def _falcon(cfg: Config, name: str, model_type: str) -> Arch:
     bias = cfg.get("bias", boolean)
     mlp = {"kind": "gelu", "d_ff": cfg.get("ffn_hidden_size", positive_int, None) or 4 * d,
            "approximate": _gelu(cfg, "activation"), "bias": bias, "head_bias": False}
-    arch = _arch(cfg, name, model_type, d, n, heads, _rope(cfg, d // heads), mlp, form, "layer_norm_epsilon",
-                 kv_heads=kv_heads, qkv_bias=bias)
+    arch = _arch(cfg, name, model_type, d, n, heads, _rope(cfg, d // heads), mlp, form,
+                 cfg.get("layer_norm_epsilon", positive_number), kv_heads=kv_heads, qkv_bias=bias)
     arch.checkpoint = ({2: "falcon_new", 1: "falcon_new_one_norm"}[norms] if new else
                        "falcon_multi_query" if kv_heads == 1 else "falcon")
     return arch
 
 
-def _expand(form: str, arch: Arch, origin: str):
-    """The decoder through the DSL: ``sequential`` (x + attn(ln1(x)); x + mlp(ln2(x)); GPT-2
-    with learned positions under ``gpt2``), ``parallel_two_norms`` (GPT-NeoX) or
-    ``parallel_one_norm`` (Phi: attn and mlp of one norm); LayerNorms with bias throughout."""
+def _opt(cfg: Config, name: str, model_type: str) -> Arch:
+    d, n = cfg.get("hidden_size", positive_int), cfg.get("num_hidden_layers", layer_count)
+    heads = _heads(cfg, d, "num_attention_heads")
+    _require(cfg, "do_layer_norm_before", True, "OPT-350m's LayerNorms after the residual adds are not "
+             "supported: irc builds OPT's pre-LayerNorm layers")
+    _require(cfg, "_remove_final_layer_norm", False, "irc builds OPT with its final LayerNorm")
+    _require(cfg, "layer_norm_elementwise_affine", True, "irc's LayerNorms have a weight and a bias")
+    if cfg.get("word_embed_proj_dim", positive_int, None) not in (None, d):
+        raise cfg.unsupported("word_embed_proj_dim", cfg.raw("word_embed_proj_dim"),
+                              hint=f"OPT's project_in / project_out are not supported: only {d} (hidden_size)")
+    bias = cfg.get("enable_bias", boolean)
+    activation = cfg.raw("activation_function")
+    if activation != "relu" and (not isinstance(activation, str) or activation not in GELU):
+        raise cfg.unsupported("activation_function", activation, hint=f"OPT's MLP here: relu, {', '.join(GELU)}")
+    mlp = {"kind": "relu"} if activation == "relu" else {"kind": "gelu", "approximate": GELU[activation]}
+    mlp.update(d_ff=cfg.get("ffn_dim", positive_int), bias=bias, position_offset=OPT_POSITION_OFFSET,
+               positions=cfg.get("max_position_embeddings", positive_int) + OPT_POSITION_OFFSET)
+    arch = _arch(cfg, name, model_type, d, n, heads, None, mlp, "sequential", OPT_LAYER_NORM_EPS, qkv_bias=bias)
+    arch.checkpoint = "opt"
+    return arch
+
+
+def _require(cfg: Config, key: str, value: bool, hint: str) -> None:
+    """Refuse a boolean setting other than ``value``."""
+    if cfg.get(key, boolean) != value:
+        raise cfg.unsupported(key, cfg.raw(key), hint=hint)
+
+
+def _mlp(layer, h, mlp: dict):
+    """The dense MLP of ``mlp``'s kind: ReLU (OPT) or GELU, biases with ``bias``."""
+    if mlp["kind"] == "relu":
+        return layer.relu_mlp(h, d_ff=mlp["d_ff"], bias=mlp["bias"])
+    return layer.gelu_mlp(h, d_ff=mlp["d_ff"], bias=mlp["bias"], approximate=mlp["approximate"])
+
+
+def expand(form: str, arch: Arch, origin: str):
+    """The decoder through the DSL: ``sequential`` (x + attn(ln1(x)); x + mlp(ln2(x)); GPT-2's
+    ``gpt2`` and OPT), ``parallel_two_norms`` (GPT-NeoX) or ``parallel_one_norm`` (Phi: attn
+    and mlp of one norm); LayerNorms with bias throughout; learned positions where ``mlp``
+    holds ``positions`` (their rows: ``position_offset`` on, OPT's 2), added after a VLM's
+    image features are merged in (``build.embedded_inputs``: BLIP-2's OPT)."""
     from frontends.dsl import Model
+    from frontends.hf.build import embedded_inputs
 
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps, mlp = arch.attention, arch.norm_eps, arch.mlp
     with m.at(origin):
-        x = m.embed(m.input_ids())
-        if form == "gpt2":
-            x = m.embed_positions(x, mlp["positions"])
+        x = embedded_inputs(m, arch)
+        if "positions" in mlp:
+            x = m.embed_positions(x, mlp["positions"], offset=mlp.get("position_offset", 0))
         for layer, spec in zip(m.layers(arch.n_layers), arch.layers):
             rope = dsl_rope(spec.rope)
             h = layer.layer_norm(x, "attn_norm", eps)
@@ -157,12 +212,11 @@ def _expand(form: str, arch: Arch, origin: str):
                                 qkv_bias=a.qkv_bias, out_bias=a.qkv_bias)
             if form.startswith("parallel"):
                 h2 = h if form == "parallel_one_norm" else layer.layer_norm(x, "mlp_norm", eps)
-                f = layer.gelu_mlp(h2, d_ff=mlp["d_ff"], bias=mlp["bias"], approximate=mlp["approximate"])
+                f = _mlp(layer, h2, mlp)
                 x = x + m.add(y, f, f"{layer.prefix}branches")
                 continue
             x = x + y
-            x = x + layer.gelu_mlp(layer.layer_norm(x, "mlp_norm", eps), d_ff=mlp["d_ff"], bias=mlp["bias"],
-                                   approximate=mlp["approximate"])
+            x = x + _mlp(layer, layer.layer_norm(x, "mlp_norm", eps), mlp)
         m.logits(m.layer_norm(x, "norm", eps), tied=arch.tied, bias=mlp.get("head_bias", form == "parallel_one_norm"))
     return m.graph
 
@@ -226,17 +280,18 @@ def _conv1d(name: str):
     return lambda arch, prefix: View(prefix + name, transpose=True)
 
 
-def _gpt2_resolve(arch: Arch, param: str, checkpoint):
-    """GPT-2 checkpoints saved from the base model (openai-community/gpt2) name their
-    tensors without ``transformer.``: the same source under the shorter names where the
-    checkpoint has them (``build.attach_weights`` asks; None: the layout's names)."""
+def _base_model_resolve(arch: Arch, param: str, checkpoint, prefix: str):
+    """Checkpoints saved from the base model (openai-community/gpt2, facebook/opt-*) name
+    their tensors without ``prefix`` (``transformer.``, ``model.``): the same source under
+    the shorter names where the checkpoint has them (``build.attach_weights`` asks; None:
+    the layout's names)."""
     from frontends.hf.families import checkpoint_source
     from frontends.hf.weights import Tensor
 
     source = checkpoint_source(arch, param)
     if all(name in checkpoint.files for name in source.names()):
         return None
-    short = [name.removeprefix("transformer.") for name in source.names()]
+    short = [name.removeprefix(prefix) for name in source.names()]
     if not all(name in checkpoint.files for name in short):
         return None
     if isinstance(source, View):
@@ -253,7 +308,7 @@ LAYOUTS = {
              "attn.wo": _conv1d("attn.c_proj.weight"), "attn.bo": "attn.c_proj.bias",
              "mlp.w_up": _conv1d("mlp.c_fc.weight"), "mlp.b_up": "mlp.c_fc.bias",
              "mlp.w_down": _conv1d("mlp.c_proj.weight"), "mlp.b_down": "mlp.c_proj.bias",
-             "_prefix": "transformer.h.", "_resolve": _gpt2_resolve,
+             "_prefix": "transformer.h.", "_resolve": partial(_base_model_resolve, prefix="transformer."),
              "_spare_suffixes": (".attn.bias", ".attn.masked_bias"),  # old checkpoints' causal-mask buffers
              "_top": {"embed": "transformer.wte.weight", "embed_positions": "transformer.wpe.weight",
                       "norm": "transformer.ln_f.weight", "norm.bias": "transformer.ln_f.bias"}},
@@ -275,10 +330,20 @@ LAYOUTS = {
                      "norm.bias": "model.final_layernorm.bias", "lm_head": "lm_head.weight",
                      "lm_head.bias": "lm_head.bias"}},
 }
+_OPT_LN = {"attn_norm": "self_attn_layer_norm", "mlp_norm": "final_layer_norm"}
+LAYOUTS["opt"] = {
+    **{f"{k}{s}": f"{v}.{w}" for k, v in _OPT_LN.items() for s, w in (("", "weight"), (".bias", "bias"))},
+    **{f"attn.{w}{x}": f"self_attn.{x}_proj.{n}" for x in "qkv" for w, n in (("w", "weight"), ("b", "bias"))},
+    "attn.wo": "self_attn.out_proj.weight", "attn.bo": "self_attn.out_proj.bias",
+    "mlp.w_up": "fc1.weight", "mlp.b_up": "fc1.bias", "mlp.w_down": "fc2.weight", "mlp.b_down": "fc2.bias",
+    "_prefix": "model.decoder.layers.", "_resolve": partial(_base_model_resolve, prefix="model."),
+    "_top": {"embed": "model.decoder.embed_tokens.weight", "embed_positions": "model.decoder.embed_positions.weight",
+             "norm": "model.decoder.final_layer_norm.weight", "norm.bias": "model.decoder.final_layer_norm.bias",
+             "lm_head": "lm_head.weight"}}
 LAYOUTS.update({"falcon": _falcon_layout("multi_head", _FALCON_OLD),
                 "falcon_multi_query": _falcon_layout("multi_query", _FALCON_OLD),
                 "falcon_new": _falcon_layout("new", {"attn_norm": "ln_attn", "mlp_norm": "ln_mlp"}),
                 "falcon_new_one_norm": _falcon_layout("new", {"attn_norm": "input_layernorm"})})
-FAMILIES = {"gpt2": _gpt2, "gpt_neox": _gpt_neox, "phi": _phi, "falcon": _falcon}
+FAMILIES = {"gpt2": _gpt2, "gpt_neox": _gpt_neox, "phi": _phi, "falcon": _falcon, "opt": _opt}
 
 __all__ = ["DEFAULTS", "FAMILIES", "LAYOUTS"]

@@ -16,6 +16,10 @@ dinov2_with_registers    DINOv2 plus ``num_register_tokens`` learned tokens afte
 clip_vision_model        patches (no bias) + class embedding + positions, ``pre_layrnorm``,
                          layers with quick_gelu MLPs; last_hidden_state unnormed,
                          pooler_output = ``post_layernorm`` of the CLS state
+blip_2_vision_model      BLIP-2's ViT: patches (bias) + class embedding + positions, the fused
+                         ``qkv`` with ``q_bias`` and ``v_bias`` (the key's bias zero), GELU MLPs;
+                         last_hidden_state = ``post_layernorm``(x); pooler_output: the class
+                         state through ``post_layernorm`` again (transformers applies it twice)
 siglip_vision_model      patches (bias) + positions, no class token; gelu tanh MLPs;
                          last_hidden_state = ``post_layernorm``(x); pooler_output: the
                          attention-pooling head (``vision_use_head``), else none
@@ -47,7 +51,7 @@ import numpy as np
 
 from frontends.dsl_vision import VisionSpec, build_vit
 from frontends.hf.config import Config, NestedConfig
-from frontends.hf.weights import Checkpoint, Source, Tensor, View, attach_sources
+from frontends.hf.weights import Checkpoint, Source, Tensor, View, Zeros, attach_sources
 from irc.errors import SpecError
 from irc.graph import Graph, Param
 from irc.yamlloc import boolean, positive_int, positive_number
@@ -64,6 +68,8 @@ DEFAULTS = {
                           "patch_size": 32},
     "siglip_vision_model": {**_VIT, "intermediate_size": 3072, "hidden_act": "gelu_pytorch_tanh",
                             "layer_norm_eps": 1e-6, "patch_size": 16, "vision_use_head": True},
+    "blip_2_vision_model": {**_VIT, "hidden_size": 1408, "intermediate_size": 6144, "num_hidden_layers": 39,
+                            "num_attention_heads": 16, "patch_size": 14, "layer_norm_eps": 1e-6},
     "clip": {"projection_dim": 512}, "siglip": {},  # dual encoders: their towers' are the two above
 }
 TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}  # dual encoder -> its image tower
@@ -107,6 +113,12 @@ LAYOUTS = {
               "position_embeddings": "embeddings.position_embedding.weight", "pre_norm": "pre_layrnorm.weight",
               "pre_norm.bias": "pre_layrnorm.bias", "post_norm": "post_layernorm.weight",
               "post_norm.bias": "post_layernorm.bias"}),
+    "blip": ("encoder.layers.", {**_CLIP_LAYER, "attn.wo": "self_attn.projection.weight",
+                                 "attn.bo": "self_attn.projection.bias"},
+             {"patch_embed": "embeddings.patch_embedding.weight", "patch_embed.bias": "embeddings.patch_embedding.bias",
+              "cls_token": "embeddings.class_embedding", "position_embeddings": "embeddings.position_embedding",
+              "norm": "post_layernorm.weight", "norm.bias": "post_layernorm.bias",
+              "post_norm": "post_layernorm.weight", "post_norm.bias": "post_layernorm.bias"}),
     "siglip": ("encoder.layers.", _CLIP_LAYER,
                {"patch_embed": "embeddings.patch_embedding.weight",
                 "patch_embed.bias": "embeddings.patch_embedding.bias",
@@ -115,11 +127,13 @@ LAYOUTS = {
 }
 LAYOUT = {"vit": "vit", "dinov2": "dinov2", "dinov2_with_registers": "dinov2", "clip_vision_model": "clip",
           "siglip_vision_model": "siglip", "clip": "clip", "siglip": "siglip",
-          "idefics3_vision": "siglip", "smolvlm_vision": "siglip"}  # the last two: VLM towers (frontends.hf.vlm)
+          "idefics3_vision": "siglip", "smolvlm_vision": "siglip",  # these and BLIP-2's: VLM towers (frontends.hf.vlm)
+          "blip_2_vision_model": "blip"}
 SIGLIP_LIKE = ("siglip_vision_model", "idefics3_vision", "smolvlm_vision")
 ROOT_NAMES = {"visual_projection": "visual_projection.weight"}  # a dual encoder's, beside its towers
 RESHAPED = ("cls_token", "registers", "position_embeddings")  # stored [1, n, d] or [d]: read as [n, d]
 SPARE = ("embeddings.mask_token",)  # DINOv2's pretraining mask: no base model's inference reads it
+BLIP_QKV = tuple(f"attn.{kind}{part}" for kind in "wb" for part in "qkv")  # from its fused qkv (_blip_qkv)
 PACKED = {"q": 0, "k": 1, "v": 2}  # rows of torch.nn.MultiheadAttention's in_proj (SigLIP's head)
 
 
@@ -242,12 +256,14 @@ def processor_size(folder: str):
     return None
 
 
-def checkpoint_source(model_type: str, param: Param, prefix: str) -> Source:
+def checkpoint_source(model_type: str, param: Param, prefix: str, files=()) -> Source:
     """Where ``param`` is in the checkpoint: one tensor, or for SigLIP's head q, k or v (and
     their biases) the rows of torch's packed in-projection, q|k|v."""
     name = param.name
     if name in ROOT_NAMES:
         return Tensor(ROOT_NAMES[name])
+    if LAYOUT[model_type] == "blip" and name.startswith("layers.") and name.split(".", 2)[2] in BLIP_QKV:
+        return _blip_qkv(name, param.shape, prefix, files)
     packed = PACKED.get(name.rsplit(".", 1)[-1][1:]) if name.startswith("head.attention.") else None
     if packed is None:
         stored = prefix + checkpoint_name(model_type, name)
@@ -257,6 +273,18 @@ def checkpoint_source(model_type: str, param: Param, prefix: str) -> Source:
     d = param.shape[0]
     stored = "in_proj_weight" if name.rsplit(".", 1)[-1][0] == "w" else "in_proj_bias"
     return View(f"{prefix}head.attention.{stored}", rows=range(packed * d, (packed + 1) * d))
+
+
+def _blip_qkv(name: str, shape: tuple, prefix: str, files) -> Source:
+    """BLIP-2's q, k or v: rows of the fused ``self_attn.qkv``; their biases rows of its bias as
+    transformers 5 saves it, or the hub's ``q_bias`` and ``v_bias`` with the key's zero (what
+    transformers makes of them: q_bias | 0 | v_bias)."""
+    index, kind, part = name.split(".")[1], name[-2], name[-1]
+    layer = f"{prefix}encoder.layers.{index}.self_attn."
+    rows = range("qkv".index(part) * shape[0], ("qkv".index(part) + 1) * shape[0])
+    if kind == "w" or f"{layer}qkv.bias" in files:
+        return View(f"{layer}qkv.{'weight' if kind == 'w' else 'bias'}", rows=rows)
+    return Zeros(shape) if part == "k" else Tensor(f"{layer}{part}_bias")
 
 
 def _activation(cfg: Config) -> str:
@@ -296,6 +324,8 @@ def vision_spec(cfg: Config, model_type: str, pooler: bool = True) -> VisionSpec
     elif model_type in SIGLIP_LIKE:
         spec.class_token = False
         spec.pooler = "attention" if cfg.get("vision_use_head", boolean) else "none"
+    elif model_type == "blip_2_vision_model":  # the pooled class state goes through post_layernorm twice
+        spec.pooler = "class_token_norm"
     elif model_type == "vit":
         spec.pooler = "none"
         if pooler:
@@ -348,7 +378,7 @@ def attach_vision_weights(graph: Graph, checkpoint: Checkpoint, spare=lambda nam
     tower = {n for n in checkpoint.files if n.startswith(prefix) and n[len(prefix):].split(".")[0] in
              ("embeddings", "encoder", "layernorm", "pre_layrnorm", "post_layernorm", "head")}
     attach_sources([p for p in graph.params.values() if p.data is None], checkpoint,
-                   lambda name, shape: checkpoint_source(model_type, graph.params[name], prefix),
+                   lambda name, shape: checkpoint_source(model_type, graph.params[name], prefix, checkpoint.files),
                    spare=lambda n: n not in tower or n[len(prefix):] in SPARE or spare(n))
 
 

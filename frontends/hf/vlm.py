@@ -40,6 +40,8 @@ qwen2_vl   Qwen-VL's own tower on the processor's flattened patches and ``image_
 qwen2_5_vl Qwen2 decoder with multimodal RoPE: ``frontends.hf.vlm_qwen``
 mistral3   Pixtral and Mistral-3's projector on an image of any size, a Mistral decoder:
            ``frontends.hf.vlm_mistral3``
+blip-2     BLIP-2's ViT, the Q-Former's ``num_query_tokens`` queries and the language projection,
+           an OPT decoder, the image's tokens before the prompt: ``frontends.hf.vlm_blip2``
 =========  =========================================================================================
 
 ``load_vlm`` returns the decoder graph, which takes ``image_features`` f32 [I, d] beside its
@@ -64,11 +66,12 @@ from typing import Callable, Optional
 from frontends.dsl import ArgError, Model
 from frontends.dsl_vision import Features, build_image_features
 from frontends.hf.build import attach_weights, build_graph
-from frontends.hf import families_delta
+from frontends.hf import families_classic, families_delta
+from frontends.hf import vlm_blip2 as blip2
 from frontends.hf import vlm_mistral3 as mistral3
 from frontends.hf import vlm_qwen as qwen
 from frontends.hf.config import Config, NestedConfig, int_list
-from frontends.hf.families import describe
+from frontends.hf.families import checkpoint_source, describe
 from frontends.hf.generation import generation_meta
 from frontends.hf.vision import DEFAULTS as TOWER_DEFAULTS
 from frontends.hf.vision import GELU, attach_vision_weights, vision_spec
@@ -90,6 +93,7 @@ DEFAULTS = {  # transformers 5.25's LlavaConfig, Gemma3Config, Idefics3Config an
     "smolvlm": {"image_token_id": 128257, "scale_factor": 2, "tie_word_embeddings": False},
     **{kind: dict(qwen.DEFAULTS[kind]) for kind in qwen.TYPES},
     "mistral3": dict(mistral3.DEFAULTS),
+    "blip-2": dict(blip2.DEFAULTS),
 }
 FAMILIES = tuple(DEFAULTS)
 _SIGLIP_SO400M = {**TOWER_DEFAULTS["siglip_vision_model"], "hidden_size": 1152, "num_hidden_layers": 12,
@@ -113,8 +117,8 @@ TEXT_DEFAULTS = {
     **qwen.TEXT_DEFAULTS,
 }
 STRATEGIES = ("default", "full")
-# the text decoders that merge image features: the shared loop's (None) and Qwen3.5's hybrid
-IMAGE_EXPANDERS = (None, families_delta.expand)
+# the text decoders that merge image features: the shared loop's (None), Qwen3.5's hybrid, the classics' (OPT)
+IMAGE_EXPANDERS = (None, families_delta.expand, families_classic.expand)
 # viewed prefix -> stored prefix, the first that matches wins: how each family's checkpoints
 # name the text model (seen as the text family's own names), the tower and the projector,
 # transformers 5's in-memory names and 4.x's (what save_pretrained and the hub hold)
@@ -272,6 +276,9 @@ FAMILY = {
                        attach_tower=mistral3.attach_tower,
                        layout=lambda cfg, token: mistral3.image_prompt(token, dict(mistral3.BREAKS),
                                                                        cfg.get("spatial_merge_size", positive_int))),
+    "blip-2": Family("opt", ("blip_2_vision_model",), {"model_type": "blip_2_vision_model"},
+                     lambda cfg, spec: Features(post_norm=True, projector="qformer", qformer=blip2.qformer_spec(cfg)),
+                     "image_token_index", blip2.NAMES, layout=lambda cfg, token: _laid(token, "prepend")),
     **{kind: Family(f"{kind}_text", (f"{kind}_vision",), qwen.TOWER_DEFAULTS[kind], None, "image_token_id",
                     (qwen.TEXT_NAMES, qwen.TOWER_NAMES, []), tower=qwen.build_tower, attach_tower=qwen.attach_tower,
                     layout=_qwen_layout)
@@ -297,7 +304,7 @@ def _text(cfg: Config, name: str):
     # a decoder whose RoPE reads three position axes (Qwen-VL's)
     mrope = qwen.text_mrope(model_type, text) if model_type in qwen.TYPES else None
     arch = describe(text, name)
-    if arch.expand not in IMAGE_EXPANDERS or arch.encoder is not None:
+    if getattr(arch.expand, "func", arch.expand) not in IMAGE_EXPANDERS or arch.encoder is not None:
         raise text.unsupported("model_type", arch.model_type,
                                hint="irc builds a VLM's text model with the decoder most families share")
     for spec in arch.layers if mrope is not None else ():
@@ -325,7 +332,8 @@ def _text(cfg: Config, name: str):
 
 PROJECTOR = {"gemma3": {"projector.norm": "projector.mm_soft_emb_norm.weight",
                         "projector.proj": "projector.mm_input_projection_weight"},
-             "paligemma": {"projector.proj": "projector.linear.weight", "projector.proj.bias": "projector.linear.bias"}}
+             "paligemma": {"projector.proj": "projector.linear.weight", "projector.proj.bias": "projector.linear.bias"},
+             "blip-2": blip2.projector_source}
 
 
 def _attach_projector(graph: Graph, view: Checkpoint, model_type: str, checkpoint: Checkpoint) -> None:
@@ -334,6 +342,8 @@ def _attach_projector(graph: Graph, view: Checkpoint, model_type: str, checkpoin
     names = PROJECTOR.get(model_type, {})
 
     def source(name: str, shape: tuple) -> Tensor:
+        if callable(names):  # a projector of its own names (BLIP-2's Q-Former)
+            return names(name, shape)
         stored = names.get(name) or (name if name.endswith(".bias") else name + ".weight")
         # Gemma 3 stores its projection [d_vision, d_text], applied as x @ W
         return View(stored, transpose=True) if stored.endswith("_projection_weight") else Tensor(stored)
@@ -375,7 +385,7 @@ def load_vlm(folder: str, cfg: Config, weights: bool) -> Graph:
     if checkpoint is not None:
         if cfg.has("quantization_config"):
             raise cfg.error("quantization_config", "quantized checkpoints are not supported")
-        arch.dtype = str(PrefixView(checkpoint, names[0]).dtype("model.embed_tokens.weight"))
+        arch.dtype = str(PrefixView(checkpoint, names[0]).dtype(checkpoint_source(arch, "embed").names()[0]))
     graph = build_graph(arch, text)
     graph.meta.update(generation_meta(folder, cfg.data))
     graph.meta["model_type"] = cfg.data["model_type"]

@@ -319,6 +319,26 @@ class FusedExperts(Tensor):
         return f"{self.name}[experts, {self.part}]"
 
 
+class Zeros(Source):
+    """A param the checkpoint leaves implicit, all zeros (BLIP-2's key bias: its fused qkv bias is
+    q_bias | 0 | v_bias); it reads no tensor."""
+
+    def __init__(self, shape: tuple):
+        self.wanted = list(shape)
+
+    def names(self) -> list[str]:
+        return []
+
+    def shape(self, checkpoint: Checkpoint) -> list[int]:
+        return self.wanted
+
+    def rows(self, checkpoint: Checkpoint, start: int, stop: int) -> np.ndarray:
+        return np.zeros([stop - start] + self.wanted[1:], np.float32)
+
+    def __repr__(self) -> str:
+        return f"zeros{self.wanted}"
+
+
 class Stack(Source):
     """Equal-shaped tensors stacked on a new first axis (per-expert weights -> [E, ...])."""
 

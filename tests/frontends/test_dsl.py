@@ -180,3 +180,34 @@ def test_floats_are_normalised():
         m.logits(x)
         return print_graph(m.graph)
     assert build(10000) == build(1e4)
+
+
+def test_learned_positions_offset_and_relu_mlp():
+    """``embed_positions(offset=2)`` reads row position + 2 (OPT's table); ``relu_mlp`` is
+    fc2(relu(fc1(x) + b1)) + b2 as primitives."""
+    import numpy as np
+    from irc.interpreter import Interpreter
+
+    m = Model("optish", vocab=8, d_model=4)
+    x = m.embed_positions(m.embed(m.input_ids()), positions=7, offset=2)
+    layer = next(m.layers(1))
+    x = x + layer.relu_mlp(x, d_ff=6, bias=True)
+    m.logits(x, tied=True)
+    g = m.graph
+    verify(g)
+    assert g.meta["mlp"] == "relu" and g.meta["d_ff"] == 6
+    assert {n.op for n in g.nodes} >= {"maximum", "linear"} and "gelu_mlp" not in {n.op for n in g.nodes}
+    rng = np.random.default_rng(0)
+    for param in g.params.values():
+        param.data = rng.standard_normal(param.shape).astype(np.float32)
+    ids, positions = np.array([[3, 1, 5]]), np.array([[0, 1, 4]])
+    logits = Interpreter(g).run({"input_ids": ids, "attention_mask": np.ones((1, 3), np.int64),
+                                 "position_ids": positions})["logits"]
+    p = {name: param.data for name, param in g.params.items()}
+    h = p["embed"][ids] + p["embed_positions"][positions + 2]
+    up = np.maximum(h @ p["layers.0.mlp.w_up"].T + p["layers.0.mlp.b_up"], 0)
+    h = h + up @ p["layers.0.mlp.w_down"].T + p["layers.0.mlp.b_down"]
+    np.testing.assert_allclose(logits, h @ p["embed"].T, rtol=1e-5, atol=1e-5)
+    short = Model("short", vocab=8, d_model=4)
+    with pytest.raises(ArgError, match="offset: expected an integer in"):
+        short.embed_positions(short.embed(short.input_ids()), positions=2, offset=2)

@@ -17,7 +17,7 @@ FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smoll
             "ministral-windows", "olmo2-post-norms", "olmo3-windows", "olmoe-top2", "starcoder2-biases-window",
             "gpt2-learned-positions", "gpt-neox-parallel", "phi-parallel-head-bias", "cohere-parallel-logit-scale",
             "cohere-qk-norm", "cohere2-nope-global", "glm4-sandwich-partial-rotary", "falcon-7b-multi-query",
-            "falcon-40b-new-arch-biases", "olmo-plain-norms-clip", "ministral3-llama4-scale-yarn"]
+            "falcon-40b-new-arch-biases", "olmo-plain-norms-clip", "ministral3-llama4-scale-yarn", "opt-relu-tied"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -49,6 +49,13 @@ BAD = [  # (config.json, the key named, a fragment of the message)
     ({"model_type": "falcon", **SMALL, "alibi": True}, "alibi", "ALiBi"),
     ({"model_type": "falcon", **SMALL, "new_decoder_architecture": True, "num_kv_heads": 3}, "num_kv_heads",
      "not divisible by 3 kv heads"),
+    ({"model_type": "opt", **SMALL, "do_layer_norm_before": False}, "do_layer_norm_before", "OPT-350m"),
+    ({"model_type": "opt", **SMALL, "word_embed_proj_dim": 16}, "word_embed_proj_dim", "project_in"),
+    ({"model_type": "opt", **SMALL, "layer_norm_elementwise_affine": False}, "layer_norm_elementwise_affine",
+     "false is not supported"),
+    ({"model_type": "opt", **SMALL, "_remove_final_layer_norm": True}, "_remove_final_layer_norm",
+     "true is not supported"),
+    ({"model_type": "opt", **SMALL, "activation_function": "silu"}, "activation_function", '"silu" is not supported'),
     ({"model_type": "cohere", **SMALL, "attention_bias": True}, "attention_bias", "no such bias"),
     ({"model_type": "cohere2", **SMALL, "layer_types": ["sliding_attention"] * 3}, "layer_types", "3 entries for 2"),
 ]
@@ -64,6 +71,22 @@ def test_gpt2_reads_the_base_models_names(models, tmp_path):  # noqa: F811
     tensors = {name.removeprefix("transformer."): value for name, value in load_file(folder / "model.safetensors").items()}
     tensors.update({f"h.{i}.attn.bias": np.tril(np.ones((1, 1, 64, 64), np.float32)) for i in range(2)})
     save_file(tensors, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text((folder / "config.json").read_text())
+    want, got = load_spec(folder), load_spec(tmp_path)
+    for name, param in want.params.items():
+        np.testing.assert_array_equal(got.params[name].array(), param.array(), err_msg=name)
+
+
+def test_opt_reads_the_base_models_names(models, tmp_path):  # noqa: F811
+    """facebook/opt-* checkpoints, saved from ``OPTModel``, name their tensors without
+    ``model.`` (``decoder.layers.0.fc1.weight``): the same graph."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    _, folder = models("opt-relu-tied")
+    tensors = load_file(folder / "model.safetensors")
+    assert all(name.startswith("model.decoder.") for name in tensors)
+    save_file({name.removeprefix("model."): value for name, value in tensors.items()}, tmp_path / "model.safetensors")
     (tmp_path / "config.json").write_text((folder / "config.json").read_text())
     want, got = load_spec(folder), load_spec(tmp_path)
     for name, param in want.params.items():

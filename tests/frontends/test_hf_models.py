@@ -116,6 +116,11 @@ CASES = {  # name: (config class, overrides of SMALL)
     "falcon-sequential-mha": ("FalconConfig", dict(multi_query=False, parallel_attn=False, bos_token_id=1,
                                                    eos_token_id=2)),
     "phi-parallel-head-bias": ("PhiConfig", dict(num_key_value_heads=4, bos_token_id=1, eos_token_id=2)),
+    # OPT: its position table starts 2 rows in; for padding, transformers' own positions pick row 1
+    "opt-relu-tied": ("OPTConfig", dict(ffn_dim=48, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "opt-untied-no-bias-gelu": ("OPTConfig", dict(hidden_size=48, ffn_dim=40, enable_bias=False,
+                                                  activation_function="gelu", tie_word_embeddings=False,
+                                                  pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # families_cohere
     "cohere-parallel-logit-scale": ("CohereConfig", dict(logit_scale=0.5, bos_token_id=1, eos_token_id=2)),
     "cohere-qk-norm": ("CohereConfig", dict(use_qk_norm=True, logit_scale=0.5, bos_token_id=1, eos_token_id=2)),
