@@ -1,32 +1,40 @@
-"""Vision-language models, tool by tool, on the same tiny random twins; then the vision model's
-latency per image at LLaVA-1.5's size. Prints tables; asserts nothing.
+"""Vision-language models, tool by tool, on the same tiny random twins; then the vision models'
+latency per image. Prints tables; asserts nothing.
 
 The twins are ``tests/frontends/test_hf_vlm.py``'s ``CASES`` (LLaVA with a CLIP tower, LLaVA
-with a SigLIP tower and a Qwen2 text model, Gemma 3, PaliGemma, Idefics3, SmolVLM) and
-``tests/frontends/test_hf_qwen_vl.py``'s (Qwen2-VL, Qwen2.5-VL: fed their image grids and the
-decoder its 3-D positions where it declares them), ``test_hf_llava_next.py``'s and
-``test_hf_mistral3.py``'s (an image of 20 x 37 and 16 x 24 pixels), saved by transformers 5.25 and renamed to
-the layout the hub's checkpoints have (``hub-4.x``: ``language_model.model.``,
-``vision_tower.vision_model.``, ``multi_modal_projector.``). Each tool gets that folder and is held
-to transformers on a prompt with one image (Gemma 3 with its ``token_type_ids``, so one
-image's tokens see each other): the last position's logits, max relative error, and for
+with a SigLIP tower and a Qwen2 text model, Gemma 3, PaliGemma, Idefics3, SmolVLM, BLIP-2 with
+a Q-Former and OPT: its image's tokens before the prompt) and
+``tests/frontends/test_hf_qwen_vl.py``'s (Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE with
+DeepStack, Qwen3.5 and Qwen3.5-MoE with their hybrid DeltaNet decoders: fed their image grids
+and the decoder its 3-D positions where it declares them, zero recurrent states beside empty
+caches), ``test_hf_llava_next.py``'s and ``test_hf_mistral3.py``'s (an image of 20 x 37 and
+16 x 24 pixels). The ``CASES`` twins, saved by transformers 5.25, are renamed to the layout the
+hub's checkpoints have (``hub-4.x``: ``language_model.model.``, ``vision_tower.vision_model.``,
+``multi_modal_projector.``; BLIP-2's hub names are transformers 5's). Each tool gets that folder
+and is held to transformers on a prompt with one image (Gemma 3 with its ``token_type_ids``, so
+one image's tokens see each other): the last position's logits, max relative error, and for
 onnxruntime-genai 16 greedy tokens.
 
 - irc: the reference interpreter; ``--target onnx`` and ``onnx-ort`` (vision, embedding and
   decoder models in ONNX Runtime); onnxruntime-genai 0.18 on the ``onnx-ort`` folder where
-  genai runs the type (gemma3);
+  genai runs the type (gemma3, mistral3, the Qwen-VLs and Qwen3.5s: the folder has
+  ``preprocessor_config.json``);
 - mobius-onnx 0.1.0: ``mobius build --config DIR --dtype f32``, its vision_encoder,
   embedding and decoder models run the same way;
 - onnxruntime-genai's builder 0.18: ``-p fp32 -e cpu`` (it exports a VLM's text decoder only).
 
 A cell says ``exact`` (<= 1e-4), ``wrong (error)`` or ``refused: <the last line of its error>``.
-``--latency``: LLaVA-1.5-7B's vision model (CLIP ViT-L/14-336 to hidden_states[-2], the class
-token dropped, the projector: 576 tokens of 4096) and Qwen2.5-VL-7B's (a 448 x 448 image: 1,024
-patches through 32 layers, windows of 8 x 8 patches, the merger: 256 tokens of 3584) per image, median of 5 after a warm-up, 2
-threads: irc's ``onnx-ort`` model in ONNX Runtime against PyTorch eager (transformers'
-CLIPVisionModel and LlavaMultiModalProjector), random weights (the time does not depend on them).
+``--latency [ROWS]``: LLaVA-1.5-7B's vision model (CLIP ViT-L/14-336 to hidden_states[-2], the
+class token dropped, the projector: 576 tokens of 4096), Qwen2.5-VL-7B's (a 448 x 448 image:
+1,024 patches through 32 layers, windows of 8 x 8 patches, the merger: 256 tokens of 3584) and
+Qwen3-VL-8B's (a 448 x 448 image: 784 patches of 16 through 27 layers, the merger and
+DeepStack's mergers after layers 8, 16 and 24: 196 tokens of 4 x 4096) per image, median of 5
+after a warm-up, 2 threads: irc's ``onnx-ort`` model in ONNX Runtime against PyTorch eager
+(transformers' CLIPVisionModel and LlavaMultiModalProjector, Qwen2.5-VL's tower,
+Qwen3VLVisionModel), random weights (the time does not depend on them).
 
-    python benchmarks/vlm_twins.py [--only NAME,NAME] [--latency]
+    python benchmarks/vlm_twins.py [--only NAME,NAME] [--latency [llava-1.5-7b,qwen2.5-vl-7b,qwen3-vl-8b]]
+                                   [--no-twins]
 """
 from __future__ import annotations
 
@@ -58,6 +66,15 @@ def last_line(text: str) -> str:
     return ((errors or lines or ["no output"])[-1])[:160].replace("|", "/")
 
 
+def empty_states(decoder) -> dict:
+    """Zero-length caches [1, kv, 0, D] and zero recurrent states (Qwen3.5's conv_state [1, C, K-1],
+    recurrent_state [1, H, dk, dv]) for a decoder session's past_key_values inputs, from its
+    ONNX shapes: batch 1, any other symbolic axis (the past length) 0."""
+    return {v.name: np.zeros([1 if i == 0 else d if isinstance(d, int) else 0 for i, d in enumerate(v.shape)],
+                             np.float16 if v.type == "tensor(float16)" else np.float32)
+            for v in decoder.get_inputs() if v.name.startswith("past_key_values.")}
+
+
 def three_models(paths: dict, ids, pixel_values, want, extra: dict = None) -> str:
     """vision -> embedding -> decoder in ONNX Runtime (empty caches): the last logits' verdict
     (``extra``: more vision inputs, fed to a model that declares them: LLaVA-NeXT's
@@ -70,12 +87,9 @@ def three_models(paths: dict, ids, pixel_values, want, extra: dict = None) -> st
     features = sessions["vision"].run(None, {v.name: fed[v.name] for v in sessions["vision"].get_inputs()
                                              if v.name in fed})[0]
     embeds = sessions["embedding"].run(None, {"input_ids": ids, "image_features": features})[0]
-    feeds = {"inputs_embeds": embeds, "input_ids": ids, "attention_mask": np.ones_like(ids),
-             "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None]}
     decoder = sessions["decoder"]
-    for value in decoder.get_inputs():
-        if value.name.startswith("past_key_values."):
-            feeds[value.name] = np.zeros([1, value.shape[1], 0, value.shape[3]], np.float32)
+    feeds = {"inputs_embeds": embeds, "input_ids": ids, "attention_mask": np.ones_like(ids),
+             "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None], **empty_states(decoder)}
     names = {value.name for value in decoder.get_inputs()}
     logits = decoder.run(["logits"], {k: v for k, v in feeds.items() if k in names})[0]
     return verdict(relative_error(logits[:, -1], want[:, -1]))
@@ -115,6 +129,8 @@ def mobius_cell(folder: str, tmp: str, ids, pixel_values, want, grids=None, extr
                            "--dtype", "f32", out], capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         return f"refused: {last_line(done.stderr + done.stdout)}"
+    if not os.path.isdir(os.path.join(out, "vision_encoder")):  # a text model's package
+        return f"text model only ({onnx_files(out)}): no vision or embedding model"
     paths = {k: os.path.join(out, d, "model.onnx") for k, d in (("vision", "vision_encoder"), ("embedding", "embedding"),
                                                                  ("decoder", "decoder"))}
     try:
@@ -130,8 +146,11 @@ def builder_cell(folder: str, tmp: str) -> str:
                            "fp32", "-e", "cpu"], capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         return f"refused: {last_line(done.stderr + done.stdout)}"
-    written = sorted(f for f in os.listdir(out) if f.endswith(".onnx"))
-    return f"text decoder only ({', '.join(written)}): no vision or embedding model"
+    return f"text decoder only ({onnx_files(out)}): no vision or embedding model"
+
+
+def onnx_files(out: str) -> str:
+    return ", ".join(sorted(f for f in os.listdir(out) if f.endswith(".onnx")))
 
 
 def twins_table(only: str) -> None:
@@ -146,8 +165,10 @@ def twins_table(only: str) -> None:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             model, saved = t.build(name, Path(tmp) / "saved")
-            folder = t.relaid(saved, Path(tmp) / "hub", "hub-4.x")
-            processor = transformers.Gemma3ImageProcessorPil if name == "gemma3" else transformers.CLIPImageProcessor
+            # BLIP-2's hub names are transformers 5's: no renaming
+            folder = saved if name == "blip-2" else t.relaid(saved, Path(tmp) / "hub", "hub-4.x")
+            processor = getattr(transformers, {"gemma3": "Gemma3ImageProcessorPil", "blip-2": "BlipImageProcessor"}.get(
+                name, "CLIPImageProcessor"))
             size = model.config.vision_config.image_size
             processor(size={"height": size, "width": size}).save_pretrained(folder)  # what genai's config is made from
             ids, pixel_values = t.prompt(model, 1), t.pixels(model, 1)
@@ -184,10 +205,8 @@ def qwen_models(paths: dict, ids, pixel_values, grids, want) -> str:
     shapes = {v.name: v.shape for v in decoder.get_inputs()}
     positions = mrope_positions(ids, grids, QWEN_IMAGE, 2)[0]
     feeds = {"inputs_embeds": embeds, "input_ids": ids, "attention_mask": np.ones_like(ids),
-             "position_ids": positions if len(shapes.get("position_ids", [])) == 3 else positions[0]}
-    for name, shape in shapes.items():
-        if name.startswith("past_key_values."):
-            feeds[name] = np.zeros([1, shape[1], 0, shape[3]], np.float32)
+             "position_ids": positions if len(shapes.get("position_ids", [])) == 3 else positions[0],
+             **empty_states(decoder)}
     logits = decoder.run(["logits"], {k: v for k, v in feeds.items() if k in shapes})[0]
     return verdict(relative_error(logits[:, -1], want[:, -1]))
 
@@ -314,33 +333,54 @@ def median_ms(run, rounds: int = 5) -> float:
     return 1000 * statistics.median(times)
 
 
-def latency_table() -> None:
-    """LLaVA-1.5-7B's vision model per image: irc onnx-ort in ONNX Runtime vs PyTorch eager."""
-    import torch
-    import transformers
-
+def irc_vision_ms(folder: str, feeds: dict) -> tuple:
+    """The folder's vision model: its FLOPs per image (irc's analysis) and irc ``onnx-ort``'s
+    median ms in ONNX Runtime (2 threads) on ``feeds``."""
+    from backends import get_target
     from backends.onnx.emit import emit_model
     from backends.onnx.runtime import ort_session
     from frontends import load_spec
     from irc.analysis import analyze
     from irc.passmanager import PassManager, parse_pipeline
     import passes  # noqa: F401  (registers the passes)
-    from backends import get_target
 
-    torch.set_num_threads(2)
-    folder = os.path.join(ROOT, "examples", "hf", "llava-1.5-7b")
+    spec = get_target("onnx-ort")
     vision = load_spec(folder).parts["vision"]
     flops = analyze(vision)["vision"]["flops_per_image"]
-    spec = get_target("onnx-ort")
     PassManager(parse_pipeline(",".join(p for p in (spec.prelude({}), spec.pipeline({}), spec.postlude({})) if p))
                 ).run(vision)
-    pixels = np.random.default_rng(0).standard_normal((1, 3, 336, 336)).astype(np.float32)
-    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "vision.onnx")
         emit_model(vision, path, target="onnx-ort", genai=False)
         session = ort_session(path, threads=2)
-        irc_ms = median_ms(lambda: session.run(None, {"pixel_values": pixels}))
+        return flops, median_ms(lambda: session.run(None, feeds))
+
+
+def latency_row(label: str, flops: float, irc_ms: float, torch_ms: float) -> tuple:
+    return (label, f"{flops / 1e9:,.0f}", f"{irc_ms:,.0f}", f"{torch_ms:,.0f}", f"{torch_ms / irc_ms:.2f}x")
+
+
+def latency_table(only: str) -> None:
+    """The vision models per image: irc onnx-ort in ONNX Runtime vs PyTorch eager (``only``:
+    comma-separated row names, else all)."""
+    import torch
+
+    torch.set_num_threads(2)
+    rows = [row(name) for name, row in LATENCY.items() if only in ("all", "") or name in only.split(",")]
+    print("\n| vision model | GFLOPs/image | irc onnx-ort, ORT (ms) | PyTorch eager (ms) | irc speed-up |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+def llava_latency(name: str) -> tuple:
+    """LLaVA-1.5-7B's vision model (CLIP ViT-L/14-336 to hidden_states[-2], the projector)."""
+    import torch
+    import transformers
+
+    folder = os.path.join(ROOT, "examples", "hf", "llava-1.5-7b")
+    pixels = np.random.default_rng(0).standard_normal((1, 3, 336, 336)).astype(np.float32)
+    flops, irc_ms = irc_vision_ms(folder, {"pixel_values": pixels})
     config = transformers.AutoConfig.from_pretrained(folder)
     tower = transformers.CLIPVisionModel(config.vision_config).eval()
     projector = transformers.models.llava.modeling_llava.LlavaMultiModalProjector(config).eval()
@@ -350,61 +390,82 @@ def latency_table() -> None:
         with torch.no_grad():
             states = tower(image, output_hidden_states=True).hidden_states[-2][:, 1:]
             return projector(states)
-    torch_ms = median_ms(eager)
-    rows.append(("llava-1.5-7b vision model (576 tokens)", f"{flops / 1e9:,.0f}", f"{irc_ms:,.0f}", f"{torch_ms:,.0f}",
-                 f"{torch_ms / irc_ms:.2f}x"))
-    rows.append(qwen_latency(spec))
-    print("\n| vision model | GFLOPs/image | irc onnx-ort, ORT (ms) | PyTorch eager (ms) | irc speed-up |")
-    print("|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    return latency_row(f"{name} vision model (576 tokens)", flops, irc_ms, median_ms(eager))
 
 
-def qwen_latency(spec) -> tuple:
+def qwen_latency(name: str) -> tuple:
     """Qwen2.5-VL-7B's vision model on a 448 x 448 image (1,024 patches, 256 tokens):
     irc onnx-ort in ONNX Runtime against transformers' tower in PyTorch eager."""
     import torch
     import transformers
-
-    from backends.onnx.emit import emit_model
-    from backends.onnx.runtime import ort_session
-    from frontends import load_spec
-    from irc.analysis import analyze
-    from irc.passmanager import PassManager, parse_pipeline
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
 
     folder = os.path.join(ROOT, "examples", "hf", "qwen2.5-vl-7b")
-    vision = load_spec(folder).parts["vision"]
-    flops = analyze(vision)["vision"]["flops_per_image"]
-    PassManager(parse_pipeline(",".join(p for p in (spec.prelude({}), spec.pipeline({}), spec.postlude({})) if p))
-                ).run(vision)
     grid = np.array([[1, 32, 32]])
     pixels = np.random.default_rng(0).standard_normal((1024, 3 * 2 * 14 * 14)).astype(np.float32)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "vision.onnx")
-        emit_model(vision, path, target="onnx-ort", genai=False)
-        session = ort_session(path, threads=2)
-        irc_ms = median_ms(lambda: session.run(None, {"pixel_values": pixels, "image_grid_thw": grid}))
+    flops, irc_ms = irc_vision_ms(folder, {"pixel_values": pixels, "image_grid_thw": grid})
     config = transformers.AutoConfig.from_pretrained(folder)
-    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
     tower = Qwen2_5_VisionTransformerPretrainedModel._from_config(config.vision_config).eval()
 
     def eager():
         with torch.no_grad():
             return tower(torch.from_numpy(pixels), grid_thw=torch.from_numpy(grid)).pooler_output
-    torch_ms = median_ms(eager)
-    return ("qwen2.5-vl-7b vision model (448 x 448: 256 tokens)", f"{flops / 1e9:,.0f}", f"{irc_ms:,.0f}",
-            f"{torch_ms:,.0f}", f"{torch_ms / irc_ms:.2f}x")
+    return latency_row(f"{name} vision model (448 x 448: 256 tokens)", flops, irc_ms, median_ms(eager))
+
+
+QWEN3_VL_8B = {  # Qwen3-VL-8B-Instruct's config.json (text_config: the decoder the tower feeds)
+    "vision_config": dict(depth=27, hidden_size=1152, num_heads=16, intermediate_size=4304, patch_size=16,
+                          spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=4096,
+                          num_position_embeddings=2304, deepstack_visual_indexes=[8, 16, 24],
+                          hidden_act="gelu_pytorch_tanh"),
+    "text_config": dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                        num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=262144,
+                        rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
+                                         "mrope_section": [24, 20, 20], "mrope_interleaved": True}),
+    "image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652,
+    "vision_end_token_id": 151653, "tie_word_embeddings": False}
+
+
+def qwen3_latency(name: str) -> tuple:
+    """Qwen3-VL-8B's vision model on a 448 x 448 image (784 patches of 16 through 27 layers,
+    the merger and DeepStack's three: 196 tokens of 4 x 4096): its config.json written by
+    transformers, irc onnx-ort in ONNX Runtime against transformers' Qwen3VLVisionModel."""
+    import torch
+    import transformers
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
+
+    grid = np.array([[1, 28, 28]])
+    pixels = np.random.default_rng(0).standard_normal((784, 3 * 2 * 16 * 16)).astype(np.float32)
+    config = transformers.Qwen3VLConfig(**QWEN3_VL_8B)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = os.path.join(tmp, name)
+        config.save_pretrained(folder)
+        flops, irc_ms = irc_vision_ms(folder, {"pixel_values": pixels, "image_grid_thw": grid})
+    tower = Qwen3VLVisionModel._from_config(config.vision_config).eval()
+
+    def eager():
+        with torch.no_grad():
+            out = tower(torch.from_numpy(pixels), grid_thw=torch.from_numpy(grid))
+            return out.pooler_output, out.deepstack_features
+    return latency_row(f"{name} vision model (448 x 448: 196 tokens, 3 DeepStack levels)", flops, irc_ms,
+                       median_ms(eager))
+
+
+LATENCY = {"llava-1.5-7b": llava_latency, "qwen2.5-vl-7b": qwen_latency, "qwen3-vl-8b": qwen3_latency}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default="", help="comma-separated twin names")
-    parser.add_argument("--latency", action="store_true",
-                        help="also time LLaVA-1.5-7B's and Qwen2.5-VL-7B's vision models per image")
+    parser.add_argument("--latency", nargs="?", const="all", default=None, metavar="ROWS",
+                        help="also time the vision models per image (all, or comma-separated: "
+                             f"{', '.join(LATENCY)})")
+    parser.add_argument("--no-twins", action="store_true", help="skip the twins' table")
     args = parser.parse_args()
-    twins_table(args.only)
-    if args.latency:
-        latency_table()
+    if not args.no_twins:
+        twins_table(args.only)
+    if args.latency is not None:
+        latency_table(args.latency)
 
 
 if __name__ == "__main__":

@@ -484,6 +484,8 @@ def build_image_features(m, spec: VisionSpec, features: Features, width: int) ->
         x = m.pixel_shuffle(x, features.shuffle)
     if features.projector == "qformer":
         from frontends.dsl_qformer import build_qformer
+        if features.qformer is None:
+            raise m.error("projector", "the qformer projector needs its Q-Former's settings (Features.qformer)")
         x = build_qformer(m, x, features.qformer, prefix="projector.")
     if features.projector == "mlp":
         x = m.mlp_projector(x, width, features.approximate, features.bias)
