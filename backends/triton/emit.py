@@ -88,6 +88,11 @@ TORCH_HELPERS = {
     if factor != 1.0:
         cos, sin = cos * factor, sin * factor
     return cos.contiguous(), sin.contiguous()''',
+    "mrope_tables": '''def mrope_tables(position_ids, axis, inv_freq):
+    """cos and sin [B, T, R/2] (fp32) of multi-axis positions [A, B, T]: pair j's angle is
+    position[axis[j]] * inv_freq[j] (irc.ops.rope.mrope_angles)."""
+    angles = position_ids.to(torch.float32)[axis].permute(1, 2, 0) * inv_freq
+    return torch.cos(angles).contiguous(), torch.sin(angles).contiguous()''',
     "dynamic_inv_freq": '''def dynamic_inv_freq(dim, base, factor, original, position_ids):
     """Dynamic-NTK inverse frequencies for the longest position seen (HF's dynamic update)."""
     length = max(int(position_ids.max()) + 1, original) if position_ids.numel() else original

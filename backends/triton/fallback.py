@@ -47,6 +47,38 @@ HELPERS = {
     step = scale[..., None]
     codes = torch.where(step > 0, x / torch.where(step > 0, step, 1.0), torch.zeros_like(x))
     return torch.clamp(torch.round(codes), -127, 127).to(torch.int8), scale''',
+    "patch_grid": '''def patch_grid(grid, count, merge, window):
+    """irc.ops.vision.patch_grid: i64 [6, count], each flattened patch's row, column, frame,
+    window and frame height and width, the images' grid rows (t, h, w) one after another."""
+    rows, frames = [], 0
+    for t, h, w in grid.reshape(-1, 3).tolist():
+        block_row, block_col, inner_row, inner_col = torch.meshgrid(
+            torch.arange(h // merge), torch.arange(w // merge), torch.arange(merge), torch.arange(merge), indexing="ij")
+        height, width = (block_row * merge + inner_row).reshape(-1), (block_col * merge + inner_col).reshape(-1)
+        cell = (block_row.reshape(-1) // window) * 1024 + block_col.reshape(-1) // window if window else 0
+        for frame in range(frames, frames + t):
+            ids = torch.full((h * w,), frame)
+            rows.append(torch.stack([height, width, ids, ids * (1 << 20) + cell if window else ids,
+                                     torch.full((h * w,), h), torch.full((h * w,), w)]))
+        frames += t
+    out = torch.cat(rows, dim=1) if rows else torch.zeros((6, 0), dtype=torch.int64)
+    if out.shape[1] != count:
+        raise ValueError(f"patch_grid: the image grids hold {out.shape[1]} patches but pixel_values has {count} rows")
+    return out.to(device=grid.device, dtype=torch.int64)''',
+    "resample_positions": '''def resample_positions(table, where, side):
+    """irc.ops.vision.resample_positions: each patch's position, the side x side table resampled
+    bilinearly (corners aligned) to its frame's grid."""
+    def taps(index, size):
+        source = index.float() * float(side - 1) / torch.clamp(size.float() - 1, min=1.0)
+        floor = torch.floor(source)
+        low = floor.to(torch.int64)
+        return (low, torch.clamp(low + 1, max=side - 1)), (1 - (source - floor), source - floor)
+    (r0, r1), (wr0, wr1) = taps(where[0], where[4])
+    (c0, c1), (wc0, wc1) = taps(where[1], where[5])
+    values = table.float()
+    out = sum(values[r * side + c] * (wr * wc)[:, None]
+              for r, wr in ((r0, wr0), (r1, wr1)) for c, wc in ((c0, wc0), (c1, wc1)))
+    return out.to(table.dtype)''',
     "topk": '''def topk(values, k, largest=True):
     """The k largest (smallest) values along the last axis and their indices, sorted."""
     order = top_indices(values, k, largest)
@@ -169,6 +201,13 @@ def fallback_line(op: str, attrs: dict, args: list[str], outputs: list) -> tuple
         return (f"{args[0]}.float().{REDUCE[op]}(dim={axes}, keepdim={attrs['keepdims']}).to({dtype})", set())
     if op == "topk" and attrs["axis"] in (-1, outputs[0].rank - 1):
         return f"topk({args[0]}, {attrs['k']}, {attrs['largest']})", {"topk", "top_indices"}
+    if op == "range_like":
+        return f"torch.arange({args[0]}.shape[{attrs['axis']}], device={args[0]}.device)", set()
+    if op == "patch_grid":  # Qwen-VL's patches placed from image_grid_thw (integer bookkeeping)
+        return (f"patch_grid({args[0]}, {args[1]}.shape[0], {attrs['merge']}, {attrs['window']!r})",
+                {"patch_grid"})
+    if op == "resample_positions":
+        return f"resample_positions({args[0]}, {args[1]}, {attrs['side']})", {"resample_positions"}
     if op == "moe_route":
         kwargs = ", ".join(f"{k}={attrs[k]!r}" for k in MOE_ROUTE_ARGS)
         operands = ", ".join((args + ["None"] * 4)[:4])  # x, router, router_bias, router_logit_bias

@@ -20,7 +20,7 @@ from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Node, Value
 from irc.ops.registry import pad_inputs
-from irc.ops.rope import rope_inv_freq, rope_switch
+from irc.ops.rope import mrope_tables, rope_inv_freq, rope_switch
 
 from backends.triton.kernels import attention as attention_kernels
 from backends.triton.kernels import torch_type
@@ -61,6 +61,21 @@ class AttentionPlanning:
             self.rope_tables[key] = (f"cos_{k}", f"sin_{k}")
         return self.rope_tables[key]
 
+    def mrope_cos_sin(self, positions: Value, rotary: int, base: float, mrope: dict) -> tuple[str, str]:
+        """Variables holding cos/sin [B, T, rotary/2] of multi-axis positions [A, B, T]
+        (``irc.ops.rope.mrope_tables``: an axis and a frequency per rotated pair)."""
+        key = (positions.name, rotary, float(base), json.dumps(mrope, sort_keys=True))
+        if key not in self.rope_tables:
+            k = len(self.rope_tables)
+            axis, inv_freq = mrope_tables(rotary, base, mrope)
+            self.weights[f"rope.{k}.axis"] = np.asarray(axis, np.int64)
+            self.weights[f"rope.{k}.inv_freq"] = np.asarray(inv_freq, np.float32)
+            self.helpers.add("mrope_tables")
+            line = f"cos_{k}, sin_{k} = mrope_tables({self.var(positions)}, W['rope.{k}.axis'], W['rope.{k}.inv_freq'])"
+            self.step([], [line], torch_ops=["rope tables"])
+            self.rope_tables[key] = (f"cos_{k}", f"sin_{k}")
+        return self.rope_tables[key]
+
     def rope_kernel(self, convention: str, dtype: DType, nodes) -> str:
         return self.use_kernel(f"rope_{convention}", lambda n: rope.rope_kernel(n, convention, dtype), nodes)
 
@@ -71,12 +86,12 @@ class AttentionPlanning:
         x, positions = node.inputs
         out = node.outputs[0]
         attrs = node.attrs
-        if attrs.get("mrope"):
-            raise BackendError(f"{out.name}: the Triton rope tables read one position per token, not Qwen-VL's "
-                               "multi-axis positions (mrope)", hint="compile it with --target onnx or onnx-ort")
         head_dim = attrs["head_dim"]
         rotary = head_dim if attrs["rotary_dim"] is None else attrs["rotary_dim"]
-        cos, sin = self.cos_sin(positions, rotary, attrs["base"], attrs["scaling"])
+        if attrs.get("mrope"):  # Qwen-VL's multi-axis positions: each pair reads its axis
+            cos, sin = self.mrope_cos_sin(positions, rotary, attrs["base"], attrs["mrope"])
+        else:
+            cos, sin = self.cos_sin(positions, rotary, attrs["base"], attrs["scaling"])
         name = self.rope_kernel(attrs["convention"], x.dtype, [node])
         batch, seq = x.shape[:2]
         heads = f"-1, {head_dim}"
@@ -109,7 +124,7 @@ class AttentionPlanning:
     def _attention(self, node: Node) -> None:
         q, k, v, mask, _, _, sinks, blocks = pad_inputs(node.inputs, 8)
         attrs = node.attrs
-        if blocks is not None:
+        if blocks is not None and attrs["causal"]:
             raise BackendError(f"{node.outputs[0].name}: the Triton kernels have no mask for image tokens that see "
                                "each other (Gemma 3's image blocks)", hint="compile it with --target onnx or onnx-ort")
         if not attrs["causal"] and attrs["window"] is not None:  # the kernels' window looks back only
@@ -121,7 +136,7 @@ class AttentionPlanning:
         out = node.outputs[0]
         features = attention_kernels.AttentionFeatures(softcap=attrs["softcap"] is not None,
                                                        window=attrs["window"] is not None,
-                                                       sinks=sinks is not None)
+                                                       sinks=sinks is not None, blocks=blocks is not None)
         name = self.attention_kernels(q.dtype, features, [node])
         lines = [self.alloc(out)] + [self.late_caches[v.name] for v in node.outputs[1:] if v.name in self.late_caches]
         kernels = [name]
@@ -146,6 +161,8 @@ class AttentionPlanning:
         if sinks is not None:  # the kernels read them in q's type
             same = sinks.dtype == q.dtype
             operands.append(self.var(sinks) + ("" if same else f".to({torch_type(q.dtype)})"))
+        if blocks is not None:  # block-diagonal bidirectional attention (the packed images' frames, windows)
+            operands.append(f"{self.var(blocks)}.to(torch.int64).contiguous()")
         lines.append(f"launch_{name}({query}, {keys[0]}, {keys[1]}, {self.var(out)}.view({batch}, {seq}, {heads}, "
                      f"{v_dim}), {self.var(mask)}, {', '.join(operands + options)})")
         self.step([node], lines, kernels=kernels)
@@ -155,7 +172,7 @@ class AttentionPlanning:
         launcher's name (launch_<name>)."""
         tag = "mla" if features.mla else "attention"
         suffix = ("_softcap" if features.softcap else "") + ("_window" if features.window else "") \
-            + ("_sinks" if features.sinks else "")
+            + ("_sinks" if features.sinks else "") + ("_blocks" if features.blocks else "")
         prefill = self.use_kernel(f"{tag}_prefill{suffix}", lambda n: attention_kernels.attention_kernel(
             n, dtype, features, decode=False), nodes)
         decode = self.use_kernel(f"{tag}_decode{suffix}", lambda n: attention_kernels.attention_kernel(
@@ -165,6 +182,6 @@ class AttentionPlanning:
             self.helpers.add("tanh_f32")
         name = f"{tag}{suffix}"
         self.launchers[name] = attention_kernels.attention_launcher(name, prefill, decode, combine, features.mla,
-                                                                    features.sinks)
+                                                                    features.sinks, features.blocks)
         return name
 

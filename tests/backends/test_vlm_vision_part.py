@@ -2,8 +2,11 @@
 (tower, feature selection and projector: LLaVA's CLIP tower with the class token dropped,
 Gemma 3's pooled SigLIP, PaliGemma's linear projector) alone, as the NumPy module (within 1e-5),
 the Triton module in Triton's interpreter (1e-4) and onnx-npu's static vision graph on ONNX
-Runtime's CPU provider (1e-4), against transformers' ``get_image_features``; a dual encoder's
-text tower with ``--part text``; a part the model lacks is one error."""
+Runtime's CPU provider (1e-4), against transformers' ``get_image_features``; the towers that take
+images of any size (Qwen2.5-VL's windows, Qwen3-VL's learned grid and DeepStack, two images of
+different grids packed block-diagonally; Pixtral's 2-D RoPE) as the NumPy and Triton modules,
+onnx-npu refusing them by name; a dual encoder's text tower with ``--part text``; a part the
+model lacks is one error."""
 from __future__ import annotations
 
 from backends.triton.interpreter import use_interpreter
@@ -88,6 +91,56 @@ def test_onnx_npu_static_graph(twins, tmp_path, name):
     pixels = one_image(model)
     (got,) = session.run(["image_features"], {"pixel_values": pixels})
     assert relative_error(got, want(model, pixels)) <= 1e-4
+
+
+GRID_TOWERS = ["qwen2_5_vl", "qwen3_vl", "mistral3"]
+
+
+@pytest.fixture(scope="module")
+def grid_twins(tmp_path_factory):
+    """Qwen2.5-VL's and Qwen3-VL's twins (test_hf_qwen_vl) and Mistral-3's (test_hf_mistral3)."""
+    from tests.frontends import test_hf_mistral3, test_hf_qwen_vl
+
+    def build(name, folder):
+        return (test_hf_mistral3 if name == "mistral3" else test_hf_qwen_vl).build(name, folder)
+    return built_once(build, tmp_path_factory)
+
+
+def grid_case(model, name) -> tuple[dict, np.ndarray]:
+    """The tower's feeds (two images of different grids for Qwen, one 16 x 24 image for
+    Pixtral) and transformers' features (with Qwen3-VL's DeepStack levels beside them)."""
+    if name == "mistral3":
+        from tests.frontends.test_hf_mistral3 import case
+        pixels, _, features, _ = case(model, (16, 24))
+        return {"pixel_values": pixels}, features
+    from tests.frontends.test_hf_qwen_vl import GRIDS, pixels
+    with torch.no_grad():
+        out = model.model.visual(torch.from_numpy(pixels(2)), grid_thw=torch.from_numpy(GRIDS))
+        features = torch.cat([out.pooler_output, *(getattr(out, "deepstack_features", None) or [])], dim=-1)
+    return {"pixel_values": pixels(2), "image_grid_thw": GRIDS}, features.numpy()
+
+
+@pytest.mark.parametrize("target", ["numpy", "triton"])
+@pytest.mark.parametrize("name", GRID_TOWERS)
+def test_towers_of_any_image_size(grid_twins, tmp_path, name, target):
+    """Block-diagonal attention (frames, windows) in the Triton kernels, multi-axis RoPE tables,
+    the patch grid and the resampled positions in torch."""
+    if target == "triton":
+        pytest.importorskip("triton")
+    model, folder = grid_twins(name)
+    path = tmp_path / f"vision_{target}.py"
+    assert main(["compile", folder, "--part", "vision", "--target", target, "-o", str(path), "--quiet"]) == 0
+    module = load(path)
+    feeds, wanted = grid_case(model, name)
+    got = module.forward(module.load_weights(), **feeds)["image_features"]
+    got = got if isinstance(got, np.ndarray) else got.cpu().float().numpy()
+    assert relative_error(got, wanted) <= 1e-4
+
+
+def test_onnx_npu_refuses_a_tower_of_any_image_size_by_name(grid_twins, tmp_path, capsys):
+    _, folder = grid_twins("qwen3_vl")
+    assert main(["compile", folder, "--part", "vision", "--target", "onnx-npu", "-o", str(tmp_path / "npu")]) == 2
+    assert "patch_grid" in capsys.readouterr().err and not (tmp_path / "npu").exists()
 
 
 def test_a_dual_encoders_text_tower_alone(tmp_path):

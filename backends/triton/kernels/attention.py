@@ -8,7 +8,9 @@ ends as zeros, never NaN (``irc.ops.attention.masked_softmax``).
 
 Visibility, as ``irc.ops.attention.visible_keys``: query t sits at cache index P + t; key
 j is visible iff j < S, j <= P + t (CAUSAL), j > P + t - WINDOW (WINDOW > 0) and
-mask[b, j] != 0 (HAS_MASK). SOFTCAP > 0 caps the scaled scores (Gemma 2) before masking.
+mask[b, j] != 0 (HAS_MASK); with a ``blocks_ptr`` [B, T] (bidirectional only) key j of the chunk
+(j >= P) is visible iff its block id equals the query's (block-diagonal attention over packed
+images: Qwen-VL's frames and windows). SOFTCAP > 0 caps the scaled scores (Gemma 2) before masking.
 WINDOW and SOFTCAP are compile-time options; the code for them is generated only when the
 graph has a windowed or soft-capped attention.
 
@@ -46,6 +48,7 @@ class AttentionFeatures:
     window: bool = False
     mla: bool = False
     sinks: bool = False
+    blocks: bool = False  # bidirectional attention restricted to equal block ids (Qwen-VL's frames, windows)
 
 
 def _signature(dtype: DType, features: AttentionFeatures, decode: bool) -> dict:
@@ -55,11 +58,14 @@ def _signature(dtype: DType, features: AttentionFeatures, decode: bool) -> dict:
     sig.update({"o_ptr": ptr, "mask_ptr": "*i64"})
     if features.sinks:
         sig["sink_ptr"] = ptr
+    if features.blocks:
+        sig["blocks_ptr"] = "*i64"
     if decode:
         sig.update({"part_ptr": "*fp32", "ml_ptr": "*fp32"})
     names = ["stride_qb", "stride_qt", "stride_qh", "stride_kb", "stride_kh", "stride_ks"]
     names += ["stride_rb", "stride_rs"] if features.mla else ["stride_vb", "stride_vh", "stride_vs"]
-    names += ["stride_ob", "stride_ot", "stride_oh", "stride_mb", "T", "S", "P", "KV_HEADS", "D", "DV"]
+    names += ["stride_ob", "stride_ot", "stride_oh", "stride_mb"] + (["stride_blk"] if features.blocks else [])
+    names += ["T", "S", "P", "KV_HEADS", "D", "DV"]
     if features.mla:
         names.append("DR")
     if decode:
@@ -96,6 +102,9 @@ def _key_loop(features: AttentionFeatures, mix: str) -> list[str]:
               "    visible = visible & (j[None, :] <= qpos[:, None])"]
     if features.window:
         lines += ["if WINDOW > 0:", "    visible = visible & (j[None, :] > qpos[:, None] - WINDOW)"]
+    if features.blocks:  # a key of this chunk is visible only within the query's block
+        lines += ["kblock = tl.load(blocks_ptr + b * stride_blk + (j - P), mask=j_ok & (j >= P), other=-2)",
+                  "visible = visible & (kblock[None, :] == qblock[:, None])"]
     lines += ["if HAS_MASK:",
               "    keep = tl.load(mask_ptr + b * stride_mb + j, mask=j_ok, other=0)",
               "    visible = visible & (keep != 0)[None, :]",
@@ -138,6 +147,8 @@ def _prologue(features: AttentionFeatures, decode: bool) -> list[str]:
               "dv = tl.arange(0, BLOCK_DV)",
               "q_row = q_ptr + b * stride_qb + t * stride_qt + head * stride_qh",
               "q = tl.load(q_row[:, None] + d[None, :], mask=row_ok[:, None] & (d < D)[None, :], other=0.0)"]
+    if features.blocks:
+        lines.append("qblock = tl.load(blocks_ptr + b * stride_blk + t, mask=row_ok, other=-1)")
     if features.mla:
         lines += ["dr = tl.arange(0, BLOCK_DR)",
                   "qr = tl.load(q_row[:, None] + D + dr[None, :], mask=row_ok[:, None] & (dr < DR)[None, :], "
@@ -243,9 +254,11 @@ def combine_kernel(name: str, dtype: DType) -> Kernel:
     return Kernel(name, "attention", source, "", sig, {"BLOCK_S": 16, "BLOCK_DV": 64})
 
 
-def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: bool, sinks: bool = False) -> str:
+def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: bool, sinks: bool = False,
+                       blocks: bool = False) -> str:
     """The launch helper choosing the prefill or decode kernel (and the split count); with
-    ``sinks`` it takes the per-head sink logits [H] (``sinks=``) and hands them to both."""
+    ``sinks`` it takes the per-head sink logits [H] (``sinks=``) and hands them to both; with
+    ``blocks``, the block id of each query of the chunk [B, T] (i64)."""
     if mla:
         signature = "q, latent, rope, out, mask, scale, causal=True, splits=None"
         unpack = ["    B, T, H, _ = q.shape",
@@ -258,8 +271,8 @@ def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: 
                   "    sizes = (D, DV, DR)"]
     else:
         signature = "q, k, v, out, mask, scale, window=0, softcap=0.0, causal=True, splits=None"
-        if sinks:
-            signature = signature.replace("scale, ", "scale, sinks, ")
+        if sinks or blocks:
+            signature = signature.replace("scale, ", "scale, " + "sinks, " * sinks + "blocks, " * blocks)
         unpack = ["    B, T, H, D = q.shape",
                   "    KV, S, DV = k.shape[1], k.shape[2], v.shape[3]",
                   "    second = v",
@@ -267,7 +280,7 @@ def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: 
                   "    extra = {}",
                   "    strides = (k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2))",
                   "    sizes = (D, DV)"]
-    operands = "q, k, second, out, mask, sinks" if sinks else "q, k, second, out, mask"
+    operands = "q, k, second, out, mask" + ", sinks" * sinks + ", blocks" * blocks
     return "\n".join([
         f"def launch_{name}({signature}):",
         '    """out [B, T, H, DV] = attention of q over the S keys of the cache views, the T new',
@@ -281,7 +294,7 @@ def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: 
         "    mask = mask if has_mask else q",
         "    mask_stride = mask.stride(0) if has_mask else 0",
         "    common = (q.stride(0), q.stride(1), q.stride(2), *strides, out.stride(0), out.stride(1), out.stride(2),",
-        "              mask_stride, T, S, P, KV, *sizes)",
+        "              mask_stride, " + "blocks.stride(0), " * blocks + "T, S, P, KV, *sizes)",
         "    options = dict(GROUP=group, BLOCK_D=block_d, BLOCK_DV=block_dv, CAUSAL=causal, WINDOW=window,",
         "                   SOFTCAP=softcap, HAS_MASK=has_mask, PRECISION=DOT_PRECISION, MIXED=MIXED_DOT, **extra)",
         "    if T == 1:",
