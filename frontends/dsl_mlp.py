@@ -56,25 +56,23 @@ class MlpLayer:
     def relu_mlp(self, x: Tensor, d_ff: int, bias: bool = False) -> Tensor:
         """down(relu(up(x) + b_up)) + b_down (OPT's fc1 / fc2), as primitives; weights
         ``mlp.w_up`` [d_ff, d], ``mlp.w_down`` [d, d_ff] (biases ``b_up``, ``b_down``)."""
-        m, p = self.model, self.prefix
-        w_up, w_down, b_up, b_down = self._up_down(x, d_ff, bias)
-        self._note_mlp("relu", d_ff)
-        up = m.emit("linear", [x, w_up, b_up], None, f"{p}mlp_up")[0]
-        zero = m.emit("constant", [], {"value": 0.0}, f"{p}mlp_zero")[0]
-        relu = m.emit("maximum", [up, zero], None, f"{p}mlp_act")[0]
-        return m.emit("linear", [relu, w_down, b_down], None, f"{p}mlp_out")[0]
+        return self._relu_mlp(x, d_ff, bias, squared=False)
 
     def relu2_mlp(self, x: Tensor, d_ff: int, bias: bool = False) -> Tensor:
         """down(relu(up(x) + b_up)^2) + b_down (Nemotron-H's squared-ReLU MLP), as primitives;
         weights ``mlp.w_up`` [d_ff, d], ``mlp.w_down`` [d, d_ff] (biases ``b_up``, ``b_down``)."""
+        return self._relu_mlp(x, d_ff, bias, squared=True)
+
+    def _relu_mlp(self, x: Tensor, d_ff: int, bias: bool, squared: bool) -> Tensor:
         m, p = self.model, self.prefix
         w_up, w_down, b_up, b_down = self._up_down(x, d_ff, bias)
-        self._note_mlp("relu2", d_ff)
+        self._note_mlp("relu2" if squared else "relu", d_ff)
         up = m.emit("linear", [x, w_up, b_up], None, f"{p}mlp_up")[0]
         zero = m.emit("constant", [], {"value": 0.0}, f"{p}mlp_zero")[0]
-        relu = m.emit("maximum", [up, zero], None, f"{p}mlp_relu")[0]
-        squared = m.emit("mul", [relu, relu], None, f"{p}mlp_act")[0]
-        return m.emit("linear", [squared, w_down, b_down], None, f"{p}mlp_out")[0]
+        act = m.emit("maximum", [up, zero], None, f"{p}mlp_relu" if squared else f"{p}mlp_act")[0]
+        if squared:
+            act = m.emit("mul", [act, act], None, f"{p}mlp_act")[0]
+        return m.emit("linear", [act, w_down, b_down], None, f"{p}mlp_out")[0]
 
     def gelu_mlp(self, x: Tensor, d_ff: int, bias: bool = False, approximate: str = "none") -> Tensor:
         """down(gelu(up(x) + b_up)) + b_down (GPT-2 style)."""

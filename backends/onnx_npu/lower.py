@@ -47,7 +47,7 @@ from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Node, Param
 from irc.ops.registry import get_op, pad_inputs
-from irc.ops.rope import rope_cos_sin, rope_inv_freq, rope_switch
+from irc.ops.rope import mrope_angles, rope_cos_sin, rope_inv_freq, rope_switch
 
 from backends.onnx import portable
 from backends.onnx.attention import attention_operands, check_scaling, heads_first, merge_heads, rotate
@@ -143,12 +143,12 @@ def gathered_rope(b: NpuBuilder, position_ids, rotary: int, base: float, scaling
 def lower_rope(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     x, position_ids = node.inputs
     a = node.attrs
-    if a.get("mrope"):
-        raise BackendError("onnx-npu rope tables read one position per token, not Qwen-VL's multi-axis positions "
-                           "(mrope)", location=_where(node), hint="compile it with --target onnx or onnx-ort")
     head_dim = a["head_dim"]
     rotary = head_dim if a["rotary_dim"] is None else a["rotary_dim"]
-    cos, sin = gathered_rope(b, position_ids, rotary, a["base"], a["scaling"], x.dtype)
+    if a.get("mrope"):  # a tower's 2-D positions, fixed with its image (backends.onnx_npu.grid)
+        cos, sin = fixed_mrope(b, position_ids, rotary, a["base"], a["mrope"], x.dtype, _where(node))
+    else:
+        cos, sin = gathered_rope(b, position_ids, rotary, a["base"], a["scaling"], x.dtype)
     tokens = b.size(x.shape[1])
     shape4 = (1, tokens, x.shape[-1] // head_dim, head_dim)
     x4 = b.op("Reshape", [b.value(x), b.shape(shape4)], f"{outs[0]}/heads")
@@ -156,6 +156,37 @@ def lower_rope(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     sin4 = b.cached(("unsqueeze", sin), lambda: b.op("Unsqueeze", [sin, b.i64([2])], f"{sin}/heads"))
     rotated = rotate(b, x4, shape4, cos4, sin4, a["convention"], rotary, b.fresh(f"{outs[0]}/rotated"))
     b.node("Reshape", [rotated, b.shape((1, tokens, x.shape[-1]))], outs)
+
+
+def mrope_table(rotary: int, base: float, sections: tuple, layout: str, which: int, dtype_name: str, positions):
+    """cos (which 0) or sin (1) [1, T, rotary/2] of fixed multi-axis positions [A, 1, T]."""
+    angles = mrope_angles(positions, rotary, base, {"sections": list(sections), "layout": layout})
+    return (np.cos(angles) if which == 0 else np.sin(angles)).astype(DType.parse(dtype_name).numpy)
+
+
+def fixed_mrope(b: NpuBuilder, positions, rotary: int, base: float, mrope: dict, dtype: DType,
+                where: str) -> tuple[str, str]:
+    """cos and sin [1, T, R/2] of multi-axis positions known at compile time (a param)."""
+    if not isinstance(positions, Param):
+        raise BackendError("onnx-npu reads multi-axis RoPE positions fixed at compile time (an image tower at its "
+                           "reference image); these are computed at run time (mrope)", location=where,
+                           hint="compile it with --target onnx or onnx-ort")
+    names = []
+    for which, role in enumerate(("cos", "sin")):
+        load = functools.partial(mrope_table, rotary, float(base), tuple(mrope["sections"]), mrope["layout"], which,
+                                 dtype.name)
+        names.append(b.derived(f"{positions.name}/{rotary}/{base:g}/{role}", dtype,
+                               (1, positions.shape[-1], rotary // 2), (positions,), load))
+    return names[0], names[1]
+
+
+def block_mask(group: int, dtype_name: str, blocks) -> np.ndarray:
+    """[1, 1, G*T, T]: 0 where query t and key j share a block, the dtype's lowest value elsewhere
+    (row g*T + t is query t's, for each of a kv head's G query heads)."""
+    ids = np.asarray(blocks).reshape(-1)
+    dtype = DType.parse(dtype_name).numpy
+    mask = np.where(ids[:, None] == ids[None, :], 0, np.finfo(dtype).min).astype(dtype)
+    return np.tile(mask, (group, 1))[None, None]
 
 
 def grouped_mask(b: NpuBuilder, window, group: int, tokens: int) -> str:
@@ -170,10 +201,12 @@ def grouped_mask(b: NpuBuilder, window, group: int, tokens: int) -> str:
 def lower_attention(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     o = attention_operands(node)
     a = node.attrs
-    if o["blocks"] is not None:
+    bidirectional = o["past_key"] is None and not a["causal"] and o["mask"] is None and a["window"] is None
+    if o["blocks"] is not None and not (bidirectional and isinstance(o["blocks"], Param)):
         raise BackendError("onnx-npu attention has no mask for image tokens that see each other (Gemma 3's image "
-                           "blocks)", location=_where(node), hint="compile the VLM with --target onnx or onnx-ort")
-    if o["past_key"] is None and not a["causal"] and o["mask"] is None and a["window"] is None:
+                           "blocks) or for blocks computed at run time", location=_where(node),
+                           hint="compile the VLM with --target onnx or onnx-ort")
+    if bidirectional:
         return lower_bidirectional(b, o, a["softcap"], outs)
     if o["past_key"] is None or not a["causal"]:
         raise BackendError("onnx-npu attention needs a causal attention with a KV cache (the decoder form) or "
@@ -206,7 +239,12 @@ def lower_bidirectional(b: NpuBuilder, o: dict, cap, outs: list[str]) -> None:
                   for role, count, w in (("q", heads, width), ("k", kv_heads, width), ("v", kv_heads, v_width)))
     sinks = "" if o["sinks"] is None else sink_column(b, o["sinks"], kv_heads, heads // kv_heads, tokens,
                                                       o["q"].dtype)
-    attended = attend(b, q4, k4, v4, "", kv_heads=kv_heads, group=heads // kv_heads, tokens=tokens, width=width,
+    mask = ""
+    if o["blocks"] is not None:  # block-diagonal over the fixed image's frames or windows
+        group, dtype = heads // kv_heads, o["q"].dtype
+        mask = b.derived(f"{o['blocks'].name}/mask{group}", dtype, (1, 1, group * tokens, tokens), (o["blocks"],),
+                         functools.partial(block_mask, group, dtype.name))
+    attended = attend(b, q4, k4, v4, mask, kv_heads=kv_heads, group=heads // kv_heads, tokens=tokens, width=width,
                       v_width=v_width, scale=o["scale"], cap=cap, dtype=o["q"].dtype, out=b.fresh(f"{name}/heads"),
                       sinks=sinks)
     merge_heads(b, attended, heads=heads, width=v_width, out=name, **shape)

@@ -38,6 +38,11 @@ smolvlm    the processor gives is full size); its post-LayerNorm states pixel-sh
            ``pixel_values`` (``irc_cli.images`` splits it as the processor does)
 qwen2_vl   Qwen-VL's own tower on the processor's flattened patches and ``image_grid_thw``, a
 qwen2_5_vl Qwen2 decoder with multimodal RoPE: ``frontends.hf.vlm_qwen``
+qwen3_vl   (and ``qwen3_vl_moe``) the same tower with a learned position grid resampled to each
+           image, DeepStack levels added after the text model's first layers, a Qwen3 (MoE) decoder
+           with interleaved multimodal RoPE: ``frontends.hf.vlm_qwen``
+qwen3_5    (and ``qwen3_5_moe``) that tower without DeepStack before Qwen3.5's gated-DeltaNet hybrid
+           (``frontends.hf.families_delta``)
 mistral3   Pixtral and Mistral-3's projector on an image of any size, a Mistral decoder:
            ``frontends.hf.vlm_mistral3``
 blip-2     BLIP-2's ViT, the Q-Former's ``num_query_tokens`` queries and the language projection,
@@ -306,7 +311,8 @@ def _text(cfg: Config, name: str):
     arch = describe(text, name)
     if getattr(arch.expand, "func", arch.expand) not in IMAGE_EXPANDERS or arch.encoder is not None:
         raise text.unsupported("model_type", arch.model_type,
-                               hint="irc builds a VLM's text model with the decoder most families share")
+                               hint="irc builds a VLM's text model with the decoder most families share, "
+                                    "Qwen3.5's hybrid or the classic families' (OPT)")
     for spec in arch.layers if mrope is not None else ():
         if spec.mixer != "attention":
             continue

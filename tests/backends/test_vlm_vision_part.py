@@ -5,8 +5,8 @@ the Triton module in Triton's interpreter (1e-4) and onnx-npu's static vision gr
 Runtime's CPU provider (1e-4), against transformers' ``get_image_features``; the towers that take
 images of any size (Qwen2.5-VL's windows, Qwen3-VL's learned grid and DeepStack, two images of
 different grids packed block-diagonally; Pixtral's 2-D RoPE) as the NumPy and Triton modules,
-onnx-npu refusing them by name; a dual encoder's text tower with ``--part text``; a part the
-model lacks is one error."""
+and as onnx-npu's static graph at their reference image; a dual encoder's text tower with
+``--part text``; a part the model lacks is one error."""
 from __future__ import annotations
 
 from backends.triton.interpreter import use_interpreter
@@ -137,10 +137,55 @@ def test_towers_of_any_image_size(grid_twins, tmp_path, name, target):
     assert relative_error(got, wanted) <= 1e-4
 
 
-def test_onnx_npu_refuses_a_tower_of_any_image_size_by_name(grid_twins, tmp_path, capsys):
-    _, folder = grid_twins("qwen3_vl")
-    assert main(["compile", folder, "--part", "vision", "--target", "onnx-npu", "-o", str(tmp_path / "npu")]) == 2
-    assert "patch_grid" in capsys.readouterr().err and not (tmp_path / "npu").exists()
+def npu_twin(name: str, folder):
+    """Qwen2.5-VL's and Qwen3-VL's twins with patches of 14, so the reference image (448 x 448)
+    is 32 x 32 patches (Qwen2.5-VL's windows 2 x 2 merged blocks); Mistral-3's as the tests have it."""
+    from tests.frontends import test_hf_mistral3, test_hf_qwen_vl as t
+    from tests.frontends.test_hf_vlm import randomized
+
+    if name == "mistral3":
+        return test_hf_mistral3.build(name, folder)
+    tower = dict(t.TOWERS[name], patch_size=14, **({"window_size": 56} if "window_size" in t.TOWERS[name] else {}))
+    config_class, model_class = t.CLASSES[name]
+    config = getattr(transformers, config_class)(text_config=t.TEXTS.get(name, t.TEXT), vision_config=tower,
+                                                  image_token_id=t.IMAGE, video_token_id=t.VIDEO,
+                                                  vision_start_token_id=t.START, vision_end_token_id=t.END)
+    model = randomized(getattr(transformers, model_class)._from_config(config, attn_implementation="eager").eval(), 0)
+    model.save_pretrained(folder)
+    return model, str(folder)
+
+
+@pytest.fixture(scope="module")
+def npu_twins(tmp_path_factory):
+    return built_once(npu_twin, tmp_path_factory)
+
+
+@pytest.mark.parametrize("name", GRID_TOWERS)
+def test_onnx_npu_fixes_a_tower_of_any_image_size_at_its_reference_image(npu_twins, tmp_path, name):
+    """The contract takes one image of the reference size (Qwen: 448 x 448, its grid constant,
+    no image_grid_thw input; Pixtral: the twin's 64 x 64): positions, frames, windows and the
+    resampled learned grid fixed at compile time; the same features as transformers."""
+    import onnxruntime as ort
+
+    model, folder = npu_twins(name)
+    out = tmp_path / "npu"
+    assert main(["compile", folder, "--part", "vision", "--target", "onnx-npu", "--precision", "f32", "-o", str(out),
+                 "--quiet"]) == 0
+    contract = json.loads((out / "irc_npu.json").read_text())
+    if name == "mistral3":
+        from tests.frontends.test_hf_mistral3 import case
+        pixels, _, wanted, _ = case(model, (64, 64))
+    else:
+        grid = np.array([[1, 32, 32]])
+        pixels = np.random.default_rng(3).standard_normal((1024, 3 * 2 * 14 * 14)).astype(np.float32)
+        with torch.no_grad():
+            out_hf = model.model.visual(torch.from_numpy(pixels), grid_thw=torch.from_numpy(grid))
+            wanted = torch.cat([out_hf.pooler_output, *(getattr(out_hf, "deepstack_features", None) or [])],
+                               dim=-1).numpy()
+    assert contract["inputs"] == [{"name": "pixel_values", "shape": list(pixels.shape), "dtype": "f32"}]
+    session = ort.InferenceSession(str(out / "vision.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = session.run(["image_features"], {"pixel_values": pixels})
+    assert relative_error(got, wanted) <= 1e-4
 
 
 def test_a_dual_encoders_text_tower_alone(tmp_path):
