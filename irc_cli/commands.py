@@ -250,7 +250,12 @@ def cmd_compile(args) -> int:
     if target.needs_output and not args.output:
         raise BackendError(f"--target {args.target} writes files: give -o PATH")
     graph = load(args.spec, args.gguf_weights)
-    if args.part is not None:  # one part alone: a VLM's vision model, a dual encoder's text tower
+    if args.part == "decoder":  # a VLM's decoder alone: image_features in, beside its ids
+        if "vision" not in graph.parts:
+            raise BackendError("--part decoder: this model is not a VLM (its decoder is the model itself)",
+                               location=args.spec, hint="compile it without --part")
+        graph.parts = {}
+    elif args.part is not None:  # one part alone: a VLM's vision model, a dual encoder's text tower
         if args.part not in graph.parts:
             raise BackendError(f"--part {args.part}: this model has no {args.part} part"
                                + (f" (its parts: {', '.join(graph.parts)})" if graph.parts else ""),
@@ -259,8 +264,9 @@ def cmd_compile(args) -> int:
     if "vision" in graph.parts and args.target not in PART_TARGETS:
         raise BackendError(f"--target {args.target} writes one model, and this VLM has a vision model beside its "
                            "decoder", location=args.spec, hint="compile it with --target onnx or onnx-ort (vision, "
-                                                                "embedding and decoder models), or ir; or the "
-                                                                "vision model alone with --part vision")
+                                                                "embedding and decoder models), or ir; or its "
+                                                                "two models one at a time, --part vision and "
+                                                                "--part decoder")
     if (args.output and args.target != "ir") or args.eval_text:  # weights are output or measured (--check seeds its own)
         weights_cli.require(args.spec, graph, args.weights)
     if args.output and args.target != "ir" and args.weights != "none":
@@ -398,9 +404,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "4-bit codes, lossy, noted), exact keeps every one as the file's codes (accuracy level "
                            "0, slow), int4 makes Q8_0 4-bit codes too (irc int4's speed, lossy, noted), float "
                            "dequantizes all [blocks]")
-    comp.add_argument("--part", choices=("vision", "text"), default=None,
-                      help="compile one part of a model alone: a VLM's vision model or a dual encoder's text tower "
-                           "(for the targets that write one model: numpy, triton, onnx-npu)")
+    comp.add_argument("--part", choices=("vision", "decoder", "text"), default=None,
+                      help="compile one part of a model alone: a VLM's vision model or its decoder (image_features "
+                           "in), a dual encoder's text tower (for the targets that write one model: numpy, triton, "
+                           "onnx-npu)")
     comp.add_argument("--quiet", action="store_true",
                       help="no progress bar (shown only on a terminal anyway), no report or summary lines; errors still")
     weights_cli.add_argument(comp)

@@ -79,6 +79,18 @@ HELPERS = {
     out = sum(values[r * side + c] * (wr * wc)[:, None]
               for r, wr in ((r0, wr0), (r1, wr1)) for c, wc in ((c0, wc0), (c1, wc1)))
     return out.to(table.dtype)''',
+    "merge_tokens": '''def merge_tokens(embeds, ids, features, token):
+    """irc.ops.vision.merge_tokens: the placeholder rows of embeds replaced, in order, by the
+    feature rows (none on a step without an image)."""
+    if features.shape[0] == 0:
+        return embeds.clone()
+    mask = ids == token
+    if int(mask.sum()) != features.shape[0]:
+        raise ValueError(f"merge_tokens: {int(mask.sum())} placeholder tokens (id {token}) but {features.shape[0]} "
+                         "feature rows")
+    out = embeds.clone()
+    out[mask] = features.to(out.dtype)
+    return out''',
     "topk": '''def topk(values, k, largest=True):
     """The k largest (smallest) values along the last axis and their indices, sorted."""
     order = top_indices(values, k, largest)
@@ -201,6 +213,8 @@ def fallback_line(op: str, attrs: dict, args: list[str], outputs: list) -> tuple
         return (f"{args[0]}.float().{REDUCE[op]}(dim={axes}, keepdim={attrs['keepdims']}).to({dtype})", set())
     if op == "topk" and attrs["axis"] in (-1, outputs[0].rank - 1):
         return f"topk({args[0]}, {attrs['k']}, {attrs['largest']})", {"topk", "top_indices"}
+    if op == "merge_tokens":  # a VLM decoder's image features into its token embeddings
+        return f"merge_tokens({args[0]}, {args[1]}, {args[2]}, {attrs['token']})", {"merge_tokens"}
     if op == "range_like":
         return f"torch.arange({args[0]}.shape[{attrs['axis']}], device={args[0]}.device)", set()
     if op == "patch_grid":  # Qwen-VL's patches placed from image_grid_thw (integer bookkeeping)

@@ -93,7 +93,7 @@ def test_onnx_npu_static_graph(twins, tmp_path, name):
     assert relative_error(got, want(model, pixels)) <= 1e-4
 
 
-GRID_TOWERS = ["qwen2_5_vl", "qwen3_vl", "mistral3"]
+GRID_TOWERS = ["qwen2_5_vl", "qwen3_vl", "mistral3"]  # (and Qwen3.5's twin, for its decoder)
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +188,37 @@ def test_onnx_npu_fixes_a_tower_of_any_image_size_at_its_reference_image(npu_twi
     assert relative_error(got, wanted) <= 1e-4
 
 
+@pytest.mark.parametrize("target", ["numpy", "triton"])
+@pytest.mark.parametrize("name", ["llava-clip", "qwen3_5"])
+def test_a_vlms_decoder_alone(twins, grid_twins, tmp_path, name, target):
+    """``--part decoder``: the decoder that takes image_features beside its ids (LLaVA's; Qwen3.5's
+    DeltaNet hybrid with 3-D positions), fed transformers' image features: its logits."""
+    from backends.onnx.runtime import empty_caches
+    from frontends import load_spec
+
+    if target == "triton":
+        pytest.importorskip("triton")
+    if name == "qwen3_5":
+        from tests.frontends.test_hf_qwen_vl import GRIDS, decoder_feeds, pixels, prompt, reference
+        model, folder = grid_twins(name)
+        ids = prompt(1)
+        features, logits = reference(model, ids, pixels(1), GRIDS[:1])
+        feeds = decoder_feeds(load_spec(folder), ids, features, GRIDS[:1])
+    else:
+        from tests.frontends.test_hf_vlm import decoder_feeds, pixels, prompt, reference
+        model, folder = twins(name)
+        ids = prompt(model, 1)
+        features, logits = reference(model, ids, pixels(model, 1))
+        graph = load_spec(folder)
+        feeds = {**decoder_feeds(graph, ids, features), **empty_caches(graph, 1)}
+    path = tmp_path / f"decoder_{target}.py"
+    assert main(["compile", folder, "--part", "decoder", "--target", target, "-o", str(path), "--quiet"]) == 0
+    module = load(path)
+    got = module.forward(module.load_weights(), **feeds)["logits"]
+    got = got if isinstance(got, np.ndarray) else got.cpu().float().numpy()
+    assert relative_error(got, logits) <= 1e-4
+
+
 def test_a_dual_encoders_text_tower_alone(tmp_path):
     from tests.frontends.test_hf_dual import build, reference, texts
 
@@ -206,3 +237,7 @@ def test_a_part_the_model_lacks_is_one_error(twins, tmp_path, capsys):
     assert main(["compile", folder, "--part", "text", "--target", "numpy", "-o", str(tmp_path / "m.py")]) == 2
     assert "--part text: this model has no text part (its parts: vision)" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+    from tests.frontends.test_hf_dual import build
+    _, dual = build("clip", tmp_path / "clip")
+    assert main(["compile", str(dual), "--part", "decoder", "--target", "numpy", "-o", str(tmp_path / "d.py")]) == 2
+    assert "--part decoder: this model is not a VLM" in capsys.readouterr().err and not (tmp_path / "d.py").exists()
