@@ -145,7 +145,7 @@ def lower_rope(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     a = node.attrs
     head_dim = a["head_dim"]
     rotary = head_dim if a["rotary_dim"] is None else a["rotary_dim"]
-    if a.get("mrope"):  # a tower's 2-D positions, fixed with its image (backends.onnx_npu.grid)
+    if a.get("mrope"):  # a tower's 2-D positions, fixed with its image (the pipeline's fix-image-grid)
         cos, sin = fixed_mrope(b, position_ids, rotary, a["base"], a["mrope"], x.dtype, _where(node))
     else:
         cos, sin = gathered_rope(b, position_ids, rotary, a["base"], a["scaling"], x.dtype)
@@ -167,17 +167,29 @@ def mrope_table(rotary: int, base: float, sections: tuple, layout: str, which: i
 def fixed_mrope(b: NpuBuilder, positions, rotary: int, base: float, mrope: dict, dtype: DType,
                 where: str) -> tuple[str, str]:
     """cos and sin [1, T, R/2] of multi-axis positions known at compile time (a param)."""
-    if not isinstance(positions, Param):
+    fixed = compile_time(positions)
+    if fixed is None:
         raise BackendError("onnx-npu reads multi-axis RoPE positions fixed at compile time (an image tower at its "
-                           "reference image); these are computed at run time (mrope)", location=where,
+                           "reference image: fix-image-grid); these are computed at run time (mrope)", location=where,
                            hint="compile it with --target onnx or onnx-ort")
     names = []
     for which, role in enumerate(("cos", "sin")):
         load = functools.partial(mrope_table, rotary, float(base), tuple(mrope["sections"]), mrope["layout"], which,
                                  dtype.name)
         names.append(b.derived(f"{positions.name}/{rotary}/{base:g}/{role}", dtype,
-                               (1, positions.shape[-1], rotary // 2), (positions,), load))
+                               (1, positions.shape[-1], rotary // 2), (positions,), load) if fixed is positions
+                     else b.const(load(fixed), dtype.numpy, f"{positions.name}/{role}"))
     return names[0], names[1]
+
+
+def compile_time(value):
+    """``value`` itself when it is a param, the array of a ``constant`` node's result, or None
+    (a value computed at run time)."""
+    if isinstance(value, Param):
+        return value
+    if value.producer is not None and value.producer.op == "constant":
+        return np.asarray(value.producer.attrs["value"])
+    return None
 
 
 def block_mask(group: int, dtype_name: str, blocks) -> np.ndarray:
@@ -202,7 +214,7 @@ def lower_attention(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     o = attention_operands(node)
     a = node.attrs
     bidirectional = o["past_key"] is None and not a["causal"] and o["mask"] is None and a["window"] is None
-    if o["blocks"] is not None and not (bidirectional and isinstance(o["blocks"], Param)):
+    if o["blocks"] is not None and not (bidirectional and compile_time(o["blocks"]) is not None):
         raise BackendError("onnx-npu attention has no mask for image tokens that see each other (Gemma 3's image "
                            "blocks) or for blocks computed at run time", location=_where(node),
                            hint="compile the VLM with --target onnx or onnx-ort")
@@ -241,9 +253,10 @@ def lower_bidirectional(b: NpuBuilder, o: dict, cap, outs: list[str]) -> None:
                                                       o["q"].dtype)
     mask = ""
     if o["blocks"] is not None:  # block-diagonal over the fixed image's frames or windows
-        group, dtype = heads // kv_heads, o["q"].dtype
-        mask = b.derived(f"{o['blocks'].name}/mask{group}", dtype, (1, 1, group * tokens, tokens), (o["blocks"],),
-                         functools.partial(block_mask, group, dtype.name))
+        group, dtype, fixed = heads // kv_heads, o["q"].dtype, compile_time(o["blocks"])
+        load = functools.partial(block_mask, group, dtype.name)
+        mask = (b.derived(f"{o['blocks'].name}/mask{group}", dtype, (1, 1, group * tokens, tokens), (fixed,), load)
+                if isinstance(fixed, Param) else b.const(load(fixed), dtype.numpy, f"{o['blocks'].name}/mask"))
     attended = attend(b, q4, k4, v4, mask, kv_heads=kv_heads, group=heads // kv_heads, tokens=tokens, width=width,
                       v_width=v_width, scale=o["scale"], cap=cap, dtype=o["q"].dtype, out=b.fresh(f"{name}/heads"),
                       sinks=sinks)

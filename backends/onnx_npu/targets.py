@@ -17,7 +17,7 @@ from irc.errors import BackendError
 PRECISIONS = ("fp16", "f32", "w8a16", "w4a16")
 DEFAULT_CHUNK = 16
 ARGUMENTS = ("chunk", "precision", "calibration")
-PIPELINE = "lower-patch-embed,lower-norms,lower-mlp,lower-softcap,fold,dce,cse"
+PIPELINE = "fix-image-grid,lower-patch-embed,lower-norms,lower-mlp,lower-softcap,fold,dce,cse"
 
 
 def add_arguments(parser) -> None:

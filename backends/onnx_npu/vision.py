@@ -1,5 +1,5 @@
 """An image encoder (a ViT: CLIP, SigLIP, DINOv2; a VLM's vision model, Qwen-VL's and Pixtral's
-at their reference image) for onnx-npu: one static-shape graph.
+at their reference image: the pipeline's ``fix-image-grid``) for onnx-npu: one static-shape graph.
 
 ``irc compile SPEC --target onnx-npu -o OUT`` on a graph whose input is ``pixel_values``
 writes the folder OUT:
@@ -32,7 +32,6 @@ from irc.weights import seed_absent
 from backends.onnx.writer import SMALL_TENSOR
 from backends.onnx.writer import plan as plan_layout
 from backends.onnx_npu import folder
-from backends.onnx_npu.grid import fixed_grid
 from backends.onnx_npu.lower import OPSET, NpuBuilder, check_lowerable, to_onnx_type
 from backends.onnx_npu.qdq import BITS, QuantPlan, RangeRecorder
 
@@ -104,7 +103,6 @@ def contract(graph: Graph, b: NpuBuilder, settings: dict, data: str) -> dict:
 def emit_folder(graph: Graph, path: str, table: Mapping, *, precision: str, seed: int,
                 calibration: Optional[str], files: Mapping[str, object], data: str, contract_name: str) -> list[str]:
     """Write the vision folder (module docstring); returns the paths written."""
-    graph = fixed_grid(graph)  # a tower of any image size at its reference image (backends.onnx_npu.grid)
     plan = None
     settings: dict = {"precision": precision}
     if precision in BITS:
