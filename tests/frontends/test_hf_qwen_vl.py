@@ -308,6 +308,20 @@ def test_config_mistakes_name_the_key(twins, tmp_path, capsys, changes, key):
     assert key in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name, vision, key", [
+    ("qwen3_vl", {"deepstack_visual_indexes": [1, 3]}, "vision_config.deepstack_visual_indexes"),  # 3 layers
+    ("qwen3_vl", {"num_position_embeddings": 15}, "vision_config.num_position_embeddings"),  # not a square grid
+    ("qwen3_5", {"hidden_act": "silu"}, "vision_config.hidden_act"),
+])
+def test_qwen3_config_mistakes_name_the_key(twins, tmp_path, capsys, name, vision, key):
+    _, folder = twins(name)
+    data = json.loads(open(f"{folder}/config.json").read())
+    data["vision_config"].update(vision)
+    (tmp_path / "config.json").write_text(json.dumps(data, indent=2))
+    assert main(["show", str(tmp_path)]) == 2
+    assert key in capsys.readouterr().err
+
+
 def test_the_hubs_flat_layout_reads_the_same_model(twins, tmp_path):
     """The hub's Qwen2.5-VL config.json keeps the text model's keys at the top, with
     ``rope_scaling: {type: mrope, mrope_section}``: the same graph."""
