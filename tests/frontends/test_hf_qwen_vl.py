@@ -24,7 +24,7 @@ from irc.mrope import mrope_positions
 from backends.onnx.vlm import GENAI_TYPES
 from irc_cli import main
 from tests.frontends.test_hf_models import built_once
-from tests.frontends.test_hf_vlm import randomized
+from tests.frontends.test_hf_vlm import changed_config, randomized
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -280,18 +280,7 @@ def test_qwen3_vl_moe_reads_the_hubs_expert_layout(twins, tmp_path):
 
 
 def _config(tmp_path, twins, **changes) -> str:
-    _, folder = twins("qwen2_5_vl")
-    data = json.loads(open(f"{folder}/config.json").read())
-    for key, value in changes.items():
-        outer, _, inner = key.partition(".")
-        if inner:
-            data[outer][inner] = value
-        else:
-            data[outer] = value
-    target = tmp_path / "bad"
-    target.mkdir()
-    (target / "config.json").write_text(json.dumps(data, indent=2))
-    return str(target)
+    return changed_config(twins("qwen2_5_vl")[1], tmp_path / "bad", changes)
 
 
 @pytest.mark.parametrize("changes, key", [
@@ -314,11 +303,8 @@ def test_config_mistakes_name_the_key(twins, tmp_path, capsys, changes, key):
     ("qwen3_5", {"hidden_act": "silu"}, "vision_config.hidden_act"),
 ])
 def test_qwen3_config_mistakes_name_the_key(twins, tmp_path, capsys, name, vision, key):
-    _, folder = twins(name)
-    data = json.loads(open(f"{folder}/config.json").read())
-    data["vision_config"].update(vision)
-    (tmp_path / "config.json").write_text(json.dumps(data, indent=2))
-    assert main(["show", str(tmp_path)]) == 2
+    bad = changed_config(twins(name)[1], tmp_path, {f"vision_config.{k}": v for k, v in vision.items()})
+    assert main(["show", bad]) == 2
     assert key in capsys.readouterr().err
 
 

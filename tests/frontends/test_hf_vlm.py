@@ -263,19 +263,24 @@ def test_irc_run_with_an_image(twins, tmp_path, capsys, name):
     assert "2 image placeholder(s)" in capsys.readouterr().err
 
 
-def _config(tmp_path, twins, **changes) -> str:
-    _, folder = twins("llava-clip")
+def changed_config(folder, target, changes: dict) -> str:
+    """``target`` holding ``folder``'s config.json with ``changes`` made ("key" or
+    "sub_config.key" -> value): a config to refuse."""
     data = json.loads(open(os.path.join(folder, "config.json")).read())
     for key, value in changes.items():
-        if "." in key:
-            outer, inner = key.split(".")
+        outer, _, inner = key.partition(".")
+        if inner:
             data[outer][inner] = value
         else:
-            data[key] = value
-    path = tmp_path / "bad"
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps(data, indent=2))
-    return str(path)
+            data[outer] = value
+    os.makedirs(target, exist_ok=True)
+    with open(os.path.join(target, "config.json"), "w") as f:
+        f.write(json.dumps(data, indent=2))
+    return str(target)
+
+
+def _config(tmp_path, twins, **changes) -> str:
+    return changed_config(twins("llava-clip")[1], tmp_path / "bad", changes)
 
 
 @pytest.mark.parametrize("changes, key", [
@@ -554,11 +559,9 @@ def test_blip2_reads_the_hubs_q_and_v_biases(twins, tmp_path):
 ])
 def test_blip2_config_mistakes_name_the_key(twins, tmp_path, capsys, change, key):
     _, folder = twins("blip-2")
-    data = json.loads(open(os.path.join(folder, "config.json")).read())
-    for outer, inner in change.items():
-        data[outer] = {**data[outer], **inner}
-    (tmp_path / "config.json").write_text(json.dumps(data, indent=2))
-    assert main(["show", str(tmp_path)]) == 2
+    changes = {f"{outer}.{key}": value for outer, inner in change.items() for key, value in inner.items()}
+    bad = changed_config(folder, tmp_path, changes)
+    assert main(["show", bad]) == 2
     assert key in capsys.readouterr().err
 
 
