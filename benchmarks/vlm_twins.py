@@ -99,26 +99,44 @@ def irc_cells(folder: str, tmp: str, model, ids, pixel_values, want, tokens) -> 
     from frontends import load_spec
     from irc.check import relative_error
     from irc.interpreter import run
-    from irc_cli import main
-    from irc_cli.run_vlm import FolderModel, runner
-    from tests.frontends.test_hf_vlm import Clock, decoder_feeds
+    from tests.frontends.test_hf_vlm import decoder_feeds
 
     graph = load_spec(folder)
     features = run(graph.parts["vision"], {"pixel_values": pixel_values})["image_features"]
     cells = [verdict(relative_error(run(graph, decoder_feeds(graph, ids, features))["logits"], want))]
-    genai = "not a genai type"
+    cells += irc_onnx_cells(folder, tmp, lambda paths: three_models(paths, ids, pixel_values, want))
+    return cells + [genai_tokens(os.path.join(tmp, "irc-onnx-ort"), ids, pixel_values, tokens)]
+
+
+def irc_onnx_cells(folder: str, tmp: str, check) -> list:
+    """``irc compile`` to both ONNX targets (``tmp/irc-onnx``, ``tmp/irc-onnx-ort``): each folder's
+    verdict from ``check({"vision": path, "embedding": path, "decoder": path})``, or "refused"."""
+    from irc_cli import main
+
+    cells = []
     for target in ("onnx", "onnx-ort"):
         out = os.path.join(tmp, f"irc-{target}")
         if main(["compile", folder, "--target", target, "-o", os.path.join(out, "model.onnx"), "--quiet"]) != 0:
             cells.append("refused")
             continue
-        cells.append(three_models({k: os.path.join(out, f) for k, f in (("vision", "vision.onnx"), (
-            "embedding", "embedding.onnx"), ("decoder", "model.onnx"))}, ids, pixel_values, want))
-        if target == "onnx-ort" and os.path.exists(os.path.join(out, "genai_config.json")):
-            got = runner(FolderModel(out), pixel_values)(out, ids[0].tolist(), len(tokens), set(), Clock(),
-                                                          engine="genai").tokens
-            genai = "exact" if got == tokens else "wrong (tokens)"
-    return cells + [genai]
+        cells.append(check({k: os.path.join(out, f) for k, f in (("vision", "vision.onnx"),
+                                                                  ("embedding", "embedding.onnx"),
+                                                                  ("decoder", "model.onnx"))}))
+    return cells
+
+
+def genai_tokens(out: str, ids, pixel_values, tokens: list, grid=None) -> str:
+    """onnxruntime-genai's greedy tokens from irc's onnx-ort folder against ``tokens``, where the
+    folder has a genai_config.json."""
+    from irc_cli.run_vlm import FolderModel, runner
+    from tests.frontends.test_hf_vlm import Clock
+
+    if not os.path.exists(os.path.join(out, "genai_config.json")):
+        return "not a genai type"
+    model = FolderModel(out)
+    got = (runner(model, pixel_values) if grid is None else runner(model, pixel_values, grid))(
+        out, ids[0].tolist(), len(tokens), set(), Clock(), engine="genai").tokens
+    return "exact" if got == tokens else "wrong (tokens)"
 
 
 def mobius_cell(folder: str, tmp: str, ids, pixel_values, want, grids=None, extra=None) -> str:
@@ -219,10 +237,7 @@ def qwen_table(only: str) -> list:
     from frontends import load_spec
     from irc.check import relative_error
     from irc.interpreter import run
-    from irc_cli import main
-    from irc_cli.run_vlm import FolderModel, runner
     from tests.frontends import test_hf_qwen_vl as t
-    from tests.frontends.test_hf_vlm import Clock
 
     rows = []
     for name in sorted(t.CLASSES):
@@ -241,19 +256,8 @@ def qwen_table(only: str) -> list:
             features = run(graph.parts["vision"], {"pixel_values": pixel_values, "image_grid_thw": grids})
             cells = [verdict(relative_error(run(graph, t.decoder_feeds(graph, ids, features["image_features"],
                                                                         grids))["logits"], want))]
-            genai = "not a genai type"
-            for target in ("onnx", "onnx-ort"):
-                out = os.path.join(tmp, f"irc-{target}")
-                if main(["compile", folder, "--target", target, "-o", os.path.join(out, "model.onnx"), "--quiet"]):
-                    cells.append("refused")
-                    continue
-                cells.append(qwen_models({k: os.path.join(out, f) for k, f in (
-                    ("vision", "vision.onnx"), ("embedding", "embedding.onnx"), ("decoder", "model.onnx"))},
-                    ids, pixel_values, grids, want))
-                if target == "onnx-ort" and os.path.exists(os.path.join(out, "genai_config.json")):
-                    got = runner(FolderModel(out), pixel_values, tuple(grids[0]))(
-                        out, ids[0].tolist(), 16, set(), Clock(), engine="genai").tokens
-                    genai = "exact" if got == tokens else "wrong (tokens)"
+            cells += irc_onnx_cells(folder, tmp, lambda paths: qwen_models(paths, ids, pixel_values, grids, want))
+            genai = genai_tokens(os.path.join(tmp, "irc-onnx-ort"), ids, pixel_values, tokens, tuple(grids[0]))
             mobius = mobius_cell(folder, tmp, ids, pixel_values, want, grids)
             rows.append([name, *cells, genai, mobius, builder_cell(folder, tmp)])
             print(f"  {name} done", file=sys.stderr)
@@ -269,7 +273,6 @@ def any_size_table(only: str) -> list:
     from frontends import load_spec
     from irc.check import relative_error
     from irc.interpreter import run
-    from irc_cli import main
     from tests.frontends import test_hf_llava_next as next_twin
     from tests.frontends import test_hf_mistral3 as mistral
     from tests.frontends.test_hf_vlm import decoder_feeds
@@ -295,28 +298,15 @@ def any_size_table(only: str) -> list:
                                                    if k in {x.name for x in graph.parts["vision"].inputs}})
             cells = [verdict(relative_error(run(graph, decoder_feeds(graph, ids, features["image_features"]))[
                 "logits"], want))]
-            for target in ("onnx", "onnx-ort"):
-                out = os.path.join(tmp, f"irc-{target}")
-                if main(["compile", folder, "--target", target, "-o", os.path.join(out, "model.onnx"), "--quiet"]):
-                    cells.append("refused")
-                    continue
-                cells.append(three_models({k: os.path.join(out, f) for k, f in (
-                    ("vision", "vision.onnx"), ("embedding", "embedding.onnx"), ("decoder", "model.onnx"))},
-                    ids, pixel_values, want, extra))
+            cells += irc_onnx_cells(folder, tmp, lambda paths: three_models(paths, ids, pixel_values, want, extra))
             genai = "not a genai type"
             if name == "mistral3" and os.path.exists(os.path.join(tmp, "irc-onnx-ort", "genai_config.json")):
                 import torch
-
-                from irc_cli.run_vlm import FolderModel, runner
-                from tests.frontends.test_hf_vlm import Clock
                 with torch.no_grad():
                     tokens = model.generate(input_ids=torch.from_numpy(ids), pixel_values=torch.from_numpy(pixel_values),
                                             image_sizes=torch.tensor([[16, 24]]), max_new_tokens=16, min_new_tokens=16,
                                             do_sample=False)[0, ids.shape[1]:].tolist()
-                out = os.path.join(tmp, "irc-onnx-ort")
-                got = runner(FolderModel(out), pixel_values, (2, 3))(out, ids[0].tolist(), 16, set(), Clock(),
-                                                                     engine="genai").tokens
-                genai = "exact" if got == tokens else "wrong (tokens)"
+                genai = genai_tokens(os.path.join(tmp, "irc-onnx-ort"), ids, pixel_values, tokens, (2, 3))
             rows.append([name, *cells, genai, mobius_cell(folder, tmp, ids, pixel_values, want, extra=extra),
                          builder_cell(folder, tmp)])
             print(f"  {name} done", file=sys.stderr)

@@ -155,6 +155,10 @@ class Family:
     attach_tower: Optional[Callable] = None
     # (cfg, image token) -> how its processor lays an image out in the prompt (None: LLaVA's)
     layout: Optional[Callable] = None
+    # (model_type, text config) -> the text RoPE's multi-axis ``mrope`` (Qwen-VL's), the keys taken out
+    mrope: Optional[Callable] = None
+    text_checkpoint: Optional[str] = None  # a text layout of its own (Qwen3-VL-MoE's fused experts)
+    outer_tie: bool = False  # tied as the outer config says, the text config's flag unread (Qwen3-VL, Qwen3.5)
 
 
 def is_vlm(cfg: Config) -> bool:
@@ -286,7 +290,8 @@ FAMILY = {
                      "image_token_index", blip2.NAMES, layout=lambda cfg, token: _laid(token, "prepend")),
     **{kind: Family(f"{kind}_text", (f"{kind}_vision",), qwen.TOWER_DEFAULTS[kind], None, "image_token_id",
                     (qwen.TEXT_NAMES, qwen.TOWER_NAMES, []), tower=qwen.build_tower, attach_tower=qwen.attach_tower,
-                    layout=_qwen_layout)
+                    layout=_qwen_layout, mrope=qwen.text_mrope, text_checkpoint=qwen.CHECKPOINTS.get(kind),
+                    outer_tie=kind in qwen.QWEN3)
        for kind in qwen.TYPES},
 }
 
@@ -307,7 +312,7 @@ def _text(cfg: Config, name: str):
         raise text.unsupported("model_type", inner, hint=f"{model_type} holds a {family.text_type} model")
     text.data = {**TEXT_DEFAULTS.get(inner, {}), **(family.text_defaults or {}), "model_type": inner, **text.data}
     # a decoder whose RoPE reads three position axes (Qwen-VL's)
-    mrope = qwen.text_mrope(model_type, text) if model_type in qwen.TYPES else None
+    mrope = family.mrope(model_type, text) if family.mrope else None
     arch = describe(text, name)
     if getattr(arch.expand, "func", arch.expand) not in IMAGE_EXPANDERS or arch.encoder is not None:
         raise text.unsupported("model_type", arch.model_type,
@@ -323,13 +328,12 @@ def _text(cfg: Config, name: str):
         spec.rope.mrope = dict(mrope)
     key = family.image_key  # image_token_id is an alias of image_token_index where that is the key
     key = "image_token_id" if key == "image_token_index" and cfg.has("image_token_id") and not cfg.has(key) else key
-    arch.checkpoint = qwen.CHECKPOINTS.get(model_type, arch.checkpoint)  # a text layout of its own
+    arch.checkpoint = family.text_checkpoint or arch.checkpoint
     arch.image_token = cfg.get(key, non_negative_int)
     if arch.image_token >= arch.vocab_size:
         raise cfg.error(key, f"{arch.image_token} is outside the text model's vocabulary ({arch.vocab_size})")
-    # LlavaConfig.__post_init__; a Qwen3-VL / Qwen3.5 ties as its outer config says (its text config's flag is unread)
     outer = cfg.get("tie_word_embeddings", boolean)
-    arch.tied = outer if model_type in qwen.QWEN3 else arch.tied or outer
+    arch.tied = outer if family.outer_tie else arch.tied or outer  # LlavaConfig.__post_init__: either ties
     if not any(key in text.data for key in ("dtype", "torch_dtype")):  # the model's dtype, where the text's is unsaid
         arch.dtype = cfg.dtype()
     arch.image_blocks = family.image_blocks

@@ -53,28 +53,25 @@ def load(path):
     return module
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_numpy_module(twins, tmp_path, name):
-    model, folder = twins(name)
-    path = tmp_path / "vision_np.py"
-    assert main(["compile", folder, "--part", "vision", "--target", "numpy", "-o", str(path), "--quiet"]) == 0
+def part_outputs(folder, part: str, target: str, tmp_path, **feeds) -> dict:
+    """``irc compile FOLDER --part PART --target TARGET`` (the NumPy or the Triton module),
+    loaded and run on ``feeds``: its outputs as NumPy arrays."""
+    if target == "triton":
+        pytest.importorskip("triton")
+    path = tmp_path / f"{part}_{target}.py"
+    assert main(["compile", str(folder), "--part", part, "--target", target, "-o", str(path), "--quiet"]) == 0
     module = load(path)
-    pixels = one_image(model)
-    got = module.forward(module.load_weights(), pixel_values=pixels)["image_features"]
-    assert relative_error(got, want(model, pixels)) <= 1e-5
+    outputs = module.forward(module.load_weights(), **feeds)
+    return {k: v if isinstance(v, np.ndarray) else v.cpu().float().numpy() for k, v in outputs.items()}
 
 
+@pytest.mark.parametrize("target, tolerance", [("numpy", 1e-5), ("triton", 1e-4)])
 @pytest.mark.parametrize("name", NAMES)
-def test_triton_module(twins, tmp_path, name):
-    pytest.importorskip("triton")
+def test_numpy_and_triton_modules(twins, tmp_path, name, target, tolerance):
     model, folder = twins(name)
-    path = tmp_path / "vision_tt.py"
-    assert main(["compile", folder, "--part", "vision", "--target", "triton", "-o", str(path), "--quiet"]) == 0
-    module = load(path)
     pixels = one_image(model)
-    got = module.forward(module.load_weights(), pixel_values=pixels)["image_features"]
-    got = got if isinstance(got, np.ndarray) else got.cpu().float().numpy()
-    assert relative_error(got, want(model, pixels)) <= 1e-4
+    got = part_outputs(folder, "vision", target, tmp_path, pixel_values=pixels)["image_features"]
+    assert relative_error(got, want(model, pixels)) <= tolerance
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -125,15 +122,9 @@ def grid_case(model, name) -> tuple[dict, np.ndarray]:
 def test_towers_of_any_image_size(grid_twins, tmp_path, name, target):
     """Block-diagonal attention (frames, windows) in the Triton kernels, multi-axis RoPE tables,
     the patch grid and the resampled positions in torch."""
-    if target == "triton":
-        pytest.importorskip("triton")
     model, folder = grid_twins(name)
-    path = tmp_path / f"vision_{target}.py"
-    assert main(["compile", folder, "--part", "vision", "--target", target, "-o", str(path), "--quiet"]) == 0
-    module = load(path)
     feeds, wanted = grid_case(model, name)
-    got = module.forward(module.load_weights(), **feeds)["image_features"]
-    got = got if isinstance(got, np.ndarray) else got.cpu().float().numpy()
+    got = part_outputs(folder, "vision", target, tmp_path, **feeds)["image_features"]
     assert relative_error(got, wanted) <= 1e-4
 
 
@@ -196,8 +187,6 @@ def test_a_vlms_decoder_alone(twins, grid_twins, tmp_path, name, target):
     from backends.onnx.runtime import empty_caches
     from frontends import load_spec
 
-    if target == "triton":
-        pytest.importorskip("triton")
     if name == "qwen3_5":
         from tests.frontends.test_hf_qwen_vl import GRIDS, decoder_feeds, pixels, prompt, reference
         model, folder = grid_twins(name)
@@ -211,11 +200,7 @@ def test_a_vlms_decoder_alone(twins, grid_twins, tmp_path, name, target):
         features, logits = reference(model, ids, pixels(model, 1))
         graph = load_spec(folder)
         feeds = {**decoder_feeds(graph, ids, features), **empty_caches(graph, 1)}
-    path = tmp_path / f"decoder_{target}.py"
-    assert main(["compile", folder, "--part", "decoder", "--target", target, "-o", str(path), "--quiet"]) == 0
-    module = load(path)
-    got = module.forward(module.load_weights(), **feeds)["logits"]
-    got = got if isinstance(got, np.ndarray) else got.cpu().float().numpy()
+    got = part_outputs(folder, "decoder", target, tmp_path, **feeds)["logits"]
     assert relative_error(got, logits) <= 1e-4
 
 
@@ -223,11 +208,8 @@ def test_a_dual_encoders_text_tower_alone(tmp_path):
     from tests.frontends.test_hf_dual import build, reference, texts
 
     model, folder = build("clip", tmp_path / "clip")
-    path = tmp_path / "text_np.py"
-    assert main(["compile", str(folder), "--part", "text", "--target", "numpy", "-o", str(path), "--quiet"]) == 0
-    module = load(path)
     ids, mask = texts("clip")
-    got = module.forward(module.load_weights(), input_ids=ids, attention_mask=mask)["text_embeds"]
+    got = part_outputs(folder, "text", "numpy", tmp_path, input_ids=ids, attention_mask=mask)["text_embeds"]
     pixels = np.random.default_rng(7).standard_normal((3, 3, 16, 16)).astype(np.float32)
     assert relative_error(got, reference(model, ids, mask, pixels)[0]) <= 1e-5
 
