@@ -23,8 +23,9 @@ DINOv2, CLIP and SigLIP towers and the YAML form's ``vision:`` section go throug
 
 Layers add ``layer_scale`` (DINOv2's LayerScale: x times a learned [d] vector) and
 ``quick_gelu_mlp`` (CLIP's: up, x·sigmoid(1.702x), down, with biases, as primitives);
-``attention_pool`` is SigLIP's pooling head (a learned probe attending over the tokens with
-``torch.nn.MultiheadAttention``'s packed in-projection, then LayerNorm and a residual MLP).
+``attention_pool`` is SigLIP's pooling head (``frontends.dsl_attention_pool``: a learned probe
+attending over the tokens with ``torch.nn.MultiheadAttention``'s packed in-projection, then
+LayerNorm and a residual MLP).
 """
 from __future__ import annotations
 
@@ -288,48 +289,12 @@ class VisionInputs:
         self._extra_output(x, "image_embeds")
         return x
 
-    def attention_pool(self, x: Tensor, heads: int, d_ff: int, eps: float, name: str = "head") -> Tensor:
-        """SigLIP's pooling head, [B, N, d] -> [B, d]: a probe ``@{name}.probe`` [1, 1, d]
-        attends over x (``@{name}.attention.w{q,k,v}`` [d, d] and ``b{q,k,v}``: the rows of
-        torch's packed ``in_proj_weight`` / ``in_proj_bias``; ``out_proj``), then
-        h + mlp(layer_norm(h)) (``@{name}.layernorm``, ``@{name}.mlp.fc1/fc2``, gelu tanh)."""
-        d = self._features(x)
-        positive("heads", heads, self.origin())
-        if d % heads:
-            raise self.error("heads", f"d_model {d} is not divisible by {heads} heads")
-        head_dim, batch, tokens = d // heads, x.shape[0], x.shape[1]
-        probe = self.emit("expand", [self._added_param(f"{name}.probe", (1, 1, d))], {"shape": [batch, 1, d]},
-                          f"{name}_probe")[0]
-
-        def project(t: Tensor, which: str) -> Tensor:
-            w = self.param(f"{name}.attention.w{which}", (d, d))
-            b = self.param(f"{name}.attention.b{which}", (d,))
-            return self.emit("linear", [t, w, b], None, f"{name}_{which}")[0]
-
-        def heads_first(t: Tensor, length, which: str) -> Tensor:
-            split = self.emit("reshape", [t], {"shape": [batch, length, heads, head_dim]}, f"{name}_{which}_heads")[0]
-            return self.emit("transpose", [split], {"perm": [0, 2, 1, 3]}, f"{name}_{which}_bhtd")[0]
-
-        q = heads_first(project(probe, "q"), 1, "q")
-        k = heads_first(project(x, "k"), tokens, "k")
-        v = heads_first(project(x, "v"), tokens, "v")
-        k_t = self.emit("transpose", [k], {"perm": [0, 1, 3, 2]}, f"{name}_k_t")[0]
-        scores = self.emit("matmul", [q, k_t], None, f"{name}_scores")[0]
-        scores = self.scale(scores, head_dim ** -0.5, f"{name}_scores_scaled")
-        weights = self.emit("softmax", [scores], {"axis": -1}, f"{name}_weights")[0]
-        attended = self.emit("matmul", [weights, v], None, f"{name}_attended")[0]
-        merged = self.emit("reshape", [self.emit("transpose", [attended], {"perm": [0, 2, 1, 3]},
-                                                 f"{name}_attended_bthd")[0]], {"shape": [batch, 1, d]},
-                           f"{name}_merged")[0]
-        out = self.emit("linear", [merged, self.param(f"{name}.attention.out_proj.weight", (d, d)),
-                                   self.param(f"{name}.attention.out_proj.bias", (d,))], None, f"{name}_attn_out")[0]
-        normed = self.norm(out, f"{name}.layernorm", "layer", eps)
-        up = self.emit("linear", [normed, self.param(f"{name}.mlp.fc1.weight", (d_ff, d)),
-                                  self.param(f"{name}.mlp.fc1.bias", (d_ff,))], None, f"{name}_mlp_up")[0]
-        act = self.emit("gelu", [up], {"approximate": "tanh"}, f"{name}_mlp_act")[0]
-        down = self.emit("linear", [act, self.param(f"{name}.mlp.fc2.weight", (d, d_ff)),
-                                    self.param(f"{name}.mlp.fc2.bias", (d,))], None, f"{name}_mlp_out")[0]
-        return self.token(self.add(out, down, f"{name}_out"), 0, f"{name}_pooled")
+    def attention_pool(self, x: Tensor, heads: int, d_ff: int, eps: float, name: str = "head",
+                       mask: Optional[Tensor] = None) -> Tensor:
+        """SigLIP's pooling head, [B, N, d] -> [B, d] (``frontends.dsl_attention_pool``:
+        a probe ``@{name}.probe`` attends over x, padding tokens of ``mask`` unread)."""
+        from frontends.dsl_attention_pool import attention_pool
+        return attention_pool(self, x, heads, d_ff, eps, name, mask)
 
 
 class VisionLayer:
@@ -423,7 +388,14 @@ def hidden_states(m, spec: VisionSpec) -> list:
         x = m.learned_tokens(x, "registers", spec.registers, at=1)
     if spec.pre_norm:
         x = m.layer_norm(x, "pre_norm", spec.eps)
-    states = [x]
+    return [x] + vit_layers(m, x, spec)
+
+
+def vit_layers(m, x: Tensor, spec: VisionSpec) -> list:
+    """Each of ``spec.layers`` pre-norm layers' output after x: bidirectional attention with
+    q/k/v and output biases (over the keys the model's attention mask leaves, where it has
+    one: SigLIP 2's padding patches), the MLP of ``spec.activation``, DINOv2's LayerScale."""
+    states = []
     for layer in m.layers(spec.layers):
         h = layer.attention(layer.layer_norm(x, eps=spec.eps), heads=spec.heads, qkv_bias=True, out_bias=True,
                             causal=False)

@@ -15,6 +15,10 @@ default, ``DEFAULTS`` by ``image_processor_type``):
 4. rescale by ``rescale_factor`` (in float64, then float32), normalise by ``image_mean`` and
    ``image_std`` (float32), channels first.
 
+Processors whose output follows the image have modules of their own: Qwen2-VL's
+(``images_qwen``), Pixtral's (``images_pixtral``), Llama-3.2-Vision's tiles (``images_mllama``),
+SigLIP 2's NaFlex patches (``images_siglip2``).
+
 Pillow is imported only here, when an image is read (``pip install 'irc[vision]'``). A file
 that is not an image, one over ``MAX_PIXELS``, or a processor whose output size is not the
 model's input size is one ``IRCError`` naming the file (and the key).
@@ -33,6 +37,8 @@ PREPROCESSOR = "preprocessor_config.json"
 TILED = ("Idefics3ImageProcessor", "SmolVLMImageProcessor")
 PATCHED = ("Qwen2VLImageProcessor",)
 FITTED = ("PixtralImageProcessor",)
+NAFLEX = ("Siglip2ImageProcessor",)
+CANVASED = ("MllamaImageProcessor",)
 MAX_PIXELS = 1 << 26  # 67 megapixels: larger files are refused before they are decoded
 OPENAI_MEAN, OPENAI_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
 HALF = [0.5, 0.5, 0.5]
@@ -69,6 +75,12 @@ DEFAULTS = {  # image_processor_type -> its class's defaults (transformers 5.25'
     "PixtralImageProcessor": {**_COMMON, "resample": 3, "size": {"longest_edge": 1024},
                               "patch_size": {"height": 16, "width": 16}, "image_mean": OPENAI_MEAN,
                               "image_std": OPENAI_STD, "do_pad": True},
+    # SigLIP 2's NaFlex: the image's own aspect ratio in at most max_num_patches patches (irc_cli.images_siglip2)
+    "Siglip2ImageProcessor": {**_COMMON, "resample": 2, "patch_size": 16, "max_num_patches": 256,
+                              "image_mean": HALF, "image_std": HALF, "do_convert_rgb": None},
+    # Llama-3.2-Vision's: the image on a canvas of up to max_image_tiles tiles (irc_cli.images_mllama)
+    "MllamaImageProcessor": {**_COMMON, "resample": 2, "size": {"height": 224, "width": 224}, "image_mean": HALF,
+                             "image_std": HALF, "max_image_tiles": 4, "do_pad": True},
     "ViTImageProcessor": {**_COMMON, "resample": 2, "size": {"height": 224, "width": 224}, "image_mean": HALF,
                           "image_std": HALF, "do_convert_rgb": None},
 }
@@ -130,6 +142,13 @@ class Processor:
             from irc_cli.images_pixtral import check
             check(self)
             return None
+        if self.kind in NAFLEX:  # patches at the image's aspect ratio
+            from irc_cli.images_siglip2 import check
+            check(self)
+            return None
+        if self.kind in CANVASED:  # tiles of size, as many as the image's canvas holds
+            self._size("size", ({"height", "width"},))
+            return None
         if self.settings.get("do_center_crop"):
             crop = self._size("crop_size", ({"height", "width"},))
             return crop["height"], crop["width"]
@@ -171,6 +190,11 @@ class Processor:
         if self.kind in FITTED:
             raise IRCError(f"{self.kind} gives an image at its own size: irc_cli.images_pixtral.pixtral",
                            location=self.path)
+        if self.kind in NAFLEX:
+            raise IRCError(f"{self.kind} gives an image as rows of patches: irc_cli.images_siglip2.naflex",
+                           location=self.path)
+        if self.kind in CANVASED:
+            raise IRCError(f"{self.kind} gives an image as tiles: irc_cli.images_mllama.mllama", location=self.path)
         s = self.settings
         if s.get("do_convert_rgb"):
             image = to_rgb(image)

@@ -4,8 +4,10 @@
     irc run models/clip-vit-large-patch14-336 --image photo.jpg   # a Hugging Face folder (interpreter)
 
 The image goes through the folder's ``preprocessor_config.json`` (``irc_cli.images``: Pillow,
-as transformers' PIL processors), then the model: ``pooler_output`` (the image's embedding)
-and ``last_hidden_state`` (one vector per token), and a CLIP checkpoint's ``image_embeds``.
+as transformers' PIL processors; a model that takes ``spatial_shapes``, SigLIP 2's NaFlex tower,
+takes its processor's rows of patches, ``irc_cli.images_siglip2``), then the model:
+``pooler_output`` (the image's embedding) and ``last_hidden_state`` (one vector per token), and
+a CLIP checkpoint's ``image_embeds``.
 ``--json`` prints one object with ``pooler_output`` (and ``image_embeds``) as numbers and each
 output's shape; otherwise a short summary. Text and image together go to a VLM
 (``irc_cli.run_vlm``); a text-only decoder given ``--image`` is refused.
@@ -21,13 +23,14 @@ import numpy as np
 
 from irc.errors import IRCError
 from irc_cli import engines, run_dual, weights
-from irc_cli.images import Processor, read_image
+from irc_cli.images import NAFLEX, Processor, read_image
 
 PIXELS = "pixel_values"
+NAFLEX_SHAPES = "spatial_shapes"  # the input that marks SigLIP 2's NaFlex tower (frontends.dsl_naflex)
 
 
 def _compiled(folder: str):
-    """(run(pixels) -> outputs, (height, width), engine) of a compiled folder's model."""
+    """(run(feeds) -> outputs, its inputs' shapes by name, engine) of a compiled folder's model."""
     from backends.onnx.runtime import ort_session
 
     session = ort_session(engines.model_path(folder), threads=None)
@@ -37,13 +40,15 @@ def _compiled(folder: str):
                        location=folder, hint="--image goes with an image encoder's folder")
     names = [o.name for o in session.get_outputs()]
 
-    def run(pixels):
-        return dict(zip(names, session.run(None, {PIXELS: pixels.astype(engines.input_type(session, PIXELS))})))
-    return run, tuple(inputs[PIXELS][2:]), "onnxruntime"
+    def run(feeds):
+        return dict(zip(names, session.run(None, {name: value.astype(engines.input_type(session, name))
+                                                  for name, value in feeds.items()})))
+    return run, inputs, "onnxruntime"
 
 
 def _spec(args):
-    """(run(pixels) -> outputs, (height, width), engine, graph) of a spec in the interpreter."""
+    """(run(feeds) -> outputs, its inputs' shapes by name, engine, graph) of a spec in the
+    interpreter."""
     from irc.interpreter import Interpreter
     from irc_cli.commands import _apply_passes
     from irc_cli.spec import load
@@ -56,8 +61,31 @@ def _spec(args):
     weights.require(args.spec, graph, args.weights)
     _apply_passes(graph, args)
     interpreter = Interpreter(graph, args.seed)
-    return (lambda pixels: interpreter.run({PIXELS: pixels})), tuple(graph.meta["vision"]["image_size"]), \
-        "interpreter", graph
+    return interpreter.run, {value.name: list(value.shape) for value in graph.inputs}, "interpreter", graph
+
+
+def image_feeds(processor: Processor, image, inputs: dict) -> tuple[dict, str]:
+    """(the model's feeds for one image, what went in: "HxW image" or "image of h x w
+    patches"), the processor checked against the model's ``inputs`` (shapes by name)."""
+    if NAFLEX_SHAPES not in inputs:
+        processor.check_model(*inputs[PIXELS][2:])
+        pixels = processor(image)[None]
+        return {PIXELS: pixels}, f"{pixels.shape[2]}x{pixels.shape[3]} image"
+    from irc_cli.images_siglip2 import naflex
+
+    if processor.kind not in NAFLEX:
+        raise processor._error("image_processor_type", f"{processor.kind} gives whole images, but the model takes "
+                                                       "SigLIP 2's rows of patches (pixel_attention_mask, "
+                                                       "spatial_shapes)", hint="use the checkpoint's "
+                                                                               "Siglip2ImageProcessor settings")
+    feeds = naflex(processor, image)
+    width = inputs[PIXELS][-1]
+    if feeds[PIXELS].shape[-1] != width:
+        raise processor._error("patch_size", f"{processor.settings['patch_size']} gives patches of "
+                                             f"{feeds[PIXELS].shape[-1]} values, but the model takes {width}")
+    feeds["pixel_attention_mask"] = feeds["pixel_attention_mask"].astype(np.int64)
+    rows, columns = feeds[NAFLEX_SHAPES][0].tolist()
+    return feeds, f"image of {rows}x{columns} patches"
 
 
 def run_image(args) -> int:
@@ -69,16 +97,14 @@ def run_image(args) -> int:
     compiled = engines.compiled_folder(args.spec)
     if compiled:
         folder = compiled[0]
-        run, size, engine = _compiled(folder)
+        run, inputs, engine = _compiled(folder)
         source = folder
     else:
         folder = args.spec if os.path.isdir(args.spec) else os.path.dirname(os.path.abspath(args.spec))
-        run, size, engine, source = _spec(args)
-    processor = Processor.read(folder)
-    processor.check_model(*size)
-    pixels = processor(read_image(args.image))[None]
+        run, inputs, engine, source = _spec(args)
+    feeds, shown = image_feeds(Processor.read(folder), read_image(args.image), inputs)
     start = time.perf_counter()
-    outputs = run(pixels)
+    outputs = run(feeds)
     pooled = outputs.get("pooler_output")
     scored = {} if not args.text else run_dual.zero_shot(source, folder, args.text,
                                                          outputs.get("image_embeds", pooled))
@@ -100,6 +126,5 @@ def run_image(args) -> int:
             head = ", ".join(f"{x:.4f}" for x in pooled[0][:4])
             print(f"pooler_output[0]: |x| = {float(np.linalg.norm(pooled[0])):.4f}, first values {head}, ...")
     if not args.quiet:
-        print(f"irc run: one {size[0]}x{size[1]} image in {seconds * 1000:.0f} ms with {engine}",
-              file=sys.stderr)
+        print(f"irc run: one {shown} in {seconds * 1000:.0f} ms with {engine}", file=sys.stderr)
     return 0

@@ -1,6 +1,7 @@
 """Standard ONNX ops for irc's vision ops (``irc.ops.vision``): the patch projection, the
 image features merged into the token embeddings, the image blocks of a mask, Qwen-VL's patch
-grid and its learned positions resampled to each image's grid. The portable table
+grid and its learned positions resampled to each image's grid, SigLIP 2's position grid resized
+to each image (antialiased bilinear, from the runtime sizes). The portable table
 (``backends.onnx.portable.LOWERINGS``) takes them whole; ONNX Runtime's target the same.
 """
 from __future__ import annotations
@@ -166,6 +167,60 @@ def lower_resample_positions(b: Builder, node: Node, outs: list[str]) -> None:
     b.node("Sum", terms, outs)
 
 
+def lower_resize_positions(b: Builder, node: Node, outs: list[str]) -> None:
+    """From the runtime ``shapes``: each of the L rows' (row, column) in its image (integer Div
+    by the width and what it leaves; 0, 0 for the padding rows), per axis its weights over the S
+    grid lines in float32 (centre (i + 0.5)·S/n - 0.5, triangle max(0, 1 - |j - centre| /
+    max(S/n, 1)), normalised: ``irc.ops.vision.antialiased_bilinear``), their outer product
+    [B, L, S·S] times the table (``irc.ops.vision.resize_positions``). One graph for any sizes."""
+    table, shapes, patches = node.inputs
+    side, out = node.attrs["side"], outs[0]
+
+    def op(kind: str, inputs: list, role: str, **attrs) -> str:
+        return b.op(kind, inputs, f"{out}/{role}", **attrs)
+
+    def number(value: float) -> str:
+        return b.const(value, np.float32, f"{out}/number")
+
+    sizes = b.value(shapes) if shapes.dtype == DType.i64 else op("Cast", [b.value(shapes)], "shapes_i64",
+                                                                  to=TensorProto.INT64)
+    height, width = (op("Slice", [sizes, b.i64([k]), b.i64([k + 1]), b.i64([1])], name)
+                     for k, name in enumerate(("height", "width")))
+    length = op("Squeeze", [op("Shape", [b.value(patches)], "length1", start=1, end=2), b.i64([0])], "length")
+    index = op("Range", [b.i64(0), length, b.i64(1)], "index")
+    inside = op("Less", [index, op("Mul", [height, width], "count")], "inside")
+    row = op("Div", [index, width], "row_in_image")
+    col = op("Sub", [index, op("Mul", [row, width], "row_start")], "col_in_image")
+    lines = b.const(np.arange(side, dtype=np.float32), np.float32, f"{out}/grid_lines")
+
+    def weights(place: str, size: str, name: str) -> str:
+        at = op("Cast", [op("Where", [inside, place, b.i64(0)], f"{name}_index")], f"{name}_f32",
+                to=TensorProto.FLOAT)
+        scale = op("Div", [number(float(side)), op("Cast", [size], f"{name}_size", to=TensorProto.FLOAT)],
+                   f"{name}_scale")
+        center = op("Sub", [op("Mul", [op("Add", [at, number(0.5)], f"{name}_mid"), scale], f"{name}_mid_scaled"),
+                            number(0.5)], f"{name}_center")
+        distance = op("Abs", [op("Sub", [lines, op("Unsqueeze", [center, b.i64([-1])], f"{name}_center_column")],
+                                 f"{name}_offset")], f"{name}_distance")
+        support = op("Unsqueeze", [op("Max", [scale, number(1.0)], f"{name}_support"), b.i64([-1])],
+                     f"{name}_support_column")
+        triangle = op("Max", [op("Sub", [number(1.0), op("Div", [distance, support], f"{name}_reach")],
+                                 f"{name}_tent"), number(0.0)], f"{name}_triangle")
+        return op("Div", [triangle, op("ReduceSum", [triangle, b.i64([-1])], f"{name}_total", keepdims=1)],
+                  f"{name}_weights")
+
+    outer = op("Mul", [op("Unsqueeze", [weights(row, height, "row"), b.i64([-1])], "row_weights_column"),
+                       op("Unsqueeze", [weights(col, width, "col"), b.i64([-2])], "col_weights_row")], "outer")
+    flat = op("Reshape", [outer, b.i64([0, 0, side * side])], "grid_weights")
+    values = b.weight(table, dtype=DType.f32) if isinstance(table, Param) else b.value(table)
+    if not isinstance(table, Param) and table.dtype != DType.f32:
+        values = op("Cast", [values], "table_f32", to=TensorProto.FLOAT)
+    if table.dtype == DType.f32:
+        b.node("MatMul", [flat, values], outs)
+    else:
+        b.node("Cast", [op("MatMul", [flat, values], "resized_f32")], outs, to=ONNX_TYPES[table.dtype])
+
+
 VISION_LOWERINGS = {"patch_embed": lower_patch_embed, "merge_tokens": lower_merge_tokens,
                     "image_blocks": lower_image_blocks, "patch_grid": lower_patch_grid,
-                    "resample_positions": lower_resample_positions}
+                    "resample_positions": lower_resample_positions, "resize_positions": lower_resize_positions}

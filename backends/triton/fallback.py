@@ -79,6 +79,24 @@ HELPERS = {
     out = sum(values[r * side + c] * (wr * wc)[:, None]
               for r, wr in ((r0, wr0), (r1, wr1)) for c, wc in ((c0, wc0), (c1, wc1)))
     return out.to(table.dtype)''',
+    "resize_positions": '''def resize_positions(table, shapes, length, side):
+    """irc.ops.vision.resize_positions: the side x side table resized to each image's (h, w) by
+    antialiased bilinear weights per axis (fp32), rows past h * w repeating row 0."""
+    sizes = shapes.to(torch.int64)
+    index = torch.arange(length, device=table.device)[None, :]
+    height, width = sizes[:, :1], sizes[:, 1:]
+    row = torch.div(index, width, rounding_mode="floor")
+    inside = index < height * width
+    lines = torch.arange(side, device=table.device, dtype=torch.float32)
+
+    def weights(place, size):
+        scale = side / size.float()
+        center = (torch.where(inside, place, 0).float() + 0.5) * scale - 0.5
+        reach = (lines - center[..., None]).abs() / torch.clamp(scale, min=1.0)[..., None]
+        triangle = torch.clamp(1 - reach, min=0.0)
+        return triangle / triangle.sum(-1, keepdim=True)
+    outer = weights(row, height)[..., :, None] * weights(index - row * width, width)[..., None, :]
+    return (outer.flatten(-2) @ table.float()).to(table.dtype)''',
     "merge_tokens": '''def merge_tokens(embeds, ids, features, token):
     """irc.ops.vision.merge_tokens: the placeholder rows of embeds replaced, in order, by the
     feature rows (none on a step without an image)."""
@@ -222,6 +240,9 @@ def fallback_line(op: str, attrs: dict, args: list[str], outputs: list) -> tuple
                 {"patch_grid"})
     if op == "resample_positions":
         return f"resample_positions({args[0]}, {args[1]}, {attrs['side']})", {"resample_positions"}
+    if op == "resize_positions":  # SigLIP 2's position grid resized to each image (NaFlex)
+        return (f"resize_positions({args[0]}, {args[1]}, {args[2]}.shape[1], {attrs['side']})",
+                {"resize_positions"})
     if op == "moe_route":
         kwargs = ", ".join(f"{k}={attrs[k]!r}" for k in MOE_ROUTE_ARGS)
         operands = ", ".join((args + ["None"] * 4)[:4])  # x, router, router_bias, router_logit_bias

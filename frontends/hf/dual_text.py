@@ -6,7 +6,8 @@ clip    token + learned position embeddings, pre-LayerNorm layers with causal at
         ``eos_token_id`` (transformers' legacy rule when that id is 2: at the row's largest id)
         through ``text_projection`` (no bias): ``text_embeds`` [N, projection_dim]
 siglip  the same embeddings and layers with bidirectional attention and GELU (tanh) MLPs; the
-        last position's state through ``head`` (with a bias)
+        last position's state through ``head`` (with a bias). SigLIP 2's (``siglip2``) is this
+        tower: transformers' ``Siglip2TextModel`` subclasses ``SiglipTextModel`` unchanged
 ======  ======================================================================================
 
 The tower is ``graph.parts["text"]`` of the image tower's graph (``frontends.hf.vision``): it
@@ -35,6 +36,7 @@ TEXT_DEFAULTS = {  # transformers 5.25's CLIPTextConfig and SiglipTextConfig
                "num_attention_heads": 12, "max_position_embeddings": 64, "hidden_act": "gelu_pytorch_tanh",
                "layer_norm_eps": 1e-6},
 }
+TEXT_DEFAULTS["siglip2"] = TEXT_DEFAULTS["siglip"]  # Siglip2TextConfig is SiglipTextConfig
 ACTIVATIONS = {"quick_gelu": "quick", "gelu_pytorch_tanh": "tanh", "gelu": "none"}
 _LAYER = {**{f"attn.w{x}": f"self_attn.{x}_proj.weight" for x in "qkv"},
           **{f"attn.b{x}": f"self_attn.{x}_proj.bias" for x in "qkv"},
@@ -86,7 +88,7 @@ def build_text_tower(cfg: Config, name: str) -> Graph:
     graph.meta["model_type"] = f"{kind}_text_model"
     # how its processor pads a batch of texts (irc_cli.run_dual): SigLIP's to the whole length
     graph.meta["pad_token_id"] = text.data.get("pad_token_id", 1)
-    graph.meta["pad_to"] = text.get("max_position_embeddings", positive_int) if kind == "siglip" else None
+    graph.meta["pad_to"] = text.get("max_position_embeddings", positive_int) if kind != "clip" else None
     return graph
 
 
@@ -102,7 +104,7 @@ def attach_text_weights(text: Graph, checkpoint: Checkpoint, kind: str, meta: di
     tower = [n for n in checkpoint.files if n.startswith("text_model.") or n == "text_projection.weight"]
     attach_sources(text.params.values(), checkpoint, source, what="the text tower",
                    spare=lambda n: n not in tower)
-    for key in ("logit_scale", "logit_bias") if kind == "siglip" else ("logit_scale",):
+    for key in ("logit_scale", "logit_bias") if kind != "clip" else ("logit_scale",):
         if key not in checkpoint.files:
             raise SpecError(f"the checkpoint has no tensor {key}", location=checkpoint.folder)
         value = float(np.asarray(checkpoint.read(key), np.float32).reshape(-1)[0])

@@ -23,7 +23,11 @@ blip_2_vision_model      BLIP-2's ViT: patches (bias) + class embedding + positi
 siglip_vision_model      patches (bias) + positions, no class token; gelu tanh MLPs;
                          last_hidden_state = ``post_layernorm``(x); pooler_output: the
                          attention-pooling head (``vision_use_head``), else none
-clip, siglip             a dual encoder's config (``vision_config`` and ``text_config``): its
+siglip2_vision_model     SigLIP 2's NaFlex tower (``frontends.hf.siglip2``): the processor's
+                         flattened patches of any aspect ratio (``pixel_values`` [B, L, p·p·C],
+                         ``pixel_attention_mask``, ``spatial_shapes``), the learned position grid
+                         resized to each image; SigLIP's layers, padding masked, and head
+clip, siglip, siglip2    a dual encoder's config (``vision_config`` and ``text_config``): its
                          image tower as above (``vision_config``, errors naming
                          ``vision_config.<key>``); CLIP adds ``image_embeds``, the pooled state
                          through ``visual_projection`` (``get_image_features``); SigLIP's image
@@ -31,8 +35,8 @@ clip, siglip             a dual encoder's config (``vision_config`` and ``text_c
                          (``frontends.hf.dual_text``)
 =======================  ===================================================================
 
-The graph takes ``pixel_values`` f32 [B, C, image_size, image_size] (the checkpoint's size:
-the position embeddings are used as trained, as transformers does without
+The graph (SigLIP 2's aside) takes ``pixel_values`` f32 [B, C, image_size, image_size] (the
+checkpoint's size: the position embeddings are used as trained, as transformers does without
 ``interpolate_pos_encoding``) and returns ``last_hidden_state`` [B, tokens, d] and
 ``pooler_output`` [B, d] (what the family's base model returns). Keys a config.json leaves out
 take transformers 5.25's defaults (``DEFAULTS``). A checkpoint may hold the tower alone
@@ -50,6 +54,7 @@ import os
 import numpy as np
 
 from frontends.dsl_vision import VisionSpec, build_vit
+from frontends.hf import siglip2
 from frontends.hf.config import Config, NestedConfig
 from frontends.hf.weights import Checkpoint, Source, Tensor, View, Zeros, attach_sources
 from irc.errors import SpecError
@@ -70,9 +75,11 @@ DEFAULTS = {
                             "layer_norm_eps": 1e-6, "patch_size": 16, "vision_use_head": True},
     "blip_2_vision_model": {**_VIT, "hidden_size": 1408, "intermediate_size": 6144, "num_hidden_layers": 39,
                             "num_attention_heads": 16, "patch_size": 14, "layer_norm_eps": 1e-6},
-    "clip": {"projection_dim": 512}, "siglip": {},  # dual encoders: their towers' are the two above
+    "siglip2_vision_model": siglip2.DEFAULTS,
+    "clip": {"projection_dim": 512}, "siglip": {}, "siglip2": {},  # dual encoders: their towers' are above
 }
-TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}  # dual encoder -> its image tower
+# dual encoder -> its image tower
+TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model", "siglip2": "siglip2_vision_model"}
 FAMILIES = tuple(DEFAULTS)
 GELU = {"gelu": "none", "gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "quick_gelu": "quick"}
 PREFIXES = ("", "vision_model.", "vit.", "dinov2.")
@@ -127,6 +134,7 @@ LAYOUTS = {
 }
 LAYOUT = {"vit": "vit", "dinov2": "dinov2", "dinov2_with_registers": "dinov2", "clip_vision_model": "clip",
           "siglip_vision_model": "siglip", "clip": "clip", "siglip": "siglip",
+          "siglip2_vision_model": "siglip", "siglip2": "siglip",
           "idefics3_vision": "siglip", "smolvlm_vision": "siglip",  # these and BLIP-2's: VLM towers (frontends.hf.vlm)
           "blip_2_vision_model": "blip"}
 SIGLIP_LIKE = ("siglip_vision_model", "idefics3_vision", "smolvlm_vision")
@@ -267,7 +275,7 @@ def checkpoint_source(model_type: str, param: Param, prefix: str, files=()) -> S
     packed = PACKED.get(name.rsplit(".", 1)[-1][1:]) if name.startswith("head.attention.") else None
     if packed is None:
         stored = prefix + checkpoint_name(model_type, name)
-        if name == "position_embeddings":
+        if name == "position_embeddings" and TOWERS.get(model_type, model_type) not in siglip2.NAFLEX:
             return Positions(stored, param.shape, antialias=model_type == "dinov2_with_registers")
         return Reshaped(stored, param.shape) if name in RESHAPED else Tensor(stored)
     d = param.shape[0]
@@ -345,13 +353,18 @@ def build_vision(cfg: Config, name: str, pooler: bool = True, size=None) -> Grap
     if model_type in TOWERS:
         tower = NestedConfig(cfg, "vision_config", DEFAULTS[TOWERS[model_type]], "the image tower's settings",
                              hint=f"irc compiles the image tower of a {model_type} checkpoint")
+    m = Model(name, vocab=None, d_model=tower.get("hidden_size", positive_int), dtype=cfg.dtype(), encoder=True)
+    if TOWERS.get(model_type, model_type) in siglip2.NAFLEX:  # SigLIP 2: images of any aspect ratio
+        from frontends.dsl_naflex import build_naflex
+        build_naflex(m, siglip2.naflex_spec(tower))
+        m.graph.meta["model_type"] = model_type
+        return m.graph
     spec = vision_spec(tower, TOWERS.get(model_type, model_type), pooler)
     if size is not None and model_type.startswith("dinov2"):
         if size < spec.patch:
             raise SpecError(f"preprocessor_config.json makes {size}-pixel images, smaller than a {spec.patch}-pixel "
                             "patch", location=cfg.path)
         spec.image_size = size
-    m = Model(name, vocab=None, d_model=tower.get("hidden_size", positive_int), dtype=cfg.dtype(), encoder=True)
     pooled = build_vit(m, spec)
     if model_type == "clip":
         m.image_embeds(m.dense(pooled, cfg.get("projection_dim", positive_int), name="visual_projection"))

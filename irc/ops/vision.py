@@ -43,6 +43,14 @@ frame's h x w grid at its (row, column), both read from ``patch_grid``'s rows: s
 r·(S - 1) / max(h - 1, 1), its floor and the next row (clamped to S - 1) weighted 1 - f and f,
 the same across columns, four rows of the table summed. Qwen3-VL's and Qwen3.5's towers
 (transformers' ``get_vision_interpolation_indices_and_weights``, bilinear, align_corners).
+
+``resize_positions(table [S·S, d], shapes [B, 2], patches [B, L, ...]) {side: S}`` -> [B, L, d]:
+the S x S ``table`` (row-major) resized to each image's h x w = ``shapes[b]`` as torch's
+``F.interpolate(mode="bilinear", align_corners=False, antialias=True)`` resizes it, in float32:
+A_h @ grid @ A_w^T with A = ``antialiased_bilinear(S, n)`` per axis, flattened row by row into
+rows 0 .. h·w - 1 of image b; rows h·w .. L - 1 (the processor's padding patches) repeat row 0.
+SigLIP 2's NaFlex positions (transformers' ``Siglip2VisionEmbeddings.resize_positional_embeddings``).
+L is ``patches``' second dim; the reference refuses a side below 1 or h·w over L.
 """
 from __future__ import annotations
 
@@ -55,6 +63,7 @@ from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, expect, pad_inpu
 
 
 FEATURES = "image_features"  # a VLM decoder's input that merge_tokens reads (frontends.dsl_vision)
+CROSS_MASK = "cross_attention_mask"  # a cross-attention decoder's image-key visibility (frontends.dsl_cross)
 
 
 def patches(pixel_values, patch: int) -> np.ndarray:
@@ -268,3 +277,60 @@ register(OpDef("resample_positions", ("table", "where"), {"side": REQUIRED}, _re
                lambda inputs, outputs, attrs: Cost(other_flops=8 * outputs[0].numel,
                                                    bytes_read=4 * outputs[0].nbytes + inputs[1].nbytes,
                                                    bytes_written=outputs[0].nbytes)))
+
+
+def antialiased_bilinear(old: int, new: int) -> np.ndarray:
+    """[new, old] float64: torch's antialiased bilinear resize of ``old`` samples to ``new``
+    along one axis. Output i sits at source x = (i + 0.5)·old/new - 0.5; source j weighs
+    max(0, 1 - |j - x| / s), the triangle widened to s = max(old/new, 1) when shrinking, and
+    each row's weights are normalised to sum to 1 (the support always holds a source)."""
+    scale = old / new
+    center = (np.arange(new) + 0.5) * scale - 0.5
+    weights = np.maximum(0.0, 1.0 - np.abs(np.arange(old)[None, :] - center[:, None]) / max(scale, 1.0))
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def resize_positions(table, shapes, length: int, side: int) -> np.ndarray:
+    """``resize_positions``'s [B, length, d] (the module docstring)."""
+    grid = np.asarray(table, np.float32).reshape(side, side, -1).astype(np.float64)
+    shapes = np.asarray(shapes, np.int64).reshape(-1, 2)
+    out = np.zeros((shapes.shape[0], length, grid.shape[-1]), np.float32)
+    for b, (h, w) in enumerate(shapes.tolist()):
+        if h < 1 or w < 1 or h * w > length:
+            raise ValueError(f"resize_positions: image {b} is {h} x {w} patches, not 1 to {length} of them")
+        resized = np.einsum("ij,jkd,lk->ild", antialiased_bilinear(side, h), grid, antialiased_bilinear(side, w))
+        out[b, :h * w] = resized.reshape(h * w, -1)
+        out[b, h * w:] = resized[0, 0]
+    return out.astype(table.dtype)
+
+
+def _resize_infer(inputs, attrs):
+    table, shapes, patches = inputs
+    side = attrs["side"]
+    expect(isinstance(side, int) and not isinstance(side, bool) and side > 0,
+           f"resize_positions: side must be a positive int, got {side!r}")
+    expect(table.dtype.is_float and table.rank == 2 and dims.canonical(table.shape[0]) == side * side,
+           f"resize_positions: table must be float [{side * side}, d], got {table.dtype}"
+           f"{dims.format_shape(table.shape)}")
+    expect(not shapes.dtype.is_float and shapes.rank == 2 and dims.canonical(shapes.shape[1]) == 2,
+           f"resize_positions: shapes must be integer [B, 2] (h, w), got {shapes.dtype}"
+           f"{dims.format_shape(shapes.shape)}")
+    expect(patches.rank >= 2 and dims.canonical(patches.shape[0]) == dims.canonical(shapes.shape[0]),
+           f"resize_positions: patches must be [{shapes.shape[0]}, L, ...], got {dims.format_shape(patches.shape)}")
+    return [TensorType(table.dtype, (patches.shape[0], patches.shape[1], table.shape[1]))]
+
+
+def _resize_reference(inputs, attrs):
+    table, shapes, patches = inputs
+    return [resize_positions(table, shapes, patches.shape[1], attrs["side"])]
+
+
+def _resize_cost(inputs, outputs, attrs):
+    """2·S² FLOPs per output element: each a weighted sum of the S² grid rows (the dense form
+    the ONNX lowering and the Triton fallback compute)."""
+    return Cost(other_flops=2 * attrs["side"] ** 2 * outputs[0].numel, bytes_read=inputs[0].nbytes + inputs[1].nbytes,
+                bytes_written=outputs[0].nbytes)
+
+
+register(OpDef("resize_positions", ("table", "shapes", "patches"), {"side": REQUIRED}, _resize_infer,
+               _resize_reference, _resize_cost))
