@@ -252,10 +252,12 @@ class Model(EncoderOutputs, VisionInputs):
             self._graph.remove(node)
             self._positions = None
 
-    def embed(self, ids: Tensor, scale: Optional[float] = None) -> Tensor:
-        """Token embedding ``@embed`` [V, d], times ``scale`` (Gemma: sqrt(d)) when set."""
+    def embed(self, ids: Tensor, scale: Optional[float] = None, rows: Optional[int] = None) -> Tensor:
+        """Token embedding ``@embed`` [V, d] (``rows`` rows where the table is longer than the
+        vocabulary: Llama-3.2-Vision's 8 more), times ``scale`` (Gemma: sqrt(d)) when set."""
         scale = positive_float("scale", scale, self.origin())
-        table = self.param("embed", (self.vocab, self.d_model))
+        table = self.param("embed", (self.vocab if rows is None else positive("rows", rows, self.origin()),
+                                     self.d_model))
         self.meta["embedding_scale"] = scale
         if self.dtype == ACTIVATION:
             return self.emit("embedding", [ids, table], {"scale": scale}, "x")[0]

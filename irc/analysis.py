@@ -61,6 +61,24 @@ def cache_inputs(graph: Graph) -> list[Value]:
             if v.name != "attention_mask" and any("P" in dims.symbols(d) for d in v.shape)]
 
 
+CROSS = "V"  # the image tokens a cross-attention layer has cached (frontends.dsl_cross)
+EMPTY = {"P": 0, CROSS: 0}  # the bindings of empty caches: no past tokens, no cached image
+
+
+def cross_caches(graph: Graph) -> list[Value]:
+    """``past_key_values.*`` inputs that cache image keys for cross-attention [B, K, V, D]:
+    they grow with the images a sequence holds, not with its tokens."""
+    return [v for v in graph.inputs if v.name.startswith("past_key_values.")
+            and any(CROSS in dims.symbols(d) for d in v.shape)]
+
+
+def cross_bindings(graph: Graph) -> dict:
+    """A cross-attention decoder's step as costs count it: one image cached (``V`` its tokens,
+    ``graph.meta["cross_attention"]["image_tokens"]``), none brought (``I`` = 0); {} for others."""
+    cross = graph.meta.get("cross_attention")
+    return {} if not cross else {CROSS: cross.get("image_tokens") or 0, "I": 0}
+
+
 def past_inputs(graph: Graph) -> list[Value]:
     """Every input a decode step feeds back from the step before (``past_key_values.*``,
     each returned as ``present.*``): the KV caches and the recurrent states."""
@@ -70,7 +88,7 @@ def past_inputs(graph: Graph) -> list[Value]:
 def state_inputs(graph: Graph) -> list[Value]:
     """Recurrent-state inputs: ``past_key_values.*`` inputs without the past length P (a
     conv state [B, C, K-1], a scan state [B, H, N, P_head]): fixed size per sequence."""
-    return [v for v in past_inputs(graph) if not any("P" in dims.symbols(d) for d in v.shape)]
+    return [v for v in past_inputs(graph) if not any(dims.symbols(d) & {"P", CROSS} for d in v.shape)]
 
 
 def elements_per_sequence(value: Value) -> int:
@@ -89,7 +107,7 @@ def elements_per_token(value: Value) -> int:
     for d in value.shape:
         if isinstance(d, int):
             n *= d
-        elif d not in ("B", "P"):
+        elif d not in ("B", "P", CROSS):
             raise ValueError(f"cache %{value.name} has an unexpected symbolic dim {d!r}")
     return n
 
@@ -235,7 +253,7 @@ def analyze(graph: Graph, context: int = 4096, cache_dtype: Optional[DType] = No
     vision = graph.meta.get("vision") or {}
     # an image encoder's symbols other than B (Qwen-VL's visual tokens I and images N) bind to
     # one image at its reference size (``vision["bindings"]``)
-    cost = graph_cost(graph, {"B": 1, "T": 1, "P": context - 1, **vision.get("bindings", {})})
+    cost = graph_cost(graph, {"B": 1, "T": 1, "P": context - 1, **vision.get("bindings", {}), **cross_bindings(graph)})
 
     layers = _layer_table(graph, elements)
     kv_elements = kv_bytes = kv_bytes_at_context = 0
@@ -349,17 +367,26 @@ def visual_token_costs(vision: dict, text: Graph, cache_dtype: Optional[DType] =
     length (the image's share of the cache), and the tokens and bytes left by r x r pixel
     shuffle or pooling of the patch grid (Idefics3/SmolVLM's shuffle, Qwen's 2x2 merger,
     Gemma 3's pooling), for each r that divides the grid. ``tokens``: the image's tokens as the
-    VLM's own projector gives them (its vision model's ``image_features`` rows), where known."""
-    per_token = analyze(text, cache_dtype=cache_dtype)["kv_cache_bytes_per_token"]
+    VLM's own projector gives them (its vision model's ``image_features`` rows), where known.
+    A decoder that reads the image by cross-attention (``bridge`` "cross-attention",
+    Llama-3.2-Vision's) caches its tokens' keys in its cross layers only: ``kv_bytes_per_token``
+    is then those layers' bytes per image token, and the image's share is of the bytes."""
+    summary = analyze(text, cache_dtype=cache_dtype)
+    per_token = summary["kv_cache_bytes_per_token"]
+    cross = cross_caches(text)  # a cross-attention decoder keeps the image's keys in its cross layers alone
+    dtype = DType.parse(summary["cache_dtype"])
+    image_per_token = sum(dtype.nbytes(elements_per_token(v)) for v in cross) if cross else per_token
     tokens = vision["patches"] if tokens is None else tokens
     height, width = vision["image_size"]
     rows, columns = height // vision["patch"], width // vision["patch"]
+    image = tokens * image_per_token
     return {
-        "text_model": text.name, "kv_bytes_per_token": per_token, "image_tokens": tokens,
-        "image_kv_bytes": tokens * per_token,
+        "text_model": text.name, "kv_bytes_per_token": image_per_token, "image_tokens": tokens,
+        "bridge": "cross-attention" if cross else "prepended", "cross_layers": len(cross) // 2,
+        "image_kv_bytes": image,
         "against_prompt": [{"prompt_tokens": p, "prompt_kv_bytes": p * per_token,
-                            "image_share": round(tokens / (tokens + p), 4)} for p in prompts],
+                            "image_share": round(image / (image + p * per_token), 4)} for p in prompts],
         "compression": [{"merge": f"{r}x{r}", "tokens": (rows // r) * (columns // r),
-                         "kv_bytes": (rows // r) * (columns // r) * per_token}
+                         "kv_bytes": (rows // r) * (columns // r) * image_per_token}
                         for r in (2, 3, 4) if rows % r == 0 and columns % r == 0],
     }

@@ -25,6 +25,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from irc import dims
+from irc.analysis import EMPTY
 from irc.errors import IRCError
 from irc.graph import Graph, Param
 from irc.interpreter import Interpreter, past_inputs
@@ -114,7 +115,7 @@ def prefill_logits(interpreter: Interpreter, ids: Sequence[int]) -> np.ndarray:
     feeds = {"input_ids": np.asarray([ids], np.int64), "attention_mask": np.ones((1, t), np.int64),
              "position_ids": np.arange(t, dtype=np.int64)[None, :]}
     for cache in past_inputs(graph):
-        feeds[cache.name] = np.zeros(dims.evaluate_shape(cache.shape, {"B": 1, "P": 0}), cache.dtype.numpy)
+        feeds[cache.name] = np.zeros(dims.evaluate_shape(cache.shape, {"B": 1, **EMPTY}), cache.dtype.numpy)
     outputs = interpreter.run({k: v for k, v in feeds.items() if k in names})
     return np.asarray(outputs["logits"][0], dtype=np.float32)
 

@@ -12,8 +12,8 @@ from typing import Mapping, Optional
 import numpy as np
 
 from irc import dims, ops
-from irc.ops.vision import FEATURES
-from irc.analysis import cache_inputs, past_inputs  # noqa: F401 (cache_inputs: re-exported)
+from irc.ops.vision import CROSS_MASK, FEATURES
+from irc.analysis import EMPTY, cache_inputs, past_inputs  # noqa: F401 (cache_inputs: re-exported)
 from irc.errors import IRCError
 from irc.graph import Graph, Node, Param
 from irc.ops.rope import cache_refresh_length
@@ -142,7 +142,7 @@ def generate(graph: Graph, prompt: list[int], max_new_tokens: int, seed: int = 0
     whole sequence again from empty caches, as transformers' generate does."""
     interp = Interpreter(graph, seed)
     caches = past_inputs(graph)
-    empty = {v.name: np.zeros(dims.evaluate_shape(v.shape, {"B": 1, "P": 0}), v.dtype.numpy) for v in caches}
+    empty = {v.name: np.zeros(dims.evaluate_shape(v.shape, {"B": 1, **EMPTY}), v.dtype.numpy) for v in caches}
     state = dict(empty)
     ids = np.asarray([prompt], dtype=np.int64)
     past, tokens, last = 0, [], None
@@ -152,7 +152,7 @@ def generate(graph: Graph, prompt: list[int], max_new_tokens: int, seed: int = 0
             ids, past, state = np.asarray([list(prompt) + tokens], dtype=np.int64), 0, dict(empty)
         t = ids.shape[1]
         feeds = {"input_ids": ids, "attention_mask": np.ones((1, past + t), np.int64),
-                 "position_ids": np.arange(past, past + t, dtype=np.int64)[None, :], **state, **no_images(graph)}
+                 "position_ids": np.arange(past, past + t, dtype=np.int64)[None, :], **state, **no_images(graph, 1, t)}
         outputs = interp.run({k: v for k, v in feeds.items() if k in {i.name for i in graph.inputs}})
         last = outputs["logits"][0, -1]
         token = int(np.argmax(last))
@@ -164,10 +164,18 @@ def generate(graph: Graph, prompt: list[int], max_new_tokens: int, seed: int = 0
     return tokens, last
 
 
-def no_images(graph: Graph) -> dict:
-    """A VLM decoder's ``image_features`` with no rows (a text-only step); {} for others."""
+def no_images(graph: Graph, batch: int = 1, tokens: int = 1) -> dict:
+    """A VLM decoder's ``image_features`` with no rows (a text-only step of ``batch``
+    sequences and ``tokens`` tokens): [0, d], or a cross-attention decoder's [B, 0, d] and its
+    ``cross_attention_mask`` over no image keys [B, T, 0] (``frontends.dsl_cross``); {} for
+    other decoders."""
     value = next((v for v in graph.inputs if v.name == FEATURES), None)
-    return {} if value is None else {FEATURES: np.zeros((0, value.shape[1]), value.dtype.numpy)}
+    if value is None:
+        return {}
+    if len(value.shape) == 2:
+        return {FEATURES: np.zeros((0, value.shape[1]), value.dtype.numpy)}
+    return {FEATURES: np.zeros((batch, 0, value.shape[2]), value.dtype.numpy),
+            CROSS_MASK: np.zeros((batch, tokens, 0), np.int64)}
 
 
 def present_name(past_name: str) -> str:

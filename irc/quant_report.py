@@ -36,6 +36,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from irc import dims
+from irc.analysis import EMPTY
 from irc.graph import Graph, Param
 from irc.evaluate import DEFAULT_WINDOW, perplexity_and_agreement
 from irc.ops.quant import dequantize_blocks, quantize_blocks
@@ -235,7 +236,7 @@ def prompt_logits(graph: Graph, prompts: Sequence[Sequence[int]], seed: int = 0)
     for prompt in prompts:
         split = max(1, len(prompt) // 2) if caches else len(prompt)
         chunks = [list(prompt[:split])] + [[t] for t in prompt[split:]]
-        state = {c.name: np.zeros(dims.evaluate_shape(c.shape, {"B": 1, "P": 0}), c.dtype.numpy) for c in caches}
+        state = {c.name: np.zeros(dims.evaluate_shape(c.shape, {"B": 1, **EMPTY}), c.dtype.numpy) for c in caches}
         past, logits = 0, []
         for chunk in chunks:
             t = len(chunk)
@@ -334,7 +335,7 @@ def chunk_logits(graph: Graph, tokens: Sequence[int], chunk: int = CHUNK, betwee
 
     interpreter = Interpreter(graph.clone(), seed)
     names = {v.name for v in graph.inputs}
-    state = {c.name: np.zeros(dims.evaluate_shape(c.shape, {"B": 1, "P": 0}), c.dtype.numpy)
+    state = {c.name: np.zeros(dims.evaluate_shape(c.shape, {"B": 1, **EMPTY}), c.dtype.numpy)
              for c in past_inputs(graph)}
     for past in range(0, len(tokens), chunk):
         ids = list(tokens[past:past + chunk])

@@ -216,6 +216,8 @@ def _visual_costs(args, summary: dict, cache) -> Optional[dict]:
 
 def _visual_token_lines(costs: dict, what: str = "patch tokens prepended to") -> list[str]:
     per_token = costs["kv_bytes_per_token"]
+    if costs.get("bridge") == "cross-attention":
+        what = f"image tokens in the cross-attention caches ({costs['cross_layers']} layers) of"
     lines = [f"  its {costs['image_tokens']:,} {what} {costs['text_model']} "
              f"({format_bytes(per_token)} of KV cache a token): {format_bytes(costs['image_kv_bytes'])} an image",
              f"    {'prompt':>8}  {'prompt KV':>10}  {'image share':>11}"]

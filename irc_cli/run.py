@@ -173,6 +173,7 @@ def cmd_run(args) -> int:
         if args.prompt is not None:  # laid out in text, before tokenization, as the processors do
             args.prompt, special = run_vlm.expand_text(args.prompt, vlm, images, grid, where, text)
         runner = run_vlm.runner(vlm, pixels, grid)
+        vocab = vocab and max(vocab, vlm.token + 1)  # an image token past the vocabulary (Llama-3.2-Vision's)
     prompt = _prompt(args, text, vocab, special)
     if vlm is not None and args.prompt is None:
         prompt = run_vlm.expand(prompt, vlm, images, where, text, grid)

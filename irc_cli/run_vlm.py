@@ -31,6 +31,7 @@ from irc_cli.images import PATCHED, Processor, read_image
 MANIFEST = engines.VLM_MANIFEST
 GRID = "image_grid_thw"  # Qwen-VL's vision model's second input
 ROWS = "image_rows"  # LLaVA-NeXT's (frontends.dsl_vision.packed_features)
+RATIO_IDS, RATIO_MASK = "aspect_ratio_ids", "aspect_ratio_mask"  # Llama-3.2-Vision's (frontends.dsl_mllama)
 KEYS = ("vision", "embedding", "decoder", "image_token_id", "image_tokens", "image_size", "image_prompt")
 
 
@@ -97,6 +98,8 @@ def expand_text(prompt: str, model, images: int, grid: tuple, where: str, text) 
         bos = text.config.get("bos_token") or "<bos>"
         return image * images + (bos["content"] if isinstance(bos, dict) else bos) + prompt + "\n", False
     _placeholders(prompt.count(placeholder), images, placeholder, where)
+    if layout["kind"] == "cross":  # Llama-3.2-Vision: one <|image|> per image, its states read by cross-attention
+        return prompt, True
     if layout["kind"] == "rows" and images:  # PixtralProcessor's rows of [IMG]
         return prompt.replace(placeholder, "".join(name(t) for t in image_rows(model, grid))), True
     if layout["kind"] == "tiles":  # SmolVLMProcessor's get_image_prompt_string
@@ -120,6 +123,8 @@ def expand(prompt: list, model, images: int, where: str, text=None, grid: tuple 
     if layout["kind"] == "prepend":  # PaliGemma: the images' tokens before the ids given
         return [model.token] * (model.tokens * images) + list(prompt)
     _placeholders(prompt.count(token), images, f"token {token}", where)
+    if layout["kind"] == "cross":
+        return list(prompt)
     if layout["kind"] == "tiles" and images:
         raise IRCError("SmolVLM's and Idefics3's image layout names its tiles in text (<row_1_col_1>, ...)",
                        location=where, hint="give the prompt as text: --prompt TEXT (with the model's tokenizer)")
@@ -148,13 +153,25 @@ class FolderModel:
                                                      for k in ("vision", "embedding", "decoder"))
         self.engine = "onnxruntime (vision, embedding, decoder)"
 
+    def _features_input(self):
+        """(the session taking ``image_features``, that input): the embedding model, or the
+        decoder where it reads them by cross-attention."""
+        return next((s, v) for s in (self.embedding, self.decoder) for v in s.get_inputs() if v.name == "image_features")
+
     @property
     def width(self) -> int:
-        return int(self.embedding.get_inputs()[1].shape[1])
+        return int(self._features_input()[1].shape[-1])
+
+    @property
+    def tiles(self) -> Optional[int]:
+        return self.manifest.get("tiles")
 
     def no_rows(self) -> np.ndarray:
-        """The embedding model's image features for a step without an image: 0 rows."""
-        return np.zeros((0, self.width), engines.input_type(self.embedding, "image_features"))
+        """The image features for a step without an image: 0 rows ([0, d], or a cross-attention
+        decoder's [1, 0, d])."""
+        session, value = self._features_input()
+        return np.zeros((0, self.width) if len(value.shape) == 2 else (1, 0, self.width),
+                        engines.input_type(session, "image_features"))
 
     @property
     def token(self) -> int:
@@ -194,7 +211,9 @@ class FolderModel:
         return engines.session_caches(self.decoder, self.folder)
 
     def step(self, feeds: dict, features: np.ndarray) -> dict:
-        embeds = self.embedding.run(None, {"input_ids": feeds["input_ids"], "image_features": features})[0]
+        feeds = {**feeds, "image_features": features}  # to the model that takes them
+        taken = {v.name for v in self.embedding.get_inputs()}
+        embeds = self.embedding.run(None, {k: v for k, v in feeds.items() if k in taken})[0]
         inputs = {v.name for v in self.decoder.get_inputs()}
         names = [o.name for o in self.decoder.get_outputs()]
         fed = {**{k: v for k, v in feeds.items() if k in inputs}, "inputs_embeds": embeds}
@@ -214,6 +233,7 @@ class SpecModel:
         self.size = tuple(self.vision.meta["vision"]["image_size"])
         self.patch = self.vision.meta["vision"]["patch"]
         self.temporal = self.vision.meta["vision"].get("temporal")
+        self.tiles = self.vision.meta["vision"].get("tiles")
         self.engine = "reference interpreter"
 
     @property
@@ -243,7 +263,27 @@ def vision_feeds(inputs, pixels: np.ndarray, grid: tuple) -> dict:
         feeds[GRID] = np.asarray([grid], np.int64)
     if any(v.name == ROWS for v in inputs):  # LLaVA-NeXT's: the rows the image's tiles pack into
         feeds[ROWS] = np.asarray(grid, np.int64)
+    if any(v.name == RATIO_IDS for v in inputs):  # Llama-3.2-Vision's: (its tile arrangement, the tiles used)
+        feeds[RATIO_IDS] = np.asarray([grid[0]], np.int64)
+        feeds[RATIO_MASK] = (np.arange(pixels.shape[1]) < grid[1]).astype(np.int64)[None]
     return feeds
+
+
+class CrossMask:
+    """A cross-attention decoder's ``cross_attention_mask`` for each step
+    (``irc_cli.images_mllama.cross_mask``): the prompt's, then its last row again."""
+
+    def __init__(self, model, used: list):
+        self.model, self.used, self.mask = model, used, None
+
+    def __call__(self, feeds: dict) -> np.ndarray:
+        from irc_cli.images_mllama import cross_mask
+        ids = feeds["input_ids"][0]
+        if feeds["attention_mask"].shape[1] == len(ids):  # the prompt
+            tiles = self.model.tiles
+            self.mask = cross_mask(list(ids), self.model.token, self.used, tiles, self.model.tokens // tiles)
+            return self.mask
+        return self.mask[:, -1:]
 
 
 class MropePositions:
@@ -287,9 +327,13 @@ def runner(model, pixels: Optional[np.ndarray], grid: tuple = (0, 0)):
                           "num_image_tokens": np.asarray([model.tokens * len(pixels)], np.int64)}
             return engines.genai(model.folder, prompt, max_new_tokens, eos, clock, inputs)
         empty = model.no_rows()
-        rows = [empty if pixels is None else model.features(pixels, grid)]  # the prompt step's, then none
+        rows = [empty if pixels is None else model.features(pixels, grid).reshape(
+            (1,) * (empty.ndim - 2) + (-1, empty.shape[-1]))]  # the prompt step's, then none
+        cross = CrossMask(model, [] if pixels is None else [grid[1]]) if model.image_prompt["kind"] == "cross" else None
 
         def step(feeds):
+            if cross is not None:
+                feeds = {**feeds, "cross_attention_mask": cross(feeds)}
             outputs = model.step(feeds, rows[0])
             rows[0] = empty
             return outputs
@@ -319,6 +363,14 @@ def pixel_values(model, folder: str, image: str) -> tuple[np.ndarray, tuple]:
         pixels, size = anyres(processor, read_image(image))
         side = model.size[0] // model.patch
         return pixels, feature_rows(size, model.image_prompt["pinpoints"], model.size[0], side)
+    if model.image_prompt["kind"] == "cross":  # the image's tiles, its arrangement's id and the tiles used
+        from irc_cli.images_mllama import check, mllama
+        if processor.kind != "MllamaImageProcessor":
+            raise IRCError(f"{processor.kind or 'this processor'} does not make Llama-3.2-Vision's tiles",
+                           location=processor.path, hint="a Llama-3.2-Vision checkpoint's preprocessor_config.json")
+        check(processor, model.size[0], model.tiles)
+        pixels, ratio, used = mllama(processor, read_image(image), model.size[0], model.tiles)
+        return pixels[None], (ratio, used)
     if model.image_prompt["kind"] == "qwen":
         from irc_cli.images_qwen import patches
         if processor.kind not in PATCHED:

@@ -20,8 +20,10 @@ def emit_target(graph: Graph, path: str, options) -> list[str]:
                   tied_head=resolve_tied_head(options.name, options.target), unfused=resolve_unfused(options.target))
     if "vision" in graph.parts:  # a VLM: vision, embedding and decoder models (backends.onnx.vlm)
         vision, result, lines = emit_vlm(graph, path, **kwargs)
+        merged = any(node.op == "merge_tokens" for node in graph.nodes)  # else read by cross-attention
+        what = "the token embedding and the image features' merge" if merged else "the token embedding"
         return _lines(vision) + _lines(result) + [f"wrote {os.path.join(os.path.dirname(result.path), EMBEDDING)} "
-                                                  "(the token embedding and the image features' merge)"] + lines
+                                                  f"({what})"] + lines
     if "text" in graph.parts:  # a dual encoder: image and text towers (backends.onnx.dual)
         image, text, lines = emit_dual(graph, path, **kwargs)
         return _lines(image) + _lines(text) + lines

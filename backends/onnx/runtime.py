@@ -14,7 +14,7 @@ from typing import Callable, Mapping, Optional
 import numpy as np
 
 from irc import dims
-from irc.analysis import past_inputs
+from irc.analysis import EMPTY, past_inputs
 from irc.interpreter import no_images
 from irc.graph import Graph
 from irc.output import import_native
@@ -76,7 +76,7 @@ def cache_names(graph: Graph) -> list[str]:
 def empty_caches(graph: Graph, batch: int) -> dict:
     """Zero-length past caches [B, K, 0, D] and zero recurrent states for every
     past_key_values input."""
-    return {v.name: np.zeros(dims.evaluate_shape(v.shape, {"B": batch, "P": 0}), v.dtype.numpy)
+    return {v.name: np.zeros(dims.evaluate_shape(v.shape, {"B": batch, **EMPTY}), v.dtype.numpy)
             for v in past_inputs(graph)}
 
 
@@ -86,8 +86,8 @@ def greedy(engine: Engine, graph: Graph, prompts: list, new_tokens: int, pad_id:
     after the prefill) and ``feeds`` (the prefill inputs) and ``final`` (last outputs).
     A LongRoPE graph's step that reaches ``cache_refresh_length`` runs the whole batch
     again from empty caches, as transformers' generate does."""
-    images = no_images(graph)  # a VLM decoder run on text alone
-    feeds = {**left_padded(prompts, pad_id), **empty_caches(graph, len(prompts)), **images}
+    padded = left_padded(prompts, pad_id)  # a VLM decoder run on text alone
+    feeds = {**padded, **empty_caches(graph, len(prompts)), **no_images(graph, len(prompts), padded["input_ids"].shape[1])}
     first = dict(feeds)
     caches = cache_names(graph)
     refresh = cache_refresh_length(graph)
@@ -104,10 +104,12 @@ def greedy(engine: Engine, graph: Graph, prompts: list, new_tokens: int, pad_id:
         mask = np.concatenate([feeds["attention_mask"], np.ones((len(prompts), 1), np.int64)], axis=1)
         positions = feeds["position_ids"][:, -1:] + 1
         feeds = {"input_ids": token[:, None], "attention_mask": mask, "position_ids": positions,
-                 **{name: outputs["present." + name[len("past_key_values."):]] for name in caches}, **images}
+                 **{name: outputs["present." + name[len("past_key_values."):]] for name in caches},
+                 **no_images(graph, len(prompts), 1)}
         if refresh is not None and mask.shape[1] == refresh:
             rows = [list(prompt) + [int(t[row]) for t in tokens] for row, prompt in enumerate(prompts)]
-            feeds = {**left_padded(rows, pad_id), **empty_caches(graph, len(prompts)), **images}
+            feeds = {**left_padded(rows, pad_id), **empty_caches(graph, len(prompts)),
+                     **no_images(graph, len(prompts), max(map(len, rows)))}
         outputs = engine(feeds)
     return {"tokens": np.stack(tokens, axis=1), "prefill": prefill, "steps": steps, "feeds": first,
             "final": outputs, "mask": feeds["attention_mask"]}

@@ -43,6 +43,7 @@ from backends.onnx.genai import CONFIG, genai_config
 from backends.onnx.genai_mistral3 import mistral3_genai_sections, mistral3_processor_config
 from backends.onnx.genai_qwen import QWEN_TYPES, qwen_genai_sections, qwen_processor_config
 from backends.onnx.split import submodel
+from irc.ops.vision import CROSS_MASK
 
 VISION = "vision.onnx"
 EMBEDDING = "embedding.onnx"
@@ -55,7 +56,11 @@ RESAMPLE = {0: "NEAREST", 1: "LANCZOS", 2: "LINEAR", 3: "CUBIC"}  # Pillow's cod
 
 
 def _merge(graph: Graph):
+    """Where the embedding model ends: the merge of the image features into the embeddings,
+    or, in a decoder that reads them by cross-attention (Llama-3.2-Vision), the token lookup."""
     merges = [node for node in graph.nodes if node.op == "merge_tokens"]
+    if not merges and any(v.name == CROSS_MASK for v in graph.inputs):
+        merges = [node for node in graph.nodes if node.op == "embedding" and node.inputs[0].name == "input_ids"]
     if len(merges) != 1:
         raise BackendError(f"a VLM decoder merges its image features once; graph {graph.name} has {len(merges)} "
                            "merge_tokens nodes")
@@ -75,16 +80,33 @@ class DecoderCut:
         graph, merge = self.graph, self.merge
         self.in_place = sum(n.op_type == "GroupQueryAttention" for n in b.nodes) == sum(
             1 for v in graph.inputs if v.name.startswith("past_key_values.") and v.name.endswith(".key"))
-        cut = b.name_for(merge.outputs[0])
-        info = _value_info(merge.outputs[0])
+        value = merge.outputs[0]
+        uses = [n for n in value.uses if n.op == "cast"]  # a bf16 table's lookup, then float32
+        value = uses[0].outputs[0] if merge.op == "embedding" and len(uses) == len(value.uses) == 1 else value
+        cut = b.name_for(value)
+        info = _value_info(value)
         info.name = cut
-        ids, features = (b.name_for(v) for v in merge.inputs[1:])
-        embedding = submodel(model, [ids, features], [cut], doc="embedding", value_info={cut: info})
-        rest = [v.name for v in graph.inputs if v.name not in (ids, features)]
+        taken = [b.name_for(v) for v in (merge.inputs[1:] if merge.op == "merge_tokens" else merge.inputs[:1])]
+        embedding = submodel(model, taken, [cut], doc="embedding", value_info={cut: info})
+        rest = [v.name for v in graph.inputs if v.name not in taken]
         decoder = submodel(model, [cut] + rest, [v.name for v in graph.outputs], doc="decoder",
                            value_info={cut: info})
+        for part in (embedding, decoder):  # the cut is the decoder's inputs_embeds, whatever the graph named it
+            _rename(part.graph, cut, EMBEDS)
         self.decoder_inputs = [v.name for v in decoder.graph.input]
         return {EMBEDDING: embedding, self.name: decoder}
+
+
+def _rename(graph, old: str, new: str) -> None:
+    """Tensor ``old`` of ``graph`` called ``new`` everywhere it is named."""
+    if old == new:
+        return
+    for node in graph.node:
+        node.input[:] = [new if n == old else n for n in node.input]
+        node.output[:] = [new if n == old else n for n in node.output]
+    for value in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if value.name == old:
+            value.name = new
 
 
 def vlm_genai_config(graph: Graph, name: str, context: int, pieces: DecoderCut) -> dict:
@@ -145,7 +167,7 @@ def manifest(graph: Graph, vision: Graph, name: str, vision_name: str) -> dict:
     return {"model_type": graph.meta.get("model_type"), "vision": vision_name, "embedding": EMBEDDING,
             "decoder": name, "image_token_id": graph.meta["image_token_id"], "image_tokens": meta["tokens"],
             "image_size": meta["image_size"], "channels": meta["channels"], "patch": meta["patch"],
-            "image_prompt": graph.meta["image_prompt"], **{k: meta[k] for k in ("merge", "temporal") if k in meta}}
+            "image_prompt": graph.meta["image_prompt"], **{k: meta[k] for k in ("merge", "temporal", "tiles") if k in meta}}
 
 
 def emit_vlm(graph: Graph, path: str, **kwargs) -> tuple[Emitted, Emitted, list]:

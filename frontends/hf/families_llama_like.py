@@ -171,6 +171,9 @@ def _fused(part: str):
 
 
 LAYOUTS = {"qwen3_vl_moe": {f"moe.w_{part}": _fused(part) for part in ("gate", "up", "down")},  # Qwen3-VL-MoE's text
+           "mllama": {**{f"cross.w{x}": f"cross_attn.{x}_proj.weight" for x in "qkvo"},  # Llama-3.2-Vision's text
+                      **{f"cross.{x}_norm": f"cross_attn.{x}_norm.weight" for x in "qk"},
+                      "cross.attn_gate": "cross_attn_attn_gate", "cross.mlp_gate": "cross_attn_mlp_gate"},
            "granitemoe": {"moe.router": "block_sparse_moe.router.layer.weight",
                           "moe.w_down": "block_sparse_moe.output_linear.weight"}}
 

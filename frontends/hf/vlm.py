@@ -47,6 +47,8 @@ mistral3   Pixtral and Mistral-3's projector on an image of any size, a Mistral 
            ``frontends.hf.vlm_mistral3``
 blip-2     BLIP-2's ViT, the Q-Former's ``num_query_tokens`` queries and the language projection,
            an OPT decoder, the image's tokens before the prompt: ``frontends.hf.vlm_blip2``
+mllama     Llama-3.2-Vision: a tiled tower whose states a Llama decoder's gated cross-attention
+           layers read (no tokens merged): ``frontends.hf.vlm_mllama``
 =========  =========================================================================================
 
 ``load_vlm`` returns the decoder graph, which takes ``image_features`` f32 [I, d] beside its
@@ -74,6 +76,7 @@ from frontends.hf.build import attach_weights, build_graph
 from frontends.hf import families_classic, families_delta
 from frontends.hf import vlm_blip2 as blip2
 from frontends.hf import vlm_mistral3 as mistral3
+from frontends.hf import vlm_mllama as mllama
 from frontends.hf import vlm_qwen as qwen
 from frontends.hf.config import Config, NestedConfig, int_list
 from frontends.hf.families import checkpoint_source, describe
@@ -99,6 +102,7 @@ DEFAULTS = {  # transformers 5.25's LlavaConfig, Gemma3Config, Idefics3Config an
     **{kind: dict(qwen.DEFAULTS[kind]) for kind in qwen.TYPES},
     "mistral3": dict(mistral3.DEFAULTS),
     "blip-2": dict(blip2.DEFAULTS),
+    "mllama": dict(mllama.DEFAULTS),
 }
 FAMILIES = tuple(DEFAULTS)
 _SIGLIP_SO400M = {**TOWER_DEFAULTS["siglip_vision_model"], "hidden_size": 1152, "num_hidden_layers": 12,
@@ -159,6 +163,9 @@ class Family:
     mrope: Optional[Callable] = None
     text_checkpoint: Optional[str] = None  # a text layout of its own (Qwen3-VL-MoE's fused experts)
     outer_tie: bool = False  # tied as the outer config says, the text config's flag unread (Qwen3-VL, Qwen3.5)
+    # a VLM of another form, which loads itself: (folder, cfg, weights) -> the decoder graph
+    # (Llama-3.2-Vision's cross-attention decoder: frontends.hf.vlm_mllama)
+    loader: Optional[Callable] = None
 
 
 def is_vlm(cfg: Config) -> bool:
@@ -293,6 +300,8 @@ FAMILY = {
                     layout=_qwen_layout, mrope=qwen.text_mrope, text_checkpoint=qwen.CHECKPOINTS.get(kind),
                     outer_tie=kind in qwen.QWEN3)
        for kind in qwen.TYPES},
+    "mllama": Family("mllama_text_model", ("mllama_vision_model",), mllama.TOWER_DEFAULTS, None, "image_token_index",
+                     ([], [], []), loader=mllama.load),
 }
 
 
@@ -384,6 +393,8 @@ def _unread(name: str, layers: int) -> bool:
 
 def load_vlm(folder: str, cfg: Config, weights: bool) -> Graph:
     """The decoder of ``folder``'s VLM, its vision model as ``graph.parts["vision"]``."""
+    if FAMILY[cfg.data["model_type"]].loader is not None:
+        return FAMILY[cfg.data["model_type"]].loader(folder, cfg, weights)
     cfg.defaults = DEFAULTS[cfg.data["model_type"]]
     name = os.path.basename(os.path.normpath(os.path.abspath(folder))) or "model"
     arch, text = _text(cfg, name)

@@ -320,6 +320,8 @@ _reduce("reduce_max", _reduce_max_reference)
 def _softmax_reference(inputs, attrs):
     x = inputs[0]
     z = x.astype(np.float32)
+    if z.shape[attrs["axis"]] == 0:  # over nothing (a cross-attention with no image cached)
+        return [z.astype(x.dtype)]
     z = np.exp(z - z.max(axis=attrs["axis"], keepdims=True))
     return [(z / z.sum(axis=attrs["axis"], keepdims=True)).astype(x.dtype)]
 

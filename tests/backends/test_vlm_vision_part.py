@@ -5,7 +5,8 @@ the Triton module in Triton's interpreter (1e-4) and onnx-npu's static vision gr
 Runtime's CPU provider (1e-4), against transformers' ``get_image_features``; the towers that take
 images of any size (Qwen2.5-VL's windows, Qwen3-VL's learned grid and DeepStack, two images of
 different grids packed block-diagonally; Pixtral's 2-D RoPE) as the NumPy and Triton modules,
-and as onnx-npu's static graph at their reference image; a dual encoder's text tower with
+and as onnx-npu's static graph at their reference image; Llama-3.2-Vision's tiled tower and its
+cross-attention decoder as the NumPy and Triton modules; a dual encoder's text tower with
 ``--part text``; a part the model lacks is one error."""
 from __future__ import annotations
 
@@ -223,3 +224,26 @@ def test_a_part_the_model_lacks_is_one_error(twins, tmp_path, capsys):
     _, dual = build("clip", tmp_path / "clip")
     assert main(["compile", str(dual), "--part", "decoder", "--target", "numpy", "-o", str(tmp_path / "d.py")]) == 2
     assert "--part decoder: this model is not a VLM" in capsys.readouterr().err and not (tmp_path / "d.py").exists()
+
+
+@pytest.mark.parametrize("target", ["numpy", "triton"])
+def test_llama_vision_tower_and_cross_attention_decoder(tmp_path_factory, tmp_path, target):
+    """Llama-3.2-Vision's parts (``frontends.dsl_mllama``'s tiled tower, ``dsl_cross``'s
+    gated cross-attention decoder) as the NumPy and Triton modules: transformers' features of
+    two images and its logits over them."""
+    from frontends import load_spec
+    from tests.frontends.test_hf_mllama import IMAGE, SIZES, build, case, decoder_feeds, torch_inputs
+
+    model, folder = built_once(build, tmp_path_factory)("mllama")
+    inputs = case([1, IMAGE, 5, IMAGE, 6], SIZES[:2])
+    with torch.no_grad():
+        want = model(**torch_inputs(inputs)).logits.numpy()
+        states = model.model.vision_model(*(torch.from_numpy(inputs[k]) for k in (
+            "pixel_values", "aspect_ratio_ids", "aspect_ratio_mask"))).last_hidden_state
+        features = model.model.multi_modal_projector(states).numpy()[0]
+    features = features.reshape(len(features), -1, features.shape[-1])  # [images, tiles·tokens, d]
+    got = part_outputs(folder, "vision", target, tmp_path, pixel_values=inputs["pixel_values"][0],
+                       aspect_ratio_ids=inputs["aspect_ratio_ids"][0], aspect_ratio_mask=inputs["aspect_ratio_mask"][0])
+    assert relative_error(got["image_features"], features) <= 1e-4
+    feeds = decoder_feeds(load_spec(folder), inputs, features.reshape(1, -1, features.shape[-1]))
+    assert relative_error(part_outputs(folder, "decoder", target, tmp_path, **feeds)["logits"], want) <= 1e-4

@@ -16,7 +16,7 @@ from irc.verify import verify
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 VLM_EXAMPLES = ("gemma-3-4b", "llava-1.5-7b", "llava-v1.6-mistral-7b", "mistral-small-3.1-24b", "paligemma-3b-224",
-                "qwen2.5-vl-7b", "smolvlm-256m")  # two graphs, no YAML form: tests/frontends/test_hf_vlm.py
+                "qwen2.5-vl-7b", "smolvlm-256m", "llama-3.2-11b-vision")  # two graphs, no YAML form: tests/frontends/test_hf_vlm.py
 HF_EXAMPLES = sorted(p.name for p in (EXAMPLES / "hf").iterdir()
                      if (p / "config.json").exists() and p.name not in VLM_EXAMPLES)
 

@@ -299,9 +299,10 @@ def test_config_mistakes_name_the_key(twins, tmp_path, changes, key):
 EXAMPLES = {"llava-1.5-7b": "LlavaForConditionalGeneration", "gemma-3-4b": "Gemma3ForConditionalGeneration",
             "llava-v1.6-mistral-7b": "LlavaNextForConditionalGeneration",
             "mistral-small-3.1-24b": "Mistral3ForConditionalGeneration",
-            "smolvlm-256m": "Idefics3ForConditionalGeneration", "paligemma-3b-224": "PaliGemmaForConditionalGeneration"}
+            "smolvlm-256m": "Idefics3ForConditionalGeneration", "paligemma-3b-224": "PaliGemmaForConditionalGeneration",
+            "llama-3.2-11b-vision": "MllamaForConditionalGeneration"}
 TOKENS = {"llava-1.5-7b": 576, "gemma-3-4b": 256, "smolvlm-256m": 64, "paligemma-3b-224": 256,
-          "llava-v1.6-mistral-7b": 576, "mistral-small-3.1-24b": 3025}  # SmolVLM's and LLaVA-NeXT's per tile;
+          "llava-v1.6-mistral-7b": 576, "mistral-small-3.1-24b": 3025, "llama-3.2-11b-vision": 4 * 1601}  # SmolVLM's and LLaVA-NeXT's per tile;
 # Mistral-3's at its image_size, 1,540 x 1,540 pixels: 55 x 55 merged blocks (images are any size)
 
 
