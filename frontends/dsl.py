@@ -190,15 +190,17 @@ class Model(EncoderOutputs, VisionInputs):
             raise self.error("x", f"feature dimension must be a number, got {d!r}")
         return d
 
-    def _past(self, layer: int, heads: int, key_dim: int, value_dim: int) -> tuple[Value, Value]:
+    def _past(self, layer: int, heads: int, key_dim: int, value_dim: int, length: str = PAST) -> tuple[Value, Value]:
+        """The layer's ``past_key_values.{layer}.key`` / ``.value`` inputs [B, heads, length, dim]
+        (``length`` the past tokens P, or the image tokens cached for cross-attention)."""
         if self.encoder:
             raise self.error("encoder", f"layer {layer}: this attention form keeps a cache, and an encoder "
                                         "caches nothing", hint="the encoder form takes layer.attention(...)")
         prefix = f"past_key_values.{layer}"
         if any(v.name == f"{prefix}.key" for v in self._graph.inputs):
             raise self.error("layer", f"layer {layer} already has an attention cache")
-        key = self._graph.add_input(f"{prefix}.key", ACTIVATION, ("B", heads, PAST, key_dim))
-        value = self._graph.add_input(f"{prefix}.value", ACTIVATION, ("B", heads, PAST, value_dim))
+        key = self._graph.add_input(f"{prefix}.key", ACTIVATION, ("B", heads, length, key_dim))
+        value = self._graph.add_input(f"{prefix}.value", ACTIVATION, ("B", heads, length, value_dim))
         return key, value
 
     def _state(self, layer: int, kind: str, shape: tuple) -> Value:

@@ -109,14 +109,11 @@ def cross_attention(m: "Model", layer: "Layer", x: "Tensor", image: CrossInputs,
 
     q = project(x, "q", heads, True)  # [B, H, T, D]
     caches = []
-    for which, norm in (("k", True), ("v", False)):
+    for past, (which, norm, kind) in zip(m._past(i, kv_heads, head_dim, head_dim, length=CROSS),
+                                         (("k", True, "key"), ("v", False, "value"))):
         new = project(image.states, which, kv_heads, norm)  # [B, K, I, D]
-        past = m._graph.add_input(f"past_key_values.{i}.{'key' if which == 'k' else 'value'}", DType.f32,
-                                  ("B", kv_heads, CROSS, head_dim))
-        present = m.emit("concat", [past, new], {"axis": 2},
-                         f"present.{i}.{'key' if which == 'k' else 'value'}")[0]
-        m._presents.append(present.value)
-        caches.append(present)
+        caches.append(m.emit("concat", [past, new], {"axis": 2}, f"present.{i}.{kind}")[0])
+    m._presents += [present.value for present in caches]
     keys, values = caches
     rows = dims.mul(group, "T")
     q = m.emit("reshape", [q], {"shape": ["B", kv_heads, rows, head_dim]}, f"{p}cross_q_rows")[0]  # [B, K, G·T, D]
@@ -136,12 +133,16 @@ def cross_attention(m: "Model", layer: "Layer", x: "Tensor", image: CrossInputs,
     return m.emit("linear", [out, wo, None], None, f"{p}cross_out")[0]
 
 
+def gate_tanh(m: "Model", gate: str) -> "Tensor":
+    """tanh(``@{gate}``), a learned scalar [1] in float32 (``Model._added_param``): the
+    Flamingo gates, the tower's too (``frontends.dsl_mllama``)."""
+    return m.emit("tanh", [m._added_param(gate, (1,))], None, f"{gate}_tanh")[0]
+
+
 def gate(m: "Model", layer: "Layer", branch: "Tensor", name: str) -> "Tensor":
     """tanh(``@{name}``) · branch, the gate a learned scalar [1]."""
-    from frontends.dsl_mllama import as_f32
-    value = as_f32(m, m.param(f"{layer.prefix}{name}", (1,)), f"{layer.prefix}{name.replace('.', '_')}_f32")
-    g = m.emit("tanh", [value], None, f"{layer.prefix}{name.replace('.', '_')}_tanh")[0]
-    return m.emit("mul", [branch, g], None, f"{layer.prefix}{name.replace('.', '_')}_gated")[0]
+    return m.emit("mul", [branch, gate_tanh(m, f"{layer.prefix}{name}")], None,
+                  f"{layer.prefix}{name.replace('.', '_')}_gated")[0]
 
 
 def cross_block(m: "Model", layer: "Layer", x: "Tensor", image: CrossInputs, heads: int, kv_heads: int,

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from frontends.dsl_args import positive
+from frontends.dsl_cross import gate_tanh
 from irc import dims
 from irc.dtypes import DType
 from irc.ops.vision import FEATURES
@@ -104,7 +105,7 @@ def build_mllama_vision(m: "Model", spec: MllamaVisionSpec) -> "Tensor":
                {"patch": spec.patch}, "patches")[0]
     x = _reshape(m, x, [IMAGES, tiles, patches, d], "tile_patches")
     x = x + _tile_embedding(m, ratio, spec, "pre_tile_positional_embedding", 1)
-    cls = _reshape(m, as_f32(m, m.param("class_embedding", (d,)), "class_embedding_f32"), [1, 1, 1, d], "class_token")
+    cls = _reshape(m, m._added_param("class_embedding", (d,)), [1, 1, 1, d], "class_token")
     cls = m.emit("expand", [cls], {"shape": [IMAGES, tiles, 1, d]}, "class_tokens")[0]
     x = m.emit("concat", [cls, x], {"axis": 2}, "tile_tokens")[0]
     x = _positions(m, x, ratio, spec)
@@ -127,8 +128,10 @@ def build_mllama_vision(m: "Model", spec: MllamaVisionSpec) -> "Tensor":
     x = _reshape(m, x, sequence, "global_tokens")
     for i in range(spec.global_layers):
         x = _layer(m, x, bias, spec, f"global_transformer.layers.{i}.", gated=True)
-    levels = [m.emit("reshape", [t], {"shape": [IMAGES, tiles, tokens, d, 1]}, f"kept_{i}_column")[0]
-              for i, t in ((i, _unpad(m, kept[i], spec, length, tokens, f"kept_{i}")) for i in spec.intermediate)]
+    levels = []
+    for i in spec.intermediate:  # each a last axis of its own, then flattened: transformers' stack(dim=-1)
+        unpadded = _unpad(m, kept[i], spec, length, tokens, f"kept_{i}")
+        levels.append(_reshape(m, unpadded, [IMAGES, tiles, tokens, d, 1], f"kept_{i}_column"))
     stacked = m.emit("concat", levels, {"axis": -1}, "kept_stacked")[0] if len(levels) > 1 else levels[0]
     stacked = _reshape(m, stacked, [IMAGES, tiles, tokens, d * len(levels)], "kept_features")
     final = _unpad(m, x, spec, length, tokens, "final")
@@ -145,40 +148,34 @@ def _reshape(m: "Model", x, shape: list, name: str) -> "Tensor":
     return m.emit("reshape", [x], {"shape": shape}, name)[0]
 
 
-def as_f32(m: "Model", x, name: str):
-    """A param (or its lookup) in float32 where it enters elementwise math: a bf16 checkpoint's
-    are cast, as transformers' float32 activations promote them."""
-    return x if x.dtype == DType.f32 else m.emit("cast", [x], {"to": "f32"}, name)[0]
+def _gated(m: "Model", x: "Tensor", gate: str, name: str) -> "Tensor":
+    return m.emit("mul", [x, gate_tanh(m, gate)], None, name)[0]
+
+
+def _per_ratio(m: "Model", ratio: "Tensor", spec: MllamaVisionSpec, table: str, rows: int) -> "Tensor":
+    """``@{table}``'s row for each image's tile arrangement, as float32 [N, tiles, rows, d]."""
+    weights = m.param(table, (spec.ratios + 1, spec.tiles * rows * spec.width))
+    picked = m.emit("embedding", [ratio, weights], None, f"{table}_rows")[0]
+    if picked.dtype != DType.f32:  # a bf16 checkpoint's rows meet float32 activations
+        picked = m.emit("cast", [picked], {"to": "f32"}, f"{table}_rows_f32")[0]
+    return _reshape(m, picked, [IMAGES, spec.tiles, rows, spec.width], f"{table}_tiles")
 
 
 def _tile_embedding(m: "Model", ratio: "Tensor", spec: MllamaVisionSpec, name: str, rows: int) -> "Tensor":
     """tanh(gate) · ``{name}.embedding``[ratio] as [N, tiles, rows, d] (rows 1: one per tile)."""
-    d = spec.width
-    table = m.param(f"{name}.embedding.weight", (spec.ratios + 1, spec.tiles * rows * d))
-    picked = as_f32(m, m.emit("embedding", [ratio, table], None, f"{name}_rows")[0], f"{name}_rows_f32")
-    picked = _reshape(m, picked, [IMAGES, spec.tiles, rows, d], f"{name}_tiles")
-    return _gated(m, picked, f"{name}.gate", f"{name}_gated")
-
-
-def _gated(m: "Model", x: "Tensor", gate: str, name: str) -> "Tensor":
-    tanh = m.emit("tanh", [as_f32(m, m.param(gate, (1,)), f"{name}_gate_f32")], None, f"{name}_tanh")[0]
-    return m.emit("mul", [x, tanh], None, name)[0]
+    return _gated(m, _per_ratio(m, ratio, spec, f"{name}.embedding.weight", rows), f"{name}.gate", f"{name}_gated")
 
 
 def _positions(m: "Model", x: "Tensor", ratio: "Tensor", spec: MllamaVisionSpec) -> "Tensor":
     """x + (1 - tanh(g)) · positions + tanh(g) · tile positions[ratio]
     (``gated_positional_embedding``)."""
     name, tokens, d = "gated_positional_embedding", spec.tokens, spec.width
-    tanh = m.emit("tanh", [as_f32(m, m.param(f"{name}.gate", (1,)), "positions_gate_f32")], None,
-                  "positions_gate_tanh")[0]
+    tanh = gate_tanh(m, f"{name}.gate")
     one = m.emit("constant", [], {"value": 1.0}, "positions_one")[0]
     keep = m.emit("sub", [one, tanh], None, "positions_keep")[0]
-    table = _reshape(m, as_f32(m, m.param(f"{name}.embedding", (tokens, d)), "positions_f32"), [1, 1, tokens, d],
-                     "positions")
+    table = _reshape(m, m._added_param(f"{name}.embedding", (tokens, d)), [1, 1, tokens, d], "positions")
     x = x + m.emit("mul", [table, keep], None, "positions_gated")[0]
-    tiles = m.param(f"{name}.tile_embedding.weight", (spec.ratios + 1, spec.tiles * tokens * d))
-    picked = as_f32(m, m.emit("embedding", [ratio, tiles], None, "tile_positions_rows")[0], "tile_positions_f32")
-    picked = _reshape(m, picked, [IMAGES, spec.tiles, tokens, d], "tile_positions")
+    picked = _per_ratio(m, ratio, spec, f"{name}.tile_embedding.weight", tokens)
     return x + m.emit("mul", [picked, tanh], None, "tile_positions_gated")[0]
 
 

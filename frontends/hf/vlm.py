@@ -393,8 +393,9 @@ def _unread(name: str, layers: int) -> bool:
 
 def load_vlm(folder: str, cfg: Config, weights: bool) -> Graph:
     """The decoder of ``folder``'s VLM, its vision model as ``graph.parts["vision"]``."""
-    if FAMILY[cfg.data["model_type"]].loader is not None:
-        return FAMILY[cfg.data["model_type"]].loader(folder, cfg, weights)
+    loader = FAMILY[cfg.data["model_type"]].loader
+    if loader is not None:
+        return loader(folder, cfg, weights)
     cfg.defaults = DEFAULTS[cfg.data["model_type"]]
     name = os.path.basename(os.path.normpath(os.path.abspath(folder))) or "model"
     arch, text = _text(cfg, name)

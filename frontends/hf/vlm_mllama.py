@@ -39,7 +39,7 @@ from frontends.hf.families import checkpoint_source, describe
 from frontends.hf.generation import generation_meta
 from frontends.hf.weights import Checkpoint, PrefixView, Tensor, attach_sources
 from irc.graph import Graph
-from irc.yamlloc import boolean, non_negative_int, positive_int, positive_number, string
+from irc.yamlloc import Bad, boolean, non_negative_int, positive_int, positive_number, string
 
 EXTRA_ROWS = 8  # the token table's rows past the vocabulary (MllamaTextModel's embed_tokens)
 RATIOS = [[1, 1], [1, 2], [1, 3], [1, 4], [2, 1], [2, 2], [3, 1], [4, 1]]
@@ -101,17 +101,22 @@ def _ratios(value) -> list:
     if not isinstance(value, list) or not value or any(
             not isinstance(r, list) or len(r) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0
                                                           for v in r) for r in value):
-        raise ValueError(f"expected [width tiles, height tiles] pairs, got {value!r}")
+        raise Bad(f"expected [rows, columns] pairs of tiles, got {value!r}")
     return value
 
 
-def build_tower(spec: MllamaVisionSpec, name: str, dtype: str, origin: str) -> Graph:
+# DSL argument -> the vision_config key behind it
+ARGS = {"intermediate": "intermediate_layers_indices", "heads": "attention_heads", "patch": "patch_size"}
+
+
+def build_tower(spec: MllamaVisionSpec, tower: Config, name: str, dtype: str) -> Graph:
+    """The vision model of ``spec``; a DSL refusal names ``tower``'s key behind the argument."""
     m = Model(f"{name}-vision", vocab=None, d_model=spec.width, dtype=dtype, encoder=True)
-    with m.at(origin):
+    with m.at(tower.path):
         try:
             build_mllama_vision(m, spec)
         except ArgError as err:
-            raise Config({}, origin, "", {}).error("vision_config", err.detail, hint=err.hint) from None
+            raise tower.error(ARGS.get(err.arg, err.arg), err.detail, hint=err.hint) from None
     graph = m.graph
     graph.meta["model_type"] = "mllama_vision_model"
     return graph
@@ -180,13 +185,12 @@ def load(folder: str, cfg: Config, weights: bool) -> Graph:
         if cfg.has("quantization_config"):
             raise cfg.error("quantization_config", "quantized checkpoints are not supported")
         arch.dtype = str(PrefixView(checkpoint, TEXT_NAMES).dtype(checkpoint_source(arch, "embed").names()[0]))
-    vision = build_tower(spec, name, arch.dtype, cfg.path)
+    vision = build_tower(spec, tower, name, arch.dtype)
     graph = build_graph(arch, text)
     graph.meta.update(generation_meta(folder, cfg.data))
     graph.meta.update(model_type="mllama", image_token_id=token,
                       image_prompt={"kind": "cross", "placeholder": token, "before": [], "after": [], "around": ""})
     graph.meta["cross_attention"] = {"image_tokens": vision.meta["vision"]["tokens"]}
-    vision.meta["vision"]["ratios"] = [list(r) for r in tower.get("supported_aspect_ratios", _ratios)]
     if checkpoint is not None:
         attach_weights(graph, arch, PrefixView(checkpoint, TEXT_NAMES))
         attach_sources(list(vision.params.values()), PrefixView(checkpoint, TOWER_NAMES), _tower_source,

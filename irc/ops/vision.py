@@ -255,14 +255,17 @@ def resample_positions(table, where, side: int) -> np.ndarray:
     return out.astype(table.dtype)
 
 
+def _check_grid_table(op: str, table, side) -> None:
+    """A learned position grid's operand: ``side`` a positive int, ``table`` float [side², d]."""
+    expect(isinstance(side, int) and not isinstance(side, bool) and side > 0,
+           f"{op}: side must be a positive int, got {side!r}")
+    expect(table.dtype.is_float and table.rank == 2 and dims.canonical(table.shape[0]) == side * side,
+           f"{op}: table must be float [{side * side}, d], got {table.dtype}{dims.format_shape(table.shape)}")
+
+
 def _resample_infer(inputs, attrs):
     table, where = inputs
-    side = attrs["side"]
-    expect(isinstance(side, int) and not isinstance(side, bool) and side > 0,
-           f"resample_positions: side must be a positive int, got {side!r}")
-    expect(table.dtype.is_float and table.rank == 2 and dims.canonical(table.shape[0]) == side * side,
-           f"resample_positions: table must be float [{side * side}, d], got {table.dtype}"
-           f"{dims.format_shape(table.shape)}")
+    _check_grid_table("resample_positions", table, attrs["side"])
     expect(not where.dtype.is_float and where.rank == 2 and dims.canonical(where.shape[0]) == GRID_ROWS,
            f"resample_positions: where must be patch_grid's i64 [{GRID_ROWS}, P], got {where.dtype}"
            f"{dims.format_shape(where.shape)}")
@@ -306,12 +309,7 @@ def resize_positions(table, shapes, length: int, side: int) -> np.ndarray:
 
 def _resize_infer(inputs, attrs):
     table, shapes, patches = inputs
-    side = attrs["side"]
-    expect(isinstance(side, int) and not isinstance(side, bool) and side > 0,
-           f"resize_positions: side must be a positive int, got {side!r}")
-    expect(table.dtype.is_float and table.rank == 2 and dims.canonical(table.shape[0]) == side * side,
-           f"resize_positions: table must be float [{side * side}, d], got {table.dtype}"
-           f"{dims.format_shape(table.shape)}")
+    _check_grid_table("resize_positions", table, attrs["side"])
     expect(not shapes.dtype.is_float and shapes.rank == 2 and dims.canonical(shapes.shape[1]) == 2,
            f"resize_positions: shapes must be integer [B, 2] (h, w), got {shapes.dtype}"
            f"{dims.format_shape(shapes.shape)}")

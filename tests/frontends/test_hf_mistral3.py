@@ -15,7 +15,7 @@ from irc.check import relative_error
 from irc.interpreter import run
 from irc_cli import main
 from tests.frontends.test_hf_models import built_once
-from tests.frontends.test_hf_vlm import decoder_feeds, randomized
+from tests.frontends.test_hf_vlm import Clock, decoder_feeds, randomized
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -87,14 +87,6 @@ def test_onnx_folder_matches_transformers(twins, tmp_path, target):
         feeds = {k: v for k, v in decoder_feeds(load_spec(folder), ids, features).items() if k != "image_features"}
         logits = vlm.step(feeds, features)["logits"]
         assert relative_error(logits[:, -1], want_logits[:, -1]) <= TOLERANCE, size
-
-
-class Clock:
-    def start(self):
-        pass
-
-    def token(self, token):
-        pass
 
 
 def test_onnx_folder_generates_transformers_tokens(twins, tmp_path):

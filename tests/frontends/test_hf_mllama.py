@@ -16,7 +16,7 @@ from irc.check import relative_error
 from irc.interpreter import run
 from irc_cli import main
 from tests.frontends.test_hf_models import built_once
-from tests.frontends.test_hf_vlm import changed_config, randomized
+from tests.frontends.test_hf_vlm import Clock, changed_config, randomized
 from tests.image_inputs import odd_image
 
 torch = pytest.importorskip("torch")
@@ -156,14 +156,6 @@ def test_left_padded_batch_matches_transformers(twins):
     for row in range(2):  # the padding rows' logits are not compared
         n = cases[row]["input_ids"].shape[1]
         assert relative_error(got[row, width - n:], want[row, width - n:]) <= TOLERANCE
-
-
-class Clock:
-    def start(self):
-        pass
-
-    def token(self, token):
-        pass
 
 
 @pytest.mark.parametrize("target", ["interpreter", "onnx", "onnx-ort"])

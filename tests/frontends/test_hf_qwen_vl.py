@@ -24,7 +24,7 @@ from irc.mrope import mrope_positions
 from backends.onnx.vlm import GENAI_TYPES
 from irc_cli import main
 from tests.frontends.test_hf_models import built_once
-from tests.frontends.test_hf_vlm import changed_config, randomized
+from tests.frontends.test_hf_vlm import Clock, changed_config, randomized
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -185,14 +185,6 @@ def test_onnx_folder_matches_transformers(twins, tmp_path, name, target):
     feeds = {k: v for k, v in decoder_feeds(load_spec(folder), ids, vision, GRIDS).items() if k != "image_features"}
     logits = vlm.step(feeds, vision)["logits"]
     assert relative_error(logits[:, -1], want_logits[:, -1]) <= TOLERANCE
-
-
-class Clock:
-    def start(self):
-        pass
-
-    def token(self, token):
-        pass
 
 
 @pytest.mark.parametrize("name", sorted(CLASSES))

@@ -32,6 +32,7 @@ from irc.interpreter import run  # noqa: E402
 from irc_cli import main  # noqa: E402
 from tests.frontends.test_hf_dual import TEXT, texts, tiny_tokenizer  # noqa: E402
 from tests.frontends.test_hf_models import built_once  # noqa: E402
+from tests.frontends.test_hf_vision import seeded_and_saved  # noqa: E402
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -52,15 +53,7 @@ def build(name: str, folder):
         model = transformers.Siglip2Model(config).eval()
     else:
         model = transformers.Siglip2VisionModel(transformers.Siglip2VisionConfig(**CASES[name])).eval()
-    generator = torch.Generator().manual_seed(sorted(CASES).index(name))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=generator) * (0.5 if p.ndim <= 1 else p.shape[-1] ** -0.5))
-    if name.endswith("-bf16"):  # the reference runs the rounded weights in float32
-        model.to(torch.bfloat16).save_pretrained(folder)
-        return model.float(), folder
-    model.save_pretrained(folder)
-    return model, folder
+    return seeded_and_saved(model, sorted(CASES).index(name), name.endswith("-bf16"), folder)
 
 
 @pytest.fixture(scope="module")

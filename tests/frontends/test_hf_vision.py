@@ -43,12 +43,19 @@ CASES = {  # name: (model class, config class, overrides of SMALL)
 def build(name: str, folder):
     model_class, config_class, overrides = CASES[name]
     config = getattr(transformers, config_class)(**{**SMALL, **overrides})
-    model = getattr(transformers, model_class)(config).eval()
-    generator = torch.Generator().manual_seed(sorted(CASES).index(name))
+    return seeded_and_saved(getattr(transformers, model_class)(config).eval(), sorted(CASES).index(name),
+                            name.endswith("-bf16"), folder)
+
+
+def seeded_and_saved(model, seed: int, bf16: bool, folder):
+    """``model`` with seeded weights (vectors 0.5 · N(0, 1), matrices 1/sqrt(fan-in)) saved to
+    ``folder`` (in bf16 with ``bf16``: the reference then runs the rounded weights in float32);
+    (the reference, the folder)."""
+    generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=generator) * (0.5 if p.ndim == 1 else p.shape[-1] ** -0.5))
-    if name.endswith("-bf16"):  # the reference runs the rounded weights in float32
+            p.copy_(torch.randn(p.shape, generator=generator) * (0.5 if p.ndim <= 1 else p.shape[-1] ** -0.5))
+    if bf16:
         model.to(torch.bfloat16).save_pretrained(folder)
         return model.float(), folder
     model.save_pretrained(folder)

@@ -193,6 +193,8 @@ def test_onnx_folder_matches_transformers(twins, tmp_path, name, target):
 
 
 class Clock:
+    """A runner's clock that keeps nothing (``irc_cli.run.Clock`` streams and times)."""
+
     def start(self):
         pass
 
