@@ -136,6 +136,7 @@ class Model(EncoderOutputs, VisionInputs):
         self._positions: Optional[Value] = None
         self._presents: list[Value] = []
         self._rope_tables: dict[tuple, tuple[Tensor, Tensor]] = {}  # decomposed RoPE's cos/sin
+        self._alibi: dict[tuple, Tensor] = {}  # ALiBi slopes constants, one per slope list
 
     # ---- plumbing ----------------------------------------------------------------------
     @property

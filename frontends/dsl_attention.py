@@ -4,7 +4,7 @@ windows, soft-caps) and DeepSeek's multi-head latent attention."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from frontends.dsl_args import positive, positive_float
 from frontends.dsl_delta import gated_output, query_and_gate
@@ -77,7 +77,7 @@ class AttentionLayer:
                   qk_norm_eps: float = 1e-6, qk_norm_offset: float = 0.0, causal: bool = True,
                   output_gate: bool = False, out_bias: bool = False, sinks: bool = False,
                   clip_qkv: Optional[float] = None, query_scale: Optional[tuple] = None,
-                  blocks: Optional[Tensor] = None) -> Tensor:
+                  blocks: Optional[Tensor] = None, alibi: Optional[Sequence[float]] = None) -> Tensor:
         """Multi-head attention (MHA; GQA when kv_heads < heads; MQA when kv_heads == 1):
         q/k/v projections (``attn.wq/wk/wv``, biases ``bq/bk/bv`` with qkv_bias), RMS norms
         ``q_norm``/``k_norm`` with qk_norm (True or "head": per head, weights [D]; "full":
@@ -87,7 +87,7 @@ class AttentionLayer:
         (bias ``attn.bo`` with out_bias; with ``output_gate``, of the output times
         sigmoid(gate), the gate read from ``attn.wq``: ``frontends.dsl_delta``); with
         ``sinks``, a learned logit per query head (``attn.sinks`` [H], GPT-OSS's) joins each
-        softmax denominator (``irc.ops.attention``); ``blocks``: ``_blocks``."""
+        softmax denominator (``irc.ops.attention``); ``blocks``: ``_blocks``; ``alibi``: ``_alibi_slopes``."""
         m, p, i = self.model, self.prefix, self.index
         where = m.origin()
         d = m._features(x)
@@ -130,6 +130,7 @@ class AttentionLayer:
                 raise m.error("rope", "a vision encoder's tokens have learned positions here, not RoPE")
             q = emit_rope(m, q, positions, rope, heads, head_dim, f"{p}q_rope")
             k = emit_rope(m, k, positions, rope, kv_heads, head_dim, f"{p}k_rope")
+        slopes = None if alibi is None else self._alibi_slopes(alibi, heads, rope)
         if query_scale is not None:  # (beta, original, max positions): Llama-4's, after RoPE
             q = m.emit("mul", [q, llama4_query_scale(m, *query_scale)], None, f"{p}q_scaled")[0]
         mask, _ = m._context()
@@ -138,7 +139,7 @@ class AttentionLayer:
                  "causal": bool(causal), "window": window, "softcap": softcap, "scale": scale}
         sink = m.param(f"{p}attn.sinks", (heads,)) if sinks else None
         blocks = self._blocks(blocks, causal)
-        out, *presents = m.emit("attention", [q, k, v, mask, past_key, past_value, sink, blocks], attrs,
+        out, *presents = m.emit("attention", [q, k, v, mask, past_key, past_value, sink, blocks, slopes], attrs,
                                 [f"{p}attn", f"present.{i}.key", f"present.{i}.value"])
         m._presents += [present.value for present in presents]  # none in an encoder
         out = gated_output(self, out, gate) if output_gate else out
@@ -146,10 +147,24 @@ class AttentionLayer:
         bo = m.param(f"{p}attn.bo", (d,)) if out_bias else None
         kind = "mha" if kv_heads == heads else "mqa" if kv_heads == 1 else "gqa"
         self._note_attention(kind, heads, kv_heads, head_dim, head_dim, window, softcap, scale, rope,
-                             qkv_bias=bool(qkv_bias),
-                             qk_norm=qk_norm if qk_norm in ("full", "layer") else bool(qk_norm),
-                             **({"attn_sinks": True} if sinks else {}))
+                             qkv_bias=bool(qkv_bias), qk_norm=qk_norm if qk_norm in ("full", "layer") else bool(qk_norm),
+                             **({"attn_sinks": True} if sinks else {}), **({"alibi": True} if alibi is not None else {}))
         return m.emit("linear", [out, wo, bo], None, f"{p}attn_out")[0]
+
+    def _alibi_slopes(self, slopes, heads: int, rope) -> Tensor:
+        """ALiBi's per-head slopes [H] (``irc.ops.alibi``: ``bloom_slopes``, ``mpt_slopes``) as one
+        f32 constant every layer with the same slopes shares; the attention op adds each times
+        key minus query index to the scores."""
+        m = self.model
+        if rope is not None:
+            raise m.error("alibi", "ALiBi and RoPE are two position encodings: give one of them")
+        values = tuple(float(s) for s in slopes)
+        if len(values) != heads or not all(math.isfinite(s) for s in values):
+            raise m.error("alibi", f"expected {heads} finite slopes, one a query head; got {len(values)}")
+        if values not in m._alibi:
+            name = "alibi_slopes" if not m._alibi else f"alibi_slopes_{len(m._alibi)}"
+            m._alibi[values] = m.emit("constant", [], {"value": list(values), "dtype": "f32"}, name)[0]
+        return m._alibi[values]
 
     def _blocks(self, blocks: Optional[Tensor], causal: bool) -> Optional[Tensor]:
         """The attention's ``blocks`` operand: given ([B, T] integer), a bidirectional

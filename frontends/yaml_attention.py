@@ -8,12 +8,14 @@ from typing import Optional
 
 from frontends.dsl import ArgError, Rope
 from frontends.dsl_rope import SCALING_FIELDS, SCALING_KINDS
+from irc.ops.alibi import bloom_slopes, mpt_slopes
 from irc.yamlloc import Bad, Fields, boolean, choice, non_negative_int, optional, positive_int, positive_number
 
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "norm_eps")
 NOT_MLA_KEYS = ("n_kv_heads", "head_dim", "qkv_bias", "qk_norm", "output_gate", "window", "window_pattern",
-                "softcap", "out_bias", "sinks")
+                "softcap", "out_bias", "sinks", "alibi")
 ATTENTION_KEYS = ("kind", "n_heads", "rope", "scale", "query_pre_attn_scalar", "nope_layers") + NOT_MLA_KEYS + MLA_KEYS
+ALIBI_RULES = {"bloom": bloom_slopes, "mpt": mpt_slopes}  # the slopes' rule for a head count
 ROPE_KEYS = ("base", "convention", "rotary_dim", "scaling", "decomposed")
 
 
@@ -98,6 +100,9 @@ class AttentionReader:
         self.qk_norm = a.get("qk_norm", _qk_norm, False)
         self.out_bias = a.get("out_bias", boolean, False)
         self.sinks = a.get("sinks", boolean, False)
+        self.alibi = a.get("alibi", optional(choice(*ALIBI_RULES)), None)
+        if self.alibi is not None and self.rope is not None:
+            raise a.error("alibi", "ALiBi and RoPE are two position encodings: give rope: null (or no rope) with it")
         self.output_gate = a.get("output_gate", boolean, False)
         self.softcap = a.get("softcap", optional(positive_number), None)
         self.window = a.get("window", optional(positive_int), None)
@@ -137,7 +142,7 @@ class AttentionReader:
 
     def _attention_table(self) -> dict:
         a = self.attn_f
-        table = {"heads": (a, "n_heads"), "kv_heads": (a, "n_kv_heads"), "rope": (a, "rope")}
+        table = {"heads": (a, "n_heads"), "kv_heads": (a, "n_kv_heads"), "rope": (a, "rope"), "alibi": (a, "alibi")}
         if self.rope_f is not None:
             table.update(self._rope_table())
         return table
@@ -151,5 +156,6 @@ class AttentionReader:
                                rope=None if layer.index in self.nope_layers else self.rope, window=self.window if local else None, softcap=self.softcap,
                                scale=self.scale, qkv_bias=self.qkv_bias, qk_norm=self.qk_norm,
                                qk_norm_eps=self.norm_eps, qk_norm_offset=self.norm_offset,
-                               output_gate=self.output_gate, out_bias=self.out_bias, sinks=self.sinks)
+                               output_gate=self.output_gate, out_bias=self.out_bias, sinks=self.sinks,
+                               alibi=None if self.alibi is None else ALIBI_RULES[self.alibi](self.heads))
 

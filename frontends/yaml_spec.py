@@ -39,6 +39,8 @@ brackets; ``null`` is allowed where a default is null.
         out_bias: false               # a bias on the output projection (StarCoder2) [false]
         sinks: false                  # a learned logit per head in every softmax's
                                       # denominator, attn.sinks [n_heads] (GPT-OSS) [false]
+        alibi: null                   # ALiBi in place of RoPE (rope: null): bloom (BLOOM,
+                                      # Falcon) | mpt, the slopes' rule for n_heads [null]
         output_gate: false            # Qwen3-Next: wq also holds a gate per head, the output
                                       # times sigmoid(gate) goes into wo [false]
         rope: {base: 500000, convention: half, rotary_dim: null,
@@ -156,6 +158,8 @@ brackets; ``null`` is allowed where a default is null.
       learned_positions: null         # a learned position table of this many rows, added
                                       # to the embedding (GPT-2's n_positions) [null]
       head_bias: false                # the LM head has a bias (Phi-2) [false]
+      embedding_norm: false           # model.norm's kind of norm on the embeddings,
+                                      # @embed_norm (BLOOM's word_embeddings_layernorm) [false]
       gemma3n:                        # Gemma-3n's layer form (frontends.yaml_gemma) [null]
         altup: {num_inputs: 4, active_idx: 0, correct_scale: true}
                                       # AltUp's streams (required), the active one [0], the
@@ -236,7 +240,7 @@ from irc.graph import Graph
 MODEL_KEYS = ("name", "dtype", "vocab_size", "d_model", "n_layers", "layers", "norm", "attention", "mamba", "mamba2",
               "short_conv", "gated_delta", "mlp", "moe", "tied_embeddings", "final_softcap", "embedding_scale",
               "residual_scale", "logits_scale", "kimi_delta", "lightning", "normed_residual", "learned_positions",
-              "head_bias", "gemma3n", "gemma4", "vision", "image_input")
+              "head_bias", "gemma3n", "gemma4", "vision", "image_input", "embedding_norm")
 NORMED_RESIDUAL_KEYS = ("attention", "mixer", "feed_forward")
 NORM_KEYS = ("kind", "eps", "offset", "sandwich", "bias", "placement")
 PARALLEL = ("none", "shared_norm", "two_norms")
@@ -292,6 +296,7 @@ class _Expander(AttentionReader, FeedForwardReader):
         self.logits_scale = model.get("logits_scale", optional(positive_number), None)
         self.learned_positions = model.get("learned_positions", optional(positive_int), None)
         self.head_bias = model.get("head_bias", boolean, False)
+        self.embedding_norm = model.get("embedding_norm", boolean, False)
         self._read_norm(model.sub("norm", NORM_KEYS))
         self.layers_f = model.sub("layers", yaml_ssm.LAYERS_KEYS)
         self.kinds, self.feed_forward = yaml_ssm.read_pattern(self.layers_f, self.n_layers)
@@ -382,6 +387,8 @@ class _Expander(AttentionReader, FeedForwardReader):
             x = m.embed(m.input_ids(), scale=self.embedding_scale)
             if self.learned_positions:
                 x = m.embed_positions(x, self.learned_positions)
+        if self.embedding_norm:
+            x = self._norm(m, x, "embed_norm")
         image = f.sub("image_input", yaml_vision.IMAGE_INPUT_KEYS)
         if image is not None:  # a VLM's decoder: the image features at the placeholders (frontends.yaml_vision)
             with m.at(image.origin()):

@@ -17,13 +17,16 @@ MASKED = float(np.finfo(np.float32).min)
 
 def lower_attention(e: Emitter, node: Node):
     """Grouped attention's primitives; None for MHA (kv_heads == heads), which is left alone;
-    a note for attention with sinks (GPT-OSS), which the ONNX emitter lowers itself."""
+    a note for attention with sinks (GPT-OSS), image blocks or ALiBi slopes, which the ONNX
+    emitter lowers itself."""
     if node.attrs["kv_heads"] >= node.attrs["heads"]:
         return None
     if len(node.inputs) > 6 and node.inputs[6] is not None:
         return "attention sinks: left to the emitter (backends.onnx.attention lowers them)"
     if len(node.inputs) > 7 and node.inputs[7] is not None:
         return "image blocks: left to the emitter (backends.onnx.attention lowers them)"
+    if len(node.inputs) > 8 and node.inputs[8] is not None:
+        return "ALiBi slopes: left to the emitter (backends.onnx.attention lowers them)"
     return GroupedAttention(e, bool(e.options["materialize"])).outputs()
 
 

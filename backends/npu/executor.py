@@ -34,7 +34,7 @@ from irc.errors import BackendError
 from irc.ops.moe import MOE_ACTIVATIONS, glu
 from irc.ops.primitives import gelu, rsqrt, sigmoid, silu
 from irc.npu.target import Machine, ceil_div, round_up
-from backends.npu.recurrent import random_scan_operands, reference_scan, run_scan
+from backends.npu.recurrent import reference_scan, run_scan
 
 NUMPY = {"int8": np.int8, "int16": np.int16, "fp16": np.float16, "bf16": np.float32, "fp32": np.float32}
 
@@ -313,16 +313,28 @@ def _block_update(state, scores, visible, value, numbers: Numbers):
     peak[...] = new_peak
 
 
-def row_sinks(record: dict, sinks) -> Optional[np.ndarray]:
-    """Each query row's sink logit [M, 1] (row r is head r // T of the group), or None."""
-    return None if sinks is None else np.repeat(np.asarray(sinks, np.float32), record["attention"]["tokens"])[:, None]
+def per_row(record: dict, values) -> Optional[np.ndarray]:
+    """Each query row's value of a per-head [G] (a sink logit, an ALiBi slope) as [M, 1]
+    (row r is head r // T of the group), or None."""
+    return None if values is None else np.repeat(np.asarray(values, np.float32), record["attention"]["tokens"])[:, None]
+
+
+def alibi(record: dict, slopes, rows: slice, keys: slice):
+    """ALiBi's bias of a block (0 without ``slopes``, [M, 1]): slope times key index minus the
+    row's query index past + r mod T (``irc.ops.alibi``)."""
+    if slopes is None:
+        return np.float32(0)
+    info = record["attention"]
+    query = info["past"] + np.arange(rows.start, rows.stop)[:, None] % info["tokens"]
+    return (slopes[rows] * (np.arange(keys.start, keys.stop)[None, :] - query)).astype(np.float32)
 
 
 def run_attention(record: dict, machine: Machine, q, k, v, visible, numbers: Numbers, sram: Sram,
-                  dma: Dma, sinks=None) -> np.ndarray:
+                  dma: Dma, sinks=None, slopes=None) -> np.ndarray:
     """One attention group: q [M,Dk], k [S,Dk], v [S,Dv], visible bool [M,S]; ``sinks`` [G]
     fp32 (a record whose shape has sinks) are loaded once and seed each row's running max
-    (the sink) and sum (1), as ``irc.ops.attention.masked_softmax`` counts them."""
+    (the sink) and sum (1), as ``irc.ops.attention.masked_softmax`` counts them; ALiBi
+    ``slopes`` [G] fp32 are loaded once and bias each block's scores (``alibi``)."""
     shape, tile, order = record["shape"], record["tile"], record["loop_order"]
     M, S, Dv = shape["M"], shape["S"], shape["Dv"]
     trips = {"q": ceil_div(M, tile["q"]), "kv": ceil_div(S, tile["kv"])}
@@ -334,7 +346,10 @@ def run_attention(record: dict, machine: Machine, q, k, v, visible, numbers: Num
     if shape.get("sinks"):
         group = np.asarray(sinks, np.float32)[None, :]
         resident = dma.load("sinks", group, buffers["sinks"].place(group.shape, np.float32))
-        seeds = row_sinks(record, resident[0])
+        seeds = per_row(record, resident[0])
+    if shape.get("alibi"):
+        group = np.asarray(slopes, np.float32)[None, :]
+        slopes = per_row(record, dma.load("slopes", group, buffers["slopes"].place(group.shape, np.float32))[0])
 
     def span(axis, index, size):
         return slice(index * tile[axis], min((index + 1) * tile[axis], size))
@@ -385,8 +400,8 @@ def run_attention(record: dict, machine: Machine, q, k, v, visible, numbers: Num
         scores[...] = _multiply(views["q"], views["k"], "nk", machine)
         output, stats = views["o"]
         peak, total = stats[:, 0].copy(), stats[:, 1].copy()
-        _block_update((output, peak, total), logits(scores, record["attention"], numbers), visible[rows, keys],
-                      views["v"], numbers)
+        _block_update((output, peak, total), logits(scores, record["attention"], numbers)
+                      + alibi(record, slopes, rows, keys), visible[rows, keys], views["v"], numbers)
         stats[:, 0], stats[:, 1] = peak, total
         done[at["q"]] = done.get(at["q"], 0) + 1
     leave(current)
@@ -394,13 +409,14 @@ def run_attention(record: dict, machine: Machine, q, k, v, visible, numbers: Num
 
 
 def reference_attention(record: dict, machine: Machine, q, k, v, visible, numbers: Numbers,
-                        sinks=None) -> np.ndarray:
-    """Untiled: all scores, a masked softmax (``irc.ops.attention.masked_softmax``, the sinks
-    in its denominators), one product."""
+                        sinks=None, slopes=None) -> np.ndarray:
+    """Untiled: all scores (ALiBi's bias added), a masked softmax
+    (``irc.ops.attention.masked_softmax``, the sinks in its denominators), one product."""
     from irc.ops.attention import masked_softmax
 
-    weights = masked_softmax(logits(_multiply(q, k, "nk", machine), record["attention"], numbers), visible,
-                             row_sinks(record, sinks))
+    bias = alibi(record, per_row(record, slopes), slice(0, q.shape[0]), slice(0, k.shape[0]))
+    weights = masked_softmax(logits(_multiply(q, k, "nk", machine), record["attention"], numbers) + bias, visible,
+                             per_row(record, sinks))
     values = np.asarray(v, dtype=np.float32) * np.float32(numbers.v_scale)
     return store_as((weights @ values).astype(np.float32), machine, numbers)
 
@@ -422,10 +438,10 @@ class Result:
 def execute(record: dict, machine: Machine, operands: dict, numbers: Numbers = Numbers()) -> Result:
     """Run every instance of a planned op tile by tile. ``operands`` holds, per instance
     (leading axis ``count``): GEMM ``a``, ``b`` ([weights, ...]) and ``epilogue`` (a list);
-    attention ``q``, ``k``, ``v``, ``visible`` and, with sinks, ``sinks`` [G] fp32; a scan the
-    op's operands by name (``backends.npu.recurrent``)."""
+    attention ``q``, ``k``, ``v``, ``visible`` and, with sinks, ``sinks`` [G] fp32 (with ALiBi,
+    ``slopes`` [G] fp32); a scan the op's operands by name (``backends.npu.recurrent``)."""
     dma, outputs, states, used = Dma(machine), [], [], 0
-    sinks = operands.get("sinks", [None] * record["count"])
+    sinks, slopes = (operands.get(name, [None] * record["count"]) for name in ("sinks", "slopes"))
     for i in range(record["count"]):
         sram = Sram(machine)
         if record["kind"] == "scan":
@@ -437,14 +453,15 @@ def execute(record: dict, machine: Machine, operands: dict, numbers: Numbers = N
                                     [op[i] for op in operands.get("epilogue", [])], numbers, sram, dma))
         else:
             outputs.append(run_attention(record, machine, operands["q"][i], operands["k"][i], operands["v"][i],
-                                         operands["visible"][i], numbers, sram, dma, sinks[i]))
+                                         operands["visible"][i], numbers, sram, dma, sinks[i], slopes[i]))
         used = sram.used
     return Result(np.stack(outputs), dma.bytes, used, np.stack(states) if states else None)
 
 
 def reference(record: dict, machine: Machine, operands: dict, numbers: Numbers = Numbers()) -> np.ndarray:
     """Every instance of the op, untiled."""
-    outputs, sinks = [], operands.get("sinks", [None] * record["count"])
+    outputs = []
+    sinks, slopes = (operands.get(name, [None] * record["count"]) for name in ("sinks", "slopes"))
     for i in range(record["count"]):
         if record["kind"] == "scan":
             outputs.append(reference_scan(record, machine, {k: v[i] for k, v in operands.items()}, numbers)[0])
@@ -453,47 +470,5 @@ def reference(record: dict, machine: Machine, operands: dict, numbers: Numbers =
                                           [op[i] for op in operands.get("epilogue", [])], numbers))
         else:
             outputs.append(reference_attention(record, machine, operands["q"][i], operands["k"][i], operands["v"][i],
-                                               operands["visible"][i], numbers, sinks[i]))
+                                               operands["visible"][i], numbers, sinks[i], slopes[i]))
     return np.stack(outputs)
-
-
-def random_operands(record: dict, machine: Machine, seed: int = 0) -> tuple[dict, Numbers]:
-    """Seeded operands for a planned op (integers over the dtype's range, floats standard
-    normal) and scales that keep integer outputs in range. Attention masks follow the op:
-    row r is token t = r mod T of its head, at cache index past + t; causal and sliding
-    window visibility as in ``irc.ops.attention.visible_keys``."""
-    rng = np.random.default_rng(seed)
-    dtype = np.dtype(NUMPY[machine.dtype])
-    n, shape = record["count"], record["shape"]
-    if record["kind"] == "scan":
-        numbers = Numbers() if machine.is_float else Numbers(operand_scale=1.0 / 100, out_scale=1.0 / 32)
-        return random_scan_operands(record, machine, rng), numbers
-
-    def draw(*dims):
-        if machine.is_float:
-            return rng.standard_normal((n, *dims)).astype(dtype)
-        return rng.integers(-100, 101, size=(n, *dims)).astype(dtype)
-
-    if record["kind"] == "gemm":
-        M, K, N = shape["M"], shape["K"], shape["N"]
-        b = draw(shape["weights"], N, K) if shape["b_layout"] == "nk" else draw(shape["weights"], K, N)
-        epilogue = [draw(M, N) if step["operand"] == "tile" else draw(N)
-                    for step in record["epilogue"] if "operand" in step]
-        numbers = Numbers() if machine.is_float else Numbers(acc_scale=1.0 / (100 * 100 * math.sqrt(K)),
-                                                              operand_scale=1.0 / 100, out_scale=1.0 / 40)
-        return {"a": draw(M, K), "b": b, "epilogue": epilogue}, numbers
-    M, S, Dk, Dv = shape["M"], shape["S"], shape["Dk"], shape["Dv"]
-    info = record["attention"]
-    query = info["past"] + np.arange(M)[:, None] % info["tokens"]
-    key = np.arange(S)[None, :]
-    visible = np.ones((M, S), dtype=bool)
-    if info["causal"]:
-        visible &= key <= query
-    if info.get("window"):  # symmetric without causal, as the attention op's
-        visible &= (key > query - info["window"]) if info["causal"] else (np.abs(key - query) < info["window"])
-    numbers = Numbers() if machine.is_float else Numbers(acc_scale=1.0 / (100 * 100), v_scale=1.0 / 100,
-                                                          out_scale=1.0 / 100)
-    operands = {"q": draw(M, Dk), "k": draw(S, Dk), "v": draw(S, Dv), "visible": np.broadcast_to(visible, (n, M, S))}
-    if shape.get("sinks"):  # logits in real units, like the scaled scores they join: of order one
-        operands["sinks"] = (2.0 * rng.standard_normal((n, shape["sinks"]))).astype(np.float32)
-    return operands, numbers

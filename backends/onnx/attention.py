@@ -29,6 +29,13 @@ concatenated after the masked scores, the Softmax runs over S+1 columns, and the
 column is sliced off before the weighted sum. ``com.microsoft.GroupQueryAttention`` takes
 them as its ``head_sink`` input (measured equal on ORT 1.32's CPU provider); ``head_sink``
 gives that input for the onnx-ort lowering.
+
+ALiBi (BLOOM, MPT, Falcon; ``irc.ops.alibi``): the bias slope_h · (j − (P + t)) [H, T, P+T],
+f32, is the slopes [H] times a key-minus-query distance built from the shapes once per
+(T, P+T) (``alibi_bias``); it is added to the scaled scores on the grouped MatMul path at
+every opset (the standard ``Attention`` takes one mask, and a float mask would not zero a
+row that sees no key), and ``com.microsoft.GroupQueryAttention`` takes it masked as its
+``attention_bias`` (``backends.onnx.ort``).
 """
 from __future__ import annotations
 
@@ -289,10 +296,11 @@ def merge_heads(b: Builder, x4: str, batch, seq, heads: int, width: int, out: st
 
 def grouped_attention(b: Builder, q4: str, key4: str, value4: str, visible: str, *, batch, seq, heads: int,
                       kv_heads: int, head_dim: int, v_head_dim: int, scale: float, cap, out: str,
-                      sinks: str = "") -> str:
+                      sinks: str = "", bias: str = "") -> str:
     """Softmax(q k^T * scale) v for q [B, H, T, D] over key/value [B, K, S, D]: query head h
     reads kv head h // (H/K) through a [B, K, H/K, T, D] view; masked rows give zeros;
-    ``sinks`` (an f32 [H] name, or "") join each head's softmax denominator."""
+    ``sinks`` (an f32 [H] name, or "") join each head's softmax denominator; ``bias`` (an
+    f32 [H, T, S] name, ALiBi's, or "") is added to the scaled scores."""
     group = heads // kv_heads
     q5 = b.op("Reshape", [q4, b.shape((batch, kv_heads, group, seq, head_dim))], f"{out}/q_groups", allowzero=1)
     keys_t = b.op("Transpose", [key4], f"{out}/keys_t", perm=[0, 1, 3, 2])
@@ -301,6 +309,10 @@ def grouped_attention(b: Builder, q4: str, key4: str, value4: str, visible: str,
     scores = b.op("Mul", [scores, b.const(scale, np.float32, f"{out}/scale")], f"{out}/scores")
     if cap is not None:
         scores = softcap(b, scores, cap, DType.f32, b.fresh(f"{out}/softcapped"))
+    if bias:
+        grouped = b.op("Concat", [b.i64([kv_heads, group]), b.op("Shape", [bias], f"{out}/bias_shape", start=1)],
+                       f"{out}/bias_groups", axis=0)
+        scores = b.op("Add", [scores, b.op("Reshape", [bias, grouped], f"{out}/bias4")], f"{out}/biased")
     visible5 = ""
     if visible:
         visible5 = b.cached(("unsqueeze", visible, 1), lambda: b.op("Unsqueeze", [visible, b.i64([1])],
@@ -343,11 +355,12 @@ def head_sink(b: Builder, node: Node) -> str:
 
 def attend_heads(b: Builder, q4: str, k4: str, v4: str, past: tuple, presents: list, visible: str, *, batch, seq,
                  heads: int, kv_heads: int, head_dim: int, v_head_dim: int, scale: float, cap, out: str,
-                 sinks: str = "") -> str:
+                 sinks: str = "", bias: str = "") -> str:
     """Attention on head-major [B, N, T, W] operands with an optional past; writes the
     present caches to ``presents`` (names) when ``past`` is given; ``sinks`` (f32 [H], or
-    "") take the grouped MatMul path at every opset. Returns [B, H, T, Dv]."""
-    if b.opset >= 23 and not sinks:
+    "") and an ALiBi ``bias`` (f32 [H, T, S], or "") take the grouped MatMul path at every
+    opset. Returns [B, H, T, Dv]."""
+    if b.opset >= 23 and not sinks and not bias:
         b.node("Attention", [q4, k4, v4, visible, *past], [out, *presents], scale=float(scale),
                softcap=None if cap is None else float(cap), is_causal=0)
         return out
@@ -356,16 +369,36 @@ def attend_heads(b: Builder, q4: str, k4: str, v4: str, past: tuple, presents: l
         key4 = b.node("Concat", [past[0], k4], [presents[0]], axis=2)[0]
         value4 = b.node("Concat", [past[1], v4], [presents[1]], axis=2)[0]
     return grouped_attention(b, q4, key4, value4, visible, batch=batch, seq=seq, heads=heads, kv_heads=kv_heads,
-                             head_dim=head_dim, v_head_dim=v_head_dim, scale=scale, cap=cap, out=out, sinks=sinks)
+                             head_dim=head_dim, v_head_dim=v_head_dim, scale=scale, cap=cap, out=out, sinks=sinks,
+                             bias=bias)
+
+
+def alibi_bias(b: Builder, slopes, heads: int, seq, total) -> str:
+    """ALiBi's f32 [H, T, S]: slopes [H] times the distance j − (P + t), built once per
+    slopes operand and (T, S); "" without slopes."""
+    if slopes is None:
+        return ""
+
+    def make():
+        name = b.weight(slopes, dtype=DType.f32) if isinstance(slopes, Param) else b.value(slopes)
+        if not isinstance(slopes, Param) and slopes.dtype != DType.f32:
+            name = b.op("Cast", [name], f"{name}/f32", to=TensorProto.FLOAT)
+        column = b.op("Reshape", [name, b.i64([heads, 1, 1])], f"{name}/heads")
+        keys = b.op("Range", [b.i64(0), b.scalar(total), b.i64(1)], "alibi/keys")
+        distance = b.op("Cast", [b.op("Sub", [keys, _queries(b, seq, total)], "alibi/distance64")],
+                        "alibi/distance", to=TensorProto.FLOAT)
+        return b.op("Mul", [column, distance], f"{name}/bias")
+
+    return b.cached(("alibi", slopes.name, dims.canonical(seq), dims.canonical(total)), make)
 
 
 def attention_operands(node: Node) -> dict:
-    q, k, v, mask, past_key, past_value, sinks, blocks = pad_inputs(node.inputs, 8)
+    q, k, v, mask, past_key, past_value, sinks, blocks, alibi = pad_inputs(node.inputs, 9)
     a = node.attrs
     batch, seq = q.shape[:2]
     total = seq if past_key is None else dims.add(past_key.shape[2], seq)
     return dict(q=q, k=k, v=v, mask=mask, past_key=past_key, past_value=past_value, sinks=sinks, blocks=blocks,
-                batch=batch, seq=seq,
+                alibi=alibi, batch=batch, seq=seq,
                 total=total, heads=a["heads"], kv_heads=a["kv_heads"], head_dim=a["head_dim"],
                 v_head_dim=a["head_dim"] if a["v_head_dim"] is None else a["v_head_dim"],
                 scale=a["head_dim"] ** -0.5 if a["scale"] is None else a["scale"])
@@ -378,7 +411,8 @@ def lower_attention(b: Builder, node: Node, outs: list[str]) -> None:
     past = () if o["past_key"] is None else (b.value(o["past_key"]), b.value(o["past_value"]))
     q, k, v = (b.value(o[name]) for name in ("q", "k", "v"))
     sinks = _sinks_f32(b, o["sinks"])
-    if b.opset >= 23 and not sinks:
+    bias = alibi_bias(b, o["alibi"], o["heads"], o["seq"], o["total"])
+    if b.opset >= 23 and not sinks and not bias:
         if o["v"].producer is not None and o["v"].producer.op == "reshape":
             # ORT 1.2x infers Attention's output width wrongly when V's shape is unknown (a
             # Reshape to run-time dims): a Reshape to [0, 0, K·Dv] states it
@@ -392,7 +426,7 @@ def lower_attention(b: Builder, node: Node, outs: list[str]) -> None:
     v4 = heads_first(b, v, heads=o["kv_heads"], width=o["v_head_dim"], out=b.fresh(f"{outs[0]}/v"), **shape)
     out4 = attend_heads(b, q4, k4, v4, past, outs[1:], visible, heads=o["heads"], kv_heads=o["kv_heads"],
                         head_dim=o["head_dim"], v_head_dim=o["v_head_dim"], scale=o["scale"], cap=a["softcap"],
-                        out=b.fresh(f"{outs[0]}/heads"), sinks=sinks, **shape)
+                        out=b.fresh(f"{outs[0]}/heads"), sinks=sinks, bias=bias, **shape)
     merge_heads(b, out4, heads=o["heads"], width=o["v_head_dim"], out=outs[0], **shape)
 
 

@@ -7,7 +7,8 @@
   go wrong on a left-padded row. Here every row is declared full (``seqlens_k = P+T-1``,
   ``query_seqlens = T``, so batched prefill and decode with a past both run) and the
   padding, causal and window masks arrive as ``attention_bias`` (0 or float32 min,
-  [B, 1, T, P+T]), added after the softcap as in the reference. Rows are then exact for
+  [B, 1, T, P+T]; with ALiBi slopes the bias itself where visible, [B, H, T, P+T]), added
+  after the softcap as in the reference. Rows are then exact for
   every real token; a padding query row that sees no key is left unspecified (the
   standard path gives zeros there), which no real token reads.
   Because GQA updates a max-length cache in place when past and present share a buffer,
@@ -41,7 +42,7 @@ from irc.ops.rope import rope_cos_sin, rope_inv_freq, rope_switch
 from irc.rewrite.epilogue import residual_norm
 
 from backends.onnx import gqa_fuse, portable
-from backends.onnx.attention import (NEG, attention_operands, check_scaling, head_sink, longrope_selected,
+from backends.onnx.attention import (NEG, alibi_bias, attention_operands, check_scaling, head_sink, longrope_selected,
                                      lower_attention, lower_rope, visibility)
 from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
 from backends.onnx.moe import lower_moe_ort
@@ -86,9 +87,10 @@ def lower_attention_ort(b: Builder, node: Node, outs: list[str]) -> None:
         return
     o, a = attention_operands(node), node.attrs
     visible = visibility(b, o["mask"], o["seq"], o["total"], True, a["window"])
-    bias = b.cached(("gqa-bias", visible), lambda: b.op(
-        "Where", [visible, b.const(0.0, np.float32, "zero"), b.const(NEG, np.float32, "mask/neg")],
-        f"{visible}/bias"))
+    alibi = alibi_bias(b, o["alibi"], o["heads"], o["seq"], o["total"])
+    bias = b.cached(("gqa-bias", visible, alibi), lambda: b.op(
+        "Where", [visible, alibi or b.const(0.0, np.float32, "zero"), b.const(NEG, np.float32, "mask/neg")],
+        f"{alibi or visible}/bias"))
     if o["q"].dtype != DType.f32:
         bias = b.op("Cast", [bias], f"{bias}.{o['q'].dtype}", to=TensorProto.FLOAT16)
     seqlens_k, total_len, query_seqlens = _lengths(b, o["batch"], o["seq"], o["total"])

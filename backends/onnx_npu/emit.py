@@ -86,7 +86,7 @@ def signature(graph: Graph, b: NpuBuilder) -> tuple[list, list]:
     masks = [helper.make_tensor_value_info(name, ONNX_TYPES[_float_type(graph)], [1, 1, tokens, context + tokens])
              for name in b.masks.values()]
     masks += [helper.make_tensor_value_info(name, onnx.TensorProto.INT32, [1, tokens])
-              for name in b.rope_rows.values()]
+              for name in [*b.rope_rows.values(), *([b.positions] if b.positions else [])]]
     after = next((i + 1 for i, v in enumerate(inputs) if v.name == "position_ids"), 1)  # masks after the ids
     inputs[after:after] = masks
     states = {present_name(v.name) for v in state_inputs(graph)}

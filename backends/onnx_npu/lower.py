@@ -23,7 +23,9 @@ The ops that differ from the portable flavour:
   is rank 4 or less; GPT-OSS's sinks are one more score column per query row, a constant
   [1, K, G*T, 1] computed from ``attn.sinks`` [H] when the weights are written, concatenated
   before the Softmax and sliced off after it (static shapes; the sink is a plain logit
-  beside fp16 scores, so fp16 stays safe as the mask's -10000 does);
+  beside fp16 scores, so fp16 stays safe as the mask's -10000 does); ALiBi's slopes times key
+  minus query position, the slots' positions 0..N-1 and the new keys' ``position_ids``, one
+  [1, K, G*T, N + T] bias added before the mask (``alibi_scores``);
 - ``linear``: ``MatMul`` against the transposed weight; a weight also read another way (a
   tied embedding) is read once, by ``Gemm(transB=1)`` over static 2-D reshapes.
 
@@ -65,6 +67,7 @@ class NpuBuilder(Builder):
     bindings: dict = field(default_factory=dict)
     masks: dict = field(default_factory=dict)       # window (None: global) -> mask input name
     rope_rows: dict = field(default_factory=dict)   # LongRoPE's n -> the rows input name
+    positions: str = ""                              # position_ids claimed for a graph without one (ALiBi)
     quant: Any = None                                # a qdq.QuantPlan for w8a16 / w4a16
 
     def size(self, d) -> int:
@@ -84,6 +87,16 @@ class NpuBuilder(Builder):
         if window not in self.masks:
             self.masks[window] = self.claim("attention_bias" if window is None else f"attention_bias.window{window}")
         return self.masks[window]
+
+    def position_ids(self) -> str:
+        """The int32 [1, T] ``position_ids`` input: the graph's, or one claimed here (an ALiBi
+        decoder reads no positions, but its bias needs the new keys')."""
+        value = next((v for v in self.graph.inputs if v.name == "position_ids"), None)
+        if value is not None:
+            return self.value(value)
+        if not self.positions:
+            self.positions = self.claim("position_ids")
+        return self.positions
 
     def rows(self, original: int) -> str:
         """The host-filled table-rows input of a LongRoPE with pretraining length ``original``."""
@@ -218,7 +231,7 @@ def lower_attention(b: NpuBuilder, node: Node, outs: list[str]) -> None:
         raise BackendError("onnx-npu attention has no mask for image tokens that see each other (Gemma 3's image "
                            "blocks) or for blocks computed at run time", location=_where(node),
                            hint="compile the VLM with --target onnx or onnx-ort")
-    if bidirectional:
+    if bidirectional and o["alibi"] is None:
         return lower_bidirectional(b, o, a["softcap"], outs)
     if o["past_key"] is None or not a["causal"]:
         raise BackendError("onnx-npu attention needs a causal attention with a KV cache (the decoder form) or "
@@ -235,9 +248,11 @@ def lower_attention(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     keys = b.op("Concat", [b.value(o["past_key"]), k4], f"{name}/keys", axis=2)
     values = b.op("Concat", [b.value(o["past_value"]), v4], f"{name}/values", axis=2)
     sinks = "" if o["sinks"] is None else sink_column(b, o["sinks"], kv_heads, group, tokens, o["q"].dtype)
+    bias = "" if o["alibi"] is None else alibi_scores(b, o["alibi"], kv_heads, group, tokens, o["q"].dtype,
+                                                       _where(node))
     attended = attend(b, q4, keys, values, grouped_mask(b, a["window"], group, tokens), kv_heads=kv_heads,
                       group=group, tokens=tokens, width=width, v_width=v_width, scale=o["scale"], cap=a["softcap"],
-                      dtype=o["q"].dtype, out=b.fresh(f"{name}/heads"), sinks=sinks)
+                      dtype=o["q"].dtype, out=b.fresh(f"{name}/heads"), sinks=sinks, bias=bias)
     merge_heads(b, attended, heads=heads, width=v_width, out=name, **shape)
 
 
@@ -278,18 +293,52 @@ def sink_column(b: NpuBuilder, sinks, kv_heads: int, group: int, tokens: int, dt
     return b.derived(f"{sinks.name}/rows{group}x{tokens}", dtype, (1, kv_heads, group * tokens, 1), (sinks,), load)
 
 
+def alibi_scores(b: NpuBuilder, slopes, kv_heads: int, group: int, tokens: int, dtype: DType, where: str) -> str:
+    """ALiBi's bias [1, K, G*T, N+T] in ``dtype``: row g*T + t of kv head k is query head
+    k*G + g's slope times (key position − position_ids[t]), the cache slot j holding position
+    j (the host's layout) and new key t position_ids[t]; made once per slopes operand."""
+    fixed = compile_time(slopes)
+    if fixed is None:
+        raise BackendError("onnx-npu takes ALiBi slopes known when compiling (a constant or a weight), not a value "
+                           "computed at run time", location=where)
+    context = b.context
+
+    def make():
+        load = functools.partial(sink_rows, kv_heads, group, tokens, DType.f32.name)
+        name = f"{slopes.name}/alibi{group}x{tokens}"
+        column = (b.derived(name, DType.f32, (1, kv_heads, group * tokens, 1), (fixed,), load)
+                  if isinstance(fixed, Param) else b.const(load(fixed), np.float32, name))
+        queries = b.cached("alibi-queries", lambda: b.op("Cast", [b.position_ids()], "alibi/queries",
+                                                         to=TensorProto.FLOAT))
+        keys = b.op("Concat", [b.const(np.arange(context, dtype=np.float32)[None], np.float32, "alibi/slots"),
+                               queries], "alibi/keys", axis=1)
+        distance = b.op("Sub", [b.op("Reshape", [keys, b.i64([1, 1, 1, context + tokens])], "alibi/keys4"),
+                                b.op("Reshape", [queries, b.i64([1, 1, tokens, 1])], "alibi/queries4")],
+                        "alibi/distance")
+        if group > 1:
+            distance = b.op("Tile", [distance, b.i64([1, 1, group, 1])], f"alibi/distance{group}")
+        bias = b.op("Mul", [column, distance], f"{name}/bias")
+        return bias if dtype == DType.f32 else b.op("Cast", [bias], f"{bias}/{dtype}", to=ONNX_TYPES[dtype])
+
+    return b.cached(("alibi", slopes.name, group), make)
+
+
 def attend(b: NpuBuilder, q4: str, keys: str, values: str, mask: str, *, kv_heads: int, group: int, tokens: int,
-           width: int, v_width: int, scale: float, cap, dtype: DType, out: str, sinks: str = "") -> str:
+           width: int, v_width: int, scale: float, cap, dtype: DType, out: str, sinks: str = "",
+           bias: str = "") -> str:
     """softmax(q k^T * scale + mask) v for q [1, H, T, D] over keys/values [1, K, S, D]:
     the G query heads of a kv head are one [G*T, D] block; ``mask`` "" is no mask (every
     key visible); ``sinks`` (a [1, K, G*T, 1] column, or "") join each row's softmax and take
-    no weight. Returns [1, H, T, Dv]."""
+    no weight; ``bias`` (ALiBi's [1, K, G*T, S], or "") is added before the mask. Returns
+    [1, H, T, Dv]."""
     q_groups = b.op("Reshape", [q4, b.i64([1, kv_heads, group * tokens, width])], f"{out}/q_groups")
     keys_t = b.op("Transpose", [keys], f"{out}/keys_t", perm=[0, 1, 3, 2])
     scores = b.op("MatMul", [q_groups, keys_t], f"{out}/qk")
     scores = b.op("Mul", [scores, b.const(scale, dtype.numpy, f"{out}/scale")], f"{out}/scores")
     if cap is not None:
         scores = portable.softcap(b, scores, cap, dtype, b.fresh(f"{out}/softcapped"))
+    if bias:
+        scores = b.op("Add", [scores, bias], f"{out}/biased")
     masked = b.op("Add", [scores, mask], f"{out}/masked") if mask else scores
     if sinks:
         with_sink = b.op("Concat", [masked, sinks], f"{out}/masked_and_sink", axis=-1)

@@ -109,6 +109,14 @@ HELPERS = {
     out = embeds.clone()
     out[mask] = features.to(out.dtype)
     return out''',
+    "image_blocks": '''def image_blocks(ids, token, prefix):
+    """irc.ops.attention.image_blocks: each run of ``token`` numbered 0, 1, ... along the row,
+    -1 elsewhere; with ``prefix``, block 0 over a whole row holding the token (else -1)."""
+    image = ids == token
+    if prefix:
+        return torch.where(image.any(dim=1, keepdim=True), 0, -1).expand(ids.shape).to(torch.int64)
+    starts = image & ~torch.nn.functional.pad(image, (1, 0))[:, :-1]
+    return torch.where(image, torch.cumsum(starts.to(torch.int64), dim=1) - 1, -1)''',
     "topk": '''def topk(values, k, largest=True):
     """The k largest (smallest) values along the last axis and their indices, sorted."""
     order = top_indices(values, k, largest)
@@ -233,6 +241,8 @@ def fallback_line(op: str, attrs: dict, args: list[str], outputs: list) -> tuple
         return f"topk({args[0]}, {attrs['k']}, {attrs['largest']})", {"topk", "top_indices"}
     if op == "merge_tokens":  # a VLM decoder's image features into its token embeddings
         return f"merge_tokens({args[0]}, {args[1]}, {args[2]}, {attrs['token']})", {"merge_tokens"}
+    if op == "image_blocks":  # Gemma 3's image tokens, numbered per image (integer bookkeeping)
+        return f"image_blocks({args[0]}, {attrs['token']}, {attrs['prefix']})", {"image_blocks"}
     if op == "range_like":
         return f"torch.arange({args[0]}.shape[{attrs['axis']}], device={args[0]}.device)", set()
     if op == "patch_grid":  # Qwen-VL's patches placed from image_grid_thw (integer bookkeeping)

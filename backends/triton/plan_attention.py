@@ -122,11 +122,8 @@ class AttentionPlanning:
         return None
 
     def _attention(self, node: Node) -> None:
-        q, k, v, mask, _, _, sinks, blocks = pad_inputs(node.inputs, 8)
+        q, k, v, mask, _, _, sinks, blocks, alibi = pad_inputs(node.inputs, 9)
         attrs = node.attrs
-        if blocks is not None and attrs["causal"]:
-            raise BackendError(f"{node.outputs[0].name}: the Triton kernels have no mask for image tokens that see "
-                               "each other (Gemma 3's image blocks)", hint="compile it with --target onnx or onnx-ort")
         if not attrs["causal"] and attrs["window"] is not None:  # the kernels' window looks back only
             raise BackendError(f"{node.outputs[0].name}: the Triton kernels have no symmetric window for "
                                "bidirectional attention", hint="compile it with --target onnx or onnx-ort")
@@ -136,7 +133,8 @@ class AttentionPlanning:
         out = node.outputs[0]
         features = attention_kernels.AttentionFeatures(softcap=attrs["softcap"] is not None,
                                                        window=attrs["window"] is not None,
-                                                       sinks=sinks is not None, blocks=blocks is not None)
+                                                       sinks=sinks is not None, blocks=blocks is not None,
+                                                       alibi=alibi is not None)
         name = self.attention_kernels(q.dtype, features, [node])
         lines = [self.alloc(out)] + [self.late_caches[v.name] for v in node.outputs[1:] if v.name in self.late_caches]
         kernels = [name]
@@ -161,8 +159,10 @@ class AttentionPlanning:
         if sinks is not None:  # the kernels read them in q's type
             same = sinks.dtype == q.dtype
             operands.append(self.var(sinks) + ("" if same else f".to({torch_type(q.dtype)})"))
-        if blocks is not None:  # block-diagonal bidirectional attention (the packed images' frames, windows)
+        if blocks is not None:  # block-diagonal (the packed images' frames, windows) or an image's causal opening
             operands.append(f"{self.var(blocks)}.to(torch.int64).contiguous()")
+        if alibi is not None:  # the per-head slopes, f32
+            operands.append(f"{self.var(alibi)}.to(torch.float32).contiguous()")
         lines.append(f"launch_{name}({query}, {keys[0]}, {keys[1]}, {self.var(out)}.view({batch}, {seq}, {heads}, "
                      f"{v_dim}), {self.var(mask)}, {', '.join(operands + options)})")
         self.step([node], lines, kernels=kernels)
@@ -172,7 +172,8 @@ class AttentionPlanning:
         launcher's name (launch_<name>)."""
         tag = "mla" if features.mla else "attention"
         suffix = ("_softcap" if features.softcap else "") + ("_window" if features.window else "") \
-            + ("_sinks" if features.sinks else "") + ("_blocks" if features.blocks else "")
+            + ("_sinks" if features.sinks else "") + ("_blocks" if features.blocks else "") \
+            + ("_alibi" if features.alibi else "")
         prefill = self.use_kernel(f"{tag}_prefill{suffix}", lambda n: attention_kernels.attention_kernel(
             n, dtype, features, decode=False), nodes)
         decode = self.use_kernel(f"{tag}_decode{suffix}", lambda n: attention_kernels.attention_kernel(
@@ -182,6 +183,6 @@ class AttentionPlanning:
             self.helpers.add("tanh_f32")
         name = f"{tag}{suffix}"
         self.launchers[name] = attention_kernels.attention_launcher(name, prefill, decode, combine, features.mla,
-                                                                    features.sinks, features.blocks)
+                                                                    features.sinks, features.blocks, features.alibi)
         return name
 

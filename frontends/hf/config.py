@@ -12,9 +12,8 @@ RoPE settings come in two forms and both are read (``read_rope``):
   nested per layer type for Gemma 3 (``{sliding_attention: {...}, full_attention: {...}}``);
 - older: ``rope_theta`` next to ``rope_scaling: {type | rope_type, factor, ...}`` (or null).
 
-The HF field names map to irc's scaling dict (``irc.ops.rope``): ``rope_type`` -> ``kind``,
-``original_max_position_embeddings`` -> ``original_max_position``; the rest keep their
-names. ``partial_rotary_factor`` becomes the rotary width ``int(head_dim * factor)``.
+HF names map to irc's scaling dict (``irc.ops.rope``): ``rope_type`` -> ``kind``, ``original_max_
+position_embeddings`` -> ``original_max_position``, ``partial_rotary_factor`` -> rotary width.
 
 The Mamba mixers' settings (``mamba_config``, ``mamba2_config``) are read under whichever
 keys a family gives them (``MAMBA_KEYS``, ``MAMBA2_KEYS``: Mamba's ``state_size`` is
@@ -94,6 +93,8 @@ class Attention:
     mla: Optional[dict] = None
     # Llama-4's position-dependent query scale (Ministral-3): (beta, original, max positions)
     query_scale: Optional[tuple] = None
+    alibi: Optional[tuple] = None  # ALiBi's per-head slopes (irc.ops.alibi), in place of RoPE
+    clip_qkv: Optional[float] = None  # q, k and v clamped to [-c, c] (MPT)
 
 
 @dataclass
@@ -112,8 +113,7 @@ class LayerSpec:
 class Arch:
     """A decoder as irc builds it. ``mlp`` is ``{"kind": swiglu | geglu | relu2, "d_ff": n,
     "approximate": tanh | none, "bias": relu2's biases}`` (None when no layer has a dense
-    MLP); ``moe`` holds the keyword
-    arguments of ``Layer.moe``; ``ssm`` those of ``Layer.mamba`` / ``Layer.mamba2`` (its
+    MLP); ``moe`` holds the keyword arguments of ``Layer.moe``; ``ssm`` those of ``Layer.mamba`` / ``Layer.mamba2`` (its
     ``kind`` names which) for the layers whose mixer is a state-space one; ``attention`` is
     None in a model without attention layers; ``checkpoint`` names the family's weight
     layout."""

@@ -19,7 +19,10 @@ falcon             Falcon: ``new_decoder_architecture`` (40B/180B: grouped KV by
                    ``input_layernorm`` with ``num_ln_in_parallel_attn`` 1) or the first
                    (7B: ``multi_query``, one norm in parallel with ``parallel_attn``, else
                    sequential); the fused ``query_key_value`` in each layout; biases with
-                   ``bias``; GELU; tied by default
+                   ``bias``; GELU; tied by default; with ``alibi``, ALiBi in place of RoPE
+                   (BLOOM's slopes in bfloat16, over √head_dim, as transformers adds them;
+                   transformers also rounds each slope x position to bfloat16, irc does
+                   not: equal where those products are exact, as with 8 heads or fewer)
 opt                OPT: learned absolute positions whose table starts 2 rows in (row =
                    position + 2, ``max_position_embeddings`` + 2 rows), pre-LayerNorm
                    (``self_attn_layer_norm``, ``final_layer_norm``, the decoder's
@@ -31,7 +34,7 @@ opt                OPT: learned absolute positions whose table starts 2 rows in 
 =================  ==========================================================================
 
 Refused, naming config.json and the key: GPT-2's ``scale_attn_by_inverse_layer_idx``, Phi's
-``qk_layernorm``, Falcon's ``alibi``, an activation other than GELU's forms (OPT: and ReLU), a
+``qk_layernorm``, an activation other than GELU's forms (OPT: and ReLU), a
 partial rotary factor giving an odd rotary width (the DSL's refusal, named at the key), OPT's
 post-LayerNorm layers (``do_layer_norm_before`` false: OPT-350m), its ``project_in`` /
 ``project_out`` (``word_embed_proj_dim`` other than ``hidden_size``), LayerNorms without
@@ -39,11 +42,16 @@ weights (``layer_norm_elementwise_affine`` false) and ``_remove_final_layer_norm
 """
 from __future__ import annotations
 
+import math
 from functools import partial
+
+import ml_dtypes
+import numpy as np
 
 from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope
 from frontends.hf.families_common import _rope
 from frontends.hf.weights import View
+from irc.ops.alibi import bloom_slopes
 from irc.yamlloc import boolean, layer_count, positive_int, positive_number
 
 DEFAULTS = {  # transformers 5.24's config classes
@@ -132,7 +140,6 @@ def _phi(cfg: Config, name: str, model_type: str) -> Arch:
 def _falcon(cfg: Config, name: str, model_type: str) -> Arch:
     d, n = cfg.get("hidden_size", positive_int), cfg.get("num_hidden_layers", layer_count)
     heads = _heads(cfg, d, "num_attention_heads")
-    cfg.check("alibi", lambda v: not v, hint="Falcon's ALiBi positions are not supported (RoPE only)")
     new = cfg.get("new_decoder_architecture", boolean)
     if new:
         kv_heads = cfg.get("num_kv_heads", positive_int, None) or heads
@@ -148,11 +155,19 @@ def _falcon(cfg: Config, name: str, model_type: str) -> Arch:
     bias = cfg.get("bias", boolean)
     mlp = {"kind": "gelu", "d_ff": cfg.get("ffn_hidden_size", positive_int, None) or 4 * d,
            "approximate": _gelu(cfg, "activation"), "bias": bias, "head_bias": False}
-    arch = _arch(cfg, name, model_type, d, n, heads, _rope(cfg, d // heads), mlp, form,
-                 cfg.get("layer_norm_epsilon", positive_number), kv_heads=kv_heads, qkv_bias=bias)
+    alibi = _falcon_alibi(heads, d // heads) if cfg.get("alibi", boolean) else None
+    arch = _arch(cfg, name, model_type, d, n, heads, None if alibi else _rope(cfg, d // heads), mlp, form,
+                 cfg.get("layer_norm_epsilon", positive_number), kv_heads=kv_heads, qkv_bias=bias, alibi=alibi)
     arch.checkpoint = ({2: "falcon_new", 1: "falcon_new_one_norm"}[norms] if new else
                        "falcon_multi_query" if kv_heads == 1 else "falcon")
     return arch
+
+
+def _falcon_alibi(heads: int, head_dim: int) -> tuple:
+    """Falcon's ALiBi slopes: BLOOM's rounded to bfloat16 (transformers' ``build_alibi_tensor``
+    multiplies in bfloat16), over √head_dim (its bias joins the mask, after the scale)."""
+    rounded = bloom_slopes(heads).astype(ml_dtypes.bfloat16).astype(np.float32)
+    return tuple((rounded / np.float32(math.sqrt(head_dim))).tolist())
 
 
 def _opt(cfg: Config, name: str, model_type: str) -> Arch:
@@ -195,38 +210,45 @@ def expand(form: str, arch: Arch, origin: str):
     ``gpt2`` and OPT), ``parallel_two_norms`` (GPT-NeoX) or ``parallel_one_norm`` (Phi: attn
     and mlp of one norm); LayerNorms with bias throughout; learned positions where ``mlp``
     holds ``positions`` (their rows: ``position_offset`` on, OPT's 2), added after a VLM's
-    image features are merged in (``build.embedded_inputs``: BLIP-2's OPT)."""
+    image features are merged in (``build.embedded_inputs``: BLIP-2's OPT); BLOOM's LayerNorm
+    of the embeddings with ``embed_norm``, LayerNorms without bias with ``norm_bias`` false
+    (MPT); ALiBi slopes and the q/k/v clamp where ``arch.attention`` has them."""
     from frontends.dsl import Model
     from frontends.hf.build import embedded_inputs
 
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps, mlp = arch.attention, arch.norm_eps, arch.mlp
+    bias = mlp.get("norm_bias", True)
     with m.at(origin):
         x = embedded_inputs(m, arch)
         if "positions" in mlp:
             x = m.embed_positions(x, mlp["positions"], offset=mlp.get("position_offset", 0))
+        if mlp.get("embed_norm"):
+            x = m.layer_norm(x, "embed_norm", eps)
         for layer, spec in zip(m.layers(arch.n_layers), arch.layers):
             rope = dsl_rope(spec.rope)
-            h = layer.layer_norm(x, "attn_norm", eps)
+            h = layer.layer_norm(x, "attn_norm", eps, bias=bias)
             y = layer.attention(h, a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, rope=rope, scale=a.scale,
-                                qkv_bias=a.qkv_bias, out_bias=a.qkv_bias)
+                                qkv_bias=a.qkv_bias, out_bias=a.qkv_bias, alibi=a.alibi, clip_qkv=a.clip_qkv)
             if form.startswith("parallel"):
                 h2 = h if form == "parallel_one_norm" else layer.layer_norm(x, "mlp_norm", eps)
                 f = _mlp(layer, h2, mlp)
                 x = x + m.add(y, f, f"{layer.prefix}branches")
                 continue
             x = x + y
-            x = x + _mlp(layer, layer.layer_norm(x, "mlp_norm", eps), mlp)
-        m.logits(m.layer_norm(x, "norm", eps), tied=arch.tied, bias=mlp.get("head_bias", form == "parallel_one_norm"))
+            x = x + _mlp(layer, layer.layer_norm(x, "mlp_norm", eps, bias=bias), mlp)
+        m.logits(m.layer_norm(x, "norm", eps, bias=bias), tied=arch.tied,
+                 bias=mlp.get("head_bias", form == "parallel_one_norm"))
     return m.graph
 
 
-def _neox_rows(part: int):
-    """GPT-NeoX's ``query_key_value`` rows of q (0), k (1) or v (2): per head q | k | v."""
+def _neox_rows(part: int, name: str = "attention.query_key_value"):
+    """The rows of q (0), k (1) or v (2) in a fused ``name`` holding per head q | k | v
+    (GPT-NeoX's, BLOOM's)."""
     def source(arch: Arch, prefix: str, suffix: str) -> View:
         heads, dim = arch.attention.heads, arch.attention.head_dim
         rows = [h * 3 * dim + part * dim + i for h in range(heads) for i in range(dim)]
-        return View(f"{prefix}attention.query_key_value.{suffix}", rows=rows)
+        return View(f"{prefix}{name}.{suffix}", rows=rows)
     return lambda suffix: lambda arch, prefix: source(arch, prefix, suffix)
 
 

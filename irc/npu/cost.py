@@ -86,13 +86,16 @@ class AttentionShape:
     """One attention group: M query rows (the query heads sharing a KV head, times the new
     tokens) over S keys with key width Dk and value width Dv; ``sinks`` > 0: that many sink
     logits (one per query head of the group, GPT-OSS) join the softmax, read once per group
-    as fp32 into a resident buffer (``attention_nest``)."""
+    as fp32 into a resident buffer (``attention_nest``); ``alibi`` > 0: that many ALiBi
+    slopes (one per query head), read the same way, each score biased by its head's slope
+    times key minus query index, computed on chip."""
 
     M: int
     S: int
     Dk: int
     Dv: int
     sinks: int = 0
+    alibi: int = 0
 
     @property
     def macs(self) -> int:
@@ -100,7 +103,7 @@ class AttentionShape:
 
     def to_json(self) -> dict:
         data = {"M": self.M, "S": self.S, "Dk": self.Dk, "Dv": self.Dv}
-        return {**data, "sinks": self.sinks} if self.sinks else data
+        return {**data, **{name: count for name, count in (("sinks", self.sinks), ("alibi", self.alibi)) if count}}
 
 
 @dataclass
@@ -180,6 +183,9 @@ def attention_nest(shape: AttentionShape, m: Machine, tq, tkv) -> Nest:
     if shape.sinks:  # no loop: loaded once, resident while every tile of the group runs
         sinks = row_bytes(shape.sinks, SOFTMAX_BYTES, align)
         streams.append(Stream("sinks", (), sinks, sinks))
+    if shape.alibi:  # the same: the slopes, resident
+        slopes = row_bytes(shape.alibi, SOFTMAX_BYTES, align)
+        streams.append(Stream("slopes", (), slopes, slopes))
     scores = eq * row_bytes(ekv, max(m.acc_bytes, SOFTMAX_BYTES), align)
     compute = array_passes(M, tq, m.rows) * (array_passes(S, tkv, m.cols) * Dk + ceil_div(Dv, m.cols) * S) / m.rate
     return Nest({"q": ceil_div(M, tq), "kv": ceil_div(S, tkv)}, streams, {"s": scores}, compute)
@@ -307,7 +313,8 @@ def attention_lower_bound(shape: AttentionShape, m: Machine) -> dict:
     2MNK/sqrt(S) + MN bound of the score GEMM is dominated by writing the scores, which a
     fused schedule never does. What remains:
 
-    - compulsory: Q, K and V (and the sink logits, fp32) read once, the output written once;
+    - compulsory: Q, K and V (and the sink logits and ALiBi slopes, fp32) read once, the output
+      written once;
     - query-stationary: query rows keep Q (operand width) and the fp32 softmax state
       (output row, max, sum) in SRAM next to at least one cols-wide block of keys and its
       scores; K and V are streamed once per block of rows: (K + V) * ceil(M / rows);
@@ -320,7 +327,7 @@ def attention_lower_bound(shape: AttentionShape, m: Machine) -> dict:
     M, S, Dk, Dv = shape.M, shape.S, shape.Dk, shape.Dv
     ob, sram = m.op_bytes, m.sram_bytes
     q_all, k_all, v_all, o_all = M * Dk * ob, S * Dk * ob, S * Dv * ob, M * Dv * m.out_bytes
-    once = o_all + shape.sinks * SOFTMAX_BYTES  # moved once in every schedule: the output, the sink logits
+    once = o_all + (shape.sinks + shape.alibi) * SOFTMAX_BYTES  # moved once in every schedule: output, sinks, slopes
     state = Dv * SOFTMAX_BYTES + 2 * SOFTMAX_BYTES
     score = max(m.acc_bytes, SOFTMAX_BYTES)
     compulsory = q_all + k_all + v_all + once

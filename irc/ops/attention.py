@@ -26,6 +26,10 @@ weights_j = exp(s_j) / (sum_visible exp(s_i) + exp(sink_h)), so a row's weights 
 than one. It is not soft-capped (GPT-OSS has no cap; transformers concatenates it after the
 mask).
 
+ALiBi (``attention``'s optional ``alibi`` operand [H], per-head slopes: BLOOM, MPT, Falcon):
+alibi[h] · (j − (P + t)) is added to the scaled, soft-capped score of query row t on key j
+before masking (``irc.ops.alibi``).
+
 The math lives in module-level functions (``visible_keys``, ``attend``, ``mla_query``,
 ``mla_latent``, ``mla_expand_kv``, ...) so passes such as mla-absorb reuse them; the
 registrations at the bottom wire them to the registry.
@@ -38,6 +42,7 @@ import numpy as np
 
 from irc import dims
 from irc.dtypes import DType
+from irc.ops.alibi import alibi_bias
 from irc.ops.nn import f32, linear, rms_norm
 from irc.ops.registry import (REQUIRED, Cost, OpDef, TensorType, by_name, expect, expect_shape, pad_inputs,
                               register, same_dims)
@@ -95,12 +100,14 @@ def masked_softmax(scores, visible, sinks=None) -> np.ndarray:
     return (weights / np.where(total > 0, total, 1.0)).astype(np.float32)
 
 
-def attend(query, key, value, visible, scale: float, softcap: Optional[float] = None, sinks=None) -> np.ndarray:
+def attend(query, key, value, visible, scale: float, softcap: Optional[float] = None, sinks=None,
+           bias=None) -> np.ndarray:
     """Grouped scaled-dot-product attention in float32.
 
     query [B, H, T, D], key [B, K, S, D], value [B, K, S, Dv], visible bool [B, T, S];
     query head h reads kv head h // (H / K); ``sinks`` [H] join each head's softmax
-    denominator (the module docstring). Returns [B, H, T, Dv]."""
+    denominator (the module docstring); ``bias`` [H, T, S] (ALiBi's) is added to the scaled,
+    soft-capped scores. Returns [B, H, T, Dv]."""
     q, k, v = f32(query), f32(key), f32(value)
     batch, heads, seq, _ = q.shape
     kv_heads = k.shape[1]
@@ -109,6 +116,8 @@ def attend(query, key, value, visible, scale: float, softcap: Optional[float] = 
     scores = np.einsum("bkgtd,bksd->bkgts", q5, k) * np.float32(scale)
     if softcap is not None:
         scores = np.float32(softcap) * np.tanh(scores / np.float32(softcap))
+    if bias is not None:
+        scores = scores + f32(bias).reshape(1, kv_heads, group, seq, -1)
     sink = None if sinks is None else f32(sinks).reshape(1, kv_heads, group, 1, 1)
     weights = masked_softmax(scores, np.asarray(visible)[:, None, None, :, :], sink)
     out = np.einsum("bkgts,bksd->bkgtd", weights, v)
@@ -132,8 +141,8 @@ def with_past(past, new) -> np.ndarray:
     return new if past is None else np.concatenate([f32(past), new], axis=2)
 
 
-def attention(q, k, v, attention_mask=None, past_key=None, past_value=None, sinks=None, blocks=None, *, heads: int,
-              kv_heads: int,
+def attention(q, k, v, attention_mask=None, past_key=None, past_value=None, sinks=None, blocks=None, alibi=None, *,
+              heads: int, kv_heads: int,
               head_dim: int, v_head_dim: Optional[int] = None, causal: bool = True,
               window: Optional[int] = None, softcap: Optional[float] = None,
               scale: Optional[float] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -143,7 +152,8 @@ def attention(q, k, v, attention_mask=None, past_key=None, past_value=None, sink
     batch, seq = q.shape[:2]
     visible = visible_keys(batch, seq, key.shape[2] - seq, attention_mask, causal, window, blocks)
     scale = head_dim ** -0.5 if scale is None else scale
-    out = attend(split_heads(f32(q), heads), key, value, visible, scale, softcap, sinks)
+    bias = None if alibi is None else alibi_bias(alibi, seq, key.shape[2])
+    out = attend(split_heads(f32(q), heads), key, value, visible, scale, softcap, sinks, bias)
     return merge_heads(out), key, value
 
 
@@ -177,7 +187,7 @@ def _check_activation(op, name, value, batch, seq, width):
 
 
 def _attention_infer(inputs, attrs):
-    q, k, v, mask, past_key, past_value, sinks, blocks = pad_inputs(inputs, 8)
+    q, k, v, mask, past_key, past_value, sinks, blocks, alibi = pad_inputs(inputs, 9)
     heads, kv_heads, head_dim = attrs["heads"], attrs["kv_heads"], attrs["head_dim"]
     v_head_dim = head_dim if attrs["v_head_dim"] is None else attrs["v_head_dim"]
     for name in ("heads", "kv_heads", "head_dim"):
@@ -195,6 +205,9 @@ def _attention_infer(inputs, attrs):
     if sinks is not None:
         expect(sinks.dtype.is_float, f"attention: sinks must be float, got {sinks.dtype}")
         expect_shape("attention", "sinks", sinks, (heads,))
+    if alibi is not None:
+        expect(alibi.dtype.is_float, f"attention: alibi (per-head slopes) must be float, got {alibi.dtype}")
+        expect_shape("attention", "alibi", alibi, (heads,))
     if blocks is not None:
         expect(not blocks.dtype.is_float, "attention: blocks (image tokens seeing each other, or the blocks of "
                                           "a block-diagonal attention) must be integer")
@@ -209,9 +222,10 @@ def _attention_infer(inputs, attrs):
 def _attention_reference(inputs, attrs):
     """Scaled-dot-product attention with grouped KV heads, causal/window/padding masks,
     optional Gemma-2 softcap on the scores, optional per-head sinks in the softmax
-    denominator (GPT-OSS), optional image blocks (Gemma 3), and past/present KV cache."""
-    q, k, v, mask, past_key, past_value, sinks, blocks = pad_inputs(inputs, 8)
-    out, key, value = attention(q, k, v, mask, past_key, past_value, sinks, blocks, **attrs)
+    denominator (GPT-OSS), optional image blocks (Gemma 3), optional ALiBi slopes, and
+    past/present KV cache."""
+    q, k, v, mask, past_key, past_value, sinks, blocks, alibi = pad_inputs(inputs, 9)
+    out, key, value = attention(q, k, v, mask, past_key, past_value, sinks, blocks, alibi, **attrs)
     if past_key is None:
         return [out.astype(q.dtype)]
     return [out.astype(q.dtype), key.astype(past_key.dtype), value.astype(past_value.dtype)]
@@ -234,11 +248,14 @@ def _attention_cost(inputs, outputs, attrs):
     total = outputs[1].shape[2] if len(outputs) > 1 else seq
     v_head_dim = attrs["head_dim"] if attrs["v_head_dim"] is None else attrs["v_head_dim"]
     sinks = Cost(other_flops=2 * batch * seq * attrs["heads"]) if len(inputs) > 6 and inputs[6] is not None else Cost()
-    return (attention_core_cost(batch, seq, total, attrs["heads"], attrs["head_dim"], v_head_dim) + sinks
+    alibi = Cost(other_flops=2 * batch * seq * total * attrs["heads"]) if len(inputs) > 8 and inputs[8] is not None \
+        else Cost()  # a multiply and an add per score
+    return (attention_core_cost(batch, seq, total, attrs["heads"], attrs["head_dim"], v_head_dim) + sinks + alibi
             + _io(inputs, outputs))
 
 
-register(OpDef("attention", ("q", "k", "v", "attention_mask?", "past_key?", "past_value?", "sinks?", "blocks?"),
+register(OpDef("attention", ("q", "k", "v", "attention_mask?", "past_key?", "past_value?", "sinks?", "blocks?",
+                             "alibi?"),
                {"heads": REQUIRED, "kv_heads": REQUIRED, "head_dim": REQUIRED, "v_head_dim": None, "causal": True,
                 "window": None, "softcap": None, "scale": None},
                _attention_infer, _attention_reference, _attention_cost, level="model"))

@@ -18,6 +18,8 @@ attention core, named ``<node>`` for a single-GEMM node (``layers.0.q``) and
   projections write the new rows straight into the cache;
   with sinks (GPT-OSS) the group's heads/kv_heads sink logits join its softmax (H floats per
   layer, ``AttentionShape.sinks``; the executor starts each row's online softmax from them);
+  with ALiBi (BLOOM, MPT) the group's slopes, read the same way (``AttentionShape.alibi``),
+  bias each score by slope times key minus query index, computed on chip;
 - ``mla_attention``: ``q_a``/``q_b`` (or ``wq``), ``kv_a``, ``kv_b``, the per-head core
   (Dk = nope + rope, Dv = v) and ``wo``; ``mla_absorbed_attention``: ``q_a``,
   ``q_b_absorbed`` (or ``wq_absorbed``), ``kv_a``, one core of H*T rows over the latent
@@ -219,9 +221,10 @@ def _keys(node, sizes, tokens) -> tuple[int, int]:
     return past, past + tokens
 
 
-def _core(node, sizes, role, batch, tokens, group, count, key_dim, value_dim, scale, sinks=False) -> Work:
+def _core(node, sizes, role, batch, tokens, group, count, key_dim, value_dim, scale, sinks=False,
+          alibi=False) -> Work:
     past, keys = _keys(node, sizes, tokens)
-    shape = AttentionShape(group * tokens, keys, key_dim, value_dim, group if sinks else 0)
+    shape = AttentionShape(group * tokens, keys, key_dim, value_dim, group if sinks else 0, group if alibi else 0)
     return Work(f"{node.name}:{role}", node.name, node.op, role, shape, batch * count,
                 attention={"group": group, "tokens": tokens, "past": past,
                            "causal": bool(node.attrs.get("causal", True)), "scale": scale,
@@ -234,8 +237,9 @@ def _attention(graph, node, sizes):
     v_dim = a["v_head_dim"] or a["head_dim"]
     scale = a["scale"] if a["scale"] is not None else a["head_dim"] ** -0.5
     sinks = len(node.inputs) > 6 and node.inputs[6] is not None
+    alibi = len(node.inputs) > 8 and node.inputs[8] is not None
     return [_core(node, sizes, "attention", batch, tokens, a["heads"] // a["kv_heads"], a["kv_heads"], a["head_dim"],
-                  v_dim, scale, sinks)]
+                  v_dim, scale, sinks, alibi)]
 
 
 def _mla(graph, node, sizes):

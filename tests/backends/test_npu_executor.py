@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from irc.npu import cost
-from backends.npu.executor import Numbers, execute, random_operands, reference
+from backends.npu.executor import Numbers, execute, reference
+from backends.npu.operands import random_operands
 from passes.npu_tile.plan import machine_of, op_record, plan_graph
 from irc.npu.target import load_target, parse_target
 from passes.npu_tile.workloads import Work

@@ -8,7 +8,9 @@ import glob
 import numpy as np
 import pytest
 
-from backends.npu.executor import execute, random_operands, reference
+from backends.npu.executor import execute, reference
+
+from backends.npu.operands import random_operands
 from backends.npu.recurrent import reference_scan
 from frontends import load_spec
 from irc.check import relative_error

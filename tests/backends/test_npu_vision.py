@@ -8,7 +8,9 @@ import re
 import numpy as np
 import pytest
 
-from backends.npu.executor import execute, random_operands, reference
+from backends.npu.executor import execute, reference
+
+from backends.npu.operands import random_operands
 from frontends import load_spec
 from irc.check import relative_error
 from irc.npu.target import load_target, parse_target

@@ -9,7 +9,9 @@ import numpy as np
 import onnx
 import pytest
 
-from backends.npu.executor import execute, random_operands, reference
+from backends.npu.executor import execute, reference
+
+from backends.npu.operands import random_operands
 from backends.onnx_npu.host import generate, prefill_logits
 from frontends.dsl import Model, Rope
 from irc.check import relative_error

@@ -181,10 +181,11 @@ def test_onnx_npu_fixes_a_tower_of_any_image_size_at_its_reference_image(npu_twi
 
 
 @pytest.mark.parametrize("target", ["numpy", "triton"])
-@pytest.mark.parametrize("name", ["llava-clip", "qwen3_5"])
+@pytest.mark.parametrize("name", ["llava-clip", "gemma3", "paligemma", "qwen3_5"])
 def test_a_vlms_decoder_alone(twins, grid_twins, tmp_path, name, target):
-    """``--part decoder``: the decoder that takes image_features beside its ids (LLaVA's; Qwen3.5's
-    DeltaNet hybrid with 3-D positions), fed transformers' image features: its logits."""
+    """``--part decoder``: the decoder that takes image_features beside its ids (LLaVA's; Gemma 3's,
+    whose image tokens see each other in the causal mask, and PaliGemma's prefix-LM mask;
+    Qwen3.5's DeltaNet hybrid with 3-D positions), fed transformers' image features: its logits."""
     from backends.onnx.runtime import empty_caches
     from frontends import load_spec
 

@@ -17,7 +17,8 @@ FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smoll
             "ministral-windows", "olmo2-post-norms", "olmo3-windows", "olmoe-top2", "starcoder2-biases-window",
             "gpt2-learned-positions", "gpt-neox-parallel", "phi-parallel-head-bias", "cohere-parallel-logit-scale",
             "cohere-qk-norm", "cohere2-nope-global", "glm4-sandwich-partial-rotary", "falcon-7b-multi-query",
-            "falcon-40b-new-arch-biases", "olmo-plain-norms-clip", "ministral3-llama4-scale-yarn", "opt-relu-tied"]
+            "falcon-40b-new-arch-biases", "olmo-plain-norms-clip", "ministral3-llama4-scale-yarn", "opt-relu-tied",
+            "bloom-alibi-6-heads", "mpt-alibi-clip-scale", "falcon-alibi-sequential"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -46,7 +47,16 @@ BAD = [  # (config.json, the key named, a fragment of the message)
      "scale_attn_by_inverse_layer_idx", "irc scales every layer alike"),
     ({"model_type": "phi", **SMALL, "qk_layernorm": True}, "qk_layernorm", "not supported"),
     ({"model_type": "gpt_neox", **SMALL, "hidden_act": "relu"}, "hidden_act", '"relu" is not supported'),
-    ({"model_type": "falcon", **SMALL, "alibi": True}, "alibi", "ALiBi"),
+    ({"model_type": "bloom", "hidden_size": 32, "n_layer": 2, "n_head": 4,
+      "apply_residual_connection_post_layernorm": True}, "apply_residual_connection_post_layernorm", "true is not"),
+    ({"model_type": "mpt", "d_model": 32, "n_layers": 2, "n_heads": 4, "attn_config": {"alibi_bias_max": 16}},
+     "attn_config.alibi_bias_max", "16 is not supported"),
+    ({"model_type": "mpt", "d_model": 32, "n_layers": 2, "n_heads": 4,
+      "attn_config": {"attn_type": "multiquery_attention"}}, "attn_config.attn_type", "multi-head"),
+    ({"model_type": "mpt", "d_model": 32, "n_layers": 2, "n_heads": 4, "attn_config": 3}, "attn_config",
+     "an object"),
+    ({"model_type": "mpt", "d_model": 32, "n_layers": 2, "n_heads": 4, "expansion_ratio": 3}, "expansion_ratio",
+     "4·d"),
     ({"model_type": "falcon", **SMALL, "new_decoder_architecture": True, "num_kv_heads": 3}, "num_kv_heads",
      "not divisible by 3 kv heads"),
     ({"model_type": "opt", **SMALL, "do_layer_norm_before": False}, "do_layer_norm_before", "OPT-350m"),
@@ -77,16 +87,18 @@ def test_gpt2_reads_the_base_models_names(models, tmp_path):  # noqa: F811
         np.testing.assert_array_equal(got.params[name].array(), param.array(), err_msg=name)
 
 
-def test_opt_reads_the_base_models_names(models, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("name, prefix", [("opt-relu-tied", "model."), ("bloom-alibi", "transformer.")])
+def test_the_base_models_names_read_alike(models, tmp_path, name, prefix):  # noqa: F811
     """facebook/opt-* checkpoints, saved from ``OPTModel``, name their tensors without
-    ``model.`` (``decoder.layers.0.fc1.weight``): the same graph."""
+    ``model.`` (``decoder.layers.0.fc1.weight``), bigscience/bloom-* without ``transformer.``
+    (``h.0.self_attention.query_key_value.weight``): the same graph."""
     import numpy as np
     from safetensors.numpy import load_file, save_file
 
-    _, folder = models("opt-relu-tied")
+    _, folder = models(name)
     tensors = load_file(folder / "model.safetensors")
-    assert all(name.startswith("model.decoder.") for name in tensors)
-    save_file({name.removeprefix("model."): value for name, value in tensors.items()}, tmp_path / "model.safetensors")
+    assert all(name.startswith(prefix) for name in tensors)
+    save_file({name.removeprefix(prefix): value for name, value in tensors.items()}, tmp_path / "model.safetensors")
     (tmp_path / "config.json").write_text((folder / "config.json").read_text())
     want, got = load_spec(folder), load_spec(tmp_path)
     for name, param in want.params.items():
@@ -102,4 +114,4 @@ def test_bad_configs_name_the_key(tmp_path, config, key, fragment):
     message = str(err.value)
     assert f"{path}:" in message and f"{key}: " in message and fragment in message, message
     line = int(message.split("config.json:")[1].split(":")[0])
-    assert f'"{key}"' in path.read_text().splitlines()[line - 1]
+    assert f'"{key.split(".")[-1]}"' in path.read_text().splitlines()[line - 1]  # a nested key: its last part

@@ -121,6 +121,16 @@ CASES = {  # name: (config class, overrides of SMALL)
     "opt-untied-no-bias-gelu": ("OPTConfig", dict(hidden_size=48, ffn_dim=40, enable_bias=False,
                                                   activation_function="gelu", tie_word_embeddings=False,
                                                   pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # families_alibi (and Falcon's alibi): 6 heads take the slopes' non-power-of-two rules
+    "bloom-alibi": ("BloomConfig", dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "bloom-alibi-6-heads": ("BloomConfig", dict(hidden_size=48, num_attention_heads=6, pad_token_id=0,
+                                                bos_token_id=1, eos_token_id=2)),
+    "mpt-alibi-clip-scale": ("MptConfig", dict(max_seq_len=64, attn_config={"clip_qkv": 6.0, "softmax_scale": 0.3},
+                                               pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "mpt-alibi-6-heads": ("MptConfig", dict(hidden_size=48, num_attention_heads=6, max_seq_len=64, pad_token_id=0,
+                                            bos_token_id=1, eos_token_id=2)),
+    "falcon-alibi-sequential": ("FalconConfig", dict(alibi=True, multi_query=False, parallel_attn=False, bias=True,
+                                                     pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # families_cohere
     "cohere-parallel-logit-scale": ("CohereConfig", dict(logit_scale=0.5, bos_token_id=1, eos_token_id=2)),
     "cohere-qk-norm": ("CohereConfig", dict(use_qk_norm=True, logit_scale=0.5, bos_token_id=1, eos_token_id=2)),

@@ -585,7 +585,8 @@ def test_irc_tile_plans_the_decoder_and_the_vision_model(tmp_path, capsys):
     """``irc tile`` on a VLM: the decoder's prefill and decode (image rows not counted there)
     and the vision model's image phase, each written, each op run by the tiled executor with
     the planned DRAM bytes and the reference's numbers."""
-    from backends.npu.executor import execute, random_operands, reference
+    from backends.npu.executor import execute, reference
+    from backends.npu.operands import random_operands
     from passes.npu_tile.plan import machine_of
 
     spec = f"{os.path.dirname(__file__)}/../../examples/tiny-llava-1.5-7b.yaml"

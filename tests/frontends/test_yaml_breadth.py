@@ -5,7 +5,8 @@ NoPE layers (``attention.nope_layers``), OLMo-2's norms after the branches
 (``learned_positions``, ``attention.out_bias``), Phi-2's parallel block and head bias
 (``layers.parallel``, ``head_bias``), GPT-OSS's sinks and biased, clamped experts
 (``attention.sinks``, ``moe.activation: swiglu_oai``, ``router_logit_bias``, ``expert_bias``),
-Gemma-3n's AltUp / LAuReL / per-layer inputs / KV sharing / sparsity (``model.gemma3n``). Each tiny example
+Gemma-3n's AltUp / LAuReL / per-layer inputs / KV sharing / sparsity (``model.gemma3n``),
+BLOOM's and MPT's ALiBi (``attention.alibi``, ``embedding_norm``). Each tiny example
 builds the graph the HF frontend builds from the matching config.json, runs and generates;
 the full-size examples' parameter counts are the checkpoints'; mistakes are SpecErrors at
 the key."""
@@ -47,6 +48,8 @@ CONFIGS = {  # tiny example -> the config.json of the same model
                               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
                               "intermediate_size": 32, "num_local_experts": 4, "num_experts_per_tok": 2,
                               "sliding_window": 8, "max_position_embeddings": 256},
+    "tiny-bloom-7b1.yaml": {"model_type": "bloom", "vocab_size": 256, "hidden_size": 64, "n_layer": 2, "n_head": 4},
+    "tiny-mpt-7b.yaml": {"model_type": "mpt", "vocab_size": 256, "d_model": 64, "n_layers": 2, "n_heads": 4},
     "tiny-gemma-3n-e4b.yaml": {"model_type": "gemma3n_text", "vocab_size": 256, "hidden_size": 64,
                                "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2,
                                "head_dim": 16, "intermediate_size": [128, 96, 128, 64, 128, 128], "laurel_rank": 8,
@@ -61,7 +64,7 @@ CONFIGS = {  # tiny example -> the config.json of the same model
 # parameters of the released checkpoints as their model pages give them (billions, rounded);
 # gpt-oss-20b's is transformers' count of its config (tests/frontends/test_hf_gpt_oss.py)
 PARAMS = {"granite-3.3-8b.yaml": 8.17, "smollm3-3b.yaml": 3.08, "olmo-2-7b.yaml": 7.3, "gpt-oss-20b.yaml": 20.91,
-          "gemma-3n-e4b.yaml": 6.84}
+          "gemma-3n-e4b.yaml": 6.84, "bloom-7b1.yaml": 7.07, "mpt-7b.yaml": 6.65}
 
 
 def without_meta(graph) -> str:

@@ -87,6 +87,14 @@ def test_mha_is_left_alone():
     assert_unchanged(GqaBroadcast(materialize=True), load("examples/tiny-llama2-7b.yaml"))
 
 
+def test_alibi_attention_is_left_to_the_emitter():
+    """GQA with ALiBi slopes (tests/backends/test_alibi_targets.py's model): the backends lower
+    the slopes themselves, so the pass leaves it unchanged rather than dropping them."""
+    from tests.backends.test_alibi_targets import alibi_model
+
+    assert_unchanged(GqaBroadcast(), alibi_model())
+
+
 def test_pipeline_option():
     (p,) = parse_pipeline("gqa-broadcast{materialize=true}")
     assert isinstance(p, GqaBroadcast) and p.config["materialize"] is True

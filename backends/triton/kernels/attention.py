@@ -8,9 +8,12 @@ ends as zeros, never NaN (``irc.ops.attention.masked_softmax``).
 
 Visibility, as ``irc.ops.attention.visible_keys``: query t sits at cache index P + t; key
 j is visible iff j < S, j <= P + t (CAUSAL), j > P + t - WINDOW (WINDOW > 0) and
-mask[b, j] != 0 (HAS_MASK); with a ``blocks_ptr`` [B, T] (bidirectional only) key j of the chunk
-(j >= P) is visible iff its block id equals the query's (block-diagonal attention over packed
-images: Qwen-VL's frames and windows). SOFTCAP > 0 caps the scaled scores (Gemma 2) before masking.
+mask[b, j] != 0 (HAS_MASK); with a ``blocks_ptr`` [B, T] key j of the chunk (j >= P) is, without
+CAUSAL, visible iff its block id equals the query's (block-diagonal attention over packed
+images: Qwen-VL's frames and windows), and with CAUSAL also visible past the causal frontier
+when it is a token of the query's image (equal ids >= 0: Gemma 3's image tokens, which see
+each other both ways; the prefill loop then runs to S). SOFTCAP > 0 caps the scaled scores (Gemma 2) before masking;
+with a ``slope_ptr`` [H] (f32, ALiBi) slope_h · (j − (P + t)) is added to them after the cap.
 WINDOW and SOFTCAP are compile-time options; the code for them is generated only when the
 graph has a windowed or soft-capped attention.
 
@@ -48,7 +51,8 @@ class AttentionFeatures:
     window: bool = False
     mla: bool = False
     sinks: bool = False
-    blocks: bool = False  # bidirectional attention restricted to equal block ids (Qwen-VL's frames, windows)
+    blocks: bool = False  # equal block ids: bidirectional restricted to them, causal opened by them
+    alibi: bool = False  # per-head slopes times key minus query index added to the scores (BLOOM, MPT)
 
 
 def _signature(dtype: DType, features: AttentionFeatures, decode: bool) -> dict:
@@ -60,6 +64,8 @@ def _signature(dtype: DType, features: AttentionFeatures, decode: bool) -> dict:
         sig["sink_ptr"] = ptr
     if features.blocks:
         sig["blocks_ptr"] = "*i64"
+    if features.alibi:
+        sig["slope_ptr"] = "*fp32"
     if decode:
         sig.update({"part_ptr": "*fp32", "ml_ptr": "*fp32"})
     names = ["stride_qb", "stride_qt", "stride_qh", "stride_kb", "stride_kh", "stride_ks"]
@@ -97,14 +103,20 @@ def _key_loop(features: AttentionFeatures, mix: str) -> list[str]:
     lines.append("s = s * scale")
     if features.softcap:
         lines += ["if SOFTCAP > 0:", "    s = SOFTCAP * tanh_f32(s / SOFTCAP)"]
-    lines += ["visible = j_ok[None, :]",
-              "if CAUSAL:",
-              "    visible = visible & (j[None, :] <= qpos[:, None])"]
+    if features.alibi:
+        lines.append("s = s + slope[:, None] * (j[None, :] - qpos[:, None]).to(tl.float32)  # ALiBi")
+    lines.append("visible = j_ok[None, :]")
+    if features.blocks:  # the block of each key of this chunk (-2: a past key, in no block)
+        lines += ["kblock = tl.load(blocks_ptr + b * stride_blk + (j - P), mask=j_ok & (j >= P), other=-2)",
+                  "same = kblock[None, :] == qblock[:, None]",
+                  "if CAUSAL:  # or one image's tokens, both ways (Gemma 3)",
+                  "    visible = visible & ((j[None, :] <= qpos[:, None]) | (same & (qblock[:, None] >= 0)))",
+                  "else:  # only the query's own block (block-diagonal)",
+                  "    visible = visible & same"]
+    else:
+        lines += ["if CAUSAL:", "    visible = visible & (j[None, :] <= qpos[:, None])"]
     if features.window:
         lines += ["if WINDOW > 0:", "    visible = visible & (j[None, :] > qpos[:, None] - WINDOW)"]
-    if features.blocks:  # a key of this chunk is visible only within the query's block
-        lines += ["kblock = tl.load(blocks_ptr + b * stride_blk + (j - P), mask=j_ok & (j >= P), other=-2)",
-                  "visible = visible & (kblock[None, :] == qblock[:, None])"]
     lines += ["if HAS_MASK:",
               "    keep = tl.load(mask_ptr + b * stride_mb + j, mask=j_ok, other=0)",
               "    visible = visible & (keep != 0)[None, :]",
@@ -149,6 +161,8 @@ def _prologue(features: AttentionFeatures, decode: bool) -> list[str]:
               "q = tl.load(q_row[:, None] + d[None, :], mask=row_ok[:, None] & (d < D)[None, :], other=0.0)"]
     if features.blocks:
         lines.append("qblock = tl.load(blocks_ptr + b * stride_blk + t, mask=row_ok, other=-1)")
+    if features.alibi:
+        lines.append("slope = tl.load(slope_ptr + head, mask=row_ok, other=0.0)")
     if features.mla:
         lines += ["dr = tl.arange(0, BLOCK_DR)",
                   "qr = tl.load(q_row[:, None] + D + dr[None, :], mask=row_ok[:, None] & (dr < DR)[None, :], "
@@ -170,10 +184,10 @@ def _prologue(features: AttentionFeatures, decode: bool) -> list[str]:
             lines += ["if WINDOW > 0:",
                       "    lo = tl.maximum(lo, tl.maximum(P - WINDOW + 1, 0) // BLOCK_N * BLOCK_N)"]
     else:
-        lines += ["lo = 0",
-                  "hi = S",
-                  "if CAUSAL:  # keys past the tile's last query are never visible",
-                  "    hi = tl.minimum(S, P + (pid_t + 1) * BLOCK_T)"]
+        lines += ["lo = 0", "hi = S"]
+        if not features.blocks:  # (an image's later tokens are visible to its earlier ones)
+            lines += ["if CAUSAL:  # keys past the tile's last query are never visible",
+                      "    hi = tl.minimum(S, P + (pid_t + 1) * BLOCK_T)"]
         if features.window:
             lines += ["if WINDOW > 0:",
                       "    lo = tl.maximum(P + pid_t * BLOCK_T - WINDOW + 1, 0) // BLOCK_N * BLOCK_N"]
@@ -255,10 +269,11 @@ def combine_kernel(name: str, dtype: DType) -> Kernel:
 
 
 def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: bool, sinks: bool = False,
-                       blocks: bool = False) -> str:
+                       blocks: bool = False, alibi: bool = False) -> str:
     """The launch helper choosing the prefill or decode kernel (and the split count); with
     ``sinks`` it takes the per-head sink logits [H] (``sinks=``) and hands them to both; with
-    ``blocks``, the block id of each query of the chunk [B, T] (i64)."""
+    ``blocks``, the block id of each query of the chunk [B, T] (i64); with ``alibi``, the
+    per-head ALiBi slopes [H] (f32)."""
     if mla:
         signature = "q, latent, rope, out, mask, scale, causal=True, splits=None"
         unpack = ["    B, T, H, _ = q.shape",
@@ -271,8 +286,9 @@ def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: 
                   "    sizes = (D, DV, DR)"]
     else:
         signature = "q, k, v, out, mask, scale, window=0, softcap=0.0, causal=True, splits=None"
-        if sinks or blocks:
-            signature = signature.replace("scale, ", "scale, " + "sinks, " * sinks + "blocks, " * blocks)
+        if sinks or blocks or alibi:
+            signature = signature.replace("scale, ", "scale, " + "sinks, " * sinks + "blocks, " * blocks
+                                          + "slopes, " * alibi)
         unpack = ["    B, T, H, D = q.shape",
                   "    KV, S, DV = k.shape[1], k.shape[2], v.shape[3]",
                   "    second = v",
@@ -280,7 +296,7 @@ def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: 
                   "    extra = {}",
                   "    strides = (k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2))",
                   "    sizes = (D, DV)"]
-    operands = "q, k, second, out, mask" + ", sinks" * sinks + ", blocks" * blocks
+    operands = "q, k, second, out, mask" + ", sinks" * sinks + ", blocks" * blocks + ", slopes" * alibi
     return "\n".join([
         f"def launch_{name}({signature}):",
         '    """out [B, T, H, DV] = attention of q over the S keys of the cache views, the T new',
