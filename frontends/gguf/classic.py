@@ -1,7 +1,7 @@
 """llama.cpp's architectures for the decoders of ``frontends.hf.families_olmo``,
-``families_classic``, ``families_cohere``, ``families_gpt_oss`` and Ministral-3: their keys ->
-the ``Arch`` those modules build from a config.json (the same decoder loops), their tensors
--> the same irc params.
+``families_classic``, ``families_alibi``, ``families_cohere``, ``families_gpt_oss`` and
+Ministral-3: their keys -> the ``Arch`` those modules build from a config.json (the same
+decoder loops), their tensors -> the same irc params.
 
 ==========  =====================================================================================
 olmo        OLMo-1: LayerNorms without weight or bias (``attention.layer_norm_epsilon``), Q/K rows
@@ -49,6 +49,16 @@ gpt-oss     GPT-OSS: ``attn_sinks``, q/k/v/o biases, layers alternating sliding
             dequantized exactly to float32 (``gguf``'s dequantizer is ggml's definition)
 mistral3    Ministral-3: Llama (Q/K permuted) with YaRN and Llama-4's query scale
             (``attention.temperature_scale``; ``describe_mistral3``); its MoE form is refused
+bloom       BLOOM: ALiBi with the paper's slopes (llama.cpp's fixed bias max 8), ``token_embd_norm``
+            after the lookup, pre-LayerNorm layers with biases, the fused ``attn_qkv`` (regrouped
+            by the converter from HF's per-head q | k | v into all q | all k | all v), biases,
+            GELU (tanh); tied without ``output`` (older converters wrote ``output``, a copy of
+            ``token_embd``: an untied head, as llama.cpp reads it)
+mpt         MPT: ALiBi with MPT's slopes (``attention.max_alibi_bias``, which must be 8: transformers'
+            MptModel always uses 8), LayerNorms without bias, ``attn_qkv`` (q | k | v), q, k and v
+            clamped to ±``attention.clamp_kqv`` where the file has it, exact GELU (transformers'
+            MptMLP; llama.cpp computes ggml's tanh form), no biases, tied without ``output``;
+            refused, naming the tensor: ``attn_q_norm`` (qk_ln), biases, ``position_embd``
 ==========  =====================================================================================
 
 OLMo-3 is ``olmo2`` with ``attention.sliding_window``: the layers ``sliding_window_pattern``
@@ -59,7 +69,9 @@ with the file's RoPE scaling, as llama.cpp's olmo2 graph does.
 Lost by the converters (the file cannot say it, so irc reads what llama.cpp runs): OLMoE's
 ``norm_topk_prob`` and ``clip_qkv``; GPT-OSS's ``layer_types`` other than alternating and
 its ``swiglu_alpha`` / ``swiglu_limit``; Cohere-2's ``layer_types`` other than the period of
-4; a sequential Falcon (``parallel_attn`` false: llama.cpp's falcon graph is parallel).
+4; a sequential Falcon (``parallel_attn`` false: llama.cpp's falcon graph is parallel);
+MPT's ``softmax_scale`` (llama.cpp scales by head_dim^-0.5) and ``layer_norm_epsilon`` (the
+converter writes 1e-5).
 """
 from __future__ import annotations
 
@@ -190,6 +202,53 @@ def describe_falcon(hp: Hparams, name: str) -> Arch:
                  * dims["layers"], mlp, "attention.layer_norm_epsilon", partial(families_classic.expand, form))
 
 
+def describe_bloom(hp: Hparams, name: str) -> Arch:
+    from frontends.hf import families_classic
+    from irc.ops.alibi import bloom_slopes
+
+    dims = read_dims(hp)
+    if not _has(hp, "token_embd_norm.weight"):
+        raise hp.gguf.error("token_embd_norm.weight", "BLOOM's LayerNorm of the embeddings is missing")
+    attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"], qkv_bias=True,
+                          alibi=tuple(bloom_slopes(dims["heads"]).tolist()))
+    mlp = {"kind": "gelu", "d_ff": hp.count("feed_forward_length"), "bias": True, "approximate": "tanh",
+           "embed_norm": True}
+    return _arch(hp, name, "bloom", dims, attention, [LayerSpec(None, None)] * dims["layers"], mlp,
+                 "attention.layer_norm_epsilon", partial(families_classic.expand, "sequential"))
+
+
+MPT_REFUSED = {"attn_q_norm.weight": "q/k LayerNorms (attn_config.qk_ln)", "attn_qkv.bias": "biases (no_bias false)",
+               "ffn_up.bias": "biases (no_bias false)", "attn_norm.bias": "biases (no_bias false)"}
+
+
+def describe_mpt(hp: Hparams, name: str) -> Arch:
+    from frontends.hf import families_classic
+    from frontends.hf.families_alibi import MPT_BIAS_MAX  # transformers' MptModel's, whatever the config says
+    from irc.ops.alibi import mpt_slopes
+
+    dims = read_dims(hp)
+    bias_max = hp.number("attention.max_alibi_bias", None, positive=False)
+    if bias_max != MPT_BIAS_MAX:
+        raise hp.error("attention.max_alibi_bias", "missing" if bias_max is None else f"{bias_max:g} is not 8",
+                       hint="irc builds MPT's ALiBi slopes with bias max 8, as transformers' MptModel does "
+                            "(0: an MPT without ALiBi, which transformers does not run either)")
+    for i in range(dims["layers"]):
+        for tensor, what in MPT_REFUSED.items():
+            if _has(hp, f"blk.{i}.{tensor}"):
+                raise hp.gguf.error(f"blk.{i}.{tensor}", f"MPT's {what} are not supported",
+                                    hint="transformers' MPT has none")
+    if _has(hp, "position_embd.weight"):
+        raise hp.gguf.error("position_embd.weight", "MPT's learned positions (attn_config.alibi false) are not "
+                            "supported", hint="transformers' MPT always adds ALiBi")
+    attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"],
+                          alibi=tuple(mpt_slopes(dims["heads"], MPT_BIAS_MAX).tolist()),
+                          clip_qkv=hp.number("attention.clamp_kqv", None))
+    mlp = {"kind": "gelu", "d_ff": hp.count("feed_forward_length"), "bias": False, "approximate": "none",
+           "norm_bias": False, "head_bias": False}
+    return _arch(hp, name, "mpt", dims, attention, [LayerSpec(None, None)] * dims["layers"], mlp,
+                 "attention.layer_norm_epsilon", partial(families_classic.expand, "sequential"))
+
+
 def describe_glm4(hp: Hparams, name: str) -> Arch:
     dims = read_dims(hp)
     rope = read_rope(hp, dims["head_dim"], convention="interleaved")
@@ -285,7 +344,8 @@ def describe_gpt_oss(hp: Hparams, name: str) -> Arch:
 BIASES = {"attn_norm.bias": "attn_norm.bias", "mlp_norm.bias": "ffn_norm.bias", "attn.bo": "attn_output.bias",
           "mlp.b_up": "ffn_up.bias", "mlp.b_down": "ffn_down.bias", "mlp.w_up": "ffn_up.weight",
           "mlp.w_down": "ffn_down.weight"}
-TOP = {"norm.bias": "output_norm.bias", "lm_head.bias": "output.bias", "embed_positions": "position_embd.weight"}
+TOP = {"norm.bias": "output_norm.bias", "lm_head.bias": "output.bias", "embed_positions": "position_embd.weight",
+       "embed_norm": "token_embd_norm.weight", "embed_norm.bias": "token_embd_norm.bias"}
 DEPARTURES = {  # arch -> irc name under layers.{i}. -> GGUF name under blk.{i}.
     "gpt-oss": {"attn.sinks": "attn_sinks.weight", "mlp_norm": "post_attention_norm.weight",
                 "moe.router_logit_bias": "ffn_gate_inp.bias", "moe.b_gate": "ffn_gate_exps.bias",
@@ -295,7 +355,7 @@ DEPARTURES = {  # arch -> irc name under layers.{i}. -> GGUF name under blk.{i}.
 FALCON_TWO_NORMS = {"attn_norm": "attn_norm_2.weight", "attn_norm.bias": "attn_norm_2.bias",
                     "mlp_norm": "attn_norm.weight", "mlp_norm.bias": "attn_norm.bias"}
 QKV = ("attn.wq", "attn.wk", "attn.wv", "attn.bq", "attn.bk", "attn.bv")
-FUSED_QKV = ("gpt2", "gptneox", "falcon")  # archs whose files always hold one attn_qkv
+FUSED_QKV = ("gpt2", "gptneox", "falcon", "bloom", "mpt")  # archs whose files always hold one attn_qkv
 
 
 def source(arch: Arch, gguf: GGUFFile, param: str, block: Optional[str], suffix: Optional[str]):
@@ -322,9 +382,9 @@ def source(arch: Arch, gguf: GGUFFile, param: str, block: Optional[str], suffix:
 
 
 def _fused_qkv(arch: Arch, gguf: GGUFFile, block: str, suffix: str):
-    """Rows of the fused ``attn_qkv`` (all q | all k | all v: GPT-2's c_attn as rows, the
-    converter's regrouping of GPT-NeoX and Falcon, older Phi-2 and GLM-4 files), or None
-    where the file keeps q, k and v apart."""
+    """Rows of the fused ``attn_qkv`` (all q | all k | all v: GPT-2's c_attn as rows, MPT's
+    Wqkv, the converter's regrouping of GPT-NeoX, Falcon and BLOOM, older Phi-2 and GLM-4
+    files), or None where the file keeps q, k and v apart."""
     kind = "weight" if suffix.startswith("attn.w") else "bias"
     name = f"{block}attn_qkv.{kind}"
     if name not in gguf.tensors:
@@ -340,4 +400,5 @@ def _fused_qkv(arch: Arch, gguf: GGUFFile, block: str, suffix: str):
 FAMILIES = {"olmo": describe_olmo, "olmo2": describe_olmo2, "starcoder2": describe_starcoder2,
             "command-r": describe_command_r, "cohere2": describe_cohere2, "gpt2": describe_gpt2, "phi2": describe_phi2,
             "gptneox": describe_gptneox, "falcon": describe_falcon, "glm4": describe_glm4, "olmoe": describe_olmoe,
-            "gpt-oss": describe_gpt_oss, "mistral3": describe_mistral3}
+            "gpt-oss": describe_gpt_oss, "mistral3": describe_mistral3, "bloom": describe_bloom,
+            "mpt": describe_mpt}

@@ -37,7 +37,7 @@ granitemoe scale), ``residual_scale`` and ``logit_scale`` (the logits divided by
 smollm3    Llama (Q/K permuted) with every fourth layer NoPE (llama.cpp's fixed
            ``n_no_rope_layer_step``: no key holds it)
 olmo2 ...  olmo2 (and OLMo-3), starcoder2, command-r, cohere2, gpt2, phi2, gptneox, falcon, glm4,
-           olmoe, gpt-oss (their own layer forms): ``frontends.gguf.classic``
+           olmoe, gpt-oss, bloom, mpt (their own layer forms): ``frontends.gguf.classic``
 mamba ...  Mamba-1 (Falcon-Mamba with ``ssm.dt_b_c_rms``), mamba2, jamba: ``frontends.gguf.ssm``
 hybrids    granitehybrid (Granite-4.0-H and Bamba), nemotron_h, falcon-h1: ``frontends.gguf.hybrid``
 linear     lfm2, lfm2moe (short convolutions), qwen3next, qwen35, qwen35moe (gated DeltaNet): ``frontends.gguf.linear``

@@ -649,14 +649,41 @@ def write_linear(path, model, arch: str, *, qtype=None, fused: bool = False) -> 
     return write_file(path, arch, linear_keys(model.config, arch), tensors)
 
 
-# ---- Olmo2Model, StarCoder2Model, CommandRModel, GPT2Model, Phi2Model -------------------------
+# ---- Olmo2Model, StarCoder2Model, CommandRModel, GPT2Model, Phi2Model, BloomModel, MPTModel ----
 
-CLASSIC = {"olmo2": "OLMO2", "starcoder2": "STARCODER2", "command-r": "COMMAND_R", "gpt2": "GPT2", "phi2": "PHI2"}
+CLASSIC = {"olmo2": "OLMO2", "starcoder2": "STARCODER2", "command-r": "COMMAND_R", "gpt2": "GPT2", "phi2": "PHI2",
+           "bloom": "BLOOM", "mpt": "MPT"}
 CONV1D = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
 
 
+def _alibi_keys(config, arch: str) -> dict:
+    """``BloomModel`` / ``MPTModel.set_gguf_parameters`` (they write no vocab_size), by
+    full name; from the config.json the converter reads (``config.to_dict()``)."""
+    hparams = config.to_dict()
+    if arch == "bloom":
+        d, heads = hparams.get("hidden_size", hparams.get("n_embed")), hparams["n_head"]
+        keys = {"context_length": hparams.get("seq_length", d), "embedding_length": d, "feed_forward_length": 4 * d,
+                "block_count": hparams["n_layer"], "attention.head_count": heads, "attention.head_count_kv": heads,
+                "attention.layer_norm_epsilon": float(hparams["layer_norm_epsilon"])}
+        return {f"bloom.{key}": value for key, value in keys.items()}
+    attn = hparams["attn_config"]
+    keys = {"context_length": hparams["max_seq_len"], "embedding_length": hparams["d_model"],
+            "block_count": hparams["n_layers"], "feed_forward_length": 4 * hparams["d_model"],
+            "attention.head_count": hparams["n_heads"]}
+    if attn.get("kv_n_heads"):
+        keys["attention.head_count_kv"] = attn["kv_n_heads"]
+    keys["attention.layer_norm_epsilon"] = 1e-5  # the converter's constant, not the config's
+    if attn["clip_qkv"] is not None:
+        keys["attention.clamp_kqv"] = float(attn["clip_qkv"])
+    keys["attention.max_alibi_bias"] = float(attn["alibi_bias_max"]) if attn["alibi"] else 0.0
+    return {f"mpt.{key}": value for key, value in keys.items()}
+
+
 def classic_keys(config, arch: str) -> dict:
-    """The keys those converters write (TextModel's, GPT2Model's and Phi2Model's own), by full name."""
+    """The keys those converters write (TextModel's, GPT2Model's, Phi2Model's, BloomModel's
+    and MPTModel's own), by full name."""
+    if arch in ("bloom", "mpt"):
+        return _alibi_keys(config, arch)
     d, heads = config.hidden_size, config.num_attention_heads
     keys = {"block_count": config.num_hidden_layers, "embedding_length": d, "attention.head_count": heads,
             "vocab_size": config.vocab_size}
@@ -682,9 +709,18 @@ def classic_keys(config, arch: str) -> dict:
     return {f"{arch}.{key}": value for key, value in keys.items()}
 
 
-def write_classic(path, model, arch: str) -> str:
-    """``model`` as a GGUF file of ``arch`` (olmo2, starcoder2, command-r, gpt2, phi2): gguf's
-    name table, GPT-2's Conv1D weights transposed, a tied head left out."""
+def bloom_qkv(data: np.ndarray, heads: int) -> np.ndarray:
+    """``BloomModel.modify_tensors``: ``query_key_value``'s per-head q | k | v rows (weight
+    [3d, d] or bias [3d]) regrouped into all q | all k | all v."""
+    per_head = data.reshape(heads, 3, data.shape[0] // heads // 3, *data.shape[1:])
+    return np.concatenate([per_head[:, part].reshape(-1, *data.shape[1:]) for part in range(3)])
+
+
+def classic_tensors(model, arch: str, output_copy: bool = False) -> dict:
+    """{GGUF name: float32 array} of ``model`` as those converters write it: gguf's name
+    table, GPT-2's Conv1D weights transposed, BLOOM's names without ``transformer.`` and
+    its q | k | v regrouped, a tied head left out; ``output_copy``: BLOOM's ``output.weight``,
+    a copy of ``token_embd``, as older converters wrote it for a checkpoint without a head."""
     config = model.config
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[CLASSIC[arch]], config.num_hidden_layers)
     tensors = {}
@@ -694,7 +730,20 @@ def write_classic(path, model, arch: str) -> str:
         data = value.detach().float().numpy()
         if arch == "gpt2" and key.endswith(CONV1D):
             data = data.T
+        if arch == "bloom":
+            key = key.replace("transformer.", "")
+            if "self_attention.query_key_value" in key:
+                data = bloom_qkv(data, config.n_head)
         name = names.get_name(key, try_suffixes=(".weight", ".bias"))
         assert name is not None, key
         tensors[name] = np.ascontiguousarray(data, dtype=np.float32)
-    return write_file(path, arch, classic_keys(config, arch), tensors)
+    if output_copy:
+        tensors["output.weight"] = tensors["token_embd.weight"].copy()
+    return tensors
+
+
+def write_classic(path, model, arch: str, keys=None, tensors=None, output_copy: bool = False) -> str:
+    """``model`` as a GGUF file of ``arch`` (olmo2, starcoder2, command-r, gpt2, phi2, bloom,
+    mpt; ``classic_tensors``), with ``keys`` changed and ``tensors`` added or replaced."""
+    return write_file(path, arch, {**classic_keys(model.config, arch), **(keys or {})},
+                      {**classic_tensors(model, arch, output_copy), **(tensors or {})})
