@@ -44,6 +44,8 @@ kimi_linear        Kimi Delta Attention beside MLA attention, DeepSeek-V3 MoE: `
 minimax            lightning attention beside softmax attention, Mixtral MoE: ``families_minimax``
 phimoe             Phi-3.5-MoE: LayerNorms with bias, sparsemixer-routed MoE: ``families_phimoe``
 bloom, mpt         ALiBi in place of RoPE (Falcon's ``alibi`` too): ``families_alibi``
+exaone, ...        families irc has under other config classes (exaone, internlm3, iquestcoder,
+                   gpt-sw3, sarvam_mla, helium, seed_oss, arcee, ernie4_5, cwm): ``families_aliases``
 =================  ==========================================================================
 
 Keys a config.json leaves out take the defaults of transformers' config class for that
@@ -72,6 +74,7 @@ from frontends.hf import (families_classic, families_cohere, families_composite,
                           families_lfm2, families_llama_like, families_minimax, families_olmo, families_ssm)
 from frontends.hf import families_gemma3n, families_gemma4, families_gpt_oss
 from frontends.hf import families_phimoe
+from frontends.hf import families_aliases
 from frontends.hf import families_alibi
 from irc.errors import SpecError
 from frontends.hf.families_common import (FULL, SLIDING, _arch, _dims, _every_layer_window, _experts, _layer_types,
@@ -117,6 +120,7 @@ DEFAULTS = {
     **families_llama_like.DEFAULTS, **families_olmo.DEFAULTS, **families_classic.DEFAULTS, **families_cohere.DEFAULTS,
     **families_gpt_oss.DEFAULTS, **families_gemma4.DEFAULTS, **families_gemma3n.DEFAULTS,
     **families_phimoe.DEFAULTS,
+    **families_aliases.DEFAULTS,
     **families_alibi.DEFAULTS,
 }
 
@@ -317,6 +321,7 @@ FAMILIES = {
     **families_llama_like.FAMILIES, **families_olmo.FAMILIES, **families_classic.FAMILIES, **families_cohere.FAMILIES,
     **families_gpt_oss.FAMILIES, **families_gemma4.FAMILIES, **families_gemma3n.FAMILIES,
     **families_phimoe.FAMILIES,
+    **families_aliases.FAMILIES,
     **families_alibi.FAMILIES,
 }
 
@@ -403,6 +408,7 @@ LAYOUTS = {  # the families' departures from LAYER_NAMES
     **families_llama_like.LAYOUTS, **families_olmo.LAYOUTS, **families_classic.LAYOUTS, **families_cohere.LAYOUTS,
     **families_gpt_oss.LAYOUTS, **families_gemma4.LAYOUTS, **families_gemma3n.LAYOUTS,
     **families_phimoe.layouts(Experts),
+    **families_aliases.LAYOUTS,
     **families_alibi.LAYOUTS,
 }
 # a layout's "_prefix" (the layers' names, default model.layers.) and "_top" (embed, norm

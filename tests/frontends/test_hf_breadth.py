@@ -18,7 +18,10 @@ FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smoll
             "gpt2-learned-positions", "gpt-neox-parallel", "phi-parallel-head-bias", "cohere-parallel-logit-scale",
             "cohere-qk-norm", "cohere2-nope-global", "glm4-sandwich-partial-rotary", "falcon-7b-multi-query",
             "falcon-40b-new-arch-biases", "olmo-plain-norms-clip", "ministral3-llama4-scale-yarn", "opt-relu-tied",
-            "bloom-alibi-6-heads", "mpt-alibi-clip-scale", "falcon-alibi-sequential"]
+            "bloom-alibi-6-heads", "mpt-alibi-clip-scale", "falcon-alibi-sequential",
+            # issue 40: aliases
+            "exaone-original-names", "internlm3-head-dim-128", "iquestcoder-mqa", "helium-interleaved-qkv-bias",
+            "seed-oss-qkv-bias", "arcee-relu2-mlp-bias", "ernie4-5-interleaved-tied", "cwm-windows-llama3"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -68,6 +71,27 @@ BAD = [  # (config.json, the key named, a fragment of the message)
     ({"model_type": "opt", **SMALL, "activation_function": "silu"}, "activation_function", '"silu" is not supported'),
     ({"model_type": "cohere", **SMALL, "attention_bias": True}, "attention_bias", "no such bias"),
     ({"model_type": "cohere2", **SMALL, "layer_types": ["sliding_attention"] * 3}, "layer_types", "3 entries for 2"),
+    # issue 40: aliases
+    ({"model_type": "exaone", **SMALL, "activation_function": "gelu"}, "activation_function",
+     '"gelu" is not supported'),
+    ({"model_type": "exaone", **SMALL, "num_layers": 3, "num_hidden_layers": 2, "attention_bias": True},
+     "attention_bias", "no such bias"),
+    ({"model_type": "internlm3", **SMALL, "qkv_bias": True, "bias": True}, "qkv_bias", "no such bias"),
+    ({"model_type": "iquestcoder", **SMALL, "use_sliding_window": True}, "use_sliding_window", "no sliding window"),
+    ({"model_type": "iquestcoder", **SMALL, "clip_qkv": 8.0}, "clip_qkv", "does not clamp"),
+    ({"model_type": "gpt-sw3", "n_embd": 32, "n_layer": 2, "n_head": 5}, "n_head", "not divisible by 5 heads"),
+    ({"model_type": "sarvam_mla", **SMALL, "num_key_value_heads": 4, "num_experts": 4, "num_local_experts": 6},
+     "num_local_experts", "disagrees with num_experts"),
+    ({"model_type": "sarvam_mla", **SMALL, "num_key_value_heads": 4, "scoring_func": "softmax"}, "scoring_func",
+     '"softmax" is not supported'),
+    ({"model_type": "helium", **SMALL, "head_dim": 16}, "head_dim", "4 heads x head_dim 16 is not hidden_size 32"),
+    ({"model_type": "helium", **SMALL, "head_dim": 8, "partial_rotary_factor": 0.5}, "partial_rotary_factor",
+     "partial rotary width"),
+    ({"model_type": "seed_oss", **SMALL, "attention_out_bias": True}, "attention_out_bias", "true is not supported"),
+    ({"model_type": "arcee", **SMALL, "hidden_act": "silu"}, "hidden_act", '"silu" is not supported'),
+    ({"model_type": "arcee", **SMALL, "attention_bias": True}, "attention_bias", "no such bias"),
+    ({"model_type": "ernie4_5", **SMALL, "use_bias": True}, "use_bias", "no such bias"),
+    ({"model_type": "cwm", **SMALL, "layer_types": ["sliding_attention"] * 3}, "layer_types", "3 entries for 2"),
 ]
 
 

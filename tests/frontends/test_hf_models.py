@@ -165,6 +165,19 @@ CASES = {  # name: (config class, overrides of SMALL)
     "ministral-windows": ("MinistralConfig", dict(num_hidden_layers=3, sliding_window=4, head_dim=8,
                                                   layer_types=["sliding_attention", "full_attention",
                                                                "sliding_attention"])),
+    # issue 40: aliases
+    "exaone-original-names": ("ExaoneConfig", dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "internlm3-head-dim-128": ("InternLM3Config", dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "iquestcoder-mqa": ("IQuestCoderConfig", dict(head_dim=16, num_key_value_heads=1, bos_token_id=1,
+                                                  eos_token_id=2)),
+    "sarvam-mla-one-group": ("SarvamMLAConfig", dict(MLA, n_routed_experts=4, num_experts_per_tok=2, bos_token_id=1,
+                                                     eos_token_id=2)),
+    "helium-interleaved-qkv-bias": ("HeliumConfig", dict(head_dim=8, attention_bias=True, pad_token_id=0)),
+    "seed-oss-qkv-bias": ("SeedOssConfig", dict(head_dim=16, pad_token_id=0)),
+    "arcee-relu2-mlp-bias": ("ArceeConfig", dict(mlp_bias=True, bos_token_id=1, eos_token_id=2)),
+    "ernie4-5-interleaved-tied": ("Ernie4_5Config", dict(pad_token_id=0)),
+    "cwm-windows-llama3": ("CwmConfig", dict(num_hidden_layers=3, sliding_window=4, head_dim=8, bos_token_id=1,
+                                             eos_token_id=2)),
 }
 
 
