@@ -91,8 +91,9 @@ def _attention(arch: Arch, layer, spec, h):
         return layer.mla_attention(h, a.heads, rope=rope, eps=arch.norm_eps, scale=a.scale, **a.mla)
     return layer.attention(h, a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, rope=rope, window=spec.window,
                            softcap=a.softcap, scale=a.scale, qkv_bias=a.qkv_bias, qk_norm=a.qk_norm,
-                           qk_norm_eps=arch.norm_eps, qk_norm_offset=arch.norm_offset,
-                           query_scale=a.query_scale, causal=arch.encoder is None or arch.encoder.causal)
+                           qk_norm_eps=arch.norm_eps, qk_norm_offset=arch.norm_offset, out_bias=a.out_bias,
+                           query_scale=a.query_scale, causal=arch.encoder is None or arch.encoder.causal,
+                           alibi=a.alibi, clip_qkv=a.clip_qkv)
 
 
 def _ssm(arch: Arch, layer, spec, h):

@@ -91,10 +91,10 @@ class Attention:
     softcap: Optional[float] = None
     scale: Optional[float] = None
     mla: Optional[dict] = None
-    # Llama-4's position-dependent query scale (Ministral-3): (beta, original, max positions)
-    query_scale: Optional[tuple] = None
+    query_scale: Optional[tuple] = None  # Llama-4's by position (Ministral-3): (beta, original, max positions)
     alibi: Optional[tuple] = None  # ALiBi's per-head slopes (irc.ops.alibi), in place of RoPE
     clip_qkv: Optional[float] = None  # q, k and v clamped to [-c, c] (MPT)
+    out_bias: bool = False  # a bias on the output projection, attn.bo (Seed-OSS, Llama's attention_bias)
 
 
 @dataclass

@@ -347,7 +347,7 @@ LAYER_NAMES = {  # irc name under layers.{i}. -> checkpoint name under model.lay
     "attn_norm": "input_layernorm.weight",
     "mlp_norm": "post_attention_layernorm.weight",
     **{f"attn.w{x}": f"self_attn.{x}_proj.weight" for x in "qkvo"},
-    **{f"attn.b{x}": f"self_attn.{x}_proj.bias" for x in "qkv"},
+    **{f"attn.b{x}": f"self_attn.{x}_proj.bias" for x in "qkvo"},
     "attn.q_norm": "self_attn.q_norm.weight",
     "attn.k_norm": "self_attn.k_norm.weight",
     "attn.q_a": "self_attn.q_a_proj.weight",

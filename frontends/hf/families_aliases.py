@@ -35,9 +35,10 @@ cwm                CWM: Llama with a window (``sliding_window``) on the ``layer_
 Keys read under transformers' ``attribute_map`` (``Aliased``): where the file writes the
 alias, it wins over the name it maps to, as in transformers.
 
-Refused, naming config.json and the key: biases the shared decoder has no place for
-(``attention_bias`` where transformers puts one on o_proj as well: EXAONE, InternLM3,
-IQuest-Coder, Arcee; ``mlp_bias``; Seed-OSS's ``attention_out_bias``; ERNIE's ``use_bias``),
+Attention biases as transformers places them: Llama's ``attention_bias`` on q, k, v and o
+(EXAONE, InternLM3, IQuest-Coder, Arcee), Seed-OSS's on q, k, v and ``attention_out_bias`` on o.
+
+Refused, naming config.json and the key: ``mlp_bias`` on a gated MLP, ERNIE's ``use_bias``,
 an activation other than the family's, a ``partial_rotary_factor`` (transformers' rotary
 embeddings here rotate whole heads), Helium's heads x head_dim other than hidden_size
 (transformers' o_proj reads hidden_size features), IQuest-Coder's ``clip_qkv`` and
@@ -147,9 +148,12 @@ def _whole_head(cfg: Config, rope: RopeSpec) -> RopeSpec:
 
 
 def _decoder(cfg: Config, name: str, model_type: str, dims: dict, rope: RopeSpec, mlp: dict,
-             qkv_bias: bool = False, windows: Optional[list] = None, checkpoint: str = "llama") -> Arch:
-    """The shared decoder: GQA attention (q/k/v biases with ``qkv_bias``), one RoPE."""
-    attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"], qkv_bias=qkv_bias)
+             qkv_bias: bool = False, windows: Optional[list] = None, checkpoint: str = "llama",
+             out_bias: bool = False) -> Arch:
+    """The shared decoder: GQA attention (q/k/v biases with ``qkv_bias``, o_proj's with
+    ``out_bias``), one RoPE."""
+    attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"], qkv_bias=qkv_bias,
+                          out_bias=out_bias)
     layers = [LayerSpec(window, rope) for window in (windows or [None] * dims["layers"])]
     return _arch(cfg, name, model_type, dims, attention, layers, mlp, checkpoint=checkpoint)
 
@@ -162,9 +166,10 @@ def _llama(cfg: Config, name: str, model_type: str) -> Arch:
         cfg.check("use_sliding_window", lambda v: not v, hint="transformers' IQuest-Coder has no sliding window")
     dims = _dims(cfg)
     _silu(cfg)
-    _no(cfg, "attention_bias", "mlp_bias")
+    _no(cfg, "mlp_bias")
     rope = _whole_head(cfg, _rope(cfg, dims["head_dim"]))
-    return _decoder(cfg, name, model_type, dims, rope, _swiglu(cfg),
+    bias = cfg.get("attention_bias", boolean)  # Llama's: on q, k, v and o
+    return _decoder(cfg, name, model_type, dims, rope, _swiglu(cfg), qkv_bias=bias, out_bias=bias,
                     checkpoint="exaone" if model_type == "exaone" else "llama")
 
 
@@ -207,20 +212,20 @@ def _seed_oss(cfg: Config, name: str, model_type: str) -> Arch:
     """Seed-OSS: q/k/v biases."""
     dims = _dims(cfg)
     _silu(cfg)
-    cfg.check("attention_out_bias", lambda v: not v, hint="the shared decoder's attention output has no bias")
     _no(cfg, "mlp_bias")
     rope = _whole_head(cfg, _rope(cfg, dims["head_dim"]))
-    return _decoder(cfg, name, model_type, dims, rope, _swiglu(cfg), qkv_bias=cfg.get("attention_bias", boolean))
+    return _decoder(cfg, name, model_type, dims, rope, _swiglu(cfg), qkv_bias=cfg.get("attention_bias", boolean),
+                    out_bias=cfg.get("attention_out_bias", boolean))
 
 
 def _arcee(cfg: Config, name: str, model_type: str) -> Arch:
     """Arcee AFM: Llama attention, squared-ReLU MLP."""
     dims = _dims(cfg)
     cfg.check("hidden_act", lambda v: v == "relu2", hint="Arcee's ungated MLP here: relu2 (squared ReLU)")
-    _no(cfg, "attention_bias")
     mlp = {"kind": "relu2", "d_ff": cfg.get("intermediate_size", positive_int), "bias": cfg.get("mlp_bias", boolean)}
     rope = _whole_head(cfg, _rope(cfg, dims["head_dim"]))
-    return _decoder(cfg, name, model_type, dims, rope, mlp, checkpoint="arcee")
+    bias = cfg.get("attention_bias", boolean)  # Llama's: on q, k, v and o
+    return _decoder(cfg, name, model_type, dims, rope, mlp, qkv_bias=bias, out_bias=bias, checkpoint="arcee")
 
 
 def _ernie(cfg: Config, name: str, model_type: str) -> Arch:
@@ -261,8 +266,9 @@ FAMILIES = {"exaone": _llama, "internlm3": _llama, "iquestcoder": _llama, "gpt-s
             "helium": _helium, "seed_oss": _seed_oss, "arcee": _arcee, "ernie4_5": _ernie, "cwm": _cwm}
 LAYOUTS = {
     "exaone": {"attn_norm": "ln_1.weight", "mlp_norm": "ln_2.weight",
-               **{f"attn.w{x}": f"attn.attention.{x}_proj.weight" for x in "qkv"},
-               "attn.wo": "attn.attention.out_proj.weight", "mlp.w_gate": "mlp.c_fc_0.weight",
+               **{f"attn.{w}{x}": f"attn.attention.{x}_proj.{n}" for x in "qkv" for w, n in (("w", "weight"),
+                                                                                            ("b", "bias"))},
+               "attn.wo": "attn.attention.out_proj.weight", "attn.bo": "attn.attention.out_proj.bias", "mlp.w_gate": "mlp.c_fc_0.weight",
                "mlp.w_up": "mlp.c_fc_1.weight", "mlp.w_down": "mlp.c_proj.weight",
                "_prefix": "transformer.h.", "_resolve": _exaone_resolve,
                "_top": {"embed": "transformer.wte.weight", "norm": "transformer.ln_f.weight",
