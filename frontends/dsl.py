@@ -337,6 +337,16 @@ class Model(EncoderOutputs, VisionInputs):
         inverse = self.emit("rsqrt", [shifted], None, f"{name}_inv_std")[0]
         return self.emit("mul", [centred, inverse], None, f"{name}_out")[0]
 
+    def plain_rms_norm(self, x: Tensor, name: str, eps: float = 1e-6) -> Tensor:
+        """An RMS norm with no weight (Llama-4's q/k norm), as primitives: x · rsqrt(mean(x²) +
+        eps) over the last axis, in x's float type."""
+        eps = positive_float("eps", eps, self.origin())
+        square = self.emit("mul", [x, x], None, f"{name}_square")[0]
+        mean = self.emit("reduce_mean", [square], {"axes": [-1], "keepdims": True}, f"{name}_mean_square")[0]
+        shifted = self.emit("add", [mean, self.emit("constant", [], {"value": eps}, f"{name}_eps")[0]], None,
+                            f"{name}_mean_square_eps")[0]
+        return self.emit("mul", [x, self.emit("rsqrt", [shifted], None, f"{name}_inv_rms")[0]], None, f"{name}_out")[0]
+
     def layer_norm(self, x: Tensor, name: str = "norm", eps: float = 1e-5, bias: bool = True) -> Tensor:
         return self.norm(x, name, "layer", eps, bias=bias)
 

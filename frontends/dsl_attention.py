@@ -13,22 +13,26 @@ from frontends.dsl_rope import Rope, emit_rope
 if TYPE_CHECKING:
     from frontends.dsl import Model, Tensor
 
-QK_NORMS = (False, True, "head", "full", "layer")  # True is "head"
+QK_NORMS = (False, True, "head", "full", "layer", "plain")  # True is "head"
 
 
-def llama4_query_scale(m: Model, beta: float, original: int, positions: int) -> Tensor:
-    """[B, T, 1] float32: 1 + beta·log(1 + floor(position / original)), Llama-4's (and
-    Ministral-3's) query scale, made once a graph as a sum of steps — each threshold
-    j·original (j < positions / original) a position has reached adds beta·log((j + 1) / j)
-    — from ops every target has (cast, less_equal, mul, reduce_sum)."""
-    key = ("llama4_query_scale", float(beta), int(original), int(positions))
+def llama4_query_scale(m: Model, beta: float, original: int, positions: int, shift: int = 0) -> Optional[Tensor]:
+    """[B, T, 1] float32: 1 + beta·log(1 + floor((position + shift) / original)), Llama-4's
+    (shift 1: its attention temperature on NoPE layers) and Ministral-3's query scale, made
+    once a graph as a sum of steps — each threshold j·original − shift (j < (positions +
+    shift) / original) a position has reached adds beta·log((j + 1) / j) — from ops every
+    target has (cast, less_equal, mul, reduce_sum); None where no position reaches a step."""
+    key = ("llama4_query_scale", float(beta), int(original), int(positions), int(shift))
     if key in m._rope_tables:
         return m._rope_tables[key]
+    steps = range(1, max(1, -(-(positions + shift) // original)))
+    if not steps:  # no position reaches the first threshold: the scale is 1
+        return None
     _, position_ids = m._context()
-    steps = range(1, max(1, -(-positions // original)))
     as_float = m.emit("cast", [position_ids], {"to": "f32"}, "query_scale_positions")[0]
     column = m.emit("reshape", [as_float], {"shape": list(position_ids.shape) + [1]}, "query_scale_column")[0]
-    thresholds = m.emit("constant", [], {"value": [float(j * original) for j in steps]}, "query_scale_thresholds")[0]
+    thresholds = m.emit("constant", [], {"value": [float(j * original - shift) for j in steps]},
+                        "query_scale_thresholds")[0]
     reached = m.emit("cast", [m.emit("less_equal", [thresholds, column], None, "query_scale_reached")[0]],
                      {"to": "f32"}, "query_scale_steps")[0]
     increments = m.emit("constant", [], {"value": [beta * math.log((j + 1) / j) for j in steps]},
@@ -77,33 +81,28 @@ class AttentionLayer:
                   qk_norm_eps: float = 1e-6, qk_norm_offset: float = 0.0, causal: bool = True,
                   output_gate: bool = False, out_bias: bool = False, sinks: bool = False,
                   clip_qkv: Optional[float] = None, query_scale: Optional[tuple] = None,
-                  blocks: Optional[Tensor] = None, alibi: Optional[Sequence[float]] = None) -> Tensor:
+                  blocks: Optional[Tensor] = None, alibi: Optional[Sequence[float]] = None,
+                  chunk: Optional[int] = None) -> Tensor:
         """Multi-head attention (MHA; GQA when kv_heads < heads; MQA when kv_heads == 1):
         q/k/v projections (``attn.wq/wk/wv``, biases ``bq/bk/bv`` with qkv_bias), RMS norms
         ``q_norm``/``k_norm`` with qk_norm (True or "head": per head, weights [D]; "full":
         over all of q's and k's features, weights [H·D] and [K·D], OLMo-2's; "layer": a
-        LayerNorm without bias per head, weights [H, D] and [K, D], Cohere's), RoPE on q and k,
+        LayerNorm without bias per head, weights [H, D] and [K, D], Cohere's; "plain": an RMS norm
+        per head without weight, Llama-4's), RoPE on q and k,
         the attention op over the layer's past cache, and the output projection ``attn.wo``
         (bias ``attn.bo`` with out_bias; with ``output_gate``, of the output times
         sigmoid(gate), the gate read from ``attn.wq``: ``frontends.dsl_delta``); with
         ``sinks``, a learned logit per query head (``attn.sinks`` [H], GPT-OSS's) joins each
-        softmax denominator (``irc.ops.attention``); ``blocks``: ``_blocks``; ``alibi``: ``_alibi_slopes``."""
+        softmax denominator (``irc.ops.attention``); ``blocks``: ``_blocks``; ``alibi``: ``_alibi_slopes``;
+        ``chunk``: Llama-4's chunked attention, each query within its chunk of that many tokens."""
         m, p, i = self.model, self.prefix, self.index
         where = m.origin()
-        d = m._features(x)
-        positive("heads", heads, where)
-        kv_heads = heads if kv_heads is None else positive("kv_heads", kv_heads, where)
-        if heads % kv_heads:
-            raise m.error("kv_heads", f"{heads} heads are not divisible by {kv_heads} kv heads")
-        if head_dim is None:
-            if d % heads:
-                raise m.error("heads", f"d_model {d} is not divisible by {heads} heads", hint="give head_dim")
-            head_dim = d // heads
-        positive("head_dim", head_dim, where)
+        d, kv_heads, head_dim = self._heads(x, heads, kv_heads, head_dim)
         if qk_norm not in QK_NORMS:
-            raise m.error("qk_norm", f"expected false, true, 'head', 'full' or 'layer', got {qk_norm!r}")
+            raise m.error("qk_norm", f"expected false, true, 'head', 'full', 'layer' or 'plain', got {qk_norm!r}")
         self._check_rope(rope, head_dim, "head_dim")
         window = None if window is None else positive("window", window, where)
+        chunk = None if chunk is None else positive("chunk", chunk, where)
         softcap = positive_float("softcap", softcap, where)
         scale = positive_float("scale", scale, where)
         q_dim, kv_dim = heads * head_dim, kv_heads * head_dim
@@ -131,12 +130,14 @@ class AttentionLayer:
             q = emit_rope(m, q, positions, rope, heads, head_dim, f"{p}q_rope")
             k = emit_rope(m, k, positions, rope, kv_heads, head_dim, f"{p}k_rope")
         slopes = None if alibi is None else self._alibi_slopes(alibi, heads, rope)
-        if query_scale is not None:  # (beta, original, max positions): Llama-4's, after RoPE
-            q = m.emit("mul", [q, llama4_query_scale(m, *query_scale)], None, f"{p}q_scaled")[0]
+        if query_scale is not None:  # (beta, original, max positions[, shift]): Llama-4's, after RoPE
+            factor = llama4_query_scale(m, *query_scale)
+            q = q if factor is None else m.emit("mul", [q, factor], None, f"{p}q_scaled")[0]
         mask, _ = m._context()
         past_key, past_value = (None, None) if m.encoder else m._past(i, kv_heads, head_dim, head_dim)
         attrs = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "v_head_dim": None,
-                 "causal": bool(causal), "window": window, "softcap": softcap, "scale": scale}
+                 "causal": bool(causal), "window": window, "softcap": softcap, "scale": scale,
+                 **({"chunk": chunk} if chunk else {})}
         sink = m.param(f"{p}attn.sinks", (heads,)) if sinks else None
         blocks = self._blocks(blocks, causal)
         out, *presents = m.emit("attention", [q, k, v, mask, past_key, past_value, sink, blocks, slopes], attrs,
@@ -147,9 +148,24 @@ class AttentionLayer:
         bo = m.param(f"{p}attn.bo", (d,)) if out_bias else None
         kind = "mha" if kv_heads == heads else "mqa" if kv_heads == 1 else "gqa"
         self._note_attention(kind, heads, kv_heads, head_dim, head_dim, window, softcap, scale, rope,
-                             qkv_bias=bool(qkv_bias), qk_norm=qk_norm if qk_norm in ("full", "layer") else bool(qk_norm),
+                             qkv_bias=bool(qkv_bias), qk_norm=qk_norm if qk_norm in ("full", "layer", "plain") else bool(qk_norm),
                              **({"attn_sinks": True} if sinks else {}), **({"alibi": True} if alibi is not None else {}))
         return m.emit("linear", [out, wo, bo], None, f"{p}attn_out")[0]
+
+    def _heads(self, x: Tensor, heads: int, kv_heads: Optional[int], head_dim: Optional[int]) -> tuple:
+        """(d_model, kv heads, head width), checked (kv heads default to heads, the width to
+        d_model / heads)."""
+        m, where = self.model, self.model.origin()
+        d = m._features(x)
+        positive("heads", heads, where)
+        kv_heads = heads if kv_heads is None else positive("kv_heads", kv_heads, where)
+        if heads % kv_heads:
+            raise m.error("kv_heads", f"{heads} heads are not divisible by {kv_heads} kv heads")
+        if head_dim is None:
+            if d % heads:
+                raise m.error("heads", f"d_model {d} is not divisible by {heads} heads", hint="give head_dim")
+            head_dim = d // heads
+        return d, kv_heads, positive("head_dim", head_dim, where)
 
     def _alibi_slopes(self, slopes, heads: int, rope) -> Tensor:
         """ALiBi's per-head slopes [H] (``irc.ops.alibi``: ``bloom_slopes``, ``mpt_slopes``) as one
@@ -203,8 +219,19 @@ class AttentionLayer:
         if kind == "layer":
             return (self._head_layer_norm(q, "q", heads, head_dim, eps),
                     self._head_layer_norm(k, "k", kv_heads, head_dim, eps))
+        if kind == "plain":  # no weight (Llama-4's): per head, so RoPE before or after gives the same
+            return tuple(self._plain_head_norm(t, which, count, head_dim, eps)
+                         for t, which, count in ((q, "q", heads), (k, "k", kv_heads)))
         return (self._head_norm(q, "q", heads, head_dim, eps, offset),
                 self._head_norm(k, "k", kv_heads, head_dim, eps, offset))
+
+    def _plain_head_norm(self, t: Tensor, which: str, heads: int, head_dim: int, eps) -> Tensor:
+        """Each head of ``t`` [B,T,N*D] RMS-normalised without a weight."""
+        m, p = self.model, self.prefix
+        lead = tuple(t.shape[:-1])
+        split = m.emit("reshape", [t], {"shape": list(lead + (heads, head_dim))}, f"{p}{which}_heads")[0]
+        normed = m.plain_rms_norm(split, f"{p}{which}_norm", eps)
+        return m.emit("reshape", [normed], {"shape": list(lead + (heads * head_dim,))}, f"{p}{which}_normed")[0]
 
     def _head_layer_norm(self, t: Tensor, which: str, heads: int, head_dim: int, eps) -> Tensor:
         """Cohere's q/k norm: each head of ``t`` [B,T,N*D] LayerNorm-ed over its D features

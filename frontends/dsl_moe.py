@@ -24,7 +24,8 @@ class MoeLayer:
             norm_topk_prob: Optional[bool] = None, routed_scale: float = 1.0, groups: Optional[int] = None,
             top_groups: Optional[int] = None, group_score: str = "max", shared_expert_gate: bool = False,
             activation: str = "silu", router_logit_bias: bool = False, expert_bias: bool = False,
-            swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0, jitter_eps: float = 0.01) -> Tensor:
+            swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0, jitter_eps: float = 0.01,
+            weight_inputs: bool = False) -> Tensor:
         """Mixture of SwiGLU experts (fused ``moe.w_gate/w_up`` [E, d_ff, d], ``moe.w_down``
         [E, d, d_ff]) routed by ``moe.router`` [E, d]: softmax or sigmoid scores, top_k
         (group-limited when ``groups``/``top_groups`` are set), optional selection bias
@@ -38,7 +39,8 @@ class MoeLayer:
         (Phi-3.5-MoE): two argmax rounds, each weight a softmax over the logits within
         2 * ``jitter_eps`` (relative) of that round's maximum; top_k 2, no router_bias, no
         groups. ``norm_topk_prob`` renormalises the top-k weights: default true, false for
-        sparsemixer."""
+        sparsemixer. ``weight_inputs`` (Llama-4): each chosen expert takes its token times its
+        weight, and its output is added unweighted."""
         m, p = self.model, self.prefix
         where = m.origin()
         d = m._features(x)
@@ -87,8 +89,8 @@ class MoeLayer:
                  "group_score": group_score, "activation": activation}
         if activation == "swiglu_oai":
             attrs.update(swiglu_alpha=swiglu_alpha, swiglu_limit=swiglu_limit)
-        if scoring == "sparsemixer":
-            attrs["jitter_eps"] = float(jitter_eps)
+        attrs.update({"jitter_eps": float(jitter_eps)} if scoring == "sparsemixer" else {},
+                     **({"weight_inputs": True} if weight_inputs else {}))
         out = m.emit("moe", [x, router, w_gate, w_up, w_down, bias, s_gate, s_up, s_down, s_sigmoid, logit_bias,
                              b_gate, b_up, b_down], attrs, f"{p}moe_out")[0]
         if m.meta["moe"] is None:

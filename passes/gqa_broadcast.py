@@ -17,8 +17,8 @@ MASKED = float(np.finfo(np.float32).min)
 
 def lower_attention(e: Emitter, node: Node):
     """Grouped attention's primitives; None for MHA (kv_heads == heads), which is left alone;
-    a note for attention with sinks (GPT-OSS), image blocks or ALiBi slopes, which the ONNX
-    emitter lowers itself."""
+    a note for attention with sinks (GPT-OSS), image blocks, ALiBi slopes or chunks (Llama-4),
+    which the ONNX emitter lowers itself."""
     if node.attrs["kv_heads"] >= node.attrs["heads"]:
         return None
     if len(node.inputs) > 6 and node.inputs[6] is not None:
@@ -27,6 +27,8 @@ def lower_attention(e: Emitter, node: Node):
         return "image blocks: left to the emitter (backends.onnx.attention lowers them)"
     if len(node.inputs) > 8 and node.inputs[8] is not None:
         return "ALiBi slopes: left to the emitter (backends.onnx.attention lowers them)"
+    if node.attrs.get("chunk") is not None:
+        return "chunked attention: left to the emitter (backends.onnx.attention lowers it)"
     return GroupedAttention(e, bool(e.options["materialize"])).outputs()
 
 

@@ -154,6 +154,8 @@ class SortedMoe:
             "moe_dispatch", [expert_ids], [e.name(role) for role in ("token_index", "slot_index", "indptr")],
             {"experts": experts, "capacity_factor": self.capacity_factor})
         rows = e("gather", [tokens, token_index], "rows", {"axis": 0})
+        if attrs["weight_inputs"]:  # Llama-4: each pair's expert sees its token times the weight
+            rows = e("mul", [rows, self.row_weights(weights, slot_index, rows.shape[0])], "weighted_rows")
         gemm = {"experts": experts, "top_k": top_k}
         row_expert = None
         if b_gate is not None or b_up is not None:  # each sorted row's expert [M]
@@ -163,11 +165,8 @@ class SortedMoe:
         up = self.biased(e("grouped_gemm", [rows, w_up, indptr], "up", gemm), b_up, row_expert, "up")
         hidden = self.glu(gate, up, "act", "hidden")
         down = e("grouped_gemm", [hidden, w_down, indptr], "down", gemm)
-        pairs = down.shape[0]
-        flat = e("reshape", [weights], "routing_weights_flat", {"shape": [pairs]})
-        row_weights = e("gather", [flat, slot_index], "row_weights", {"axis": 0})
-        row_weights = e("reshape", [row_weights], "row_weights_M1", {"shape": [pairs, 1]})
-        weighted = e("mul", [down, row_weights], "weighted")
+        weighted = down if attrs["weight_inputs"] else e(
+            "mul", [down, self.row_weights(weights, slot_index, down.shape[0])], "weighted")
         if b_down is None:
             base = self.shared(tokens, s_gate, s_up, s_down, s_expert_gate, tokens_shape)
         elif s_gate is None:
@@ -178,6 +177,13 @@ class SortedMoe:
         combined = e("scatter_add", [base, token_index, weighted], "combined")
         out = e("reshape", [combined], "out_BTD", {"shape": list(x.shape)})
         return e.cast(out, e.out.dtype, "cast")
+
+    def row_weights(self, weights: Value, slot_index: Value, pairs) -> Value:
+        """[M, 1]: each sorted (token, expert) pair's gating weight."""
+        e = self.e
+        flat = e("reshape", [weights], "routing_weights_flat", {"shape": [pairs]})
+        row_weights = e("gather", [flat, slot_index], "row_weights", {"axis": 0})
+        return e("reshape", [row_weights], "row_weights_M1", {"shape": [pairs, 1]})
 
     def activate(self, x: Value, role: str) -> Value:
         op, attrs = ACTIVATION_OPS[self.node.attrs["activation"]]

@@ -46,6 +46,8 @@ def random_operands(record: dict, machine: Machine, seed: int = 0) -> tuple[dict
         visible &= key <= query
     if info.get("window"):  # symmetric without causal, as the attention op's
         visible &= (key > query - info["window"]) if info["causal"] else (np.abs(key - query) < info["window"])
+    if info.get("chunk"):  # Llama-4's chunks, in the record's frame of keys
+        visible &= key // info["chunk"] == query // info["chunk"]
     numbers = Numbers() if machine.is_float else Numbers(acc_scale=1.0 / (100 * 100), v_scale=1.0 / 100,
                                                           out_scale=1.0 / 100)
     operands = {"q": draw(M, Dk), "k": draw(S, Dk), "v": draw(S, Dv), "visible": np.broadcast_to(visible, (n, M, S))}

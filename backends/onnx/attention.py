@@ -10,7 +10,8 @@ are both initializers and ``Where(max(position_ids) + 1 > n, long, short)`` pick
 call (``longrope_selected``), as ``irc.ops.rope`` computes it.
 
 Masks: a bool [B, 1, T, P+T] "query t may see key j" (causal, window and
-``attention_mask``; with image ``blocks``, Gemma 3's, causal or the same image), built once per
+``attention_mask``; with image ``blocks``, Gemma 3's, causal or the same image; with a
+``chunk``, Llama-4's, the query's chunk counted from the row's first real token), built once per
 window and shared by the layers; the query at row t
 sits at key index P+t, as in ``irc.ops.attention`` (a bidirectional attention's window is
 symmetric there too).
@@ -195,13 +196,32 @@ def rotate_heads(b: Builder, x4: str, shape4: tuple, cos: str, sin: str, convent
 
 # ---- masks -----------------------------------------------------------------------------
 
-def visibility(b: Builder, mask, seq, total, causal: bool, window, blocks=None) -> str:
+def visibility(b: Builder, mask, seq, total, causal: bool, window, blocks=None, chunk=None) -> str:
     """Bool [B or 1, 1, T, P+T]: may query t see key j; "" when every key is visible."""
     if not causal and window is None and mask is None and blocks is None:
         return ""
     key = ("visible", None if mask is None else mask.name, dims.canonical(seq), dims.canonical(total), causal, window,
-           None if blocks is None else blocks.name)
-    return b.cached(key, lambda: _make_visibility(b, mask, seq, total, causal, window, blocks))
+           None if blocks is None else blocks.name, chunk)
+    return b.cached(key, lambda: _make_visibility(b, mask, seq, total, causal, window, blocks, chunk))
+
+
+def _same_chunk(b: Builder, mask, seq, total, chunk: int) -> str:
+    """Bool: key j in query t's chunk, ⌊(j − pad)/C⌋ = ⌊(P + t − pad)/C⌋ with pad each row's
+    leading zeros of attention_mask ([B, 1, T, P+T]; [T, P+T] without a mask)."""
+    keys = b.cached(("keys", total), lambda: b.op("Range", [b.i64(0), b.scalar(total), b.i64(1)], "mask/keys"))
+    queries = b.cached(("queries", seq, total), lambda: _queries(b, seq, total))
+    if mask is not None:
+        counted = b.op("CumSum", [b.op("Cast", [b.value(mask)], "mask/chunks/real", to=TensorProto.INT64),
+                                  b.i64(1)], "mask/chunks/seen")
+        leading = b.op("Cast", [b.op("Equal", [counted, b.i64(0)], "mask/chunks/leading")], "mask/chunks/leading64",
+                       to=TensorProto.INT64)
+        pad = b.op("ReduceSum", [leading, b.i64([1])], "mask/chunks/pad", keepdims=1)
+        pad = b.op("Unsqueeze", [pad, b.i64([1, 2])], "mask/chunks/pad4")  # [B, 1, 1, 1]
+        keys, queries = (b.op("Sub", [x, pad], f"mask/chunks/{role}_from_start")
+                         for x, role in ((keys, "keys"), (queries, "queries")))
+    size = b.i64(chunk)
+    return b.op("Equal", [b.op("Div", [keys, size], f"mask/chunk{chunk}/key_chunk"),
+                          b.op("Div", [queries, size], f"mask/chunk{chunk}/query_chunk")], f"mask/chunk{chunk}/same")
 
 
 def _block_ids(b: Builder, blocks: Value, seq, total) -> tuple[str, str]:
@@ -233,9 +253,9 @@ def _own_block(b: Builder, blocks: Value, seq, total) -> str:
     return b.op("Equal", [queries, keys], "mask/blocks/own")
 
 
-def _make_visibility(b: Builder, mask, seq, total, causal: bool, window, blocks=None) -> str:
+def _make_visibility(b: Builder, mask, seq, total, causal: bool, window, blocks=None, chunk=None) -> str:
     hint = "mask" + ("" if window is None else f"/window{window}") + ("" if causal else "/bidirectional") + (
-        "" if blocks is None else "/blocks")
+        "" if blocks is None else "/blocks") + ("" if chunk is None else f"/chunk{chunk}")
     visible = None
     if causal or window is not None:
         keys = b.cached(("keys", total), lambda: b.op("Range", [b.i64(0), b.scalar(total), b.i64(1)], "mask/keys"))
@@ -253,6 +273,8 @@ def _make_visibility(b: Builder, mask, seq, total, causal: bool, window, blocks=
                 inside = b.op("And", [inside, b.op("Less", [keys, end], f"{hint}/window_ahead")],
                               f"{hint}/window_both")
             visible = inside if visible is None else b.op("And", [visible, inside], f"{hint}/causal_window")
+    if chunk is not None:  # a causal attention's (the op checks): [B, 1, T, P+T] with a mask
+        visible = b.op("And", [visible, _same_chunk(b, mask, seq, total, chunk)], f"{hint}/in_chunk")
     if blocks is not None and not causal:  # bidirectional: only the query's own block
         same = b.cached(("own-block", blocks.name), lambda: _own_block(b, blocks, seq, total))
         visible = same if visible is None else b.op("And", [b.op("Unsqueeze", [visible, b.i64([0, 1])],
@@ -407,7 +429,7 @@ def attention_operands(node: Node) -> dict:
 def lower_attention(b: Builder, node: Node, outs: list[str]) -> None:
     o = attention_operands(node)
     a = node.attrs
-    visible = visibility(b, o["mask"], o["seq"], o["total"], a["causal"], a["window"], o["blocks"])
+    visible = visibility(b, o["mask"], o["seq"], o["total"], a["causal"], a["window"], o["blocks"], a.get("chunk"))
     past = () if o["past_key"] is None else (b.value(o["past_key"]), b.value(o["past_value"]))
     q, k, v = (b.value(o[name]) for name in ("q", "k", "v"))
     sinks = _sinks_f32(b, o["sinks"])

@@ -235,13 +235,15 @@ def lower_moe(b: Builder, node: Node, outs: list[str]) -> None:
     down_all = packed(ops["w_down"], experts_out_major, (experts * f, d), "experts_out")
     gate = b.op("MatMul", [x2, gate_all], f"{out}/gate")
     up = b.op("MatMul", [x2, up_all], f"{out}/up")
+    if a["weight_inputs"]:  # Llama-4: expert(w·x), and w·x's projections are w times x's
+        gate, up = (_per_expert(b, t, gating, experts, f, f"{out}/{role}_weighted") for t, role in ((gate, "gate"),
+                                                                                                    (up, "up")))
     if ops["b_gate"] is not None:
         gate = b.op("Add", [gate, flat_bias(b, ops["b_gate"], x_value.dtype, (experts * f,))], f"{out}/gate_biased")
         up = b.op("Add", [up, flat_bias(b, ops["b_up"], x_value.dtype, (experts * f,))], f"{out}/up_biased")
     hidden = glu(b, gate, up, a, x_value.dtype, out)
-    hidden = b.op("Reshape", [hidden, b.i64([-1, experts, f])], f"{out}/hidden3")
-    hidden = b.op("Mul", [hidden, b.op("Unsqueeze", [gating, b.i64([-1])], f"{out}/gating3d")], f"{out}/weighted3")
-    hidden = b.op("Reshape", [hidden, b.i64([-1, experts * f])], f"{out}/weighted")
+    if not a["weight_inputs"]:
+        hidden = _per_expert(b, hidden, gating, experts, f, f"{out}/weighted")
     routed = b.op("MatMul", [hidden, down_all], f"{out}/routed")
     if ops["b_down"] is not None:
         down_bias = b.op("MatMul", [gating, flat_bias(b, ops["b_down"], x_value.dtype, (experts, d))],
@@ -251,9 +253,18 @@ def lower_moe(b: Builder, node: Node, outs: list[str]) -> None:
     b.node("Reshape", [total, b.shape(x_value.shape)], outs, allowzero=1)
 
 
+def _per_expert(b: Builder, hidden: str, gating: str, experts: int, f: int, out: str) -> str:
+    """[N, E*f] hidden units times each token's gating weight for their expert ([N, E])."""
+    hidden3 = b.op("Reshape", [hidden, b.i64([-1, experts, f])], f"{out}/3d")
+    scaled = b.op("Mul", [hidden3, b.op("Unsqueeze", [gating, b.i64([-1])], f"{out}/gating3d")], f"{out}/scaled3d")
+    return b.op("Reshape", [scaled, b.i64([-1, experts * f])], out)
+
+
 def moe_fits_ort(node: Node):
     """Why ORT's MoE op cannot compute this node (None when it can)."""
     a, ops = node.attrs, _operands(node)
+    if a["weight_inputs"]:
+        return "gating weights on the experts' inputs (Llama-4's)"
     if a["scoring"] == "sparsemixer":
         return "sparsemixer routing (ORT 1.32's CPU MoE ignores use_sparse_mixer: it routes softmax top-2)"
     if a["scoring"] != "softmax":

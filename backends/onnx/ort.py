@@ -86,7 +86,7 @@ def lower_attention_ort(b: Builder, node: Node, outs: list[str]) -> None:
         lower_attention(b, node, outs)
         return
     o, a = attention_operands(node), node.attrs
-    visible = visibility(b, o["mask"], o["seq"], o["total"], True, a["window"])
+    visible = visibility(b, o["mask"], o["seq"], o["total"], True, a["window"], chunk=a.get("chunk"))
     alibi = alibi_bias(b, o["alibi"], o["heads"], o["seq"], o["total"])
     bias = b.cached(("gqa-bias", visible, alibi), lambda: b.op(
         "Where", [visible, alibi or b.const(0.0, np.float32, "zero"), b.const(NEG, np.float32, "mask/neg")],

@@ -13,7 +13,7 @@ Signature of both graphs (N = ``--context``, the fixed cache length):
 - inputs: ``input_ids`` int32 [1, T], ``position_ids`` int32 [1, T], ``attention_bias``
   [1, 1, T, N + T] (additive: 0 where query t may see key j, ``MASK_VALUE`` elsewhere; keys
   0..N-1 are the cache slots, N..N+T-1 the new tokens), one ``attention_bias.window{W}``
-  per sliding window, LongRoPE's ``rope_rows`` int32 [1, T] (the cos/sin table rows:
+  per sliding window (``.chunk{C}`` per chunk size: Llama-4's chunked layers), LongRoPE's ``rope_rows`` int32 [1, T] (the cos/sin table rows:
   ``backends.onnx_npu.lower``), ``past_key_values.{i}.key/.value`` [1, K, N, D] and a recurrent
   layer's fixed-size states (``past_key_values.{i}.conv_state`` [1, C, K-1],
   ``.recurrent_state`` [1, H, N, P]; ``backends.onnx_npu.recurrent``);
@@ -127,7 +127,8 @@ def contract(graph: Graph, builders: dict, settings: dict) -> dict:
             "context": chunk.context, "precision": settings["precision"], "dtype": _float_type(graph).name,
             "vocab_size": int(graph.meta.get("vocab_size", 0)), "graphs": dict(GRAPHS), "data": DATA,
             "inputs": {"ids": "input_ids", "positions": "position_ids", "ids_dtype": "int32"},
-            "masks": [{"name": name, "window": window} for window, name in chunk.masks.items()],
+            "masks": [{"name": name, "window": window, **({"chunk": size} if size else {})}
+                      for (window, size), name in chunk.masks.items()],
             **({"rope_rows": [{"name": name, "original": original, "offset": chunk.context}
                               for original, name in chunk.rope_rows.items()]} if chunk.rope_rows else {}),
             "mask_value": MASK_VALUE, "caches": caches, "states": states, "logits": "logits",

@@ -113,6 +113,8 @@ class Host:
         own[np.arange(tokens), n + np.arange(tokens)] = True
         for mask in self.contract["masks"]:
             visible = causal if mask["window"] is None else causal & (query - keys < mask["window"])
+            if mask.get("chunk"):  # Llama-4's chunks (a slot holds its position)
+                visible = visible & (keys // mask["chunk"] == query // mask["chunk"])
             visible = np.where(np.arange(tokens)[:, None] < real, visible, own)
             bias = np.where(visible, 0.0, self.contract["mask_value"]).astype(self.dtype)
             feeds[mask["name"]] = bias[None, None]

@@ -65,7 +65,7 @@ class NpuBuilder(Builder):
     """A Builder whose dims are numbers: ``bindings`` gives every symbol's value."""
 
     bindings: dict = field(default_factory=dict)
-    masks: dict = field(default_factory=dict)       # window (None: global) -> mask input name
+    masks: dict = field(default_factory=dict)       # (window, chunk) (None: none) -> mask input name
     rope_rows: dict = field(default_factory=dict)   # LongRoPE's n -> the rows input name
     positions: str = ""                              # position_ids claimed for a graph without one (ALiBi)
     quant: Any = None                                # a qdq.QuantPlan for w8a16 / w4a16
@@ -82,11 +82,13 @@ class NpuBuilder(Builder):
     def shape(self, shape) -> str:
         return self.i64([self.size(d) for d in shape])
 
-    def mask(self, window) -> str:
-        """The additive mask input for layers of this sliding window (None: global)."""
-        if window not in self.masks:
-            self.masks[window] = self.claim("attention_bias" if window is None else f"attention_bias.window{window}")
-        return self.masks[window]
+    def mask(self, window, chunk=None) -> str:
+        """The additive mask input for layers of this sliding window and chunk (None: none)."""
+        if (window, chunk) not in self.masks:
+            name = "attention_bias" + ("" if window is None else f".window{window}") + (
+                "" if chunk is None else f".chunk{chunk}")
+            self.masks[window, chunk] = self.claim(name)
+        return self.masks[window, chunk]
 
     def position_ids(self) -> str:
         """The int32 [1, T] ``position_ids`` input: the graph's, or one claimed here (an ALiBi
@@ -214,13 +216,13 @@ def block_mask(group: int, dtype_name: str, blocks) -> np.ndarray:
     return np.tile(mask, (group, 1))[None, None]
 
 
-def grouped_mask(b: NpuBuilder, window, group: int, tokens: int) -> str:
+def grouped_mask(b: NpuBuilder, window, group: int, tokens: int, chunk=None) -> str:
     """The additive mask [1, 1, G*T, N+T]: row g*T + t is the mask of query t."""
-    mask = b.mask(window)
+    mask = b.mask(window, chunk)
     if group == 1:
         return mask
-    return b.cached(("mask-groups", window, group), lambda: b.op("Tile", [mask, b.i64([1, 1, group, 1])],
-                                                                 f"{mask}/groups{group}"))
+    return b.cached(("mask-groups", window, chunk, group), lambda: b.op("Tile", [mask, b.i64([1, 1, group, 1])],
+                                                                        f"{mask}/groups{group}"))
 
 
 def lower_attention(b: NpuBuilder, node: Node, outs: list[str]) -> None:
@@ -250,7 +252,8 @@ def lower_attention(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     sinks = "" if o["sinks"] is None else sink_column(b, o["sinks"], kv_heads, group, tokens, o["q"].dtype)
     bias = "" if o["alibi"] is None else alibi_scores(b, o["alibi"], kv_heads, group, tokens, o["q"].dtype,
                                                        _where(node))
-    attended = attend(b, q4, keys, values, grouped_mask(b, a["window"], group, tokens), kv_heads=kv_heads,
+    attended = attend(b, q4, keys, values, grouped_mask(b, a["window"], group, tokens, a.get("chunk")),
+                      kv_heads=kv_heads,
                       group=group, tokens=tokens, width=width, v_width=v_width, scale=o["scale"], cap=a["softcap"],
                       dtype=o["q"].dtype, out=b.fresh(f"{name}/heads"), sinks=sinks, bias=bias)
     merge_heads(b, attended, heads=heads, width=v_width, out=name, **shape)

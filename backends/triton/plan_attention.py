@@ -134,7 +134,7 @@ class AttentionPlanning:
         features = attention_kernels.AttentionFeatures(softcap=attrs["softcap"] is not None,
                                                        window=attrs["window"] is not None,
                                                        sinks=sinks is not None, blocks=blocks is not None,
-                                                       alibi=alibi is not None)
+                                                       alibi=alibi is not None, chunk=bool(attrs.get("chunk")))
         name = self.attention_kernels(q.dtype, features, [node])
         lines = [self.alloc(out)] + [self.late_caches[v.name] for v in node.outputs[1:] if v.name in self.late_caches]
         kernels = [name]
@@ -154,6 +154,8 @@ class AttentionPlanning:
         options = [f"window={attrs['window'] or 0}", f"softcap={float(attrs['softcap'] or 0.0)!r}"]
         if not attrs["causal"]:
             options.append("causal=False")
+        if attrs.get("chunk"):
+            options.append(f"chunk={attrs['chunk']}")
         query = f"{self.var(q)}.reshape({batch}, {seq}, {heads}, {head_dim})"
         operands = [repr(float(scale))]
         if sinks is not None:  # the kernels read them in q's type
@@ -173,7 +175,7 @@ class AttentionPlanning:
         tag = "mla" if features.mla else "attention"
         suffix = ("_softcap" if features.softcap else "") + ("_window" if features.window else "") \
             + ("_sinks" if features.sinks else "") + ("_blocks" if features.blocks else "") \
-            + ("_alibi" if features.alibi else "")
+            + ("_alibi" if features.alibi else "") + ("_chunk" if features.chunk else "")
         prefill = self.use_kernel(f"{tag}_prefill{suffix}", lambda n: attention_kernels.attention_kernel(
             n, dtype, features, decode=False), nodes)
         decode = self.use_kernel(f"{tag}_decode{suffix}", lambda n: attention_kernels.attention_kernel(
@@ -183,6 +185,7 @@ class AttentionPlanning:
             self.helpers.add("tanh_f32")
         name = f"{tag}{suffix}"
         self.launchers[name] = attention_kernels.attention_launcher(name, prefill, decode, combine, features.mla,
-                                                                    features.sinks, features.blocks, features.alibi)
+                                                                    features.sinks, features.blocks, features.alibi,
+                                                                    features.chunk)
         return name
 

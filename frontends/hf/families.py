@@ -44,6 +44,7 @@ kimi_linear        Kimi Delta Attention beside MLA attention, DeepSeek-V3 MoE: `
 minimax            lightning attention beside softmax attention, Mixtral MoE: ``families_minimax``
 phimoe             Phi-3.5-MoE: LayerNorms with bias, sparsemixer-routed MoE: ``families_phimoe``
 bloom, mpt         ALiBi in place of RoPE (Falcon's ``alibi`` too): ``families_alibi``
+llama4_text        chunked RoPE layers, NoPE layers with a temperature, input-weighted MoE: ``families_llama4``
 exaone, ...        families irc has under other config classes (exaone, internlm3, iquestcoder,
                    gpt-sw3, sarvam_mla, helium, seed_oss, arcee, ernie4_5, cwm): ``families_aliases``
 =================  ==========================================================================
@@ -76,6 +77,7 @@ from frontends.hf import families_gemma3n, families_gemma4, families_gpt_oss
 from frontends.hf import families_phimoe
 from frontends.hf import families_aliases
 from frontends.hf import families_alibi
+from frontends.hf import families_llama4
 from irc.errors import SpecError
 from frontends.hf.families_common import (FULL, SLIDING, _arch, _dims, _every_layer_window, _experts, _layer_types,
                                           _no, _qwen_windows, _rope, _silu, _swiglu, _windows)
@@ -122,6 +124,7 @@ DEFAULTS = {
     **families_phimoe.DEFAULTS,
     **families_aliases.DEFAULTS,
     **families_alibi.DEFAULTS,
+    **families_llama4.DEFAULTS,
 }
 
 # DSL argument -> the config.json key a refusal should name
@@ -323,6 +326,7 @@ FAMILIES = {
     **families_phimoe.FAMILIES,
     **families_aliases.FAMILIES,
     **families_alibi.FAMILIES,
+    **families_llama4.FAMILIES,
 }
 
 
@@ -410,6 +414,7 @@ LAYOUTS = {  # the families' departures from LAYER_NAMES
     **families_phimoe.layouts(Experts),
     **families_aliases.LAYOUTS,
     **families_alibi.LAYOUTS,
+    **families_llama4.LAYOUTS,
 }
 # a layout's "_prefix" (the layers' names, default model.layers.) and "_top" (embed, norm
 # and lm_head, default TOP_NAMES) say where a family departs from Llama's names

@@ -48,16 +48,17 @@ def _rope(cfg: Config, head_dim: int, layer_type: Optional[str] = None, conventi
                      original_max=cfg.get("max_position_embeddings", positive_int, None))
 
 
-def _layer_types(cfg: Config, n_layers: int, derive: Callable[[int], str]) -> list[str]:
-    """``layer_types`` from the config, or derived per layer as the family's config class does."""
+def _layer_types(cfg: Config, n_layers: int, derive: Callable[[int], str], kinds: tuple = (FULL, SLIDING)) -> list[str]:
+    """``layer_types`` from the config (each one of ``kinds``), or derived per layer as the
+    family's config class does."""
     if not cfg.has("layer_types"):
         return [derive(i) for i in range(n_layers)]
     types = cfg.get("layer_types", string_list)
     if len(types) != n_layers:
         raise cfg.error("layer_types", f"has {len(types)} entries for {n_layers} layers")
     for kind in types:
-        if kind not in (FULL, SLIDING):
-            raise cfg.unsupported("layer_types", kind, hint=f"layer types: {FULL}, {SLIDING}")
+        if kind not in kinds:
+            raise cfg.unsupported("layer_types", kind, hint=f"layer types: {', '.join(kinds)}")
     return types
 
 

@@ -11,6 +11,11 @@ attention_mask[b, j] == 1. Without ``causal`` (bidirectional: an encoder) the wi
 symmetric, |j - (P+t)| < W, as transformers' Gemma 3 with ``use_bidirectional_attention``
 masks its sliding layers. A query row that sees no key outputs zeros, never NaN.
 
+Chunks (``chunk`` C, Llama-4's chunked attention): key j is visible to query t only in the
+query's chunk, ⌊(j − pad)/C⌋ = ⌊(P + t − pad)/C⌋, where pad is the row's left padding (the
+leading zeros of attention_mask): chunks start at each row's first real token, as
+transformers' ``create_chunked_causal_mask`` counts them.
+
 Image blocks (``attention``'s optional ``blocks`` operand [B, T], int: ``image_blocks`` of the
 ids, Gemma 3's image tokens): query t also sees key P+t' of the current chunk when
 blocks[t] == blocks[t'] >= 0, i.e. one image's tokens see each other both ways; the window
@@ -53,7 +58,7 @@ from irc.ops.rope import (apply_rope, check_rope_config, rope_cos_sin, rope_inv_
 # ---- shared math -----------------------------------------------------------------------
 
 def visible_keys(batch: int, seq: int, past: int, attention_mask=None, causal: bool = True,
-                 window: Optional[int] = None, blocks=None) -> np.ndarray:
+                 window: Optional[int] = None, blocks=None, chunk: Optional[int] = None) -> np.ndarray:
     """Bool [B, T, P+T]: may query row t see key j (see the module docstring)."""
     query = past + np.arange(seq)[:, None]
     key = np.arange(past + seq)[None, :]
@@ -71,9 +76,19 @@ def visible_keys(batch: int, seq: int, past: int, attention_mask=None, causal: b
                                             ids[:, :, None] == ids[:, None, :]], axis=2)
     if window is not None:
         visible = visible & ((key > query - window) if causal else (np.abs(key - query) < window))
+    if chunk is not None:  # Llama-4's chunks, counted from each row's first real token
+        pad = left_padding(attention_mask, batch)[:, None, None]
+        visible = visible & ((key - pad) // chunk == (query - pad) // chunk)
     if attention_mask is not None:
         visible = visible & (np.asarray(attention_mask) != 0)[:, None, :]
     return visible
+
+
+def left_padding(attention_mask, batch: int) -> np.ndarray:
+    """[B] int64: each row's leading zeros of ``attention_mask`` (0 without one)."""
+    if attention_mask is None:
+        return np.zeros(batch, np.int64)
+    return (np.cumsum(np.asarray(attention_mask) != 0, axis=1) == 0).sum(axis=1).astype(np.int64)
 
 
 def image_blocks(ids, token: int) -> np.ndarray:
@@ -145,12 +160,12 @@ def attention(q, k, v, attention_mask=None, past_key=None, past_value=None, sink
               heads: int, kv_heads: int,
               head_dim: int, v_head_dim: Optional[int] = None, causal: bool = True,
               window: Optional[int] = None, softcap: Optional[float] = None,
-              scale: Optional[float] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              scale: Optional[float] = None, chunk: Optional[int] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(out [B, T, H*Dv], present_key [B, K, P+T, D], present_value [B, K, P+T, Dv]), float32."""
     key = with_past(past_key, split_heads(f32(k), kv_heads))
     value = with_past(past_value, split_heads(f32(v), kv_heads))
     batch, seq = q.shape[:2]
-    visible = visible_keys(batch, seq, key.shape[2] - seq, attention_mask, causal, window, blocks)
+    visible = visible_keys(batch, seq, key.shape[2] - seq, attention_mask, causal, window, blocks, chunk)
     scale = head_dim ** -0.5 if scale is None else scale
     bias = None if alibi is None else alibi_bias(alibi, seq, key.shape[2])
     out = attend(split_heads(f32(q), heads), key, value, visible, scale, softcap, sinks, bias)
@@ -193,8 +208,11 @@ def _attention_infer(inputs, attrs):
     for name in ("heads", "kv_heads", "head_dim"):
         expect(isinstance(attrs[name], int) and attrs[name] > 0, f"attention: {name} must be a positive int")
     expect(heads % kv_heads == 0, f"attention: heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
-    expect(attrs["window"] is None or (isinstance(attrs["window"], int) and attrs["window"] > 0),
-           f"attention: window must be a positive int or None, got {attrs['window']!r}")
+    for name in ("window", "chunk"):
+        value = attrs[name]
+        expect(value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0),
+               f"attention: {name} must be a positive int or None, got {value!r}")
+    expect(attrs["chunk"] is None or attrs["causal"], "attention: chunks are a causal attention's")
     expect(len(q.shape) == 3, f"attention: q must be [B,T,H*D], got {dims.format_shape(q.shape)}")
     batch, seq = q.shape[:2]
     _check_activation("attention", "q", q, batch, seq, heads * head_dim)
@@ -257,7 +275,7 @@ def _attention_cost(inputs, outputs, attrs):
 register(OpDef("attention", ("q", "k", "v", "attention_mask?", "past_key?", "past_value?", "sinks?", "blocks?",
                              "alibi?"),
                {"heads": REQUIRED, "kv_heads": REQUIRED, "head_dim": REQUIRED, "v_head_dim": None, "causal": True,
-                "window": None, "softcap": None, "scale": None},
+                "window": None, "softcap": None, "scale": None, "chunk": None},
                _attention_infer, _attention_reference, _attention_cost, level="model"))
 
 

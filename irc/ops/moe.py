@@ -29,6 +29,8 @@ above at ``swiglu_limit``, up clamped to [-limit, limit], glu = gate * sigmoid(
 ``swiglu_alpha`` * gate), hidden = (up + 1) * glu. An optional shared expert (same
 activation, no biases) is added to the routed sum; Qwen2-MoE scales it by
 sigmoid(x @ shared_expert_gate.T).
+With ``weight_inputs`` (Llama-4) a chosen expert's *input* is scaled by the gating weight and
+its output added as it is: expert(w·x) in place of w·expert(x).
 Mixtral: softmax, top_k, norm_topk_prob=True. DeepSeek-V3: sigmoid, router_bias, groups
 with "top2_sum", routed_scale. Qwen2-MoE: softmax, shared expert with its gate. GPT-OSS:
 softmax with router_logit_bias and norm_topk_prob=True (a softmax over the top-k logits),
@@ -194,26 +196,30 @@ def _row(bias, expert: int):
 def moe_dense(x, router, w_gate, w_up, w_down, router_bias=None, shared_gate=None, shared_up=None,
               shared_down=None, shared_expert_gate=None, router_logit_bias=None, b_gate=None, b_up=None, b_down=None,
               *, activation: str = "silu", swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0,
-              **routing) -> np.ndarray:
+              weight_inputs: bool = False, **routing) -> np.ndarray:
     """Every expert over every token, each output scaled by that token's gating weight for
-    the expert (0 if not chosen). Float32, shape of x."""
+    the expert (0 if not chosen; with ``weight_inputs``, each chosen expert's input is
+    scaled instead). Float32, shape of x."""
     tokens = f32(x).reshape(-1, x.shape[-1])
     expert_ids, weights = route(tokens, router, router_bias, logit_bias=router_logit_bias, **routing)
     dense = np.zeros((len(tokens), len(w_gate)), dtype=np.float32)
     np.put_along_axis(dense, expert_ids, weights, axis=-1)
+    chosen = np.zeros(dense.shape, dtype=bool)
+    np.put_along_axis(chosen, expert_ids, True, axis=-1)
     glu_args = dict(alpha=swiglu_alpha, limit=swiglu_limit)
     out = shared_expert(tokens, shared_gate, shared_up, shared_down, shared_expert_gate, activation, **glu_args)
     for e in range(len(w_gate)):
-        y = expert_mlp(tokens, w_gate[e], w_up[e], w_down[e], activation, _row(b_gate, e), _row(b_up, e),
-                       _row(b_down, e), **glu_args)
-        out = out + dense[:, e:e + 1] * y
+        weight = dense[:, e:e + 1]
+        y = expert_mlp(tokens * weight if weight_inputs else tokens, w_gate[e], w_up[e], w_down[e], activation,
+                       _row(b_gate, e), _row(b_up, e), _row(b_down, e), **glu_args)
+        out = out + (np.where(chosen[:, e:e + 1], y, 0.0) if weight_inputs else weight * y)
     return out.reshape(x.shape).astype(np.float32)
 
 
 def moe_per_token(x, router, w_gate, w_up, w_down, router_bias=None, shared_gate=None, shared_up=None,
                   shared_down=None, shared_expert_gate=None, router_logit_bias=None, b_gate=None, b_up=None,
                   b_down=None, *, activation: str = "silu", swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0,
-                  **routing) -> np.ndarray:
+                  weight_inputs: bool = False, **routing) -> np.ndarray:
     """Token by token, only the chosen experts: the definition ``moe_dense`` must equal."""
     tokens = f32(x).reshape(-1, x.shape[-1])
     expert_ids, weights = route(tokens, router, router_bias, logit_bias=router_logit_bias, **routing)
@@ -221,8 +227,9 @@ def moe_per_token(x, router, w_gate, w_up, w_down, router_bias=None, shared_gate
     out = shared_expert(tokens, shared_gate, shared_up, shared_down, shared_expert_gate, activation, **glu_args)
     for n, token in enumerate(tokens):
         for e, weight in zip(expert_ids[n], weights[n]):
-            out[n] += weight * expert_mlp(token[None], w_gate[e], w_up[e], w_down[e], activation, _row(b_gate, e),
-                                          _row(b_up, e), _row(b_down, e), **glu_args)[0]
+            y = expert_mlp(token[None] * weight if weight_inputs else token[None], w_gate[e], w_up[e], w_down[e],
+                           activation, _row(b_gate, e), _row(b_up, e), _row(b_down, e), **glu_args)[0]
+            out[n] += y if weight_inputs else weight * y
     return out.reshape(x.shape).astype(np.float32)
 
 
@@ -283,6 +290,9 @@ def _moe_infer(inputs, attrs):
     x, router, w_gate, w_up, w_down, bias, s_gate, s_up, s_down, s_expert_gate = pad_inputs(inputs, 10)
     check_routing_attrs(attrs)
     _check_oai(attrs)
+    expect(isinstance(attrs["weight_inputs"], bool), "moe: weight_inputs must be true or false")
+    expect(not attrs["weight_inputs"] or all(ops[name] is None for name in ("b_gate", "b_up", "b_down")),
+           "moe: weight_inputs (Llama-4's) takes experts without biases")
     experts = attrs["experts"]
     expect(x.dtype.is_float and len(x.shape) == 3, f"moe: x must be float [B,T,d], got {dims.format_shape(x.shape)}")
     d = x.shape[-1]
@@ -319,7 +329,8 @@ def _moe_reference(inputs, attrs):
     x = inputs[0]
     operands = pad_inputs(inputs, 14)
     return [moe_dense(*operands, activation=attrs["activation"], swiglu_alpha=attrs["swiglu_alpha"],
-                      swiglu_limit=attrs["swiglu_limit"], **routing_attrs(attrs)).astype(x.dtype)]
+                      swiglu_limit=attrs["swiglu_limit"], weight_inputs=attrs["weight_inputs"],
+                      **routing_attrs(attrs)).astype(x.dtype)]
 
 
 def _moe_active_fraction(attrs: dict, operand: str) -> float:
@@ -351,5 +362,6 @@ def _moe_cost(inputs, outputs, attrs):
 register(OpDef("moe", OPERANDS,
                {"experts": REQUIRED, "top_k": REQUIRED, "scoring": "softmax", "norm_topk_prob": True,
                 "routed_scale": 1.0, "n_group": None, "topk_group": None, "group_score": "max",
-                "activation": "silu", "swiglu_alpha": 1.702, "swiglu_limit": 7.0, "jitter_eps": 0.01},
+                "activation": "silu", "swiglu_alpha": 1.702, "swiglu_limit": 7.0, "jitter_eps": 0.01,
+                "weight_inputs": False},
                _moe_infer, _moe_reference, _moe_cost, level="model", active_fraction=_moe_active_fraction))

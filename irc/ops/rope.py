@@ -127,8 +127,9 @@ def _llama3(dim: int, base: float, scaling: dict) -> np.ndarray:
     low_wavelen, high_wavelen = old_context / low_factor, old_context / high_factor
     wavelen = 2 * math.pi / inv_freq
     scaled = np.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
-    smooth = (old_context / wavelen - low_factor) / (high_factor - low_factor)
-    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    with np.errstate(divide="ignore", invalid="ignore"):  # low == high (Llama-4 Scout): no medium band to smooth
+        smooth = (old_context / wavelen - low_factor) / (high_factor - low_factor)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
     medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
     return np.where(medium, smoothed, scaled).astype(np.float32)
 

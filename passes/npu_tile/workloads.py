@@ -213,11 +213,12 @@ def _gelu_mlp(graph, node, sizes):
 
 
 def _keys(node, sizes, tokens) -> tuple[int, int]:
-    """(visible past, keys) at these sizes: P capped by a sliding window as irc.analysis does."""
+    """(visible past, keys) at these sizes: P capped by a sliding window as irc.analysis does,
+    or by a chunk (Llama-4's: a query sees at most C keys, those of its chunk)."""
     past = sizes.bindings.get("P", 0) if len(node.inputs) > 4 and node.inputs[4] is not None else 0
-    window = node.attrs.get("window")
-    if window is not None:
-        past = max(0, min(past, window - tokens))
+    for span in (node.attrs.get("window"), node.attrs.get("chunk")):
+        if span is not None:
+            past = max(0, min(past, span - tokens))
     return past, past + tokens
 
 
@@ -228,7 +229,8 @@ def _core(node, sizes, role, batch, tokens, group, count, key_dim, value_dim, sc
     return Work(f"{node.name}:{role}", node.name, node.op, role, shape, batch * count,
                 attention={"group": group, "tokens": tokens, "past": past,
                            "causal": bool(node.attrs.get("causal", True)), "scale": scale,
-                           "softcap": node.attrs.get("softcap"), "window": node.attrs.get("window")})
+                           "softcap": node.attrs.get("softcap"), "window": node.attrs.get("window"),
+                           **({"chunk": node.attrs["chunk"]} if node.attrs.get("chunk") else {})})
 
 
 def _attention(graph, node, sizes):

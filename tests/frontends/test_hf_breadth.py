@@ -19,6 +19,7 @@ FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smoll
             "cohere-qk-norm", "cohere2-nope-global", "glm4-sandwich-partial-rotary", "falcon-7b-multi-query",
             "falcon-40b-new-arch-biases", "olmo-plain-norms-clip", "ministral3-llama4-scale-yarn", "opt-relu-tied",
             "bloom-alibi-6-heads", "mpt-alibi-clip-scale", "falcon-alibi-sequential",
+            "llama4-chunked-moe", "llama4-top2-full-no-qk-norm",
             # issue 40: aliases
             "exaone-original-names", "internlm3-head-dim-128", "iquestcoder-mqa", "helium-interleaved-qkv-bias",
             "seed-oss-qkv-out-bias", "arcee-relu2-mlp-bias", "ernie4-5-interleaved-tied", "cwm-windows-llama3"]

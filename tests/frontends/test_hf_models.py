@@ -131,6 +131,16 @@ CASES = {  # name: (config class, overrides of SMALL)
                                             bos_token_id=1, eos_token_id=2)),
     "falcon-alibi-sequential": ("FalconConfig", dict(alibi=True, multi_query=False, parallel_attn=False, bias=True,
                                                      pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # families_llama4: chunks of 4 (the prompts cross them), NoPE layer 3, MoE layers 1 and 3
+    "llama4-chunked-moe": ("Llama4TextConfig", dict(num_hidden_layers=4, head_dim=8, intermediate_size=24,
+                                                    intermediate_size_mlp=40, num_local_experts=4,
+                                                    interleave_moe_layer_step=2, attention_chunk_size=4)),
+    "llama4-top2-full-no-qk-norm": ("Llama4TextConfig", dict(num_hidden_layers=4, head_dim=8, intermediate_size=24,
+                                                             intermediate_size_mlp=40, num_local_experts=4,
+                                                             num_experts_per_tok=2, use_qk_norm=False,
+                                                             attention_chunk_size=None, rope_parameters={
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0,
+        "original_max_position_embeddings": 16})),  # Scout's low = high: no band between
     # families_cohere
     "cohere-parallel-logit-scale": ("CohereConfig", dict(logit_scale=0.5, bos_token_id=1, eos_token_id=2)),
     "cohere-qk-norm": ("CohereConfig", dict(use_qk_norm=True, logit_scale=0.5, bos_token_id=1, eos_token_id=2)),

@@ -13,7 +13,9 @@ CAUSAL, visible iff its block id equals the query's (block-diagonal attention ov
 images: Qwen-VL's frames and windows), and with CAUSAL also visible past the causal frontier
 when it is a token of the query's image (equal ids >= 0: Gemma 3's image tokens, which see
 each other both ways; the prefill loop then runs to S). SOFTCAP > 0 caps the scaled scores (Gemma 2) before masking;
-with a ``slope_ptr`` [H] (f32, ALiBi) slope_h · (j − (P + t)) is added to them after the cap.
+with a ``slope_ptr`` [H] (f32, ALiBi) slope_h · (j − (P + t)) is added to them after the cap;
+with CHUNK > 0 (and a ``pad_ptr`` [B]: each row's left padding) key j is visible only in the
+query's chunk, ⌊(j − pad)/CHUNK⌋ = ⌊(P + t − pad)/CHUNK⌋ (Llama-4).
 WINDOW and SOFTCAP are compile-time options; the code for them is generated only when the
 graph has a windowed or soft-capped attention.
 
@@ -53,6 +55,7 @@ class AttentionFeatures:
     sinks: bool = False
     blocks: bool = False  # equal block ids: bidirectional restricted to them, causal opened by them
     alibi: bool = False  # per-head slopes times key minus query index added to the scores (BLOOM, MPT)
+    chunk: bool = False  # a query sees its chunk's keys only, counted from the row's first real token (Llama-4)
 
 
 def _signature(dtype: DType, features: AttentionFeatures, decode: bool) -> dict:
@@ -66,6 +69,8 @@ def _signature(dtype: DType, features: AttentionFeatures, decode: bool) -> dict:
         sig["blocks_ptr"] = "*i64"
     if features.alibi:
         sig["slope_ptr"] = "*fp32"
+    if features.chunk:
+        sig["pad_ptr"] = "*i64"
     if decode:
         sig.update({"part_ptr": "*fp32", "ml_ptr": "*fp32"})
     names = ["stride_qb", "stride_qt", "stride_qh", "stride_kb", "stride_kh", "stride_ks"]
@@ -79,7 +84,7 @@ def _signature(dtype: DType, features: AttentionFeatures, decode: bool) -> dict:
     sig.update({name: "i32" for name in names})
     sig["scale"] = "fp32"
     constexprs = ["GROUP", "BLOCK_G", "BLOCK_T", "BLOCK_N", "BLOCK_D", "BLOCK_DV", "CAUSAL", "WINDOW", "SOFTCAP",
-                  "HAS_MASK", "PRECISION", "MIXED"]
+                  "HAS_MASK", "PRECISION", "MIXED"] + (["CHUNK"] if features.chunk else [])
     if features.mla:
         constexprs.append("BLOCK_DR")
     if decode:
@@ -117,6 +122,9 @@ def _key_loop(features: AttentionFeatures, mix: str) -> list[str]:
         lines += ["if CAUSAL:", "    visible = visible & (j[None, :] <= qpos[:, None])"]
     if features.window:
         lines += ["if WINDOW > 0:", "    visible = visible & (j[None, :] > qpos[:, None] - WINDOW)"]
+    if features.chunk:  # Llama-4's chunks, from the row's first real token
+        lines += ["if CHUNK > 0:",
+                  "    visible = visible & ((j[None, :] - row_pad) // CHUNK == (qpos[:, None] - row_pad) // CHUNK)"]
     lines += ["if HAS_MASK:",
               "    keep = tl.load(mask_ptr + b * stride_mb + j, mask=j_ok, other=0)",
               "    visible = visible & (keep != 0)[None, :]",
@@ -163,6 +171,8 @@ def _prologue(features: AttentionFeatures, decode: bool) -> list[str]:
         lines.append("qblock = tl.load(blocks_ptr + b * stride_blk + t, mask=row_ok, other=-1)")
     if features.alibi:
         lines.append("slope = tl.load(slope_ptr + head, mask=row_ok, other=0.0)")
+    if features.chunk:
+        lines.append("row_pad = tl.load(pad_ptr + b)")
     if features.mla:
         lines += ["dr = tl.arange(0, BLOCK_DR)",
                   "qr = tl.load(q_row[:, None] + D + dr[None, :], mask=row_ok[:, None] & (dr < DR)[None, :], "
@@ -230,7 +240,7 @@ def attention_kernel(name: str, dtype: DType, features: AttentionFeatures, decod
     constexprs = {"GROUP": 4, "BLOCK_G": 16 if decode else 4, "BLOCK_T": 1 if decode else 4, "BLOCK_N": 32,
                   "BLOCK_D": 64, "BLOCK_DV": 64, "CAUSAL": True, "WINDOW": 4096 if features.window else 0,
                   "SOFTCAP": 50.0 if features.softcap else 0.0, "HAS_MASK": True, "PRECISION": "ieee",
-                  "MIXED": False}
+                  "MIXED": False, **({"CHUNK": 8192} if features.chunk else {})}
     if features.mla:
         constexprs.update({"BLOCK_D": 128, "BLOCK_DV": 128, "BLOCK_DR": 32, "GROUP": 16, "BLOCK_G": 16,
                            "BLOCK_T": 1, "BLOCK_N": 16})
@@ -269,11 +279,12 @@ def combine_kernel(name: str, dtype: DType) -> Kernel:
 
 
 def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: bool, sinks: bool = False,
-                       blocks: bool = False, alibi: bool = False) -> str:
+                       blocks: bool = False, alibi: bool = False, chunk: bool = False) -> str:
     """The launch helper choosing the prefill or decode kernel (and the split count); with
     ``sinks`` it takes the per-head sink logits [H] (``sinks=``) and hands them to both; with
     ``blocks``, the block id of each query of the chunk [B, T] (i64); with ``alibi``, the
-    per-head ALiBi slopes [H] (f32)."""
+    per-head ALiBi slopes [H] (f32); with ``chunk``, ``chunk=C`` (each row's left padding is
+    counted from the mask here)."""
     if mla:
         signature = "q, latent, rope, out, mask, scale, causal=True, splits=None"
         unpack = ["    B, T, H, _ = q.shape",
@@ -289,6 +300,8 @@ def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: 
         if sinks or blocks or alibi:
             signature = signature.replace("scale, ", "scale, " + "sinks, " * sinks + "blocks, " * blocks
                                           + "slopes, " * alibi)
+        if chunk:
+            signature = signature.replace("splits=None", "splits=None, chunk=0")
         unpack = ["    B, T, H, D = q.shape",
                   "    KV, S, DV = k.shape[1], k.shape[2], v.shape[3]",
                   "    second = v",
@@ -296,7 +309,8 @@ def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: 
                   "    extra = {}",
                   "    strides = (k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2))",
                   "    sizes = (D, DV)"]
-    operands = "q, k, second, out, mask" + ", sinks" * sinks + ", blocks" * blocks + ", slopes" * alibi
+    operands = "q, k, second, out, mask" + ", sinks" * sinks + ", blocks" * blocks + ", slopes" * alibi \
+        + ", pad" * chunk
     return "\n".join([
         f"def launch_{name}({signature}):",
         '    """out [B, T, H, DV] = attention of q over the S keys of the cache views, the T new',
@@ -307,6 +321,8 @@ def attention_launcher(name: str, prefill: str, decode: str, combine: str, mla: 
         "    block_d = triton.next_power_of_2(max(D, 16))",
         "    block_dv = triton.next_power_of_2(max(DV, 16))",
         "    has_mask = mask is not None",
+        *(["    pad = ((mask.cumsum(1) == 0).sum(1) if has_mask else torch.zeros(B, device=q.device)).to(torch.int64)",
+           "    extra = dict(extra, CHUNK=chunk)"] if chunk else []),
         "    mask = mask if has_mask else q",
         "    mask_stride = mask.stride(0) if has_mask else 0",
         "    common = (q.stride(0), q.stride(1), q.stride(2), *strides, out.stride(0), out.stride(1), out.stride(2),",
