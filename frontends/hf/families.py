@@ -47,6 +47,9 @@ bloom, mpt         ALiBi in place of RoPE (Falcon's ``alibi`` too): ``families_a
 llama4_text        chunked RoPE layers, NoPE layers with a temperature, input-weighted MoE: ``families_llama4``
 exaone, ...        families irc has under other config classes (exaone, internlm3, iquestcoder,
                    gpt-sw3, sarvam_mla, helium, seed_oss, arcee, ernie4_5, cwm): ``families_aliases``
+gpt_bigcode, ...   GPT-2's descendants (gpt_bigcode, gptj, codegen, gpt_neo, openai-gpt, biogpt):
+                   multi-query, GPT-J's parallel layer and rotary, GPT-Neo's local layers, GPT-1's
+                   post-norm: ``families_gpt_kin``
 =================  ==========================================================================
 
 Keys a config.json leaves out take the defaults of transformers' config class for that
@@ -78,6 +81,7 @@ from frontends.hf import families_phimoe
 from frontends.hf import families_aliases
 from frontends.hf import families_alibi
 from frontends.hf import families_llama4
+from frontends.hf import families_gpt_kin
 from irc.errors import SpecError
 from frontends.hf.families_common import (FULL, SLIDING, _arch, _dims, _every_layer_window, _experts, _layer_types,
                                           _no, _qwen_windows, _rope, _silu, _swiglu, _windows)
@@ -125,6 +129,7 @@ DEFAULTS = {
     **families_aliases.DEFAULTS,
     **families_alibi.DEFAULTS,
     **families_llama4.DEFAULTS,
+    **families_gpt_kin.DEFAULTS,
 }
 
 # DSL argument -> the config.json key a refusal should name
@@ -327,6 +332,7 @@ FAMILIES = {
     **families_aliases.FAMILIES,
     **families_alibi.FAMILIES,
     **families_llama4.FAMILIES,
+    **families_gpt_kin.FAMILIES,
 }
 
 
@@ -415,6 +421,7 @@ LAYOUTS = {  # the families' departures from LAYER_NAMES
     **families_aliases.LAYOUTS,
     **families_alibi.LAYOUTS,
     **families_llama4.LAYOUTS,
+    **families_gpt_kin.LAYOUTS,
 }
 # a layout's "_prefix" (the layers' names, default model.layers.) and "_top" (embed, norm
 # and lm_head, default TOP_NAMES) say where a family departs from Llama's names

@@ -22,7 +22,11 @@ FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smoll
             "llama4-chunked-moe", "llama4-top2-full-no-qk-norm",
             # issue 40: aliases
             "exaone-original-names", "internlm3-head-dim-128", "iquestcoder-mqa", "helium-interleaved-qkv-bias",
-            "seed-oss-qkv-out-bias", "arcee-relu2-mlp-bias", "ernie4-5-interleaved-tied", "cwm-windows-llama3"]
+            "seed-oss-qkv-out-bias", "arcee-relu2-mlp-bias", "ernie4-5-interleaved-tied", "cwm-windows-llama3",
+            # families_gpt_kin
+            "gpt-bigcode-multi-query", "gpt-bigcode-mha-unscaled-exact-gelu", "gptj-interleaved-partial-rotary",
+            "gptj-tied-whole-head-rotary", "codegen-qkv-groups", "gpt-neo-local-window", "openai-gpt-post-norm",
+            "openai-gpt-relu", "biogpt-scaled-embedding"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -91,6 +95,25 @@ BAD = [  # (config.json, the key named, a fragment of the message)
     ({"model_type": "arcee", **SMALL, "hidden_act": "silu"}, "hidden_act", '"silu" is not supported'),
     ({"model_type": "ernie4_5", **SMALL, "use_bias": True}, "use_bias", "no such bias"),
     ({"model_type": "cwm", **SMALL, "layer_types": ["sliding_attention"] * 3}, "layer_types", "3 entries for 2"),
+    # families_gpt_kin
+    ({"model_type": "gpt_bigcode", "n_embd": 32, "n_layer": 2, "n_head": 4, "multi_query": False,
+      "add_cross_attention": True}, "add_cross_attention", "without cross-attention"),
+    ({"model_type": "gpt_bigcode", "n_embd": 32, "n_layer": 2, "n_head": 4, "activation_function": "relu"},
+     "activation_function", '"relu" is not supported'),
+    ({"model_type": "gptj", "n_embd": 32, "n_layer": 2, "n_head": 4, "rotary_dim": 16}, "rotary_dim",
+     "16 exceeds head_dim 8"),
+    ({"model_type": "gptj", "n_embd": 32, "n_layer": 2, "n_head": 4, "rotary_dim": 3}, "rotary_dim", "even dimension"),
+    ({"model_type": "codegen", "n_embd": 30, "n_layer": 2, "n_head": 6, "rotary_dim": 4}, "n_embd",
+     "30 is not divisible by 4"),
+    ({"model_type": "gpt_neo", "hidden_size": 32, "num_layers": 2, "num_heads": 4,
+      "attention_types": [[["global", "local"], 2]]}, "attention_types", "gives 4 layers for 2"),
+    ({"model_type": "gpt_neo", "hidden_size": 32, "num_layers": 2, "num_heads": 4,
+      "attention_types": [[["global", "sparse"], 1]]}, "attention_types", '"sparse" is not supported'),
+    ({"model_type": "gpt_neo", "hidden_size": 32, "num_layers": 2, "num_heads": 4,
+      "attention_types": [["global", 2]]}, "attention_types", "expected [kinds, repeats]"),
+    ({"model_type": "openai-gpt", "n_embd": 32, "n_layer": 2, "n_head": 4, "afn": "silu"}, "afn",
+     '"silu" is not supported'),
+    ({"model_type": "biogpt", **SMALL, "hidden_act": "silu"}, "hidden_act", '"silu" is not supported'),
 ]
 
 

@@ -189,6 +189,24 @@ CASES = {  # name: (config class, overrides of SMALL)
     "ernie4-5-interleaved-tied": ("Ernie4_5Config", dict(pad_token_id=0)),
     "cwm-windows-llama3": ("CwmConfig", dict(num_hidden_layers=3, sliding_window=4, head_dim=8, bos_token_id=1,
                                              eos_token_id=2)),
+    # families_gpt_kin
+    "gpt-bigcode-multi-query": ("GPTBigCodeConfig", dict(n_inner=48, bos_token_id=1, eos_token_id=2)),
+    "gpt-bigcode-mha-unscaled-exact-gelu": ("GPTBigCodeConfig", dict(multi_query=False, scale_attn_weights=False,
+                                                                     activation_function="gelu", bos_token_id=1,
+                                                                     eos_token_id=2)),
+    "gptj-interleaved-partial-rotary": ("GPTJConfig", dict(rotary_dim=4, n_inner=48, bos_token_id=1, eos_token_id=2)),
+    "gptj-tied-whole-head-rotary": ("GPTJConfig", dict(rotary_dim=8, tie_word_embeddings=True,
+                                                       activation_function="gelu", bos_token_id=1, eos_token_id=2)),
+    # 2 heads of 24 over qkv_proj's 4 groups of 12 rows: each head's q, k and v from two groups
+    "codegen-qkv-groups": ("CodeGenConfig", dict(hidden_size=48, num_attention_heads=2, rotary_dim=8, n_inner=64,
+                                                 bos_token_id=1, eos_token_id=2)),
+    "gpt-neo-local-window": ("GPTNeoConfig", dict(attention_types=[[["global", "local"], 1]], window_size=4,
+                                                  bos_token_id=1, eos_token_id=2)),
+    "openai-gpt-post-norm": ("OpenAIGPTConfig", {}),
+    "openai-gpt-relu": ("OpenAIGPTConfig", dict(afn="relu")),
+    # BioGPT's LayerNorms take nn.LayerNorm's eps 1e-5 whatever layer_norm_eps says
+    "biogpt-scaled-embedding": ("BioGptConfig", dict(layer_norm_eps=0.5, pad_token_id=0, bos_token_id=1,
+                                                     eos_token_id=2)),
 }
 
 
