@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING, Optional
 
 from frontends.dsl_args import GROUP_SCORES, MOE_SCORING, one_of, positive, positive_float
-from irc.ops.moe import MOE_ACTIVATIONS
+from irc.ops.moe import MOE_ACTIVATIONS, UNGATED
 
 if TYPE_CHECKING:
     from frontends.dsl import Model, Tensor
@@ -67,14 +67,14 @@ class MoeLayer:
         shared = shared_d_ff or shared_experts * d_ff
         if shared_expert_gate and not shared:
             raise m.error("shared_expert_gate", "a shared expert gate needs shared experts")
-        router = m.param(f"{p}moe.router", (experts, d))
-        w_gate = m.param(f"{p}moe.w_gate", (experts, d_ff, d))
+        router, gated = m.param(f"{p}moe.router", (experts, d)), activation not in UNGATED  # relu2: no gate (Nemotron-H)
+        w_gate = m.param(f"{p}moe.w_gate", (experts, d_ff, d)) if gated else None
         w_up = m.param(f"{p}moe.w_up", (experts, d_ff, d))
         w_down = m.param(f"{p}moe.w_down", (experts, d, d_ff))
         bias = m.param(f"{p}moe.router_bias", (experts,)) if router_bias else None
         s_gate = s_up = s_down = s_sigmoid = None
         if shared:
-            s_gate = m.param(f"{p}moe.shared_gate", (shared, d))
+            s_gate = m.param(f"{p}moe.shared_gate", (shared, d)) if gated else None
             s_up = m.param(f"{p}moe.shared_up", (shared, d))
             s_down = m.param(f"{p}moe.shared_down", (d, shared))
         if shared_expert_gate:

@@ -161,7 +161,8 @@ class SortedMoe:
         if b_gate is not None or b_up is not None:  # each sorted row's expert [M]
             flat_ids = e("reshape", [expert_ids], "expert_ids_flat", {"shape": [dims.product(expert_ids.shape)]})
             row_expert = e("gather", [flat_ids, slot_index], "row_expert", {"axis": 0})
-        gate = self.biased(e("grouped_gemm", [rows, w_gate, indptr], "gate", gemm), b_gate, row_expert, "gate")
+        gate = None if w_gate is None else self.biased(e("grouped_gemm", [rows, w_gate, indptr], "gate", gemm), b_gate,
+                                                       row_expert, "gate")
         up = self.biased(e("grouped_gemm", [rows, w_up, indptr], "up", gemm), b_up, row_expert, "up")
         hidden = self.glu(gate, up, "act", "hidden")
         down = e("grouped_gemm", [hidden, w_down, indptr], "down", gemm)
@@ -169,7 +170,7 @@ class SortedMoe:
             "mul", [down, self.row_weights(weights, slot_index, down.shape[0])], "weighted")
         if b_down is None:
             base = self.shared(tokens, s_gate, s_up, s_down, s_expert_gate, tokens_shape)
-        elif s_gate is None:
+        elif s_up is None:
             base = self.token_biases(b_down, expert_ids, weights)
         else:
             base = e("add", [self.shared(tokens, s_gate, s_up, s_down, s_expert_gate, tokens_shape),
@@ -190,7 +191,11 @@ class SortedMoe:
         return self.e(op, [x], role, attrs)
 
     def glu(self, gate: Value, up: Value, role: str, out: str) -> Value:
-        """act(gate) * up, or GPT-OSS's clamped form (``clamped_glu``) for ``swiglu_oai``."""
+        """act(gate) * up, GPT-OSS's clamped form (``clamped_glu``) for ``swiglu_oai``, or relu(up)²
+        for ungated experts (``relu2``: gate None)."""
+        if self.node.attrs["activation"] == "relu2":
+            positive = self.e("maximum", [up, self.e.constant(0.0, F32, f"{role}_zero")], f"{role}_relu")
+            return self.e("mul", [positive, positive], out)
         if self.node.attrs["activation"] == "swiglu_oai":
             return clamped_glu(self.e, gate, up, self.node.attrs["swiglu_alpha"], self.node.attrs["swiglu_limit"],
                                role, out)
@@ -221,10 +226,10 @@ class SortedMoe:
     def shared(self, tokens: Value, s_gate: Optional[Param], s_up, s_down, s_expert_gate, shape) -> Value:
         """The shared expert over every token (sigmoid-gated when asked), or zeros [N, d]."""
         e = self.e
-        if s_gate is None:
+        if s_up is None:
             return e("expand", [e.constant(0.0, F32, "zero")], "zeros", {"shape": shape})
-        gate = e("linear", [tokens, s_gate], "shared_gate")
-        if self.node.attrs["activation"] == "swiglu_oai":
+        gate = None if s_gate is None else e("linear", [tokens, s_gate], "shared_gate")
+        if self.node.attrs["activation"] in ("swiglu_oai", "relu2"):
             hidden = self.glu(gate, e("linear", [tokens, s_up], "shared_up"), "shared_act", "shared_hidden")
         else:  # the activation before the up projection (the golden dump's order)
             hidden = e("mul", [self.activate(gate, "shared_act"), e("linear", [tokens, s_up], "shared_up")],

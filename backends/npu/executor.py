@@ -156,8 +156,8 @@ def finish(accumulators: list, steps: list, operands: list, machine: Machine, nu
     for step in steps:
         other = None if "operand" not in step else \
             np.asarray(next(operands), np.float32) * np.float32(numbers.operand_scale)
-        if step["op"] == "glu":
-            y = _glu(step, values[0], values[1]).astype(np.float32)
+        if step["op"] == "glu":  # gate and up, or up alone (an ungated relu2 expert)
+            y = _glu(step, values[0] if len(values) > 1 else None, values[-1]).astype(np.float32)
         elif step["op"] == "bias":  # before the GLU (GPT-OSS's expert biases)
             values[step["weight"]] = values[step["weight"]] + other
             y = values[0]

@@ -85,7 +85,11 @@ def flat_bias(b: Builder, bias, dtype: DType, shape: tuple) -> str:
 
 
 def glu(b: Builder, gate: str, up: str, attrs: dict, dtype: DType, out: str) -> str:
-    """The gated hidden units: act(gate) * up, or GPT-OSS's clamped form (``swiglu_oai``)."""
+    """The hidden units: act(gate) * up, GPT-OSS's clamped form (``swiglu_oai``), or relu(up)²
+    for ungated experts (``relu2``: gate unused)."""
+    if attrs["activation"] == "relu2":
+        positive = b.op("Relu", [up], f"{out}/relu")
+        return b.op("Mul", [positive, positive], f"{out}/hidden")
     if attrs["activation"] != "swiglu_oai":
         return b.op("Mul", [activation(b, ACTIVATION_OF[attrs["activation"]], gate, b.fresh(f"{out}/act")), up],
                     f"{out}/hidden")
@@ -191,12 +195,13 @@ def _limit_groups(b: Builder, choice: str, attrs: dict, out: str) -> str:
 
 def _shared(b: Builder, ops: dict, x2: str, routed: str, attrs: dict, out: str) -> str:
     """routed + the shared expert (times sigmoid(x @ shared_expert_gate.T) when gated)."""
-    if ops["shared_gate"] is None:
+    if ops["shared_up"] is None:
         return routed
     x_value = ops["x"]
     dtype, name = x_value.dtype, b.fresh(f"{out}/shared")
-    if attrs["activation"] == "swiglu_oai":
-        gate = linear(b, x2, dtype, ops["shared_gate"], None, b.fresh(f"{name}/gate"))
+    if attrs["activation"] in ("swiglu_oai", "relu2"):
+        gate = None if ops["shared_gate"] is None else linear(b, x2, dtype, ops["shared_gate"], None,
+                                                               b.fresh(f"{name}/gate"))
         up = linear(b, x2, dtype, ops["shared_up"], None, b.fresh(f"{name}/up"))
         shared = linear(b, glu(b, gate, up, attrs, dtype, name), dtype, ops["shared_down"], None, name)
     else:
@@ -211,7 +216,7 @@ def _shared(b: Builder, ops: dict, x2: str, routed: str, attrs: dict, out: str) 
 def lower_moe(b: Builder, node: Node, outs: list[str]) -> None:
     ops, a = _operands(node), node.attrs
     x_value, out = ops["x"], outs[0]
-    d, experts, f = x_value.shape[-1], a["experts"], ops["w_gate"].shape[1]
+    d, experts, f = x_value.shape[-1], a["experts"], ops["w_up"].shape[1]
     x2 = b.op("Reshape", [b.value(x_value), b.i64([-1, d])], f"{out}/tokens")
     logits = linear(b, x2, x_value.dtype, ops["router"], ops["router_logit_bias"], b.fresh(f"{out}/router_logits"))
     ids, weights = route(b, logits, ops["router_bias"], a, out, x_value.dtype)
@@ -230,14 +235,14 @@ def lower_moe(b: Builder, node: Node, outs: list[str]) -> None:
         moved = b.op("Transpose", [b.value(param)], f"{param.name}.{role}_3d", perm=perm)
         return b.op("Reshape", [moved, b.i64(list(shape))], f"{param.name}.{role}")
 
-    gate_all = packed(ops["w_gate"], experts_in_major, (d, experts * f), "experts_in")
     up_all = packed(ops["w_up"], experts_in_major, (d, experts * f), "experts_in")
     down_all = packed(ops["w_down"], experts_out_major, (experts * f, d), "experts_out")
-    gate = b.op("MatMul", [x2, gate_all], f"{out}/gate")
+    gate = None if ops["w_gate"] is None else b.op(
+        "MatMul", [x2, packed(ops["w_gate"], experts_in_major, (d, experts * f), "experts_in")], f"{out}/gate")
     up = b.op("MatMul", [x2, up_all], f"{out}/up")
     if a["weight_inputs"]:  # Llama-4: expert(w·x), and w·x's projections are w times x's
-        gate, up = (_per_expert(b, t, gating, experts, f, f"{out}/{role}_weighted") for t, role in ((gate, "gate"),
-                                                                                                    (up, "up")))
+        gate, up = (t and _per_expert(b, t, gating, experts, f, f"{out}/{role}_weighted") for t, role in (
+            (gate, "gate"), (up, "up")))
     if ops["b_gate"] is not None:
         gate = b.op("Add", [gate, flat_bias(b, ops["b_gate"], x_value.dtype, (experts * f,))], f"{out}/gate_biased")
         up = b.op("Add", [up, flat_bias(b, ops["b_up"], x_value.dtype, (experts * f,))], f"{out}/up_biased")

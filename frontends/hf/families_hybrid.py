@@ -27,8 +27,13 @@ the value: attention or MLP biases irc's ops lack, activations other than SiLU (
 ReLU in Nemotron-H's MLP), Granite's ``partial_rotary_factor`` (its RoPE ignores it),
 Bamba's ``layer_types`` (transformers cannot set it), a ``num_hidden_layers`` that
 disagrees with a Nemotron-H layer list (transformers warns and follows the list),
-Nemotron-H's ``sliding_window`` (transformers ignores it) and its MoE layers ("E"): their
-experts are squared-ReLU MLPs without a gate, which irc's ``moe`` op does not have.
+Nemotron-H's ``sliding_window`` (transformers ignores it) and its MoE's ``moe_latent_size``
+(the latent projections around the experts).
+
+Nemotron-H's MoE layers ("E": Nemotron-3 Nano's) are ``moe`` with ungated squared-ReLU
+experts and shared expert (``activation="relu2"``), the experts' ``mixer.experts.{e}.up_proj``
+and ``down_proj`` stacked into [E, F, d] and [E, d, F], DeepSeek-V3's sigmoid
+router with ``e_score_correction_bias``, groups, renormalisation and scale.
 
 transformers clamps Δ to ``time_step_limit`` in prefill only, not in its one-token step (as
 mamba_ssm does: ``mamba_chunk_scan_combined`` takes ``dt_limit``, ``selective_state_update``
@@ -73,7 +78,9 @@ DEFAULTS = {
                    "mlp_hidden_act": "relu2", "mlp_bias": False, "ssm_state_size": 128, "mamba_num_heads": 128,
                    "mamba_head_dim": 64, "mamba_hidden_act": "silu", "n_groups": 8, "conv_kernel": 4,
                    "time_step_limit": [0.0, INF], "use_conv_bias": True, "use_bias": False,
-                   "layer_norm_epsilon": 1e-5},
+                   "layer_norm_epsilon": 1e-5, "n_routed_experts": 8, "moe_intermediate_size": 7688,
+                   "moe_shared_expert_intermediate_size": 7688, "moe_latent_size": None, "num_experts_per_tok": 2,
+                   "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1, "norm_topk_prob": True},
 }
 JAMBA_MAMBA = {**MAMBA_KEYS, "expand": "mamba_expand", "d_inner": None, "state_size": "mamba_d_state",
                "conv_kernel": "mamba_d_conv", "dt_rank": "mamba_dt_rank", "conv_bias": "mamba_conv_bias",
@@ -250,10 +257,6 @@ def _nemotron_h(cfg: Config, name: str, model_type: str) -> Arch:
         layer_count(len(kinds))
     except Bad as err:
         raise cfg.error(kinds_key, f"{len(kinds)} layers: {err}") from None
-    if "moe" in kinds:
-        raise cfg.unsupported(kinds_key, "moe" if kinds_key != "hybrid_override_pattern" else "E",
-                              hint="Nemotron-H's experts are squared-ReLU MLPs without a gate; irc's moe op has "
-                                   "gated experts only")
     if cfg.has("num_hidden_layers") and cfg.get("num_hidden_layers", positive_int) != len(kinds):
         raise cfg.error("num_hidden_layers", f"{cfg.raw('num_hidden_layers')} layers, but {kinds_key} gives "
                                              f"{len(kinds)}", hint="transformers follows the layer list")
@@ -267,11 +270,32 @@ def _nemotron_h(cfg: Config, name: str, model_type: str) -> Arch:
                                  "state_size": "ssm_state_size", "groups": keys["n_groups"],
                                  "conv_kernel": keys["conv_kernel"], "expand": None,
                                  "conv_bias": keys["use_conv_bias"], "time_step_limit": keys["time_step_limit"]})
-    mixers = {MAMBA: "mamba2", ATTENTION: "attention", "mlp": None}
-    layers = [LayerSpec(None, None, mixer=mixers[kind], ffn=kind == "mlp") for kind in kinds]
+    mixers = {MAMBA: "mamba2", ATTENTION: "attention", "mlp": None, "moe": None}
+    layers = [LayerSpec(None, None, moe=kind == "moe", mixer=mixers[kind], ffn=kind in ("mlp", "moe"))
+              for kind in kinds]
     mlp = {"kind": "relu2", "d_ff": cfg.get("intermediate_size", positive_int), "bias": cfg.get("mlp_bias", boolean)}
     return _arch(cfg, name, model_type, d, layers, Attention("gqa", heads, kv_heads, head_dim),
-                 mlp if "mlp" in kinds else None, eps_key="layer_norm_epsilon", ssm=ssm)
+                 mlp if "mlp" in kinds else None, eps_key="layer_norm_epsilon", ssm=ssm,
+                 moe=_nemotron_moe(cfg) if "moe" in kinds else None)
+
+
+def _nemotron_moe(cfg: Config) -> dict:
+    """Nemotron-H's MoE (Nemotron-3 Nano's) as ``Layer.moe``'s arguments: ungated squared-ReLU
+    experts and shared expert (``relu2``), DeepSeek-V3's sigmoid router with its correction
+    bias, groups (top-2 sums), renormalisation and scale."""
+    cfg.check("moe_latent_size", lambda v: v is None,
+              hint="the latent projections around the experts (fc1/fc2_latent_proj) are not supported")
+    _no(cfg, "mlp_bias")
+    experts, top_k = cfg.get("n_routed_experts", positive_int), cfg.get("num_experts_per_tok", positive_int)
+    groups, top_groups = cfg.get("n_group", positive_int), cfg.get("topk_group", positive_int)
+    if experts % groups or top_groups > groups or top_k > top_groups * (experts // groups):
+        raise cfg.error("num_experts_per_tok", f"top_k {top_k} of {experts} experts in {top_groups} of {groups} "
+                                               "groups (n_group, topk_group) cannot be routed")
+    return {"experts": experts, "top_k": top_k, "d_ff": cfg.get("moe_intermediate_size", positive_int),
+            "shared_experts": 1, "shared_d_ff": cfg.get("moe_shared_expert_intermediate_size", positive_int),
+            "scoring": "sigmoid", "router_bias": True, "norm_topk_prob": cfg.get("norm_topk_prob", boolean),
+            "routed_scale": cfg.get("routed_scaling_factor", positive_number), "groups": groups,
+            "top_groups": top_groups, "group_score": "top2_sum", "activation": "relu2"}
 
 
 FAMILIES = {"jamba": _jamba, "bamba": _bamba, "granitemoehybrid": _granite, "nemotron_h": _nemotron_h}

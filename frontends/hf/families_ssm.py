@@ -82,6 +82,8 @@ LAYOUTS = {  # a family layout: layer names, and where it departs from model.lay
                    **{f"attn.w{x}": f"mixer.{x}_proj.weight" for x in "qkvo"},
                    "mlp.w_up": "mixer.up_proj.weight", "mlp.w_down": "mixer.down_proj.weight",
                    "mlp.b_up": "mixer.up_proj.bias", "mlp.b_down": "mixer.down_proj.bias",
+                   "moe.router": "mixer.gate.weight", "moe.router_bias": "mixer.gate.e_score_correction_bias",
+                   **{f"moe.shared_{x}": f"mixer.shared_experts.{x}_proj.weight" for x in ("up", "down")},
                    "_prefix": "backbone.layers.", "_top": BACKBONE},
 }
 
@@ -140,6 +142,7 @@ FUSED = {
         "moe.w_up": Fused("block_sparse_moe.input_linear.weight", 1),
         **{f"{kind}_{x}": Fused("shared_mlp.input_linear.weight", half)
            for kind in ("moe.shared", "mlp.w") for x, half in (("gate", 0), ("up", 1))}},
+    "nemotron_h": {f"moe.w_{x}": Fused(f"mixer.experts.{{e}}.{x}_proj.weight") for x in ("up", "down")},
     "granitemoe": {"moe.w_gate": Fused("block_sparse_moe.input_linear.weight", 0),
                    "moe.w_up": Fused("block_sparse_moe.input_linear.weight", 1)},  # families_llama_like
 }

@@ -21,7 +21,8 @@ maximum m2 (the ratio still over the unmasked |s|). Both in float32, as transfor
 them (a 0/0 ratio compares false: kept); step 5 then applies (the Phi family sets
 norm_topk_prob false).
 
-Experts are gated MLPs: down(act(gate(x)) * up(x)) with weights [E, f, d], [E, f, d],
+Experts are gated MLPs (or, with ``activation="relu2"``, ungated: down(relu(up(x))²), no
+w_gate and no shared_gate: Nemotron-H's): down(act(gate(x)) * up(x)) with weights [E, f, d], [E, f, d],
 [E, d, f] (HF layout per expert), optional biases b_gate, b_up [E, f] and b_down [E, d]
 (each expert's own row added after its projection). ``activation`` is the gate function
 (silu: SwiGLU, gelu, gelu_tanh) or ``swiglu_oai``, GPT-OSS's clamped GLU: gate clamped
@@ -52,9 +53,10 @@ from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, by_name, expect,
 SCORINGS = ("softmax", "sigmoid", "sparsemixer")
 GROUP_SCORES = ("max", "top2_sum")
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # gate functions (the NPU executor's epilogues too)
-MOE_ACTIVATIONS = ACTIVATIONS + ("swiglu_oai",)  # what the moe op's ``activation`` takes
+UNGATED = ("relu2",)  # experts with no gate projection: relu(up)² (Nemotron-H's)
+MOE_ACTIVATIONS = ACTIVATIONS + ("swiglu_oai",) + UNGATED  # what the moe op's ``activation`` takes
 EXPERT_OPERANDS = ("w_gate", "w_up", "w_down", "b_gate", "b_up", "b_down")
-OPERANDS = ("x", "router", "w_gate", "w_up", "w_down", "router_bias?", "shared_gate?", "shared_up?", "shared_down?",
+OPERANDS = ("x", "router", "w_gate?", "w_up", "w_down", "router_bias?", "shared_gate?", "shared_up?", "shared_down?",
             "shared_expert_gate?", "router_logit_bias?", "b_gate?", "b_up?", "b_down?")
 
 
@@ -69,8 +71,11 @@ def activate(x, activation: str) -> np.ndarray:
 
 
 def glu(gate, up, activation: str = "silu", alpha: float = 1.702, limit: float = 7.0) -> np.ndarray:
-    """The gated hidden units from gate and up projections [..., f], float32: act(gate) * up,
-    or GPT-OSS's clamped form for ``swiglu_oai`` (the module docstring)."""
+    """The hidden units from gate and up projections [..., f], float32: act(gate) * up, GPT-OSS's
+    clamped form for ``swiglu_oai`` (the module docstring), or relu(up)² for the ungated
+    ``relu2`` (gate None)."""
+    if activation == "relu2":
+        return np.square(np.maximum(f32(up), np.float32(0.0)))
     gate, up = f32(gate), f32(up)
     if activation != "swiglu_oai":
         return activate(gate, activation) * up
@@ -173,7 +178,8 @@ def expert_mlp(x, w_gate, w_up, w_down, activation: str = "silu", b_gate=None, b
     """down(glu(x @ gate.T + b_gate, x @ up.T + b_up)) + b_down for one expert (or the
     shared one), float32; ``glu`` per ``activation`` (biases optional)."""
     x = f32(x)
-    hidden = glu(_plus(x @ f32(w_gate).T, b_gate), _plus(x @ f32(w_up).T, b_up), activation, alpha, limit)
+    gate = None if w_gate is None else _plus(x @ f32(w_gate).T, b_gate)
+    hidden = glu(gate, _plus(x @ f32(w_up).T, b_up), activation, alpha, limit)
     return _plus(hidden @ f32(w_down).T, b_down)
 
 
@@ -181,7 +187,7 @@ def shared_expert(x, shared_gate=None, shared_up=None, shared_down=None, shared_
                   activation: str = "silu", alpha: float = 1.702, limit: float = 7.0) -> np.ndarray:
     """The shared expert's contribution for tokens x [N, d] (zeros when absent)."""
     x = f32(x)
-    if shared_gate is None:
+    if shared_up is None:
         return np.zeros_like(x)
     out = expert_mlp(x, shared_gate, shared_up, shared_down, activation, alpha=alpha, limit=limit)
     if shared_expert_gate is not None:
@@ -202,15 +208,15 @@ def moe_dense(x, router, w_gate, w_up, w_down, router_bias=None, shared_gate=Non
     scaled instead). Float32, shape of x."""
     tokens = f32(x).reshape(-1, x.shape[-1])
     expert_ids, weights = route(tokens, router, router_bias, logit_bias=router_logit_bias, **routing)
-    dense = np.zeros((len(tokens), len(w_gate)), dtype=np.float32)
+    dense = np.zeros((len(tokens), len(w_up)), dtype=np.float32)
     np.put_along_axis(dense, expert_ids, weights, axis=-1)
     chosen = np.zeros(dense.shape, dtype=bool)
     np.put_along_axis(chosen, expert_ids, True, axis=-1)
     glu_args = dict(alpha=swiglu_alpha, limit=swiglu_limit)
     out = shared_expert(tokens, shared_gate, shared_up, shared_down, shared_expert_gate, activation, **glu_args)
-    for e in range(len(w_gate)):
+    for e in range(len(w_up)):
         weight = dense[:, e:e + 1]
-        y = expert_mlp(tokens * weight if weight_inputs else tokens, w_gate[e], w_up[e], w_down[e], activation,
+        y = expert_mlp(tokens * weight if weight_inputs else tokens, _row(w_gate, e), w_up[e], w_down[e], activation,
                        _row(b_gate, e), _row(b_up, e), _row(b_down, e), **glu_args)
         out = out + (np.where(chosen[:, e:e + 1], y, 0.0) if weight_inputs else weight * y)
     return out.reshape(x.shape).astype(np.float32)
@@ -227,7 +233,7 @@ def moe_per_token(x, router, w_gate, w_up, w_down, router_bias=None, shared_gate
     out = shared_expert(tokens, shared_gate, shared_up, shared_down, shared_expert_gate, activation, **glu_args)
     for n, token in enumerate(tokens):
         for e, weight in zip(expert_ids[n], weights[n]):
-            y = expert_mlp(token[None] * weight if weight_inputs else token[None], w_gate[e], w_up[e], w_down[e],
+            y = expert_mlp(token[None] * weight if weight_inputs else token[None], _row(w_gate, e), w_up[e], w_down[e],
                            activation, _row(b_gate, e), _row(b_up, e), _row(b_down, e), **glu_args)[0]
             out[n] += y if weight_inputs else weight * y
     return out.reshape(x.shape).astype(np.float32)
@@ -297,25 +303,31 @@ def _moe_infer(inputs, attrs):
     expect(x.dtype.is_float and len(x.shape) == 3, f"moe: x must be float [B,T,d], got {dims.format_shape(x.shape)}")
     d = x.shape[-1]
     _check("router", router, (experts, d))
-    expect(len(w_gate.shape) == 3, f"moe: w_gate must be [E,f,d], got {dims.format_shape(w_gate.shape)}")
-    f = w_gate.shape[1]
-    _check("w_gate", w_gate, (experts, f, d))
+    ungated = attrs["activation"] in UNGATED
+    expect((w_gate is None) == ungated, f"moe: {attrs['activation']} experts take "
+                                        f"{'no w_gate' if ungated else 'a w_gate'}")
+    expect(len(w_up.shape) == 3, f"moe: w_up must be [E,f,d], got {dims.format_shape(w_up.shape)}")
+    f = w_up.shape[1]
+    if w_gate is not None:
+        _check("w_gate", w_gate, (experts, f, d))
     _check("w_up", w_up, (experts, f, d))
     _check("w_down", w_down, (experts, d, f))
     if bias is not None:
         expect(attrs["scoring"] != "sparsemixer", "moe: sparsemixer routing takes no router_bias (selection bias)")
         _check("router_bias", bias, (experts,))
-    shared = (s_gate, s_up, s_down)
+    shared = (s_up, s_down) if ungated else (s_gate, s_up, s_down)
     expect(all(s is None for s in shared) or all(s is not None for s in shared),
-           "moe: shared_gate, shared_up and shared_down must be given together")
-    if s_gate is not None:
-        expect(len(s_gate.shape) == 2, f"moe: shared_gate must be [fs,d], got {dims.format_shape(s_gate.shape)}")
-        fs = s_gate.shape[0]
-        _check("shared_gate", s_gate, (fs, d))
-        _check("shared_up", s_up, (fs, d))
-        _check("shared_down", s_down, (d, fs))
+           "moe: the shared expert's projections must be given together" + (" (no shared_gate)" if ungated else ""))
+    expect(not ungated or s_gate is None, f"moe: {attrs['activation']} experts take no shared_gate")
+    if s_up is not None:
+        expect(len(s_up.shape) == 2, f"moe: shared_up must be [fs,d], got {dims.format_shape(s_up.shape)}")
+        fs = s_up.shape[0]
+        for name, value, want in (("shared_gate", s_gate, (fs, d)), ("shared_up", s_up, (fs, d)),
+                                  ("shared_down", s_down, (d, fs))):
+            if value is not None:
+                _check(name, value, want)
     if s_expert_gate is not None:
-        expect(s_gate is not None, "moe: shared_expert_gate needs a shared expert")
+        expect(s_up is not None, "moe: shared_expert_gate needs a shared expert")
         _check("shared_expert_gate", s_expert_gate, (1, d))
     _check_expert_biases(ops, experts, f, d)
     return [TensorType(x.dtype, x.shape)]
@@ -348,10 +360,10 @@ def _moe_cost(inputs, outputs, attrs):
     """2 FLOPs per weight a token uses: the router, top_k experts and the shared expert."""
     x, router, w_gate, w_up, w_down = inputs[:5]
     tokens = x.numel // x.shape[-1]
-    per_expert = (w_gate.numel + w_up.numel + w_down.numel) // attrs["experts"]
+    per_expert = sum(w.numel for w in (w_gate, w_up, w_down) if w is not None) // attrs["experts"]
     shared = sum(t.numel for t in inputs[6:10] if t is not None)
     flops = 2 * tokens * (router.numel + attrs["top_k"] * per_expert + shared)
-    hidden = attrs["top_k"] * w_gate.shape[1] + (inputs[6].shape[0] if len(inputs) > 6 and inputs[6] is not None else 0)
+    hidden = attrs["top_k"] * w_up.shape[1] + (inputs[7].shape[0] if len(inputs) > 7 and inputs[7] is not None else 0)
     per_unit = 8 if attrs["activation"] == "swiglu_oai" else 4  # clamps, the +1 and the sigmoid's gain
     biases = sum(t.numel // attrs["experts"] for t in inputs[11:14] if t is not None)  # one row per chosen expert
     other = tokens * (routing_other_flops(attrs) + per_unit * hidden + attrs["top_k"] * biases)

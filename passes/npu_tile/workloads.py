@@ -279,12 +279,13 @@ def _mla(graph, node, sizes):
 
 
 def _moe(graph, node, sizes):
-    x, router, w_gate = node.inputs[:3]
-    shared = node.inputs[6] if len(node.inputs) > 6 else None
+    x, router, w_gate, w_up = node.inputs[:4]
+    shared = node.inputs[7] if len(node.inputs) > 7 else None  # shared_up (an ungated expert has no gate)
     logit_bias, b_gate, b_up, b_down = pad_inputs(node.inputs, 14)[10:14]
     a = node.attrs
     M = sizes.rows(x)
-    experts, f, d = w_gate.shape
+    experts, f, d = w_up.shape
+    gated = 1 + (w_gate is not None)  # weights of the first GEMM: gate | up, or up alone (relu2)
     glu = [{"op": "glu", "activation": a["activation"]}]
     if a["activation"] == "swiglu_oai":
         glu[0].update(alpha=a["swiglu_alpha"], limit=a["swiglu_limit"])
@@ -293,7 +294,7 @@ def _moe(graph, node, sizes):
     works = [_gemm(graph, node, "router", M, d, experts, steps=bias, rows=len(bias))]
     if shared is not None:
         fs = shared.shape[0]
-        works += [_gemm(graph, node, "shared.gate_up", M, d, fs, weights=2, steps=glu),
+        works += [_gemm(graph, node, "shared.gate_up", M, d, fs, weights=gated, steps=glu),
                   _gemm(graph, node, "shared.down", M, fs, d)]
     # GPT-OSS's expert biases: gate's and up's rows before the GLU, down's after the GEMM
     biases = [{"op": "bias", "weight": w, **row} for w, b in enumerate((b_gate, b_up)) if b is not None]
@@ -303,7 +304,7 @@ def _moe(graph, node, sizes):
     base, extra = divmod(slots, active)
     for rows, count in ((base + 1, extra), (base, active - extra)):
         if count and rows:
-            works += [_gemm(graph, node, f"experts.gate_up[{rows} rows]", rows, d, f, weights=2, steps=biases + glu,
+            works += [_gemm(graph, node, f"experts.gate_up[{rows} rows]", rows, d, f, weights=gated, steps=biases + glu,
                             rows=len(biases), count=count),
                       _gemm(graph, node, f"experts.down[{rows} rows]", rows, f, d, steps=down, rows=len(down),
                             count=count)]

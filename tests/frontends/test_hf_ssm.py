@@ -60,6 +60,12 @@ CASES = {  # name: (config class, overrides of SMALL)
         attention_multiplier=0.25, logits_scaling=0.5, tie_word_embeddings=True)),
     "nemotron-h-pattern": ("NemotronHConfig", dict(NEMOTRON, layers_block_type=[
         "linear_attention", "full_attention", "mlp", "linear_attention"])),  # hybrid_override_pattern on disk
+    # Nemotron-3 Nano's form: ungated squared-ReLU experts and shared expert, the sigmoid router's correction
+    # bias, two groups of which one is kept, renormalised and scaled
+    "nemotron-h-moe": ("NemotronHConfig", dict(NEMOTRON, layers_block_type=[
+        "linear_attention", "moe", "full_attention", "moe"], n_routed_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=24, moe_shared_expert_intermediate_size=40, n_group=2, topk_group=1,
+        routed_scaling_factor=2.5)),
     # mamba heads x head_dim (48) is not expand x hidden (64): Nemotron-H does not tie them
     "nemotron-h-mlp-bias-one-group": ("NemotronHConfig", dict(NEMOTRON, layers_block_type=[
         "full_attention", "linear_attention", "mlp"], mlp_bias=True, n_groups=1, mamba_num_heads=4,

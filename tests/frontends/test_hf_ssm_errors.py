@@ -46,10 +46,11 @@ CASES = {  # name: (base, changes (None removes a key), the key the message name
                                "hybrid_override_pattern", "expected a non-empty string"),
     "nemotron-list-unknown-kind": ("nemotron_h", {"layers_block_type": ["linear_attention", "rnn"]},
                                    "layers_block_type", '"rnn" is not supported'),
-    "nemotron-moe-pattern": ("nemotron_h", {"hybrid_override_pattern": "ME*-"}, "hybrid_override_pattern",
-                             '"E" is not supported'),
-    "nemotron-moe-list": ("nemotron_h", {"layers_block_type": ["moe", "mlp", "mlp", "mlp"]}, "layers_block_type",
-                          '"moe" is not supported'),
+    "nemotron-moe-latent": ("nemotron_h", {"hybrid_override_pattern": "ME*-", "moe_latent_size": 16},
+                            "moe_latent_size", "16 is not supported"),
+    "nemotron-moe-routing": ("nemotron_h", {"hybrid_override_pattern": "ME*-", "n_routed_experts": 4, "n_group": 2,
+                                            "topk_group": 1, "num_experts_per_tok": 3}, "num_experts_per_tok",
+                             "cannot be routed"),
     "granite-unknown-kind": ("granitemoehybrid", {"layer_types": ["mamba", "rnn", "mamba", "mamba"]}, "layer_types",
                              '"rnn" is not supported'),
     "granite-kinds-length": ("granitemoehybrid", {"layer_types": ["mamba", "attention", "mamba"]}, "layer_types",
@@ -111,10 +112,12 @@ def test_a_bad_setting_is_one_error_naming_config_json_and_the_key(tmp_path, nam
     assert f'"{last}"' in (folder / "config.json").read_text().splitlines()[line - 1]
 
 
-def test_nemotron_h_without_a_layer_list_takes_transformers_default_and_refuses_its_moe(tmp_path):
+def test_nemotron_h_without_a_layer_list_takes_transformers_default_with_its_moe(tmp_path):
     config = changed("nemotron_h", {"hybrid_override_pattern": None, "num_hidden_layers": None})
-    with pytest.raises(SpecError, match=r'config.json: layers_block_type: "moe" is not supported'):
-        read_arch(folder_with(tmp_path, config))
+    arch, _ = read_arch(folder_with(tmp_path, config))
+    assert [(spec.mixer, spec.moe) for spec in arch.layers] == [("mamba2", False), (None, True), ("attention", False),
+                                                                (None, False)]
+    assert arch.moe["activation"] == "relu2" and arch.moe["shared_d_ff"] == 7688
 
 
 def test_legacy_layer_names_and_keys_are_read_as_transformers_reads_them(tmp_path):
