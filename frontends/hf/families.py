@@ -50,6 +50,8 @@ exaone, ...        families irc has under other config classes (exaone, internlm
 gpt_bigcode, ...   GPT-2's descendants (gpt_bigcode, gptj, codegen, gpt_neo, openai-gpt, biogpt):
                    multi-query, GPT-J's parallel layer and rotary, GPT-Neo's local layers, GPT-1's
                    post-norm: ``families_gpt_kin``
+stablelm, ...      LayerNorm-era and NVIDIA / Google decoders (stablelm, persimmon, glm, nemotron,
+                   vaultgemma, granite_swa, granitemoe_swa): ``families_ln_kin``
 =================  ==========================================================================
 
 Keys a config.json leaves out take the defaults of transformers' config class for that
@@ -82,6 +84,7 @@ from frontends.hf import families_aliases
 from frontends.hf import families_alibi
 from frontends.hf import families_llama4
 from frontends.hf import families_gpt_kin
+from frontends.hf import families_ln_kin
 from irc.errors import SpecError
 from frontends.hf.families_common import (FULL, SLIDING, _arch, _dims, _every_layer_window, _experts, _layer_types,
                                           _no, _qwen_windows, _rope, _silu, _swiglu, _windows)
@@ -130,6 +133,7 @@ DEFAULTS = {
     **families_alibi.DEFAULTS,
     **families_llama4.DEFAULTS,
     **families_gpt_kin.DEFAULTS,
+    **families_ln_kin.DEFAULTS,
 }
 
 # DSL argument -> the config.json key a refusal should name
@@ -333,6 +337,7 @@ FAMILIES = {
     **families_alibi.FAMILIES,
     **families_llama4.FAMILIES,
     **families_gpt_kin.FAMILIES,
+    **families_ln_kin.FAMILIES,
 }
 
 
@@ -422,6 +427,7 @@ LAYOUTS = {  # the families' departures from LAYER_NAMES
     **families_alibi.LAYOUTS,
     **families_llama4.LAYOUTS,
     **families_gpt_kin.LAYOUTS,
+    **families_ln_kin.LAYOUTS,
 }
 # a layout's "_prefix" (the layers' names, default model.layers.) and "_top" (embed, norm
 # and lm_head, default TOP_NAMES) say where a family departs from Llama's names

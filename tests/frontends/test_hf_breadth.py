@@ -26,7 +26,12 @@ FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smoll
             # families_gpt_kin
             "gpt-bigcode-multi-query", "gpt-bigcode-mha-unscaled-exact-gelu", "gptj-interleaved-partial-rotary",
             "gptj-tied-whole-head-rotary", "codegen-qkv-groups", "gpt-neo-local-window", "openai-gpt-post-norm",
-            "openai-gpt-relu", "biogpt-scaled-embedding"]
+            "openai-gpt-relu", "biogpt-scaled-embedding",
+            # families_ln_kin
+            "stablelm-qk-layernorm-qkv-bias", "stablelm-tied-parallel-half-rotary", "persimmon-shared-qk-layernorm",
+            "persimmon-tied-no-qk-norm", "glm-partial-interleaved-rotary", "nemotron-layernorm1p",
+            "nemotron-biases-wide-heads", "vaultgemma-softcaps-window", "granite-swa-sinks-nope-layer",
+            "granitemoe-swa-shared-mlp"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -114,6 +119,22 @@ BAD = [  # (config.json, the key named, a fragment of the message)
     ({"model_type": "openai-gpt", "n_embd": 32, "n_layer": 2, "n_head": 4, "afn": "silu"}, "afn",
      '"silu" is not supported'),
     ({"model_type": "biogpt", **SMALL, "hidden_act": "silu"}, "hidden_act", '"silu" is not supported'),
+    # families_ln_kin
+    ({"model_type": "stablelm", **SMALL, "hidden_act": "gelu"}, "hidden_act", '"gelu" is not supported'),
+    ({"model_type": "stablelm", **SMALL, "head_dim": 16}, "head_dim", "16 is not hidden_size / heads (8)"),
+    ({"model_type": "persimmon", **SMALL, "hidden_act": "gelu"}, "hidden_act", '"gelu" is not supported'),
+    ({"model_type": "glm", **SMALL, "hidden_act": "gelu"}, "hidden_act", '"gelu" is not supported'),
+    ({"model_type": "nemotron", **SMALL, "hidden_act": "silu"}, "hidden_act", '"silu" is not supported'),
+    ({"model_type": "nemotron", **SMALL, "head_dim": 6, "partial_rotary_factor": 0.5}, "partial_rotary_factor",
+     "rotates 3 of 6 dims"),
+    ({"model_type": "granite_swa", **SMALL, "partial_rotary_factor": 0.5}, "partial_rotary_factor",
+     "0.5 is not supported"),
+    ({"model_type": "granite_swa", **SMALL, "layer_rope_theta": [10000.0, -1]}, "layer_rope_theta",
+     "expected 2 numbers >= 0"),
+    ({"model_type": "granite_swa", **SMALL, "layer_types": ["sliding_attention"] * 3}, "layer_types",
+     "3 entries for 2"),
+    ({"model_type": "granitemoe_swa", **SMALL, "num_local_experts": 2, "num_experts_per_tok": 3},
+     "num_experts_per_tok", "top_k 3 exceeds 2 experts"),
 ]
 
 

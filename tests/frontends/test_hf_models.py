@@ -207,6 +207,33 @@ CASES = {  # name: (config class, overrides of SMALL)
     # BioGPT's LayerNorms take nn.LayerNorm's eps 1e-5 whatever layer_norm_eps says
     "biogpt-scaled-embedding": ("BioGptConfig", dict(layer_norm_eps=0.5, pad_token_id=0, bos_token_id=1,
                                                      eos_token_id=2)),
+    # families_ln_kin
+    "stablelm-qk-layernorm-qkv-bias": ("StableLmConfig", dict(qk_layernorm=True, use_qkv_bias=True, bos_token_id=1,
+                                                              eos_token_id=2)),
+    "stablelm-tied-parallel-half-rotary": ("StableLmConfig", dict(use_parallel_residual=True, partial_rotary_factor=0.5,
+                                                                  num_key_value_heads=4, tie_word_embeddings=True,
+                                                                  bos_token_id=1, eos_token_id=2)),
+    "persimmon-shared-qk-layernorm": ("PersimmonConfig", dict(bos_token_id=1, eos_token_id=2)),
+    "persimmon-tied-no-qk-norm": ("PersimmonConfig", dict(qk_layernorm=False, tie_word_embeddings=True,
+                                                          bos_token_id=1, eos_token_id=2)),
+    "glm-partial-interleaved-rotary": ("GlmConfig", dict(head_dim=16, pad_token_id=0, eos_token_id=2)),
+    "nemotron-layernorm1p": ("NemotronConfig", dict(bos_token_id=1, eos_token_id=2)),
+    "nemotron-biases-wide-heads": ("NemotronConfig", dict(head_dim=16, attention_bias=True, mlp_bias=True,
+                                                          partial_rotary_factor=0.25, bos_token_id=1,
+                                                          eos_token_id=2)),
+    "vaultgemma-softcaps-window": ("VaultGemmaConfig", dict(head_dim=16, sliding_window=4, attn_logit_softcapping=5.0,
+                                                            final_logit_softcapping=3.0, query_pre_attn_scalar=24)),
+    "granite-swa-sinks-nope-layer": ("GraniteSWAConfig", dict(num_hidden_layers=4, sliding_window=4,
+                                                              layer_rope_theta=[10000.0, 0, 500000.0, 10000.0],
+                                                              embedding_multiplier=4.0, attention_multiplier=0.2,
+                                                              residual_multiplier=0.5, logits_scaling=3.0,
+                                                              bos_token_id=1, eos_token_id=2)),
+    "granitemoe-swa-shared-mlp": ("GraniteMoeSWAConfig", dict(num_local_experts=4, num_experts_per_tok=2,
+                                                              intermediate_size=16, shared_intermediate_size=24,
+                                                              sliding_window=4, embedding_multiplier=2.0,
+                                                              residual_multiplier=0.7, logits_scaling=2.0,
+                                                              attention_multiplier=0.3, bos_token_id=1,
+                                                              eos_token_id=2)),
 }
 
 
