@@ -52,6 +52,8 @@ gpt_bigcode, ...   GPT-2's descendants (gpt_bigcode, gptj, codegen, gpt_neo, ope
                    post-norm: ``families_gpt_kin``
 stablelm, ...      LayerNorm-era and NVIDIA / Google decoders (stablelm, persimmon, glm, nemotron,
                    vaultgemma, granite_swa, granitemoe_swa): ``families_ln_kin``
+glm4_moe, ...      2025-26 MoE decoders of mechanisms irc has (glm4_moe, minimax_m2, ernie4_5_moe,
+                   dots1) and EXAONE-4's post-norm layers (exaone4): ``families_moe_2026``
 =================  ==========================================================================
 
 Keys a config.json leaves out take the defaults of transformers' config class for that
@@ -85,6 +87,7 @@ from frontends.hf import families_alibi
 from frontends.hf import families_llama4
 from frontends.hf import families_gpt_kin
 from frontends.hf import families_ln_kin
+from frontends.hf import families_moe_2026
 from irc.errors import SpecError
 from frontends.hf.families_common import (FULL, SLIDING, _arch, _dims, _every_layer_window, _experts, _layer_types,
                                           _no, _qwen_windows, _rope, _silu, _swiglu, _windows)
@@ -134,6 +137,7 @@ DEFAULTS = {
     **families_llama4.DEFAULTS,
     **families_gpt_kin.DEFAULTS,
     **families_ln_kin.DEFAULTS,
+    **families_moe_2026.DEFAULTS,
 }
 
 # DSL argument -> the config.json key a refusal should name
@@ -338,6 +342,7 @@ FAMILIES = {
     **families_llama4.FAMILIES,
     **families_gpt_kin.FAMILIES,
     **families_ln_kin.FAMILIES,
+    **families_moe_2026.FAMILIES,
 }
 
 
@@ -428,6 +433,7 @@ LAYOUTS = {  # the families' departures from LAYER_NAMES
     **families_llama4.LAYOUTS,
     **families_gpt_kin.LAYOUTS,
     **families_ln_kin.LAYOUTS,
+    **families_moe_2026.LAYOUTS,
 }
 # a layout's "_prefix" (the layers' names, default model.layers.) and "_top" (embed, norm
 # and lm_head, default TOP_NAMES) say where a family departs from Llama's names

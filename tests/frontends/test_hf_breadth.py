@@ -31,7 +31,11 @@ FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smoll
             "stablelm-qk-layernorm-qkv-bias", "stablelm-tied-parallel-half-rotary", "persimmon-shared-qk-layernorm",
             "persimmon-tied-no-qk-norm", "glm-partial-interleaved-rotary", "nemotron-layernorm1p",
             "nemotron-biases-wide-heads", "vaultgemma-softcaps-window", "granite-swa-sinks-nope-layer",
-            "granitemoe-swa-shared-mlp"]
+            "granitemoe-swa-shared-mlp",
+            # families_moe_2026
+            "glm4-moe-groups-qkv-bias-partial", "glm4-moe-qk-norm-all-moe", "minimax-m2-full-qk-norm-rotary-dim",
+            "ernie4-5-moe-shared-interleaved", "ernie4-5-moe-every-2nd-no-shared", "dots1-windows-v3-moe",
+            "exaone4-post-norms-nope-global", "exaone4-no-window-rope-everywhere"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -135,6 +139,38 @@ BAD = [  # (config.json, the key named, a fragment of the message)
      "3 entries for 2"),
     ({"model_type": "granitemoe_swa", **SMALL, "num_local_experts": 2, "num_experts_per_tok": 3},
      "num_experts_per_tok", "top_k 3 exceeds 2 experts"),
+    # families_moe_2026
+    *[({"model_type": model_type, **SMALL, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1,
+        "moe_intermediate_size": 16, **setting}, key, fragment) for model_type, setting, key, fragment in (
+        ("glm4_moe", {"num_experts_per_tok": 5}, "num_experts_per_tok", "top_k 5 exceeds 4 experts (n_routed_experts)"),
+        ("glm4_moe", {"hidden_act": "gelu"}, "hidden_act", '"gelu" is not supported'),
+        ("glm4_moe", {"n_group": 3, "topk_group": 1}, "n_group", "do not split into 3 groups"),
+        ("dots1", {"attention_bias": True}, "attention_bias", "o_proj as well"))],
+    *[({"model_type": "minimax_m2", **SMALL, "num_local_experts": 4, "num_experts_per_tok": 2, key: value}, key,
+       "refuses to guess") for key, value in (("use_qk_norm", False), ("qk_norm_type", "per_head"),
+                                              ("scoring_func", "softmax"), ("use_routing_bias", False),
+                                              ("shared_intermediate_size", 64), ("attn_type_list", [0, 1]))],
+    ({"model_type": "minimax_m2", **SMALL, "head_dim": 8, "num_local_experts": 4, "num_experts_per_tok": 2,
+      "rotary_dim": 3}, "rotary_dim", "rotates 3 of 8 dims"),
+    ({"model_type": "ernie4_5_moe", **SMALL, "moe_num_experts": 4, "moe_k": 2, "use_bias": True}, "use_bias",
+     "no such bias"),
+    ({"model_type": "ernie4_5_moe", **SMALL, "moe_num_experts": 4, "moe_k": 2, "partial_rotary_factor": 0.5},
+     "partial_rotary_factor", "rotates the whole head"),
+    ({"model_type": "ernie4_5_moe", **SMALL, "moe_num_experts": 4, "moe_k": 2, "moe_norm_min": 0.9}, "moe_norm_min",
+     "top_k / experts = 0.5"),
+    ({"model_type": "ernie4_5_moe", **SMALL, "moe_num_experts": 4, "moe_k": 2, "num_nextn_predict_layers": 2},
+     "num_nextn_predict_layers", "one MTP layer"),
+    ({"model_type": "ernie4_5_moe", **SMALL, "moe_num_experts": 4, "moe_k": 2, "moe_use_aux_free": False},
+     "moe_use_aux_free", "refuses to guess"),
+    ({"model_type": "ernie4_5_moe", **SMALL, "num_experts": 4, "moe_k": 6}, "moe_k",
+     "top_k 6 exceeds 4 experts (moe_num_experts)"),
+    ({"model_type": "ernie4_5_moe", **SMALL, "moe_num_experts": [4, 4], "moe_k": 2}, "moe_num_experts",
+     "expected a positive integer"),
+    ({"model_type": "exaone4", **SMALL, "sliding_window": None}, "sliding_window", "cannot derive the layer types"),
+    ({"model_type": "exaone4", **SMALL, "sliding_window_pattern": "LLLG"}, "sliding_window_pattern",
+     '"LLLG" is not supported'),
+    ({"model_type": "exaone4", **SMALL, "sliding_window": None,
+      "layer_types": ["sliding_attention", "full_attention"]}, "sliding_window", "has sliding_attention layers"),
 ]
 
 
