@@ -314,7 +314,7 @@ def read_rope(cfg: Config, head_dim: int, params: dict, key: str, *, default_bas
     """A ``RopeSpec`` from a flat settings dict (``rope_dict``) for heads of ``head_dim``.
 
     ``rope_theta`` and ``partial_rotary_factor`` fall back to top-level keys, then to
-    ``default_base`` and 1. ``original_max`` is the pretraining length YaRN and Llama 3 use
+    ``default_base`` and the family's default (1 without one). ``original_max`` is the pretraining length YaRN and Llama 3 use
     when the dict does not give one (HF: ``max_position_embeddings``)."""
     kind = params.get("rope_type", params.get("type", "default"))
     kind_key = f"{key}.rope_type" if "rope_type" in params else f"{key}.type"
@@ -333,7 +333,7 @@ def read_rope(cfg: Config, head_dim: int, params: dict, key: str, *, default_bas
         base = positive_number(base)
     except Bad as err:
         raise cfg.error(f"{key}.rope_theta" if "rope_theta" in params else "rope_theta", str(err)) from None
-    partial = params.get("partial_rotary_factor", cfg.data.get("partial_rotary_factor"))
+    partial = params.get("partial_rotary_factor", cfg.raw("partial_rotary_factor"))  # the file's, else the class's
     rotary_dim = None
     if partial is not None:
         where = f"{key}.partial_rotary_factor" if "partial_rotary_factor" in params else "partial_rotary_factor"

@@ -48,7 +48,7 @@ from functools import partial
 import ml_dtypes
 import numpy as np
 
-from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope
+from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope, read_rope, rope_dict
 from frontends.hf.families_common import _rope
 from frontends.hf.weights import View
 from irc.ops.alibi import bloom_slopes
@@ -120,7 +120,13 @@ def _gpt_neox(cfg: Config, name: str, model_type: str) -> Arch:
     mlp = {"kind": "gelu", "d_ff": cfg.get("intermediate_size", positive_int), "approximate": _gelu(cfg, "hidden_act"),
            "bias": True}
     form = "parallel_two_norms" if cfg.get("use_parallel_residual", boolean) else "sequential"
-    return _arch(cfg, name, model_type, d, n, heads, _rope(cfg, d // heads), mlp, form,
+    params, key = rope_dict(cfg)  # Pythia's configs name them rotary_emb_base and rotary_pct (GPTNeoXConfig reads both)
+    for name_, legacy in (("rope_theta", "rotary_emb_base"), ("partial_rotary_factor", "rotary_pct")):
+        if name_ not in params and cfg.raw(legacy) is not None:
+            params[name_] = cfg.raw(legacy)
+    rope = read_rope(cfg, d // heads, params, key, default_base=cfg.defaults["rope_theta"],
+                     original_max=cfg.get("max_position_embeddings", positive_int, None))
+    return _arch(cfg, name, model_type, d, n, heads, rope, mlp, form,
                  cfg.get("layer_norm_eps", positive_number), qkv_bias=cfg.get("attention_bias", boolean))
 
 

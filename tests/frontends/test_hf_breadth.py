@@ -218,3 +218,25 @@ def test_bad_configs_name_the_key(tmp_path, config, key, fragment):
     assert f"{path}:" in message and f"{key}: " in message and fragment in message, message
     line = int(message.split("config.json:")[1].split(":")[0])
     assert f'"{key.split(".")[-1]}"' in path.read_text().splitlines()[line - 1]  # a nested key: its last part
+def test_pythias_legacy_rotary_keys_read_as_transformers_reads_them(models, tmp_path):  # noqa: F811
+    """EleutherAI's Pythia configs give ``rotary_pct`` and ``rotary_emb_base`` (GPTNeoXConfig
+    reads both), and a config without them takes the class's 0.25: the twin re-saved in
+    each form gives transformers' logits."""
+    import numpy as np
+    from tests.frontends.test_hf_models import TOLERANCE, hf_logits, irc_logits, prompts, relative_error
+
+    model, folder = models("gpt-neox-parallel")
+    config = json.loads((folder / "config.json").read_text())
+    rope = config.pop("rope_parameters")
+    ids, mask, positions = prompts()
+    want = hf_logits(model, ids, mask, positions)
+    for extra in ({"rotary_pct": rope["partial_rotary_factor"], "rotary_emb_base": rope["rope_theta"]}, {}):
+        if not extra:
+            assert rope["partial_rotary_factor"] == 0.25 and rope["rope_theta"] == 10000  # the class defaults
+        (tmp_path / "config.json").write_text(json.dumps({**config, **extra}))
+        (tmp_path / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+        got = irc_logits(load_spec(tmp_path), ids, mask, positions)
+        assert relative_error(got[mask == 1], want[mask == 1]) <= TOLERANCE
+    assert np.isfinite(got).all()
+
+

@@ -75,10 +75,10 @@ def test_cli_show_compile_and_run_take_a_folder(tmp_path, capsys):
 
 
 def test_cli_reports_config_errors_in_one_line(tmp_path, capsys):
-    folder = folder_with(tmp_path, {**LLAMA, "model_type": "bloom"})
+    folder = folder_with(tmp_path, {**LLAMA, "model_type": "rwkv"})
     assert main(["show", str(folder)]) == 2
     err = capsys.readouterr().err
-    assert "config.json:" in err and 'model_type: "bloom" is not supported' in err
+    assert "config.json:" in err and 'model_type: "rwkv" is not supported' in err
 
 
 def test_a_folder_without_config_json(tmp_path):
@@ -183,7 +183,7 @@ def test_null_means_none_and_a_left_out_key_means_the_family_default(tmp_path):
 # ---- refusals --------------------------------------------------------------------------
 
 ERRORS = {  # name: (config, the key the error names, message pattern)
-    "unknown model type": ({**LLAMA, "model_type": "bloom"}, "model_type", 'model_type: "bloom" is not supported'),
+    "unknown model type": ({**LLAMA, "model_type": "rwkv"}, "model_type", 'model_type: "rwkv" is not supported'),
     "llama attention bias": ({**LLAMA, "attention_bias": True}, "attention_bias", "attention_bias: true is not"),
     "llama mlp bias": ({**LLAMA, "mlp_bias": True}, "mlp_bias", "mlp_bias: true is not supported"),
     "activation": ({**LLAMA, "hidden_act": "gelu"}, "hidden_act", 'hidden_act: "gelu" is not supported'),
