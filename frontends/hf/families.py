@@ -54,6 +54,9 @@ stablelm, ...      LayerNorm-era and NVIDIA / Google decoders (stablelm, persimm
                    vaultgemma, granite_swa, granitemoe_swa): ``families_ln_kin``
 glm4_moe, ...      2025-26 MoE decoders of mechanisms irc has (glm4_moe, minimax_m2, ernie4_5_moe,
                    dots1) and EXAONE-4's post-norm layers (exaone4): ``families_moe_2026``
+hyperclovax, ...   lesser-known 2026 decoders recombining families irc has (hyperclovax,
+                   granitemoeshared, mellum, solar_open, param2moe, hy_v3, aria_text, youtu,
+                   minicpm3, axk1, minicpm5_moe, afmoe, flint, flex_olmo, jais2): ``families_2026``
 =================  ==========================================================================
 
 Keys a config.json leaves out take the defaults of transformers' config class for that
@@ -88,6 +91,7 @@ from frontends.hf import families_llama4
 from frontends.hf import families_gpt_kin
 from frontends.hf import families_ln_kin
 from frontends.hf import families_moe_2026
+from frontends.hf import families_2026
 from irc.errors import SpecError
 from frontends.hf.families_common import (FULL, SLIDING, _arch, _dims, _every_layer_window, _experts, _layer_types,
                                           _no, _qwen_windows, _rope, _silu, _swiglu, _windows)
@@ -138,6 +142,7 @@ DEFAULTS = {
     **families_gpt_kin.DEFAULTS,
     **families_ln_kin.DEFAULTS,
     **families_moe_2026.DEFAULTS,
+    **families_2026.DEFAULTS,
 }
 
 # DSL argument -> the config.json key a refusal should name
@@ -343,6 +348,7 @@ FAMILIES = {
     **families_gpt_kin.FAMILIES,
     **families_ln_kin.FAMILIES,
     **families_moe_2026.FAMILIES,
+    **families_2026.FAMILIES,
 }
 
 
@@ -434,6 +440,7 @@ LAYOUTS = {  # the families' departures from LAYER_NAMES
     **families_gpt_kin.LAYOUTS,
     **families_ln_kin.LAYOUTS,
     **families_moe_2026.LAYOUTS,
+    **families_2026.LAYOUTS,
 }
 # a layout's "_prefix" (the layers' names, default model.layers.) and "_top" (embed, norm
 # and lm_head, default TOP_NAMES) say where a family departs from Llama's names
