@@ -84,11 +84,14 @@ def expand(arch: Arch, origin: str) -> Graph:
     return m.graph
 
 
+MLA_NORM_EPS = 1e-6  # transformers builds the q_a / kv_a RMS norms with their default eps, whatever rms_norm_eps says
+
+
 def _attention(arch: Arch, layer, spec, h):
     a = arch.attention
     rope = dsl_rope(spec.rope)
     if a.kind == "mla":
-        return layer.mla_attention(h, a.heads, rope=rope, eps=arch.norm_eps, scale=a.scale, **a.mla)
+        return layer.mla_attention(h, a.heads, rope=rope, eps=MLA_NORM_EPS, scale=a.scale, **a.mla)
     return layer.attention(h, a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim, rope=rope, window=spec.window,
                            softcap=a.softcap, scale=a.scale, qkv_bias=a.qkv_bias, qk_norm=a.qk_norm,
                            qk_norm_eps=arch.norm_eps, qk_norm_offset=arch.norm_offset, out_bias=a.out_bias,
