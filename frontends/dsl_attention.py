@@ -13,7 +13,8 @@ from frontends.dsl_rope import Rope, emit_rope
 if TYPE_CHECKING:
     from frontends.dsl import Model, Tensor
 
-QK_NORMS = (False, True, "head", "full", "layer", "plain")  # True is "head"
+AFTER_ROPE = "head_after_rope"  # "head" norms applied after RoPE (Hunyuan's)
+QK_NORMS = (False, True, "head", "full", "layer", "plain", AFTER_ROPE)  # True is "head"
 
 
 def llama4_query_scale(m: Model, beta: float, original: int, positions: int, shift: int = 0) -> Optional[Tensor]:
@@ -88,7 +89,8 @@ class AttentionLayer:
         ``q_norm``/``k_norm`` with qk_norm (True or "head": per head, weights [D]; "full":
         over all of q's and k's features, weights [H·D] and [K·D], OLMo-2's; "layer": a
         LayerNorm without bias per head, weights [H, D] and [K, D], Cohere's; "plain": an RMS norm
-        per head without weight, Llama-4's), RoPE on q and k,
+        per head without weight, Llama-4's; "head_after_rope": "head" after RoPE, Hunyuan's),
+        RoPE on q and k,
         the attention op over the layer's past cache, and the output projection ``attn.wo``
         (bias ``attn.bo`` with out_bias; with ``output_gate``, of the output times
         sigmoid(gate), the gate read from ``attn.wq``: ``frontends.dsl_delta``); with
@@ -99,7 +101,7 @@ class AttentionLayer:
         where = m.origin()
         d, kv_heads, head_dim = self._heads(x, heads, kv_heads, head_dim)
         if qk_norm not in QK_NORMS:
-            raise m.error("qk_norm", f"expected false, true, 'head', 'full', 'layer' or 'plain', got {qk_norm!r}")
+            raise m.error("qk_norm", f"expected one of {', '.join(map(repr, QK_NORMS))}, got {qk_norm!r}")
         self._check_rope(rope, head_dim, "head_dim")
         window = None if window is None else positive("window", window, where)
         chunk = None if chunk is None else positive("chunk", chunk, where)
@@ -118,17 +120,15 @@ class AttentionLayer:
             q, gate = query_and_gate(self, q, heads, head_dim)
         k = m.emit("linear", [x, wk, bk], None, f"{p}k")[0]
         v = m.emit("linear", [x, wv, bv], None, f"{p}v")[0]
-        if qk_norm:
-            q, k = self._qk_norms(q, k, qk_norm, (heads, kv_heads, head_dim), qk_norm_eps, qk_norm_offset)
+        sizes = (heads, kv_heads, head_dim)
+        if qk_norm and qk_norm != AFTER_ROPE:
+            q, k = self._qk_norms(q, k, qk_norm, sizes, qk_norm_eps, qk_norm_offset)
         if clip_qkv is not None:  # OLMo's clamp of q, k and v to [-c, c], after any q/k norms
             c = positive_float("clip_qkv", clip_qkv, where)
             q, k, v = (self._clip(t, c, which) for t, which in ((q, "q"), (k, "k"), (v, "v")))
-        if rope is not None:
-            mask, positions = m._context()
-            if positions is None:
-                raise m.error("rope", "a vision encoder's tokens have learned positions here, not RoPE")
-            q = emit_rope(m, q, positions, rope, heads, head_dim, f"{p}q_rope")
-            k = emit_rope(m, k, positions, rope, kv_heads, head_dim, f"{p}k_rope")
+        q, k = self._rotate(q, k, rope, sizes)
+        if qk_norm == AFTER_ROPE:  # Hunyuan's: per head, with weights, on the rotated q and k
+            q, k = self._qk_norms(q, k, "head", sizes, qk_norm_eps, qk_norm_offset)
         slopes = None if alibi is None else self._alibi_slopes(alibi, heads, rope)
         if query_scale is not None:  # (beta, original, max positions[, shift]): Llama-4's, after RoPE
             factor = llama4_query_scale(m, *query_scale)
@@ -148,9 +148,21 @@ class AttentionLayer:
         bo = m.param(f"{p}attn.bo", (d,)) if out_bias else None
         kind = "mha" if kv_heads == heads else "mqa" if kv_heads == 1 else "gqa"
         self._note_attention(kind, heads, kv_heads, head_dim, head_dim, window, softcap, scale, rope,
-                             qkv_bias=bool(qkv_bias), qk_norm=qk_norm if qk_norm in ("full", "layer", "plain") else bool(qk_norm),
+                             qkv_bias=bool(qkv_bias), qk_norm=qk_norm if qk_norm in QK_NORMS[3:] else bool(qk_norm),
                              **({"attn_sinks": True} if sinks else {}), **({"alibi": True} if alibi is not None else {}))
         return m.emit("linear", [out, wo, bo], None, f"{p}attn_out")[0]
+
+    def _rotate(self, q: Tensor, k: Tensor, rope: Optional[Rope], sizes: tuple) -> tuple:
+        """q and k with RoPE at the model's positions (unchanged without ``rope``)."""
+        if rope is None:
+            return q, k
+        m, p = self.model, self.prefix
+        heads, kv_heads, head_dim = sizes
+        _, positions = m._context()
+        if positions is None:
+            raise m.error("rope", "a vision encoder's tokens have learned positions here, not RoPE")
+        return (emit_rope(m, q, positions, rope, heads, head_dim, f"{p}q_rope"),
+                emit_rope(m, k, positions, rope, kv_heads, head_dim, f"{p}k_rope"))
 
     def _heads(self, x: Tensor, heads: int, kv_heads: Optional[int], head_dim: Optional[int]) -> tuple:
         """(d_model, kv heads, head width), checked (kv heads default to heads, the width to
