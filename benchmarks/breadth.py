@@ -11,6 +11,8 @@ genai builder 0.18 on a left-padded batch of two and 16 greedy tokens); a cell s
 ``benchmarks/ssm_families.py``'s own table.
 
     python benchmarks/breadth.py [--only NAME,NAME] [--all]
+    python benchmarks/breadth.py --census    # every type of the mapping, one line each
+                                              # (benchmarks/breadth_census.py)
 """
 from __future__ import annotations
 
@@ -77,7 +79,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default="", help="comma-separated twin names")
     parser.add_argument("--all", action="store_true", help="every twin, not one per model_type")
+    parser.add_argument("--census", action="store_true",
+                        help="every type of transformers' causal-LM mapping: registered, refused or out of scope")
     args = parser.parse_args()
+    if args.census:
+        from benchmarks.breadth_census import census
+        census()
+        return
     table(cases(args.all), args.only)
 
 
