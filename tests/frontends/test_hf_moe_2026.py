@@ -41,6 +41,21 @@ def test_glm_4_5_air_counts_transformers_parameters():
     assert round((stats["params_active"] - 2 * 151552 * 4096) / 1e9, 1) == 12.2
 
 
+def test_minimax_m2_counts_transformers_parameters():
+    """MiniMax-M2 (MiniMaxAI's config.json: 62 layers of 256 experts, 8 a token): irc counts
+    228,689,764,864 parameters, transformers' parameters plus the 62 x 256 correction-bias
+    buffers; 11.0B active a token with the embedding and head (MiniMax: 230B total, 10B active)."""
+    config = transformers.AutoConfig.from_pretrained(EXAMPLES / "minimax-m2")
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    params = sum(p.numel() for p in model.parameters())
+    biases = sum(b.numel() for name, b in model.named_buffers() if name.endswith("e_score_correction_bias"))
+    stats = analyze(load_spec(EXAMPLES / "minimax-m2"))
+    assert biases == 62 * 256
+    assert stats["params_total"] == params + biases == 228_689_764_864
+    assert round(stats["params_active"] / 1e9, 1) == 11.0
+
+
 def test_glm_4_5_air_leaves_the_mtp_layer_out():
     """num_nextn_predict_layers: 1 names a 47th layer the checkpoint holds (model.layers.46);
     transformers' causal LM does not build it, nor does irc."""
