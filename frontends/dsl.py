@@ -53,6 +53,7 @@ from frontends.dsl_lightning import LightningLayer
 from frontends.dsl_mlp import MlpLayer
 from frontends.dsl_moe import MoeLayer
 from frontends.dsl_rope import Rope
+from frontends.dsl_rwkv import RwkvLayer
 from frontends.dsl_ssm import SsmLayer
 from frontends.dsl_vision import VisionInputs, VisionLayer
 
@@ -405,7 +406,7 @@ class Model(EncoderOutputs, VisionInputs):
         return logits
 
 
-class Layer(AttentionLayer, MlpLayer, MoeLayer, SsmLayer, DeltaLayer, LightningLayer, VisionLayer):
+class Layer(AttentionLayer, MlpLayer, MoeLayer, SsmLayer, DeltaLayer, LightningLayer, VisionLayer, RwkvLayer):
     """One decoder layer: its weights are ``layers.{i}.*``, its values ``layers.{i}.*``
     (attention ``frontends.dsl_attention``, the MLPs ``frontends.dsl_mlp``, the mixture of
     experts ``frontends.dsl_moe``, the

@@ -121,6 +121,18 @@ HELPERS = {
     """The k largest (smallest) values along the last axis and their indices, sorted."""
     order = top_indices(values, k, largest)
     return torch.gather(values, -1, order), order''',
+    "topk_mask": '''def topk_mask(scores, attention_mask, k, causal):
+    """irc.ops.sparse_index.topk_mask: each row's k best visible keys, bool [B, T, S]."""
+    total, seq = scores.shape[-1], scores.shape[-2]
+    key = torch.arange(total, device=scores.device)
+    visible = (key[None, :] <= key[total - seq:, None]) if causal else torch.ones(seq, total, dtype=torch.bool,
+                                                                                  device=scores.device)
+    visible = visible[None].expand(scores.shape)
+    if attention_mask is not None:
+        visible = visible & (attention_mask != 0)[:, None, :]
+    ranked = torch.where(visible, scores.float(), float("-inf"))
+    chosen = torch.zeros_like(visible).scatter(-1, top_indices(ranked, min(k, total)), True)
+    return chosen & visible''',
     "moe_route": '''def moe_route(x, router, router_bias, logit_bias, *, experts, top_k, scoring, norm_topk_prob,
               routed_scale, n_group, topk_group, group_score, jitter_eps):
     """irc.ops.moe.route in torch: (expert_ids [N, k] i64, weights [N, k] f32)."""
@@ -180,6 +192,31 @@ HELPERS = {
         counts = torch.clamp(counts, max=capacity)
     indptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
     return slot_index // top_k, slot_index, indptr''',
+    "token_shift": '''def token_shift(x, past=None):
+    """irc.ops.rwkv.token_shift: (x one token later, the first from ``past``; the last token)."""
+    first = torch.zeros_like(x[:, :1]) if past is None else past[:, None].to(x.dtype)
+    present = x[:, -1] if past is None else x[:, -1].to(past.dtype)
+    return torch.cat([first, x[:, :-1]], dim=1), present.contiguous()''',
+    "rwkv4_wkv": '''def rwkv4_wkv(k, v, time_decay, time_first, past=None):
+    """irc.ops.rwkv.rwkv4_wkv in torch, float32: (wkv [B, T, A], present (num, den, max) [B, 3, A])."""
+    k32, v32, u = k.float(), v.float(), time_first.float()
+    w = -torch.exp(time_decay.float())
+    state = torch.zeros(k.shape[0], 3, k.shape[2], device=k.device) if past is None else past.float()
+    num, den, mx = state[:, 0], state[:, 1], state[:, 2]
+    mx = torch.where(den == 0, torch.full_like(mx, -1e38), mx)
+    out = torch.empty_like(k32)
+    for t in range(k.shape[1]):
+        k_t, v_t = k32[:, t], v32[:, t]
+        ku = k_t + u
+        m = torch.maximum(mx, ku)
+        e1, e2 = torch.exp(mx - m), torch.exp(ku - m)
+        out[:, t] = (e1 * num + e2 * v_t) / (e1 * den + e2)
+        decayed = mx + w
+        m = torch.maximum(decayed, k_t)
+        e1, e2 = torch.exp(decayed - m), torch.exp(k_t - m)
+        num, den, mx = e1 * num + e2 * v_t, e1 * den + e2, m
+    present = torch.stack([num, den, mx], dim=1)
+    return out.to(v.dtype), (present if past is None else present.to(past.dtype))''',
 }
 
 BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -239,6 +276,9 @@ def fallback_line(op: str, attrs: dict, args: list[str], outputs: list) -> tuple
         return (f"{args[0]}.float().{REDUCE[op]}(dim={axes}, keepdim={attrs['keepdims']}).to({dtype})", set())
     if op == "topk" and attrs["axis"] in (-1, outputs[0].rank - 1):
         return f"topk({args[0]}, {attrs['k']}, {attrs['largest']})", {"topk", "top_indices"}
+    if op == "topk_mask":  # DeepSeek-V3.2's indexer selection (irc.ops.sparse_index)
+        mask = args[1] if len(args) > 1 else "None"
+        return f"topk_mask({args[0]}, {mask}, {attrs['k']}, {attrs['causal']})", {"topk_mask", "top_indices"}
     if op == "merge_tokens":  # a VLM decoder's image features into its token embeddings
         return f"merge_tokens({args[0]}, {args[1]}, {args[2]}, {attrs['token']})", {"merge_tokens"}
     if op == "image_blocks":  # Gemma 3's image tokens, numbered per image (integer bookkeeping)
@@ -266,6 +306,9 @@ def fallback_line(op: str, attrs: dict, args: list[str], outputs: list) -> tuple
                 f"{attrs['block_size']}, {attrs['K']})")
         scale = attrs["scale"]
         return (rows if scale is None else f"({rows}.float() * {float(scale)!r}).to({dtype})"), {"dequantize_blocks"}
+    if op in ("token_shift", "rwkv4_wkv"):  # RWKV-4's recurrences (irc.ops.rwkv), sequential in torch
+        call = f"{op}({', '.join(args)})"
+        return (call if len(outputs) > 1 else f"{call}[0]"), {op}
     if op == "moe_dispatch":
         return (f"moe_dispatch({args[0]}, experts={attrs['experts']}, "
                 f"capacity_factor={attrs['capacity_factor']!r})", {"moe_dispatch"})

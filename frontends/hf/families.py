@@ -57,6 +57,12 @@ glm4_moe, ...      2025-26 MoE decoders of mechanisms irc has (glm4_moe, minimax
 hyperclovax, ...   lesser-known 2026 decoders recombining families irc has (hyperclovax,
                    granitemoeshared, mellum, solar_open, param2moe, hy_v3, aria_text, youtu,
                    minicpm3, axk1, minicpm5_moe, afmoe, flint, flex_olmo, jais2): ``families_2026``
+rwkv               RWKV-4: token shifts and the WKV recurrence, their states graph I/O: ``families_rwkv``
+hunyuan_v1_dense,  Hunyuan: q/k RMS norms per head after RoPE, o_proj bias, alpha-NTK RoPE, softmax
+hunyuan_v1_moe     MoE plus a shared MLP: ``families_hunyuan``
+deepseek_v32       DeepSeek-V3.2: V3 with the lightning indexer's top-k keys as a masked dense MLA
+                   (``irc.ops.sparse_index``), the indexer keys cached: ``families_deepseek_v32``
+dbrx, ...          Cohere's 2026 decoders (cohere_compass_text, cohere2_moe) and DBRX's MoE: ``families_2026b``
 =================  ==========================================================================
 
 Keys a config.json leaves out take the defaults of transformers' config class for that
@@ -90,8 +96,8 @@ from frontends.hf import families_alibi
 from frontends.hf import families_llama4
 from frontends.hf import families_gpt_kin
 from frontends.hf import families_ln_kin
-from frontends.hf import families_moe_2026
-from frontends.hf import families_2026
+from frontends.hf import families_moe_2026, families_rwkv, families_2026b
+from frontends.hf import families_2026, families_hunyuan, families_deepseek_v32
 from irc.errors import SpecError
 from frontends.hf.families_common import (FULL, SLIDING, _arch, _dims, _every_layer_window, _experts, _layer_types,
                                           _no, _qwen_windows, _rope, _silu, _swiglu, _windows)
@@ -141,8 +147,9 @@ DEFAULTS = {
     **families_llama4.DEFAULTS,
     **families_gpt_kin.DEFAULTS,
     **families_ln_kin.DEFAULTS,
-    **families_moe_2026.DEFAULTS,
-    **families_2026.DEFAULTS,
+    **families_moe_2026.DEFAULTS, **families_rwkv.DEFAULTS,
+    **families_2026.DEFAULTS, **families_hunyuan.DEFAULTS,
+    **families_deepseek_v32.DEFAULTS, **families_2026b.DEFAULTS,
 }
 
 # DSL argument -> the config.json key a refusal should name
@@ -347,8 +354,9 @@ FAMILIES = {
     **families_llama4.FAMILIES,
     **families_gpt_kin.FAMILIES,
     **families_ln_kin.FAMILIES,
-    **families_moe_2026.FAMILIES,
-    **families_2026.FAMILIES,
+    **families_moe_2026.FAMILIES, **families_rwkv.FAMILIES,
+    **families_2026.FAMILIES, **families_hunyuan.FAMILIES,
+    **families_deepseek_v32.FAMILIES, **families_2026b.FAMILIES,
 }
 
 
@@ -439,8 +447,9 @@ LAYOUTS = {  # the families' departures from LAYER_NAMES
     **families_llama4.LAYOUTS,
     **families_gpt_kin.LAYOUTS,
     **families_ln_kin.LAYOUTS,
-    **families_moe_2026.LAYOUTS,
-    **families_2026.LAYOUTS,
+    **families_moe_2026.LAYOUTS, **families_rwkv.LAYOUTS,
+    **families_2026.LAYOUTS, **families_hunyuan.LAYOUTS,
+    **families_deepseek_v32.LAYOUTS, **families_2026b.LAYOUTS,
 }
 # a layout's "_prefix" (the layers' names, default model.layers.) and "_top" (embed, norm
 # and lm_head, default TOP_NAMES) say where a family departs from Llama's names

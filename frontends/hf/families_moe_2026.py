@@ -56,11 +56,7 @@ other than sigmoid, ``use_routing_bias`` false, ``shared_intermediate_size`` > 0
 must be given where its config class cannot derive them (``sliding_window`` null, or a string
 ``sliding_window_pattern``), and its sliding layers need a ``sliding_window``.
 
-Left out: ``hunyuan_v1_dense`` and ``hunyuan_v1_moe``. Hunyuan RMS-normalises q and k per head
-*after* RoPE (``query_layernorm`` / ``key_layernorm``), which ``Layer.attention`` cannot place
-(its q/k norms come before RoPE; a weight w[i] != w[i + D/2] does not commute with the rotation),
-and puts ``attention_bias`` on o_proj as well. Its fixed-alpha NTK RoPE would be a plain base
-change (base * alpha^(D / (D - 2))), its MoE a softmax top-k, renormalised, plus a shared MLP.
+Hunyuan (q/k norms after RoPE) is ``families_hunyuan``'s.
 """
 from __future__ import annotations
 

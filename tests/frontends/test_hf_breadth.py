@@ -40,7 +40,13 @@ FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smoll
             "hyperclovax-post-norms-mup", "granitemoeshared-shared-expert", "mellum-windows-typed-rope",
             "solar-open-groups-qkv-bias", "param2moe-bailing-partial-rotary", "hy-v3-qk-norm-shared",
             "aria-text-shared-experts", "minicpm5-moe-gated-attention", "afmoe-gate-nope-mup",
-            "flint-sinks-sigmoid-shared", "flex-olmo-post-norms-moe", "jais2-layernorm-relu2-biases"]
+            "flint-sinks-sigmoid-shared", "flex-olmo-post-norms-moe", "jais2-layernorm-relu2-biases",
+            # families_hunyuan
+            "hunyuan-dense-alpha-rope-biases", "hunyuan-moe-topk-list-shared-mlp",
+            # families_2026b
+            "cohere-compass-nope-full-rope-sliding", "cohere-compass-linear-rope-untied",
+            "cohere2-moe-dense-prefix-average", "cohere2-moe-sigmoid-rms-sum", "dbrx-clip-qkv-top2-renorm",
+            "dbrx-mqa-unnormalised"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -189,6 +195,59 @@ BAD = [  # (config.json, the key named, a fragment of the message)
     ({"model_type": "afmoe", **SMALL, "attention_bias": True}, "attention_bias", "no such bias"),
     ({"model_type": "flint", **SMALL, "hidden_act": "relu"}, "hidden_act", '"relu" is not supported'),
     ({"model_type": "jais2", **SMALL, "hidden_act": "silu"}, "hidden_act", '"silu" is not supported'),
+    # families_hunyuan
+    *[({"model_type": "hunyuan_v1_dense", **SMALL, "head_dim": 8, **setting}, key, fragment)
+      for setting, key, fragment in (
+        ({"head_dim": None}, "head_dim", "missing or null"),
+        ({"hidden_act": "gelu"}, "hidden_act", '"gelu" is not supported'),
+        ({"rope_scaling": {"type": "dynamic", "alpha": 1000.0, "factor": 1.0, "partial_rotary_factor": 0.5}},
+         "rope_scaling.partial_rotary_factor", "partial rotary width"),
+        ({"rope_scaling": {"type": "dynamic", "alpha": -2.0, "factor": 1.0}}, "rope_scaling.alpha",
+         "expected a positive number"),
+        ({"head_dim": 2, "rope_scaling": {"type": "dynamic", "alpha": 1000.0, "factor": 1.0}}, "head_dim",
+         "head_dim / (head_dim - 2)"),
+        ({"use_qk_norm": False}, "use_qk_norm", "refuses to guess"),
+        ({"use_cla": True}, "use_cla", "refuses to guess"),
+        ({"use_mla": True}, "use_mla", "refuses to guess"))],
+    *[({"model_type": "hunyuan_v1_moe", **SMALL, "head_dim": 8, "num_experts": 4, "moe_topk": 2, **setting}, key,
+       fragment) for setting, key, fragment in (
+        ({"moe_topk": [2, 1]}, "moe_topk", "varies over the layers ([2, 1])"),
+        ({"moe_topk": [2]}, "moe_topk", "1 entries for 2 layers"),
+        ({"num_experts": [4, 4]}, "num_experts", "expected a positive integer"),
+        ({"num_experts_per_tok": 5}, "num_experts_per_tok", "top_k 5 exceeds 4 experts (num_experts)"),
+        ({"use_mixed_mlp_moe": False}, "use_mixed_mlp_moe", "refuses to guess"),
+        ({"num_shared_expert": [2, 2]}, "num_shared_expert", "refuses to guess"))],
+    # families_2026b
+    *[({"model_type": "cohere_compass_text", **SMALL, **setting}, key, fragment) for setting, key, fragment in (
+        ({"rope_parameters": {"sliding_attention": None}}, "rope_parameters", "has no full_attention entry"),
+        ({"rope_parameters": {"full_attention": 3}}, "rope_parameters.full_attention", "an object or null"),
+        ({"rope_parameters": {"full_attention": {"rope_type": "default"}}}, "rope_parameters.full_attention",
+         "from the layer type's entry only"),
+        ({"rope_parameters": {"full_attention": {"rope_theta": 1e4, "partial_rotary_factor": 0.5}}},
+         "rope_parameters.full_attention.partial_rotary_factor", "partial rotary width"),
+        ({"rope_parameters": {"full_attention": None}, "attention_bias": True}, "attention_bias", "no such bias"))],
+    *[({"model_type": "cohere2_moe", **SMALL, "head_dim": 8, **setting}, key, fragment)
+      for setting, key, fragment in (
+        ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling", "ignores rope_scaling"),
+        ({"rope_parameters": {"rope_type": "default"}}, "rope_parameters", "has no rope_theta"),
+        ({"partial_rotary_factor": 0.5}, "partial_rotary_factor", "partial rotary width"),
+        ({"expert_selection_fn": "relu"}, "expert_selection_fn", '"relu" is not supported'),
+        ({"shared_expert_combination_strategy": "max"}, "shared_expert_combination_strategy", '"max" is not'),
+        ({"num_experts_per_tok": 9}, "num_experts_per_tok", "top_k 9 exceeds 8 experts"),
+        ({"mlp_layer_types": ["dense", "moe"]}, "mlp_layer_types", '"moe" is not supported'),
+        ({"hidden_act": "gelu"}, "hidden_act", '"gelu" is not supported'))],
+    *[({"model_type": "dbrx", "vocab_size": 64, "d_model": 32, "n_heads": 4, "n_layers": 2, **setting}, key, fragment)
+      for setting, key, fragment in (
+        ({"attn_config": {"rope_theta": 500000}}, "attn_config.rope_theta", "refuses to guess"),
+        ({"attn_config": {"kv_n_heads": 3}}, "attn_config.kv_n_heads", "not divisible by 3 kv heads"),
+        ({"ffn_config": {"moe_normalize_expert_weights": 2.0}}, "ffn_config.moe_normalize_expert_weights",
+         "2.0 is not supported"),
+        ({"ffn_config": {"ffn_act_fn": {"name": "gelu"}}}, "ffn_config.ffn_act_fn", "SwiGLU"),
+        ({"ffn_config": {"moe_top_k": 5}}, "ffn_config.moe_top_k", "top_k 5 exceeds 4 experts"),
+        ({"tie_word_embeddings": True}, "tie_word_embeddings", "DbrxConfig refuses"),
+        ({"hidden_size": 64}, "hidden_size", "give d_model"),
+        ({"rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.5}},
+         "rope_parameters.partial_rotary_factor", "partial rotary width"))],
 ]
 
 

@@ -17,7 +17,9 @@ from irc.verify import verify
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 VLM_EXAMPLES = ("gemma-3-4b", "llava-1.5-7b", "llava-v1.6-mistral-7b", "mistral-small-3.1-24b", "paligemma-3b-224",
                 "qwen2.5-vl-7b", "smolvlm-256m", "llama-3.2-11b-vision")  # two graphs, no YAML form: tests/frontends/test_hf_vlm.py
-NO_YAML = ("llama-4-scout-17b-16e",)  # forms YAML does not declare (chunks, MoE input weights): test_hf_llama4.py
+NO_YAML = ("llama-4-scout-17b-16e",  # forms YAML does not declare (chunks, MoE input weights): test_hf_llama4.py
+           "deepseek-v3.2",  # the lightning indexer's top-k mask: test_hf_deepseek_v32.py
+           "rwkv-4-7b")  # RWKV-4's token shifts and WKV recurrence (no YAML form): test_hf_rwkv.py
 HF_EXAMPLES = sorted(p.name for p in (EXAMPLES / "hf").iterdir()
                      if (p / "config.json").exists() and p.name not in VLM_EXAMPLES + NO_YAML)
 
@@ -75,10 +77,10 @@ def test_cli_show_compile_and_run_take_a_folder(tmp_path, capsys):
 
 
 def test_cli_reports_config_errors_in_one_line(tmp_path, capsys):
-    folder = folder_with(tmp_path, {**LLAMA, "model_type": "rwkv"})
+    folder = folder_with(tmp_path, {**LLAMA, "model_type": "xlstm"})
     assert main(["show", str(folder)]) == 2
     err = capsys.readouterr().err
-    assert "config.json:" in err and 'model_type: "rwkv" is not supported' in err
+    assert "config.json:" in err and 'model_type: "xlstm" is not supported' in err
 
 
 def test_a_folder_without_config_json(tmp_path):
@@ -183,7 +185,7 @@ def test_null_means_none_and_a_left_out_key_means_the_family_default(tmp_path):
 # ---- refusals --------------------------------------------------------------------------
 
 ERRORS = {  # name: (config, the key the error names, message pattern)
-    "unknown model type": ({**LLAMA, "model_type": "rwkv"}, "model_type", 'model_type: "rwkv" is not supported'),
+    "unknown model type": ({**LLAMA, "model_type": "xlstm"}, "model_type", 'model_type: "xlstm" is not supported'),
     "llama attention bias": ({**LLAMA, "attention_bias": True}, "attention_bias", "attention_bias: true is not"),
     "llama mlp bias": ({**LLAMA, "mlp_bias": True}, "mlp_bias", "mlp_bias: true is not supported"),
     "activation": ({**LLAMA, "hidden_act": "gelu"}, "hidden_act", 'hidden_act: "gelu" is not supported'),

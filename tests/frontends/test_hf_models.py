@@ -314,6 +314,41 @@ CASES = {  # name: (config class, overrides of SMALL)
     "flex-olmo-post-norms-moe": ("FlexOlmoConfig", dict(num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
                                                         pad_token_id=0, eos_token_id=2)),
     "jais2-layernorm-relu2-biases": ("Jais2Config", dict(head_dim=8, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # families_hunyuan: the released alpha-NTK RoPE settings (extras ignored), head_dim wider than hidden / heads
+    "hunyuan-dense-alpha-rope-biases": ("HunYuanDenseV1Config", dict(
+        head_dim=16, attention_bias=True, pad_token_id=0, eos_token_id=2, rope_parameters={
+            "type": "dynamic", "rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0,
+            "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0})),
+    "hunyuan-moe-topk-list-shared-mlp": ("HunYuanMoEV1Config", dict(head_dim=8, num_experts=4, moe_topk=[2, 2],
+                                                                    tie_word_embeddings=True, pad_token_id=0,
+                                                                    eos_token_id=2)),
+    # families_2026b (DBRX: d_model given, as DbrxConfig sizes the experts by it; clip_qkv set: transformers
+    # 5.25's clamp fails without one)
+    "cohere-compass-nope-full-rope-sliding": ("CohereCompassTextConfig", dict(
+        num_hidden_layers=3, layer_types=["sliding_attention", "full_attention", "sliding_attention"], sliding_window=4,
+        logit_scale=0.5, rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0,
+                                                                "mrope_section": [2, 1, 1]}, "full_attention": None},
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "cohere-compass-linear-rope-untied": ("CohereCompassTextConfig", dict(
+        tie_word_embeddings=False, rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                                        "rope_theta": 50000.0}},
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "cohere2-moe-dense-prefix-average": ("Cohere2MoeConfig", dict(
+        num_hidden_layers=3, head_dim=8, num_experts=4, num_experts_per_tok=2, num_shared_experts=1,
+        intermediate_size=16, first_k_dense_replace=1, prefix_dense_intermediate_size=24, sliding_window=4,
+        sliding_window_pattern=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "cohere2-moe-sigmoid-rms-sum": ("Cohere2MoeConfig", dict(
+        head_dim=8, num_experts=4, num_experts_per_tok=2, num_shared_experts=2, intermediate_size=16,
+        shared_expert_combination_strategy="sum", expert_selection_fn="sigmoid", norm_topk_prob=False,
+        rms_norm_eps=1e-6, layer_types=["sliding_attention", "full_attention"], sliding_window=4,
+        tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "dbrx-clip-qkv-top2-renorm": ("DbrxConfig", dict(
+        d_model=32, attn_config={"clip_qkv": 1.0, "kv_n_heads": 2, "rope_theta": 500000.0},
+        ffn_config={"ffn_hidden_size": 16, "moe_num_experts": 4, "moe_top_k": 2},
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
+    "dbrx-mqa-unnormalised": ("DbrxConfig", dict(
+        d_model=32, attn_config={"clip_qkv": 8.0, "kv_n_heads": 1, "rope_theta": 10000.0},
+        ffn_config={"ffn_hidden_size": 16, "moe_num_experts": 3, "moe_top_k": 2, "moe_normalize_expert_weights": None})),
 }
 
 

@@ -1,0 +1,218 @@
+"""DeepSeek-V3.2 (``frontends.hf.families`` registers it): DeepSeek-V3 with DeepSeek sparse
+attention (DSA), built by its own loop through the DSL (``expand``).
+
+==============  ============================================================================
+deepseek_v32    DeepSeek-V3.2(-Exp): DeepSeek-V3's MLA (low-rank q, interleaved RoPE) and
+                sigmoid-routed experts (``families._deepseek``), each query attending only
+                to the ``index_topk`` keys its lightning indexer scores highest, as a
+                masked dense attention (``irc.ops.sparse_index.topk_mask``)
+==============  ============================================================================
+
+The indexer (transformers' ``DeepseekV32Indexer``), per layer: queries ``wq_b`` of the MLA's
+normalised q latent (``q_a_norm(q_a(x))``) [B, T, H_i, D_i]; one key ``k_norm(wk(x))``
+[B, T, D_i] (a LayerNorm with bias, eps 1e-6); RoPE on the first ``qk_rope_head_dim`` dims of
+both, rotate-half (not interleaved like the MLA's), at the model's frequencies; scores
+Σ_h w_h · relu(q_h · k · D_i^-0.5) with w = ``weights_proj(x)`` · H_i^-0.5 [B, T, S];
+``topk_mask`` keeps each row's ``index_topk`` best visible keys; the MLA's scores outside
+the mask are float32's minimum before the softmax. The MLA runs as primitives (the latent
+expanded per head through ``kv_b``, as ``mla_attention`` does), its caches the per-head
+``past_key_values.{i}.key`` / ``.value`` [B, H, P, ·]; the indexer's keys (after RoPE) are
+cached too, ``past_key_values.{i}.index_key`` [B, 1, P, D_i] (transformers keeps them on
+its cache layer: ``update_indexer``).
+
+Checkpoint names: DeepSeek-V3's, plus ``self_attn.indexer.{wq_b, wk, k_norm, weights_proj}``.
+``q_lora_rank`` must be set (the indexer reads the q latent), ``mlp_layer_types`` must be
+what ``first_k_dense_replace`` gives, and ``layer_types`` all "indexed_attention".
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+
+import numpy as np
+
+from frontends.hf.config import Arch, Config, dsl_rope
+from irc.ops.attention import mla_softmax_scale
+from irc.yamlloc import non_negative_int, positive_int
+
+MLA_NORM_EPS = 1e-6  # transformers builds the q_a / kv_a norms and the indexer's k_norm with eps 1e-6
+NEG = float(np.finfo(np.float32).min)  # transformers' masked score (its additive mask's minimum)
+
+DEFAULTS = {
+    "deepseek_v32": {
+        "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False,
+        "mlp_bias": False, "max_position_embeddings": 163840, "q_lora_rank": 1536, "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": 256,
+        "moe_intermediate_size": 2048, "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4,
+        "norm_topk_prob": True, "routed_scaling_factor": 2.5, "first_k_dense_replace": 3, "n_shared_experts": 1,
+        "index_topk": 2048, "index_head_dim": 128, "index_n_heads": 64, "vocab_size": 129280, "hidden_size": 7168,
+        "intermediate_size": 18432, "num_hidden_layers": 61, "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        # what DeepSeek-V3's reader asks of these keys, fixed in DeepseekV32Config's code
+        "rope_interleave": True, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1,
+    },
+}
+
+INDEXER = "attn.indexer."
+LAYOUTS = {"deepseek_v32": {
+    f"{INDEXER}wq_b": "self_attn.indexer.wq_b.weight", f"{INDEXER}wk": "self_attn.indexer.wk.weight",
+    f"{INDEXER}k_norm": "self_attn.indexer.k_norm.weight", f"{INDEXER}k_norm.bias": "self_attn.indexer.k_norm.bias",
+    f"{INDEXER}weights_proj": "self_attn.indexer.weights_proj.weight"}}
+
+
+def _deepseek_v32(cfg: Config, name: str, model_type: str) -> Arch:
+    """DeepSeek-V3's reading of the config, plus the indexer's sizes."""
+    from frontends.hf.families import FAMILIES  # it imports this module
+
+    for key in ("rope_interleave", "scoring_func", "topk_method", "moe_layer_freq"):
+        if cfg.has(key) and cfg.raw(key) != DEFAULTS["deepseek_v32"][key]:  # DeepseekV32Config reads none of them
+            raise cfg.unsupported(key, cfg.raw(key), hint="DeepSeek-V3.2's code fixes it to "
+                                                          f"{DEFAULTS['deepseek_v32'][key]!r}")
+    arch = FAMILIES["deepseek_v3"](cfg, name, "deepseek_v3")
+    arch.model_type, arch.checkpoint = model_type, "deepseek_v32"
+    n = arch.n_layers
+    if arch.attention.mla["q_lora_rank"] is None:
+        raise cfg.error("q_lora_rank", "the indexer reads the low-rank query latent: give q_lora_rank")
+    first_dense = cfg.get("first_k_dense_replace", non_negative_int)
+    expected = ["dense"] * min(first_dense, n) + ["sparse"] * max(0, n - first_dense)
+    cfg.check("mlp_layer_types", lambda v: v is None or list(v) == expected,
+              hint=f"irc places the experts after first_k_dense_replace layers: {expected}")
+    cfg.check("layer_types", lambda v: v is None or all(t == "indexed_attention" for t in v),
+              hint="every DeepSeek-V3.2 layer is \"indexed_attention\"")
+    indexer = {"heads": cfg.get("index_n_heads", positive_int), "head_dim": cfg.get("index_head_dim", positive_int),
+               "topk": cfg.get("index_topk", positive_int)}
+    rope_dim = arch.attention.mla["qk_rope_head_dim"]
+    if indexer["head_dim"] < rope_dim:
+        raise cfg.error("index_head_dim", f"{indexer['head_dim']} is narrower than qk_rope_head_dim {rope_dim}, "
+                                          "the indexer's rotated part")
+    arch.expand = partial(expand, indexer)
+    return arch
+
+
+FAMILIES = {"deepseek_v32": _deepseek_v32}
+
+
+def expand(indexer: dict, arch: Arch, origin: str):
+    """The decoder through the DSL: DeepSeek-V3's (``frontends.hf.build.expand``) with the
+    attention of ``sparse_mla``."""
+    from frontends.dsl import Model
+    from frontends.hf.build import embedded_inputs
+
+    m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
+    eps = arch.norm_eps
+    with m.at(origin):
+        x = embedded_inputs(m, arch)
+        for layer, spec in zip(m.layers(arch.n_layers), arch.layers):
+            x = x + sparse_mla(m, layer, layer.rms_norm(x, "attn_norm", eps), arch, spec, indexer)
+            h = layer.rms_norm(x, "mlp_norm", eps)
+            x = x + (layer.moe(h, **arch.moe) if spec.moe else layer.swiglu(h, d_ff=arch.mlp["d_ff"]))
+        m.logits(m.rms_norm(x, "norm", eps), tied=arch.tied)
+    m.meta["sparse_index"] = dict(indexer)  # beside the MLA's entries (Layer._note_attention)
+    return m.graph
+
+
+class _Ops:
+    """Emit helpers under one layer's prefix."""
+
+    def __init__(self, m, prefix: str):
+        self.m, self.p = m, prefix
+
+    def __call__(self, op: str, inputs, attrs, name: str):
+        return self.m.emit(op, inputs, attrs, self.p + name)[0]
+
+    def view(self, x, shape, name: str):
+        return self("reshape", [x], {"shape": list(shape)}, name)
+
+    def cols(self, x, start: int, end, name: str):
+        return self("slice", [x], {"axis": -1, "start": start, "end": end}, name)
+
+    def t(self, x, perm, name: str):
+        return self("transpose", [x], {"perm": list(perm)}, name)
+
+    def const(self, value: float, name: str):
+        return self("constant", [], {"value": value}, name)
+
+    def linear(self, x, weight, name: str):
+        return self("linear", [x, weight], None, name)
+
+    def rope(self, x, positions, rope, head_dim: int, name: str):
+        return self("rope", [x, positions], rope.attrs(head_dim), name)
+
+
+def sparse_mla(m, layer, x, arch: Arch, spec, indexer: dict):
+    """MLA over the keys ``indexer_mask`` keeps: out [B, T, d] (module docstring)."""
+    mla, heads, i = arch.attention.mla, arch.attention.heads, layer.index
+    nope, rdim, vdim, rank = mla["qk_nope_head_dim"], mla["qk_rope_head_dim"], mla["v_head_dim"], mla["kv_lora_rank"]
+    qk, d = nope + rdim, arch.d_model
+    o, p = _Ops(m, layer.prefix), layer.prefix
+    batch, seq = x.shape[:2]
+    _, positions = m._context()
+    rope = dsl_rope(spec.rope)
+    q_latent = m.norm(o.linear(x, m.param(f"{p}attn.q_a", (mla["q_lora_rank"], d)), "q_a_out"), f"{p}attn.q_a_norm",
+                      "rms", MLA_NORM_EPS)
+    q = o.view(o.linear(q_latent, m.param(f"{p}attn.q_b", (heads * qk, mla["q_lora_rank"])), "q"),
+               (batch, seq, heads, qk), "q_heads")
+    q_rope = o.rope(o.view(o.cols(q, nope, qk, "q_pe"), (batch, seq, heads * rdim), "q_pe_flat"), positions, rope,
+                    rdim, "q_pe_rope")
+    q = o("concat", [o.cols(q, 0, nope, "q_nope"), o.view(q_rope, (batch, seq, heads, rdim), "q_pe_heads")],
+          {"axis": -1}, "q_full")
+    kv_a = o.linear(x, m.param(f"{p}attn.kv_a", (rank + rdim, d)), "kv_a_out")
+    latent = m.norm(o.cols(kv_a, 0, rank, "kv_latent"), f"{p}attn.kv_a_norm", "rms", MLA_NORM_EPS)
+    kv = o.view(o.linear(latent, m.param(f"{p}attn.kv_b", (heads * (nope + vdim), rank)), "kv"),
+                (batch, seq, heads, nope + vdim), "kv_heads")
+    k_rope = o.view(o.rope(o.cols(kv_a, rank, None, "k_pe"), positions, rope, rdim, "k_pe_rope"),
+                    (batch, seq, 1, rdim), "k_pe_head")
+    k_rope = o("expand", [k_rope], {"shape": [batch, seq, heads, rdim]}, "k_pe_heads")
+    key = o.t(o("concat", [o.cols(kv, 0, nope, "k_nope"), k_rope], {"axis": -1}, "k_full"), (0, 2, 1, 3), "k_bhtd")
+    value = o.t(o.cols(kv, nope, None, "v_heads"), (0, 2, 1, 3), "v_bhtd")
+    past_key, past_value = m._past(i, heads, qk, vdim)
+    key = m.emit("concat", [past_key, key], {"axis": 2}, f"present.{i}.key")[0]
+    value = m.emit("concat", [past_value, value], {"axis": 2}, f"present.{i}.value")[0]
+    m._presents += [key.value, value.value]
+    keep = indexer_mask(m, layer, x, q_latent, spec.rope, rdim, indexer)
+    scale = mla_softmax_scale(nope, rdim, rope.mla_attrs(), arch.attention.scale)
+    scores = o("mul", [o("matmul", [o.t(q, (0, 2, 1, 3), "q_bhtd"), o.t(key, (0, 1, 3, 2), "k_t")], None, "qk"),
+                       o.const(scale, "attn_scale")], None, "scores")
+    total = key.shape[2]
+    scores = o("where", [o.view(keep, (batch, 1, seq, total), "keep4"), scores, o.const(NEG, "attn_neg")], None,
+               "scores_masked")
+    out = o("matmul", [o("softmax", [scores], {"axis": -1}, "probs"), value], None, "attn_bhtv")
+    out = o.view(o.t(out, (0, 2, 1, 3), "attn_bthv"), (batch, seq, heads * vdim), "attn")
+    layer._note_attention("mla", heads, heads, qk, vdim, None, None, arch.attention.scale, rope, mla=dict(mla))
+    return o.linear(out, m.param(f"{p}attn.wo", (d, heads * vdim)), "attn_out")
+
+
+def indexer_mask(m, layer, x, q_latent, rope, rope_dim: int, indexer: dict):
+    """Bool [B, T, P+T]: the keys each query's lightning indexer keeps (module docstring; ``rope``
+    the layer's ``RopeSpec``); caches the indexer's rotated keys as
+    ``past_key_values.{i}.index_key`` [B, 1, P, D_i]."""
+    o, p, i = _Ops(m, layer.prefix + "indexer."), layer.prefix + INDEXER, layer.index
+    heads, dim, d = indexer["heads"], indexer["head_dim"], m._features(x)
+    batch, seq = x.shape[:2]
+    mask, positions = m._context()
+    half = dsl_rope(replace(rope, convention="half", rotary_dim=rope_dim))
+    q = o.rope(o.linear(q_latent, m.param(f"{p}wq_b", (heads * dim, q_latent.shape[-1])), "q"), positions, half, dim,
+               "q_rope")
+    q = o.t(o.view(q, (batch, seq, heads, dim), "q_heads"), (0, 2, 1, 3), "q_bhtd")
+    k = m.norm(o.linear(x, m.param(f"{p}wk", (dim, d)), "k"), f"{p}k_norm", "layer", 1e-6, bias=True)
+    k = o.view(o.rope(k, positions, half, dim, "k_rope"), (batch, 1, seq, dim), "k_head")
+    k = m.emit("concat", [_index_past(m, i, dim), k], {"axis": 2}, f"present.{i}.index_key")[0]
+    m._presents.append(k.value)
+    scores = o("matmul", [q, o.t(k, (0, 1, 3, 2), "k_t")], None, "qk")
+    scores = o("mul", [scores, o.const(dim ** -0.5, "scale")], None, "qk_scaled")
+    scores = o("maximum", [scores, o.const(0.0, "zero")], None, "qk_relu")
+    weights = o("mul", [o.linear(x, m.param(f"{p}weights_proj", (heads, d)), "weights"),
+                        o.const(heads ** -0.5, "weights_scale")], None, "weights_scaled")
+    weights = o.view(o.t(weights, (0, 2, 1), "weights_bht"), (batch, heads, seq, 1), "weights4")
+    total = o("reduce_sum", [o("mul", [scores, weights], None, "weighted")], {"axes": [1], "keepdims": False},
+              "scores")
+    return o("topk_mask", [total, mask], {"k": indexer["topk"], "causal": True}, "keep")
+
+
+def _index_past(m, layer: int, dim: int):
+    """The layer's ``past_key_values.{layer}.index_key`` input [B, 1, P, D_i], the cache's
+    dtype (``Model._past``'s)."""
+    from frontends.dsl import ACTIVATION, PAST
+
+    return m._graph.add_input(f"past_key_values.{layer}.index_key", ACTIVATION, ("B", 1, PAST, dim))
+
