@@ -87,20 +87,22 @@ from frontends.hf.config import Arch, Attention, Config, LayerSpec, RopeSpec, in
 from frontends.hf.encoder import bidirectional, symmetric_window
 from irc.yamlloc import Bad, boolean, non_negative_int, positive_int, positive_number, string
 from frontends.hf.weights import Rows, Source, Stack, Tensor
-from frontends.hf import (families_classic, families_cohere, families_composite, families_delta, families_kimi,
-                          families_lfm2, families_llama_like, families_minimax, families_olmo, families_ssm)
-from frontends.hf import families_gemma3n, families_gemma4, families_gpt_oss
-from frontends.hf import families_phimoe
-from frontends.hf import families_aliases
-from frontends.hf import families_alibi
-from frontends.hf import families_llama4
-from frontends.hf import families_gpt_kin
-from frontends.hf import families_ln_kin
-from frontends.hf import families_moe_2026, families_rwkv, families_2026b
-from frontends.hf import families_2026, families_hunyuan, families_deepseek_v32
+from frontends.hf import (families_2026, families_2026b, families_aliases, families_alibi, families_classic,
+                          families_cohere, families_composite, families_deepseek_v32, families_delta,
+                          families_gemma3n, families_gemma4, families_gpt_kin, families_gpt_oss, families_hunyuan,
+                          families_kimi, families_lfm2, families_llama4, families_llama_like, families_ln_kin,
+                          families_minimax, families_moe_2026, families_olmo, families_phimoe, families_rwkv,
+                          families_ssm)
 from irc.errors import SpecError
 from frontends.hf.families_common import (FULL, SLIDING, _arch, _dims, _every_layer_window, _experts, _layer_types,
                                           _no, _qwen_windows, _rope, _silu, _swiglu, _windows)
+
+# the family modules, each a DEFAULTS / FAMILIES / LAYOUTS table merged below (a new module is one entry)
+MODULES = (families_ssm, families_composite, families_lfm2, families_delta, families_kimi, families_minimax,
+           families_llama_like, families_olmo, families_classic, families_cohere, families_gpt_oss, families_gemma4,
+           families_gemma3n, families_phimoe, families_aliases, families_alibi, families_llama4, families_gpt_kin,
+           families_ln_kin, families_moe_2026, families_rwkv, families_2026, families_hunyuan, families_deepseek_v32,
+           families_2026b)
 
 # transformers 5.2x config-class defaults for keys a config.json may leave out
 _LLAMA = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu", "max_position_embeddings": 2048,
@@ -136,20 +138,7 @@ DEFAULTS = {
     "gemma3_text": {**_GEMMA, "max_position_embeddings": 131072, "num_key_value_heads": 4,
                     "use_bidirectional_attention": False},
     "phi3": {**_LLAMA, "rms_norm_eps": 1e-5, "max_position_embeddings": 4096, "original_max_position_embeddings": 4096},
-    **families_ssm.DEFAULTS,
-    **families_composite.DEFAULTS,
-    **families_lfm2.DEFAULTS, **families_delta.DEFAULTS, **families_kimi.DEFAULTS, **families_minimax.DEFAULTS,
-    **families_llama_like.DEFAULTS, **families_olmo.DEFAULTS, **families_classic.DEFAULTS, **families_cohere.DEFAULTS,
-    **families_gpt_oss.DEFAULTS, **families_gemma4.DEFAULTS, **families_gemma3n.DEFAULTS,
-    **families_phimoe.DEFAULTS,
-    **families_aliases.DEFAULTS,
-    **families_alibi.DEFAULTS,
-    **families_llama4.DEFAULTS,
-    **families_gpt_kin.DEFAULTS,
-    **families_ln_kin.DEFAULTS,
-    **families_moe_2026.DEFAULTS, **families_rwkv.DEFAULTS,
-    **families_2026.DEFAULTS, **families_hunyuan.DEFAULTS,
-    **families_deepseek_v32.DEFAULTS, **families_2026b.DEFAULTS,
+    **{key: value for module in MODULES for key, value in module.DEFAULTS.items()},
 }
 
 # DSL argument -> the config.json key a refusal should name
@@ -343,20 +332,7 @@ FAMILIES = {
     "llama": _llama_like, "mistral": _llama_like, "mixtral": _llama_like, "qwen2": _llama_like,
     "qwen3": _llama_like, "qwen2_moe": _llama_like, "qwen3_moe": _llama_like, "phi3": _llama_like,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "gemma2": _gemma, "gemma3_text": _gemma,
-    **families_ssm.FAMILIES,
-    **families_composite.FAMILIES,
-    **families_lfm2.FAMILIES, **families_delta.FAMILIES, **families_kimi.FAMILIES, **families_minimax.FAMILIES,
-    **families_llama_like.FAMILIES, **families_olmo.FAMILIES, **families_classic.FAMILIES, **families_cohere.FAMILIES,
-    **families_gpt_oss.FAMILIES, **families_gemma4.FAMILIES, **families_gemma3n.FAMILIES,
-    **families_phimoe.FAMILIES,
-    **families_aliases.FAMILIES,
-    **families_alibi.FAMILIES,
-    **families_llama4.FAMILIES,
-    **families_gpt_kin.FAMILIES,
-    **families_ln_kin.FAMILIES,
-    **families_moe_2026.FAMILIES, **families_rwkv.FAMILIES,
-    **families_2026.FAMILIES, **families_hunyuan.FAMILIES,
-    **families_deepseek_v32.FAMILIES, **families_2026b.FAMILIES,
+    **{key: value for module in MODULES for key, value in module.FAMILIES.items()},
 }
 
 
@@ -421,6 +397,11 @@ def _up_rows(arch: Arch) -> tuple[int, int]:
     return arch.mlp["d_ff"], 2 * arch.mlp["d_ff"]
 
 
+def _layouts(module) -> dict:
+    """A family module's layouts: its LAYOUTS, or those its ``layouts(Experts)`` makes."""
+    return module.LAYOUTS if hasattr(module, "LAYOUTS") else module.layouts(Experts)
+
+
 LAYOUTS = {  # the families' departures from LAYER_NAMES
     "llama": {},
     "deepseek": {},
@@ -436,20 +417,7 @@ LAYOUTS = {  # the families' departures from LAYER_NAMES
              "attn.wv": Split("self_attn.qkv_proj.weight", _v_rows),
              "mlp.w_gate": Split("mlp.gate_up_proj.weight", _gate_rows),
              "mlp.w_up": Split("mlp.gate_up_proj.weight", _up_rows)},
-    **families_ssm.LAYOUTS,
-    **families_composite.LAYOUTS,
-    **families_lfm2.layouts(Experts), **families_delta.LAYOUTS, **families_kimi.LAYOUTS, **families_minimax.layouts(Experts),
-    **families_llama_like.LAYOUTS, **families_olmo.LAYOUTS, **families_classic.LAYOUTS, **families_cohere.LAYOUTS,
-    **families_gpt_oss.LAYOUTS, **families_gemma4.LAYOUTS, **families_gemma3n.LAYOUTS,
-    **families_phimoe.layouts(Experts),
-    **families_aliases.LAYOUTS,
-    **families_alibi.LAYOUTS,
-    **families_llama4.LAYOUTS,
-    **families_gpt_kin.LAYOUTS,
-    **families_ln_kin.LAYOUTS,
-    **families_moe_2026.LAYOUTS, **families_rwkv.LAYOUTS,
-    **families_2026.LAYOUTS, **families_hunyuan.LAYOUTS,
-    **families_deepseek_v32.LAYOUTS, **families_2026b.LAYOUTS,
+    **{key: value for module in MODULES for key, value in _layouts(module).items()},
 }
 # a layout's "_prefix" (the layers' names, default model.layers.) and "_top" (embed, norm
 # and lm_head, default TOP_NAMES) say where a family departs from Llama's names
