@@ -19,7 +19,7 @@ FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smoll
             "cohere-qk-norm", "cohere2-nope-global", "glm4-sandwich-partial-rotary", "falcon-7b-multi-query",
             "falcon-40b-new-arch-biases", "olmo-plain-norms-clip", "ministral3-llama4-scale-yarn", "opt-relu-tied",
             "bloom-alibi-6-heads", "mpt-alibi-clip-scale", "falcon-alibi-sequential",
-            "llama4-chunked-moe", "llama4-top2-full-no-qk-norm",
+            "llama4-chunked-moe", "llama4-top2-full-no-qk-norm", "nanochat-gqa-softcap",
             # issue 40: aliases
             "exaone-original-names", "internlm3-head-dim-128", "iquestcoder-mqa", "helium-interleaved-qkv-bias",
             "seed-oss-qkv-out-bias", "arcee-relu2-mlp-bias", "ernie4-5-interleaved-tied", "cwm-windows-llama3",
@@ -85,6 +85,7 @@ BAD = [  # (config.json, the key named, a fragment of the message)
      "an object"),
     ({"model_type": "mpt", "d_model": 32, "n_layers": 2, "n_heads": 4, "expansion_ratio": 3}, "expansion_ratio",
      "4·d"),
+    ({"model_type": "nanochat", **SMALL, "hidden_act": "silu"}, "hidden_act", '"silu" is not supported'),
     ({"model_type": "falcon", **SMALL, "new_decoder_architecture": True, "num_kv_heads": 3}, "num_kv_heads",
      "not divisible by 3 kv heads"),
     ({"model_type": "opt", **SMALL, "do_layer_norm_before": False}, "do_layer_norm_before", "OPT-350m"),

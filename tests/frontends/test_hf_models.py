@@ -141,6 +141,9 @@ CASES = {  # name: (config class, overrides of SMALL)
                                                              attention_chunk_size=None, rope_parameters={
         "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0,
         "original_max_position_embeddings": 16})),  # Scout's low = high: no band between
+    # families_nanochat: its RoPE turns the other way, the q/k norms after it have no weight
+    "nanochat-gqa-softcap": ("NanoChatConfig", dict(num_attention_heads=4, num_key_value_heads=2,
+                                                    final_logit_softcapping=3.0, bos_token_id=1, eos_token_id=2)),
     # families_cohere
     "cohere-parallel-logit-scale": ("CohereConfig", dict(logit_scale=0.5, bos_token_id=1, eos_token_id=2)),
     "cohere-qk-norm": ("CohereConfig", dict(use_qk_norm=True, logit_scale=0.5, bos_token_id=1, eos_token_id=2)),
