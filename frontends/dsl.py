@@ -53,6 +53,7 @@ from frontends.dsl_lightning import LightningLayer
 from frontends.dsl_mlp import MlpLayer
 from frontends.dsl_moe import MoeLayer
 from frontends.dsl_rope import Rope
+from frontends.dsl_rglru import RglruLayer
 from frontends.dsl_rwkv import RwkvLayer
 from frontends.dsl_ssm import SsmLayer
 from frontends.dsl_vision import VisionInputs, VisionLayer
@@ -286,6 +287,19 @@ class Model(EncoderOutputs, VisionInputs):
             looked_up = self.emit("cast", [looked_up], {"to": str(ACTIVATION)}, "position_embed_f32")[0]
         return self.emit("add", [x, looked_up], None, "x")[0]
 
+    def sinusoidal_positions(self, x: Tensor, offset: int = 0, padding_idx: Optional[int] = None) -> Tensor:
+        """x plus fairseq's sinusoidal positions at ``position_ids`` + ``offset``, computed, not
+        stored (XGLM: offset 2, the ``padding_idx`` row zeros; ``irc.ops.positions``)."""
+        for arg, value in (("offset", offset), ("padding_idx", padding_idx)):
+            if (value is not None or arg == "offset") and (isinstance(value, bool) or not isinstance(value, int)):
+                raise self.error(arg, f"expected an integer, got {value!r}")
+        if self.d_model < 4:
+            raise self.error("d_model", f"sinusoidal positions need d_model >= 4, got {self.d_model}")
+        _, position_ids = self._context()
+        attrs = {"dim": self.d_model, "offset": offset, "padding_idx": padding_idx}
+        table = self.emit("sinusoidal_positions", [Tensor(self, position_ids)], attrs, "position_embed")[0]
+        return self.emit("add", [x, table], None, "x")[0]
+
     def add(self, a: Tensor, b: Tensor, name: Optional[str] = None) -> Tensor:
         return self.emit("add", [a, b], None, name or f"{self._scope}x")[0]
 
@@ -406,7 +420,8 @@ class Model(EncoderOutputs, VisionInputs):
         return logits
 
 
-class Layer(AttentionLayer, MlpLayer, MoeLayer, SsmLayer, DeltaLayer, LightningLayer, VisionLayer, RwkvLayer):
+class Layer(AttentionLayer, MlpLayer, MoeLayer, SsmLayer, DeltaLayer, LightningLayer, VisionLayer, RwkvLayer,
+            RglruLayer):
     """One decoder layer: its weights are ``layers.{i}.*``, its values ``layers.{i}.*``
     (attention ``frontends.dsl_attention``, the MLPs ``frontends.dsl_mlp``, the mixture of
     experts ``frontends.dsl_moe``, the

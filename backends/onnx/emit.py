@@ -47,7 +47,7 @@ from irc.output import OutputFolder
 from irc.progress import SILENT, Progress
 from irc.weights import seed_absent
 
-from backends.onnx import delta, moe_sorted, ort, portable, quant, rwkv, sparse_index, ssm
+from backends.onnx import delta, moe_sorted, ort, portable, positions, quant, rglru, rwkv, sparse_index, ssm
 from backends.onnx.attention import lower_attention, lower_rope
 from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder, dim_param
 from backends.onnx.genai import CONFIG, write_genai_config
@@ -64,7 +64,8 @@ PRODUCER_VERSION = "0.1.0"
 PORTABLE = {**portable.LOWERINGS, **quant.LOWERINGS, **moe_sorted.LOWERINGS, "rope": lower_rope, "attention": lower_attention,
             "mla_attention": lower_mla_attention, "mla_absorbed_attention": lower_mla_absorbed_attention,
             "mla_latent_attention": lower_mla_latent_attention,
-            "moe": lower_moe, **ssm.LOWERINGS, **delta.LOWERINGS, **rwkv.LOWERINGS, **sparse_index.LOWERINGS}
+            "moe": lower_moe, **ssm.LOWERINGS, **delta.LOWERINGS, **rwkv.LOWERINGS, **rglru.LOWERINGS,
+            **sparse_index.LOWERINGS, **positions.LOWERINGS}
 ORT = {**PORTABLE, **ort.OVERRIDES, **quant.ORT_OVERRIDES, **ssm.ORT_OVERRIDES, **delta.ORT_OVERRIDES}
 
 

@@ -15,7 +15,7 @@ The ops that differ from the portable flavour:
   input [1, T] the host fills (positions, plus N once the sequence it runs is longer than
   n). The host decides because it knows the whole length: a chunked prefill's chunk sees
   only its own positions, but transformers rotates every token of a prompt longer than n
-  with the long set;
+  with the long set; ``sinusoidal_positions`` (XGLM) gathers rows of a [N, d] table the same way;
 - ``attention``: the new keys and values [1, K, T, D] are graph outputs (``present.*``) for
   the host to place; they are concatenated after the fixed cache [1, K, N, D] and the
   queries attend over N + T keys with an additive mask input [1, 1, T, N + T] (one per
@@ -153,6 +153,23 @@ def gathered_rope(b: NpuBuilder, position_ids, rotary: int, base: float, scaling
         return tuple(names)
 
     return b.cached(key, make)
+
+
+def sinusoidal_table(dim: int, offset: int, padding_idx, positions: int) -> np.ndarray:
+    """The sinusoidal rows of positions 0..positions-1 (``irc.ops.positions``), f32 [positions, dim]."""
+    from irc.ops.positions import sinusoidal_rows
+
+    return sinusoidal_rows(np.arange(positions) + offset, dim, padding_idx)
+
+
+def lower_sinusoidal(b: NpuBuilder, node: Node, outs: list[str]) -> None:
+    """XGLM's positions: rows of a table of ``context`` positions computed when the weights are
+    written, gathered by the int32 ``position_ids`` (as RoPE's cos/sin are; no Sin or Cos)."""
+    a = node.attrs
+    load = functools.partial(sinusoidal_table, a["dim"], a["offset"], a["padding_idx"], b.context)
+    table = b.derived(f"sinusoidal/{a['dim']}/{a['offset']}/{a['padding_idx']}", DType.f32, (b.context, a["dim"]), (),
+                      load)
+    b.node("Gather", [table, b.value(node.inputs[0])], outs, axis=0)
 
 
 def lower_rope(b: NpuBuilder, node: Node, outs: list[str]) -> None:
@@ -403,7 +420,8 @@ def lower_constant(b: NpuBuilder, node: Node, outs: list[str]) -> None:
 
 
 LOWERINGS = {**{op: portable.LOWERINGS[op] for op in ACCEPTED}, "cast": lower_cast, "embedding": lower_embedding,
-             "rope": lower_rope, "attention": lower_attention, "linear": lower_linear, "moe": lower_moe,
+             "rope": lower_rope, "sinusoidal_positions": lower_sinusoidal, "attention": lower_attention,
+             "linear": lower_linear, "moe": lower_moe,
              "constant": lower_constant}
 NEEDS = {
     "rms_norm": "lower-norms", "layer_norm": "lower-norms", "swiglu": "lower-mlp", "geglu": "lower-mlp",

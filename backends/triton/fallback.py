@@ -217,6 +217,31 @@ HELPERS = {
         num, den, mx = e1 * num + e2 * v_t, e1 * den + e2, m
     present = torch.stack([num, den, mx], dim=1)
     return out.to(v.dtype), (present if past is None else present.to(past.dtype))''',
+    "rg_lru": '''def rg_lru(x, a_param, input_gate, recurrence_gate, position_ids=None, past=None):
+    """irc.ops.rglru.rg_lru in torch, float32: (y [B, T, W], present [B, W])."""
+    log_a = (-8.0 * recurrence_gate.float()) * torch.nn.functional.softplus(a_param.float())
+    a, multiplier = torch.exp(log_a), torch.sqrt(1.0 - torch.exp(2.0 * log_a))
+    if position_ids is not None:
+        reset = (position_ids == 0)[:, :, None]
+        multiplier, a = torch.where(reset, torch.ones_like(multiplier), multiplier), a * ~reset
+    n = (x.float() * input_gate.float()) * multiplier
+    h = torch.zeros(x.shape[0], x.shape[2], device=x.device) if past is None else past.float()
+    out = torch.empty_like(n)
+    for t in range(x.shape[1]):
+        h = a[:, t] * h + n[:, t]
+        out[:, t] = h
+    return out.to(x.dtype), (h if past is None else h.to(past.dtype))''',
+    "sinusoidal_positions": '''def sinusoidal_positions(position_ids, dim, offset, padding_idx):
+    """irc.ops.positions.sinusoidal_positions: fairseq's rows at position_ids + offset, sines |
+    cosines (a zero column for an odd dim), the padding_idx row zeros; float32 [..., dim]."""
+    half = dim // 2
+    step = 9.210340371976184 / (half - 1)  # log(10000) / (half - 1)
+    frequencies = torch.exp(torch.arange(half, device=position_ids.device).float() * -step)
+    rows = position_ids.to(torch.int64) + offset
+    angles = rows.float()[..., None] * frequencies
+    pad = [torch.zeros_like(angles[..., :1])] if dim % 2 else []
+    out = torch.cat([torch.sin(angles), torch.cos(angles)] + pad, dim=-1)
+    return out if padding_idx is None else torch.where((rows == padding_idx)[..., None], 0.0, out)''',
 }
 
 BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -239,11 +264,14 @@ TEMPLATES = {
     "argsort": "torch.sort({0}, dim={attrs[axis]}, stable=True).indices",
     "quantize_kv": "quantize_kv({0})",
     "dequantize_kv": "({0}.float() * {1}.float()[..., None])",
+    "sinusoidal_positions": ("sinusoidal_positions({0}, {attrs[dim]}, {attrs[offset]}, "  # XGLM (irc.ops.positions)
+                             "{attrs[padding_idx]})"),
     **{op: f"({{0}}.float() {symbol} {{1}}.float()).to({{dtype}})" for op, symbol in BINARY.items()},
     **{op: f"({{0}} {symbol} {{1}})" for op, symbol in COMPARE.items()},
     **{op: f"{function}({{0}}.float()).to({{dtype}})" for op, function in UNARY.items()},
 }
-TEMPLATE_HELPERS = {"gather": {"take"}, "quantize_kv": {"quantize_kv"}}
+TEMPLATE_HELPERS = {"gather": {"take"}, "quantize_kv": {"quantize_kv"},
+                    "sinusoidal_positions": {"sinusoidal_positions"}}
 MOE_ROUTE_ARGS = ("experts", "top_k", "scoring", "norm_topk_prob", "routed_scale", "n_group", "topk_group",
                   "group_score", "jitter_eps")
 
@@ -306,7 +334,7 @@ def fallback_line(op: str, attrs: dict, args: list[str], outputs: list) -> tuple
                 f"{attrs['block_size']}, {attrs['K']})")
         scale = attrs["scale"]
         return (rows if scale is None else f"({rows}.float() * {float(scale)!r}).to({dtype})"), {"dequantize_blocks"}
-    if op in ("token_shift", "rwkv4_wkv"):  # RWKV-4's recurrences (irc.ops.rwkv), sequential in torch
+    if op in ("token_shift", "rwkv4_wkv", "rg_lru"):  # RWKV-4's and RG-LRU's recurrences, sequential in torch
         call = f"{op}({', '.join(args)})"
         return (call if len(outputs) > 1 else f"{call}[0]"), {op}
     if op == "moe_dispatch":

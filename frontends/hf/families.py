@@ -64,6 +64,9 @@ deepseek_v32       DeepSeek-V3.2: V3 with the lightning indexer's top-k keys as 
                    (``irc.ops.sparse_index``), the indexer keys cached: ``families_deepseek_v32``
 dbrx, ...          Cohere's 2026 decoders (cohere_compass_text, cohere2_moe) and DBRX's MoE: ``families_2026b``
 nanochat           weightless RMS norms, RoPE turned the other way (read as a sign flip): ``families_nanochat``
+xglm               XGLM: fairseq's sinusoidal positions (computed: ``irc.ops.positions``): ``families_xglm``
+recurrent_gemma    Griffin: recurrent blocks (conv + RG-LRU ``irc.ops.rglru``, states graph I/O) and
+                   local MQA: ``families_recurrent_gemma``
 =================  ==========================================================================
 
 Keys a config.json leaves out take the defaults of transformers' config class for that
@@ -93,7 +96,7 @@ from frontends.hf import (families_2026, families_2026b, families_aliases, famil
                           families_gemma3n, families_gemma4, families_gpt_kin, families_gpt_oss, families_hunyuan,
                           families_kimi, families_lfm2, families_llama4, families_llama_like, families_ln_kin,
                           families_minimax, families_moe_2026, families_nanochat, families_olmo, families_phimoe,
-                          families_rwkv, families_ssm)
+                          families_recurrent_gemma, families_rwkv, families_ssm, families_xglm)
 from irc.errors import SpecError
 from frontends.hf.families_common import (FULL, SLIDING, _arch, _dims, _every_layer_window, _experts, _layer_types,
                                           _no, _qwen_windows, _rope, _silu, _swiglu, _windows)
@@ -103,7 +106,7 @@ MODULES = (families_ssm, families_composite, families_lfm2, families_delta, fami
            families_llama_like, families_olmo, families_classic, families_cohere, families_gpt_oss, families_gemma4,
            families_gemma3n, families_phimoe, families_aliases, families_alibi, families_llama4, families_gpt_kin,
            families_ln_kin, families_moe_2026, families_rwkv, families_2026, families_hunyuan, families_deepseek_v32,
-           families_2026b, families_nanochat)
+           families_2026b, families_nanochat, families_xglm, families_recurrent_gemma)
 
 # transformers 5.2x config-class defaults for keys a config.json may leave out
 _LLAMA = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu", "max_position_embeddings": 2048,

@@ -3,5 +3,6 @@ from irc.ops.registry import (OPS, REQUIRED, Cost, OpDef, TensorType, get_op, in
                               register)
 # registration, in this order
 from irc.ops import primitives, movement, nn, rope, attention, mla, mla_latent, moe, extra, moe_sorted, quant, ssm  # noqa: F401,E402
-from irc.ops import delta, vision, rwkv  # noqa: F401,E402
+from irc.ops import delta, vision, rwkv, rglru  # noqa: F401,E402
 from irc.ops import sparse_index  # noqa: F401,E402
+from irc.ops import positions  # noqa: F401,E402

@@ -46,7 +46,9 @@ FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smoll
             # families_2026b
             "cohere-compass-nope-full-rope-sliding", "cohere-compass-linear-rope-untied",
             "cohere2-moe-dense-prefix-average", "cohere2-moe-sigmoid-rms-sum", "dbrx-clip-qkv-top2-renorm",
-            "dbrx-mqa-unnormalised"]
+            "dbrx-mqa-unnormalised",
+            # families_xglm
+            "xglm-gelu-tied-scaled", "xglm-relu-untied-pad-row"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -249,6 +251,11 @@ BAD = [  # (config.json, the key named, a fragment of the message)
         ({"hidden_size": 64}, "hidden_size", "give d_model"),
         ({"rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.5}},
          "rope_parameters.partial_rotary_factor", "partial rotary width"))],
+    # families_xglm
+    ({"model_type": "xglm", **SMALL, "add_cross_attention": True}, "add_cross_attention", "cross-attention"),
+    ({"model_type": "xglm", **SMALL, "pad_token_id": -1}, "pad_token_id", "non-negative row index"),
+    ({"model_type": "xglm", **SMALL, "activation_function": "silu"}, "activation_function", "XGLM's MLP here"),
+    ({"model_type": "xglm", **SMALL, "num_attention_heads": 5}, "num_attention_heads", "not divisible by 5"),
 ]
 
 

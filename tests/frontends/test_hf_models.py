@@ -352,6 +352,11 @@ CASES = {  # name: (config class, overrides of SMALL)
     "dbrx-mqa-unnormalised": ("DbrxConfig", dict(
         d_model=32, attn_config={"clip_qkv": 8.0, "kv_n_heads": 1, "rope_theta": 10000.0},
         ffn_config={"ffn_hidden_size": 16, "moe_num_experts": 3, "moe_top_k": 2, "moe_normalize_expert_weights": None})),
+    # families_xglm: sinusoidal positions (row = position + 2); pad_token_id 5 zeros row 5, a real position (3)
+    "xglm-gelu-tied-scaled": ("XGLMConfig", dict(ffn_dim=48, bos_token_id=0, eos_token_id=2)),
+    "xglm-relu-untied-pad-row": ("XGLMConfig", dict(hidden_size=48, ffn_dim=40, activation_function="relu",
+                                                    scale_embedding=False, tie_word_embeddings=False,
+                                                    pad_token_id=5, bos_token_id=0, eos_token_id=2)),
 }
 
 
