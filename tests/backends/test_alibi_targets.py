@@ -19,9 +19,9 @@ from irc.evaluate import prefill_logits as reference_prefill
 from irc.interpreter import generate as reference_generate
 from irc.npu.target import load_target
 from irc.ops.alibi import bloom_slopes
-from irc_cli.commands import main
 from passes.npu_tile.plan import dumps, machine_of, plan_graph
 from tests.backends.test_npu_executor import check, mini
+from tests.backends.test_sinks_targets import attention_records, compile_npu
 
 PROMPT = [3, 17, 42, 9, 5, 7, 25, 11, 60, 61, 62]   # 11 tokens: 3 chunks of 4, past the window of 4
 
@@ -49,12 +49,6 @@ def spec(tmp_path_factory):
     path = tmp_path_factory.mktemp("alibi") / "alibi.py"
     path.write_text(DSL)
     return str(path)
-
-
-def compile_npu(spec, folder, *extra):
-    assert main(["compile", spec, "--target", "onnx-npu", "-o", str(folder), "--context", "32", "--chunk", "4",
-                 "--quiet", *extra]) == 0
-    return str(folder)
 
 
 def test_onnx_npu_lowers_alibi_f32_tokens_and_fp16_logits(spec, tmp_path):
@@ -85,10 +79,6 @@ def test_onnx_npu_is_deterministic(spec, tmp_path):
     first, second = compile_npu(spec, tmp_path / "a"), compile_npu(spec, tmp_path / "b")
     for name in ("chunk.onnx", "decode.onnx", "model.data", "irc_npu.json"):
         assert open(f"{first}/{name}", "rb").read() == open(f"{second}/{name}", "rb").read(), name
-
-
-def attention_records(plan):
-    return [r for r in plan["ops"] if r["kind"] == "attention"]
 
 
 def test_npu_tile_plans_attention_with_alibi_slopes():

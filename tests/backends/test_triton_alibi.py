@@ -16,28 +16,18 @@ pytest.importorskip("triton")  # the optional `triton` extra
 from backends.triton.emit import emit_module, load_module  # noqa: E402
 from irc.build import emit  # noqa: E402
 from irc.dtypes import DType  # noqa: E402
-from irc.graph import Graph  # noqa: E402
 from irc.interpreter import random_feeds  # noqa: E402
 from irc.ops.alibi import alibi_bias, bloom_slopes, mpt_slopes  # noqa: E402
 from irc.ops.attention import attend, visible_keys  # noqa: E402
-from tests.backends.test_triton_kernels import DTYPES, F32, check  # noqa: E402
+from tests.backends.test_triton_kernels import DTYPES, F32, cached_attention_graph, check  # noqa: E402
 
 
 def alibi_graph(name, dtype, heads, kv_heads, head_dim, window=None):
     """One attention with a past cache, a padding mask and MPT's slopes for ``heads``."""
-    g = Graph(name)
-    g.meta = {"vocab_size": 50}
-    q = g.add_input("q", dtype, ("B", "T", heads * head_dim))
-    k = g.add_input("k", dtype, ("B", "T", kv_heads * head_dim))
-    v = g.add_input("v", dtype, ("B", "T", kv_heads * head_dim))
-    mask = g.add_input("attention_mask", DType.i64, ("B", "P+T"))
-    past = [g.add_input(f"past_key_values.0.{role}", dtype, ("B", kv_heads, "P", head_dim))
-            for role in ("key", "value")]
-    (slopes,) = emit(g, "constant", [], {"value": mpt_slopes(heads).tolist(), "dtype": "f32"}, ["alibi_slopes"])
-    g.outputs = list(emit(g, "attention", [q, k, v, mask, *past, None, None, slopes],
-                          {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "window": window},
-                          ["out", "present.0.key", "present.0.value"]))
-    return g
+    def extra(g):
+        return [None, None, *emit(g, "constant", [], {"value": mpt_slopes(heads).tolist(), "dtype": "f32"},
+                                  ["alibi_slopes"])]
+    return cached_attention_graph(name, dtype, heads, kv_heads, head_dim, {"window": window}, extra)
 
 
 @DTYPES

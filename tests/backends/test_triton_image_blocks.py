@@ -14,28 +14,16 @@ import pytest  # noqa: E402
 
 pytest.importorskip("triton")  # the optional `triton` extra
 
-from irc.build import emit  # noqa: E402
 from irc.dtypes import DType  # noqa: E402
-from irc.graph import Graph  # noqa: E402
 from irc.interpreter import random_feeds, run  # noqa: E402
-from tests.backends.test_triton_kernels import DTYPES, check  # noqa: E402
+from tests.backends.test_triton_kernels import DTYPES, cached_attention_graph, check  # noqa: E402
 
 
 def blocks_graph(name, dtype, heads=4, kv_heads=2, head_dim=16, window=None):
     """One causal attention with a past cache, a padding mask and image blocks [B, T]."""
-    g = Graph(name)
-    g.meta = {"vocab_size": 50}
-    q = g.add_input("q", dtype, ("B", "T", heads * head_dim))
-    k = g.add_input("k", dtype, ("B", "T", kv_heads * head_dim))
-    v = g.add_input("v", dtype, ("B", "T", kv_heads * head_dim))
-    mask = g.add_input("attention_mask", DType.i64, ("B", "P+T"))
-    past = [g.add_input(f"past_key_values.0.{role}", dtype, ("B", kv_heads, "P", head_dim))
-            for role in ("key", "value")]
-    blocks = g.add_input("blocks", DType.i64, ("B", "T"))
-    g.outputs = list(emit(g, "attention", [q, k, v, mask, *past, None, blocks],
-                          {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "window": window},
-                          ["out", "present.0.key", "present.0.value"]))
-    return g
+    def extra(g):
+        return [None, g.add_input("blocks", DType.i64, ("B", "T"))]
+    return cached_attention_graph(name, dtype, heads, kv_heads, head_dim, {"window": window}, extra)
 
 
 def image_feeds(g, batch=2, tokens=12, past=3):

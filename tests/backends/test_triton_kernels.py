@@ -57,6 +57,24 @@ def new_graph(name: str) -> Graph:
     return graph
 
 
+def cached_attention_graph(name: str, dtype: DType, heads: int, kv_heads: int, head_dim: int, attrs=None,
+                           extra=None) -> Graph:
+    """One attention over a past cache with a padding mask (q, k, v, attention_mask and the
+    past caches inputs; out and the present caches outputs); ``extra(graph)`` gives the operands
+    after the past (sinks, blocks, ALiBi slopes), ``attrs`` the op's attributes beyond its sizes."""
+    g = new_graph(name)
+    q = g.add_input("q", dtype, ("B", "T", heads * head_dim))
+    k = g.add_input("k", dtype, ("B", "T", kv_heads * head_dim))
+    v = g.add_input("v", dtype, ("B", "T", kv_heads * head_dim))
+    mask = g.add_input("attention_mask", DType.i64, ("B", "P+T"))
+    past = [g.add_input(f"past_key_values.0.{role}", dtype, ("B", kv_heads, "P", head_dim))
+            for role in ("key", "value")]
+    g.outputs = list(emit(g, "attention", [q, k, v, mask, *past, *(extra(g) if extra else [])],
+                          {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, **(attrs or {})},
+                          ["out", "present.0.key", "present.0.value"]))
+    return g
+
+
 # ---- row kernels: norms, residual adds, elementwise chains, embedding -----------------------
 
 @DTYPES
