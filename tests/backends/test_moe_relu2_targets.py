@@ -27,24 +27,11 @@ def folder(tmp_path_factory):
 
 
 def test_triton_prefill_matches_the_reference(folder, tmp_path):
-    pytest.importorskip("triton")
-    import passes  # noqa: F401  (registers the passes)
     from backends.onnx import runtime
-    from backends.triton import DEFAULT_PIPELINE
-    from backends.triton.emit import emit_module, load_module
-    from irc.passmanager import PassManager, parse_pipeline
+    from tests.frontends.test_hf_targets import triton_engine
 
-    graph = load_spec(folder)
-    PassManager(parse_pipeline(DEFAULT_PIPELINE)).run(graph)
+    graph, engine = triton_engine(folder, tmp_path, NAME)
     assert not any(n.op == "moe" for n in graph.nodes)  # moe-sort's grouped GEMMs
-    emit_module(graph, str(tmp_path / "m_tt.py"), source=NAME)
-    module = load_module(str(tmp_path / "m_tt.py"))
-    weights = module.load_weights()
-
-    def engine(feeds):
-        out = module.forward(weights, **feeds)
-        return {k: v.cpu().float().numpy() if v.is_floating_point() else v.cpu().numpy() for k, v in out.items()}
-
     ids, mask, positions = prompts()
     rows = [ids[0].tolist(), ids[1][mask[1] == 1].tolist()]
     result = runtime.greedy(engine, graph, rows, 3)

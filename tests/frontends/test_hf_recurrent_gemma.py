@@ -173,25 +173,13 @@ def test_triton_and_numpy_match_the_reference(models, tmp_path):
     from backends.triton.interpreter import use_interpreter
 
     use_interpreter()
-    import passes  # noqa: F401  (registers the passes)
     from backends.onnx import runtime
-    from backends.triton import DEFAULT_PIPELINE
-    from backends.triton.emit import emit_module, load_module
     from irc.interpreter import random_feeds
-    from irc.passmanager import PassManager, parse_pipeline
     from tests.backends.test_numpy_emit import assert_matches_interpreter
+    from tests.frontends.test_hf_targets import triton_engine
 
     _, folder = models("recurrent-gemma-wide")
-    graph = load_spec(folder)
-    PassManager(parse_pipeline(DEFAULT_PIPELINE)).run(graph)
-    emit_module(graph, str(tmp_path / "m_tt.py"), source="recurrent_gemma")
-    module = load_module(str(tmp_path / "m_tt.py"))
-    weights = module.load_weights()
-
-    def engine(feeds):
-        out = module.forward(weights, **feeds)
-        return {k: v.cpu().float().numpy() if v.is_floating_point() else v.cpu().numpy() for k, v in out.items()}
-
+    graph, engine = triton_engine(folder, tmp_path, "recurrent_gemma")
     reference = load_spec(folder)
     names = {v.name for v in reference.inputs}
     batch = equal_batch().tolist()

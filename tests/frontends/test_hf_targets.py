@@ -41,26 +41,33 @@ def folders(tmp_path_factory):
     return folder
 
 
-@pytest.mark.parametrize("name", ONE_PER_TYPE)
-def test_triton_prefill_matches_the_reference(folders, tmp_path, name):
+def triton_engine(folder, tmp_path, source: str) -> tuple:
+    """(the graph after Triton's default pipeline, an engine running its emitted module in
+    Triton's interpreter: feeds -> NumPy outputs), for ``backends.onnx.runtime.greedy``."""
     pytest.importorskip("triton")
     import passes  # noqa: F401  (registers the passes)
-    from backends.onnx import runtime
     from backends.triton import DEFAULT_PIPELINE
     from backends.triton.emit import emit_module, load_module
     from irc.passmanager import PassManager, parse_pipeline
 
-    folder = folders(name)
     graph = load_spec(str(folder))
     PassManager(parse_pipeline(DEFAULT_PIPELINE)).run(graph)
-    emit_module(graph, str(tmp_path / "m_tt.py"), source=name)
+    emit_module(graph, str(tmp_path / "m_tt.py"), source=source)
     module = load_module(str(tmp_path / "m_tt.py"))
     weights = module.load_weights()
 
     def engine(feeds):
         out = module.forward(weights, **feeds)
         return {k: v.cpu().float().numpy() if v.is_floating_point() else v.cpu().numpy() for k, v in out.items()}
+    return graph, engine
 
+
+@pytest.mark.parametrize("name", ONE_PER_TYPE)
+def test_triton_prefill_matches_the_reference(folders, tmp_path, name):
+    from backends.onnx import runtime
+
+    folder = folders(name)
+    graph, engine = triton_engine(folder, tmp_path, name)
     ids, mask, positions = prompts()
     result = runtime.greedy(engine, graph, [ids[0].tolist(), ids[1][mask[1] == 1].tolist()], STEPS)
     real = mask.astype(bool)
