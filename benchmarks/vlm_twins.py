@@ -8,8 +8,10 @@ a Q-Former and OPT: its image's tokens before the prompt) and
 DeepStack, Qwen3.5 and Qwen3.5-MoE with their hybrid DeltaNet decoders: fed their image grids
 and the decoder its 3-D positions where it declares them, zero recurrent states beside empty
 caches), ``test_hf_llava_next.py``'s and ``test_hf_mistral3.py``'s (an image of 20 x 37 and
-16 x 24 pixels). The ``CASES`` twins, saved by transformers 5.25, are renamed to the layout the
-hub's checkpoints have (``hub-4.x``: ``language_model.model.``, ``vision_tower.vision_model.``,
+16 x 24 pixels) and ``test_hf_mllama.py``'s (Llama-3.2-Vision: a tiled tower, gated
+cross-attention layers reading the image's keys, its image of 37 x 20 pixels in 2 x 2 tiles;
+``benchmarks/vlm_mllama.py``). The ``CASES`` twins, saved by transformers 5.25, are renamed to
+the layout the hub's checkpoints have (``hub-4.x``: ``language_model.model.``, ``vision_tower.vision_model.``,
 ``multi_modal_projector.``; BLIP-2's hub names are transformers 5's). Each tool gets that folder
 and is held to transformers on a prompt with one image (Gemma 3 with its ``token_type_ids``, so
 one image's tokens see each other): the last position's logits, max relative error, and for
@@ -18,7 +20,7 @@ onnxruntime-genai 16 greedy tokens.
 - irc: the reference interpreter; ``--target onnx`` and ``onnx-ort`` (vision, embedding and
   decoder models in ONNX Runtime); onnxruntime-genai 0.18 on the ``onnx-ort`` folder where
   genai runs the type (gemma3, mistral3, the Qwen-VLs and Qwen3.5s: the folder has
-  ``preprocessor_config.json``);
+  ``preprocessor_config.json``; genai has no mllama type);
 - mobius-onnx 0.1.0: ``mobius build --config DIR --dtype f32``, its vision_encoder,
   embedding and decoder models run the same way;
 - onnxruntime-genai's builder 0.18: ``-p fp32 -e cpu`` (it exports a VLM's text decoder only).
@@ -31,9 +33,12 @@ Qwen3-VL-8B's (a 448 x 448 image: 784 patches of 16 through 27 layers, the merge
 DeepStack's mergers after layers 8, 16 and 24: 196 tokens of 4 x 4096) per image, median of 5
 after a warm-up, 2 threads: irc's ``onnx-ort`` model in ONNX Runtime against PyTorch eager
 (transformers' CLIPVisionModel and LlavaMultiModalProjector, Qwen2.5-VL's tower,
-Qwen3VLVisionModel), random weights (the time does not depend on them).
+Qwen3VLVisionModel), random weights (the time does not depend on them); Llama-3.2-11B-Vision's
+(an image of 2 x 2 tiles of 560: 4 x 1,601 tokens through 32 local and 8 global layers, the
+projector: 6,404 tokens of 4096; its image KV bytes in the 8 cross layers), median of 3 (a run
+takes minutes): ``benchmarks/vlm_mllama.py``.
 
-    python benchmarks/vlm_twins.py [--only NAME,NAME] [--latency [llava-1.5-7b,qwen2.5-vl-7b,qwen3-vl-8b]]
+    python benchmarks/vlm_twins.py [--only NAME,NAME] [--latency [llava-1.5-7b,...,llama-3.2-11b-vision]]
                                    [--no-twins]
 """
 from __future__ import annotations
@@ -199,7 +204,7 @@ def twins_table(only: str) -> None:
             cells = irc_cells(folder, tmp, model, ids, pixel_values, want, tokens)
             rows.append([name, *cells, mobius_cell(folder, tmp, ids, pixel_values, want), builder_cell(folder, tmp)])
             print(f"  {name} done", file=sys.stderr)
-    rows += qwen_table(only) + any_size_table(only)
+    rows += qwen_table(only) + any_size_table(only) + mllama_rows(only)
     print("\n| twin | irc interpreter | irc onnx | irc onnx-ort | genai 0.18 (irc onnx-ort folder) | mobius-onnx 0.1.0 "
           "| genai builder 0.18 |")
     print("|---|---|---|---|---|---|---|")
@@ -323,7 +328,7 @@ def median_ms(run, rounds: int = 5) -> float:
     return 1000 * statistics.median(times)
 
 
-def irc_vision_ms(folder: str, feeds: dict) -> tuple:
+def irc_vision_ms(folder: str, feeds: dict, rounds: int = 5) -> tuple:
     """The folder's vision model: its FLOPs per image (irc's analysis) and irc ``onnx-ort``'s
     median ms in ONNX Runtime (2 threads) on ``feeds``."""
     from backends import get_target
@@ -343,7 +348,7 @@ def irc_vision_ms(folder: str, feeds: dict) -> tuple:
         path = os.path.join(tmp, "vision.onnx")
         emit_model(vision, path, target="onnx-ort", genai=False)
         session = ort_session(path, threads=2)
-        return flops, median_ms(lambda: session.run(None, feeds))
+        return flops, median_ms(lambda: session.run(None, feeds), rounds)
 
 
 def latency_row(label: str, flops: float, irc_ms: float, torch_ms: float) -> tuple:
@@ -441,7 +446,10 @@ def qwen3_latency(name: str) -> tuple:
                        median_ms(eager))
 
 
-LATENCY = {"llava-1.5-7b": llava_latency, "qwen2.5-vl-7b": qwen_latency, "qwen3-vl-8b": qwen3_latency}
+from vlm_mllama import mllama_latency, mllama_rows  # noqa: E402  (it imports this module's helpers lazily)
+
+LATENCY = {"llava-1.5-7b": llava_latency, "qwen2.5-vl-7b": qwen_latency, "qwen3-vl-8b": qwen3_latency,
+           "llama-3.2-11b-vision": mllama_latency}
 
 
 def main() -> None:
