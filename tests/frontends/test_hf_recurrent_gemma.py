@@ -19,6 +19,7 @@ from frontends import load_spec
 from irc.interpreter import Interpreter
 from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, built_once, hf_greedy_tokens, prompts,
                                             relative_error, save_twin)
+from tests.frontends.test_hf_rwkv import assert_triton_and_numpy_match, equal_batch, rows
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -63,16 +64,6 @@ def build_case(name: str, folder):
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     return built_once(build_case, tmp_path_factory)
-
-
-def rows():
-    """The two prompts of ``prompts``, unpadded (11 and 6 tokens)."""
-    ids, mask, _ = prompts()
-    return [ids[row][mask[row] == 1].tolist() for row in range(len(ids))]
-
-
-def equal_batch() -> np.ndarray:
-    return np.random.default_rng(1).integers(1, 128, (2, 9))
 
 
 def run_irc(graph, ids, mask=None, positions=None) -> dict:
@@ -166,29 +157,9 @@ def _ort_padded(runtime, path, graph, want_last, want_tokens) -> None:
 
 
 def test_triton_and_numpy_match_the_reference(models, tmp_path):
-    """Triton's default pipeline in its interpreter (the RG-LRU as a torch fallback): prefill
-    of the equal-length batch and 4 greedy steps as the reference interpreter's; the NumPy
-    module bit for bit on random states."""
-    pytest.importorskip("triton")
-    from backends.triton.interpreter import use_interpreter
-
-    use_interpreter()
-    from backends.onnx import runtime
-    from irc.interpreter import random_feeds
-    from tests.backends.test_numpy_emit import assert_matches_interpreter
-    from tests.frontends.test_hf_targets import triton_engine
-
+    """The RG-LRU as a torch fallback under Triton; the NumPy module bit for bit."""
     _, folder = models("recurrent-gemma-wide")
-    graph, engine = triton_engine(folder, tmp_path, "recurrent_gemma")
-    reference = load_spec(folder)
-    names = {v.name for v in reference.inputs}
-    batch = equal_batch().tolist()
-    got = runtime.greedy(engine, graph, batch, 4)
-    want = runtime.greedy(lambda feeds: Interpreter(reference).run({k: v for k, v in feeds.items() if k in names}),
-                          reference, batch, 4)
-    assert relative_error(got["prefill"]["logits"], want["prefill"]["logits"]) <= TOLERANCE
-    np.testing.assert_array_equal(got["tokens"], want["tokens"])
-    assert_matches_interpreter(reference, random_feeds(reference, batch=2, tokens=3, past=2, left_pad=1), tmp_path)
+    assert_triton_and_numpy_match(folder, tmp_path, "recurrent_gemma")
 
 
 def test_onnx_npu_refuses_the_recurrence_by_name(models, tmp_path, capsys):

@@ -142,10 +142,10 @@ def test_onnx_runtime_matches_transformers(models, tmp_path, name, target):
         np.testing.assert_array_equal(result["tokens"], tokens)
 
 
-def test_triton_and_numpy_match_the_reference(models, tmp_path):
-    """Triton's default pipeline in its interpreter (the RWKV ops as torch fallbacks): prefill
-    of the equal-length batch and 4 greedy steps as the reference interpreter's; the NumPy
-    module bit for bit on random states."""
+def assert_triton_and_numpy_match(folder, tmp_path, family) -> None:
+    """Triton's default pipeline in its interpreter: prefill of the equal-length batch and 4
+    greedy steps as the reference interpreter's; the NumPy module bit for bit on random states.
+    Shared by the recurrent families whose ops Triton runs as torch fallbacks."""
     pytest.importorskip("triton")
     from backends.triton.interpreter import use_interpreter
 
@@ -155,8 +155,7 @@ def test_triton_and_numpy_match_the_reference(models, tmp_path):
     from tests.backends.test_numpy_emit import assert_matches_interpreter
     from tests.frontends.test_hf_targets import triton_engine
 
-    _, folder = models("rwkv-rescale-tied")
-    graph, engine = triton_engine(folder, tmp_path, "rwkv")
+    graph, engine = triton_engine(folder, tmp_path, family)
     reference = load_spec(folder)
     names = {v.name for v in reference.inputs}
     batch = equal_batch().tolist()
@@ -166,6 +165,12 @@ def test_triton_and_numpy_match_the_reference(models, tmp_path):
     assert relative_error(got["prefill"]["logits"], want["prefill"]["logits"]) <= TOLERANCE
     np.testing.assert_array_equal(got["tokens"], want["tokens"])
     assert_matches_interpreter(reference, random_feeds(reference, batch=2, tokens=3, past=2, left_pad=1), tmp_path)
+
+
+def test_triton_and_numpy_match_the_reference(models, tmp_path):
+    """The RWKV ops as torch fallbacks under Triton; the NumPy module bit for bit."""
+    _, folder = models("rwkv-rescale-tied")
+    assert_triton_and_numpy_match(folder, tmp_path, "rwkv")
 
 
 def test_onnx_npu_refuses_the_recurrence_by_name(models, tmp_path, capsys):
