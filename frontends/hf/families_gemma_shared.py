@@ -1,5 +1,6 @@
 """What Gemma-3n's and Gemma-4's config readers share (``frontends.hf.families_gemma3n`` and
-``frontends.hf.families_gemma4`` use these): the text model inside a multimodal config, the
+``frontends.hf.families_gemma4`` use these; Llama-4's multimodal reader takes ``text_model``
+too): the text model inside a multimodal config, the
 GeGLU's GELU form, and the layer each KV-shared layer takes its keys and values from. Each
 raises a ``SpecError`` naming config.json and the key."""
 from __future__ import annotations

@@ -21,8 +21,12 @@ there once (position + 1) / floor_scale reaches 1 (8,192 tokens by default).
 
 Refused, naming config.json and the key: ``attention_bias``, an activation other than SiLU,
 a partial rotary factor, ``no_rope_layers`` / ``layer_types`` / ``moe_layers`` entries that do
-not fit the layers, a chunked layer without RoPE. ``llama4`` (the multimodal checkpoint) is
-not read: give its ``text_config`` as a ``llama4_text`` config.
+not fit the layers, a chunked layer without RoPE.
+
+``llama4`` (the multimodal checkpoint, Llama-4-Scout's and Maverick's own config.json) is read
+as its text model: the settings of ``text_config``, the weights under ``language_model.``
+(``model.layers.*``, ``lm_head``), the vision model and its projector left aside, as
+transformers' ``Llama4ForConditionalGeneration`` runs a prompt without images.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from functools import partial
 
 from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope, int_list
 from frontends.hf.families_common import _arch, _dims, _layer_types, _no, _rope, _silu
+from frontends.hf.families_gemma_shared import text_model
 from frontends.hf.weights import FusedExperts
 from irc.yamlloc import boolean, positive_int, positive_number
 
@@ -42,6 +47,7 @@ DEFAULTS = {  # transformers 5.25's Llama4TextConfig
                     "use_qk_norm": True, "no_rope_layer_interval": 4, "attention_chunk_size": 8192,
                     "attn_temperature_tuning": True, "floor_scale": 8192, "attn_scale": 0.1,
                     "attention_bias": False, "rope_theta": 500000.0},
+    "llama4": {},  # Llama4Config: its text_config holds the decoder's settings
 }
 CHUNKED, FULL = "chunked_attention", "full_attention"
 
@@ -141,6 +147,23 @@ LAYOUTS = {"llama4_text": {**{f"mlp.w_{x}": f"feed_forward.{x}_proj.weight" for 
                            **{f"moe.w_{x}": _fused(x) for x in ("gate", "up", "down")},
                            **{f"moe.shared_{x}": f"feed_forward.shared_expert.{x}_proj.weight"
                               for x in ("gate", "up", "down")}}}
-FAMILIES = {"llama4_text": _llama4}
+LAYOUTS["llama4_multimodal"] = {**LAYOUTS["llama4_text"], "_prefix": "language_model.model.layers.",
+                                "_top": {"embed": "language_model.model.embed_tokens.weight",
+                                         "norm": "language_model.model.norm.weight",
+                                         "lm_head": "language_model.lm_head.weight"},
+                                "_spare": ("vision_model.", "multi_modal_projector.")}
+
+
+def _llama4_multimodal(outer: Config, name: str, model_type: str) -> Arch:
+    """The text model of a multimodal ``llama4`` config.json (the module docstring)."""
+    cfg = text_model(outer, model_type, DEFAULTS["llama4_text"], "llama4_text", "Llama-4")
+    arch = _llama4(cfg, name, "llama4_text")
+    if any(outer.has(key) for key in ("dtype", "torch_dtype")):  # the outer config's first
+        arch.dtype = outer.dtype()
+    arch.checkpoint = "llama4_multimodal"
+    return arch
+
+
+FAMILIES = {"llama4_text": _llama4, "llama4": _llama4_multimodal}
 
 __all__ = ["DEFAULTS", "FAMILIES", "LAYOUTS"]

@@ -84,3 +84,40 @@ def test_the_chunked_layers_cache_every_token_they_are_given():
     assert analyze(graph)["kv_cache_bytes_per_token"] == 48 * 2 * 8 * 128 * 2  # bf16
     chunks = [n.attrs.get("chunk") for n in graph.nodes if n.op == "attention"]
     assert chunks == [None if (i + 1) % 4 == 0 else 8192 for i in range(48)]
+
+
+def test_the_multimodal_checkpoint_compiles_its_text_model(tmp_path):
+    """A tiny ``llama4`` (Llama4ForConditionalGeneration: a vision model, its projector and the
+    text model under ``language_model.``) saved as transformers saves Scout: irc reads the text
+    model's settings from ``text_config`` and its weights under ``language_model.``, leaves the
+    vision weights aside, and a text prompt's logits on the left-padded batch and 16 greedy
+    tokens equal the multimodal model's; its bf16 dtype is the outer config's."""
+    vision = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, image_size=28,
+                  patch_size=14, vision_output_dim=32, projector_input_dim=32, projector_output_dim=32)
+    config = transformers.Llama4Config(text_config=TWIN, vision_config=vision, image_token_index=127)
+    model = transformers.Llama4ForConditionalGeneration(config).eval()
+    randomize(model, seed=7, norm_centre=1.0)
+    _, folder = save_twin(model, tmp_path / "hf")
+    saved = json.loads((Path(folder) / "config.json").read_text())
+    assert saved["model_type"] == "llama4" and "text_config" in saved
+    graph = load_spec(folder)
+    ids, mask, positions = prompts()
+    real = mask.astype(bool)
+    want = hf_logits(model, ids, mask, positions)
+    assert relative_error(irc_logits(graph, ids, mask, positions)[real], want[real]) <= TOLERANCE
+    assert_greedy_matches(graph, model, ids[0].tolist())
+
+
+def test_scouts_own_config_reads_as_its_text_model(tmp_path):
+    """Scout's multimodal config.json form (``llama4`` with the text settings in ``text_config``
+    and the dtype outside it) counts the parameters, active parameters and KV bytes of its text
+    model, which ``examples/hf/llama-4-scout-17b-16e`` holds as a ``llama4_text`` config."""
+    text = json.loads((EXAMPLES / "llama-4-scout-17b-16e" / "config.json").read_text())
+    outer = {"model_type": "llama4", "architectures": ["Llama4ForConditionalGeneration"], "torch_dtype": "bfloat16",
+             "text_config": {k: v for k, v in text.items() if k not in ("torch_dtype", "architectures")},
+             "vision_config": {"model_type": "llama4_vision_model"}}
+    (tmp_path / "config.json").write_text(json.dumps(outer, indent=2))
+    got, want = analyze(load_spec(tmp_path)), analyze(load_spec(EXAMPLES / "llama-4-scout-17b-16e"))
+    for key in ("params_total", "params_active", "kv_cache_bytes_per_token"):
+        assert got[key] == want[key], key
+    assert got["params_total"] == 107_769_861_120
