@@ -44,7 +44,8 @@ kimi_linear        Kimi Delta Attention beside MLA attention, DeepSeek-V3 MoE: `
 minimax            lightning attention beside softmax attention, Mixtral MoE: ``families_minimax``
 phimoe             Phi-3.5-MoE: LayerNorms with bias, sparsemixer-routed MoE: ``families_phimoe``
 bloom, mpt         ALiBi in place of RoPE (Falcon's ``alibi`` too): ``families_alibi``
-llama4_text        chunked RoPE layers, NoPE layers with a temperature, input-weighted MoE: ``families_llama4``
+llama4_text,       chunked RoPE layers, NoPE layers with a temperature, input-weighted MoE (the
+llama4             multimodal checkpoint's text model): ``families_llama4``
 exaone, ...        families irc has under other config classes (exaone, internlm3, iquestcoder,
                    gpt-sw3, sarvam_mla, helium, seed_oss, arcee, ernie4_5, cwm): ``families_aliases``
 gpt_bigcode, ...   GPT-2's descendants (gpt_bigcode, gptj, codegen, gpt_neo, openai-gpt, biogpt):
