@@ -75,7 +75,10 @@ def refusal(model_type: str) -> str:
         try:
             load_spec(folder)
         except Exception as err:  # noqa: BLE001 (a census: any refusal is reported as it reads)
-            return str(err).splitlines()[0].replace(folder + os.sep, "").replace(folder, "")
+            lines = str(err).replace(folder + os.sep, "").replace(folder, "").splitlines()
+            why = next((line.strip()[len("hint: "):] for line in lines if line.strip().startswith("hint: ")
+                        and "supported model types" not in line), None)
+            return lines[0] + (f" ({why})" if why else "")
     return "(builds from the defaults alone)"
 
 

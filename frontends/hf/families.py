@@ -92,6 +92,7 @@ from frontends.hf.config import Arch, Attention, Config, LayerSpec, RopeSpec, in
 from frontends.hf.encoder import bidirectional, symmetric_window
 from irc.yamlloc import Bad, boolean, non_negative_int, positive_int, positive_number, string
 from frontends.hf.weights import Rows, Source, Stack, Tensor
+from frontends.hf import refused
 from frontends.hf import (families_2026, families_2026b, families_aliases, families_alibi, families_classic,
                           families_cohere, families_composite, families_deepseek_v32, families_delta,
                           families_gemma3n, families_gemma4, families_gpt_kin, families_gpt_oss, families_hunyuan,
@@ -163,6 +164,7 @@ def describe(cfg: Config, name: str) -> Arch:
         hint = f"supported model types: {', '.join(sorted(FAMILIES))}"
         if model_type == "gemma3":
             hint = "a multimodal Gemma 3: give the text model's config (model_type gemma3_text)"
+        hint = refused.WHY.get(model_type, hint)
         raise cfg.unsupported("model_type", model_type, hint=hint)
     cfg.defaults = DEFAULTS[model_type]
     arch = FAMILIES[model_type](cfg, name, model_type)

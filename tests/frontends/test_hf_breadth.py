@@ -88,6 +88,9 @@ BAD = [  # (config.json, the key named, a fragment of the message)
     ({"model_type": "mpt", "d_model": 32, "n_layers": 2, "n_heads": 4, "expansion_ratio": 3}, "expansion_ratio",
      "4·d"),
     ({"model_type": "nanochat", **SMALL, "hidden_act": "silu"}, "hidden_act", '"silu" is not supported'),
+    # refused on purpose (frontends.hf.refused): the message says why
+    ({"model_type": "gemma4_assistant", **SMALL}, "model_type", "speculative-decoding drafter"),
+    ({"model_type": "blt", **SMALL}, "model_type", "entropy model"),
     ({"model_type": "falcon", **SMALL, "new_decoder_architecture": True, "num_kv_heads": 3}, "num_kv_heads",
      "not divisible by 3 kv heads"),
     ({"model_type": "opt", **SMALL, "do_layer_norm_before": False}, "do_layer_norm_before", "OPT-350m"),
