@@ -46,13 +46,14 @@ from backends.onnx_npu.lower import LOWERINGS, MASK_VALUE, OPSET, NpuBuilder, ch
 from backends.onnx_npu import folder, vision
 from backends.onnx_npu.mla import lower_mla_attention
 from backends.onnx_npu.recurrent import LOWERINGS as RECURRENT
+from backends.onnx_npu.recurrent_steps import LOWERINGS as STEPPED
 from backends.onnx_npu.qdq import BITS, WINDOW, calibrate, calibration_tokens, output_step
 from backends.onnx_npu.targets import check_context, resolve
 
 CONTRACT = "irc_npu.json"
 DATA = "model.data"
 GRAPHS = {"chunk": "chunk.onnx", "decode": "decode.onnx"}
-TABLE = {**LOWERINGS, **RECURRENT, "mla_attention": lower_mla_attention}
+TABLE = {**LOWERINGS, **RECURRENT, **STEPPED, "mla_attention": lower_mla_attention}
 
 
 def build(graph: Graph, tokens: int, context: int, quant=None) -> NpuBuilder:

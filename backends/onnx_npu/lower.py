@@ -32,8 +32,9 @@ The ops that differ from the portable flavour:
 What the HTP compiler accepts was found by compiling (``backends.onnx_npu.qnn``): the
 table holds only ops whose ONNX form compiled with every node on the HTP for soc_model 60
 and 69. An op outside it is refused with the pass that would lower it (``NEEDS``); recurrent
-layers are lowered in ``backends.onnx_npu.recurrent`` (Mamba-1's selective scan is refused
-by ``check_lowerable``).
+layers are lowered in ``backends.onnx_npu.recurrent`` (a per-head decay: chunk form) and
+``backends.onnx_npu.recurrent_steps`` (Mamba-1's selective scan and Kimi's per-channel decay:
+the call's tokens unrolled); other recurrences (RWKV, RG-LRU) are refused by ``check_lowerable``.
 """
 from __future__ import annotations
 
@@ -446,20 +447,14 @@ def recurrent(op: str) -> bool:
 
 
 def check_lowerable(graph, table) -> None:
-    """Raise for the first node outside ``table``; a recurrent one (Mamba-1's selective scan,
-    whose decay differs per channel and state index, and the delta rule with a per-channel
-    decay) is named as such, with the targets that carry it."""
+    """Raise for the first node outside ``table``; a recurrent one (RWKV's WKV, the RG-LRU) is
+    named as such, with the targets that carry it."""
     for node in graph.nodes:
-        if node.op == "gated_delta_rule" and node.attrs.get("decay") == "channel":
-            raise BackendError("op 'gated_delta_rule' with a per-key-channel decay (decay=channel, Kimi) is a "
-                               "recurrent layer that onnx-npu has no lowering for (it lowers a per-head decay)",
-                               location=_where(node), hint="compile this model with --target onnx or --target "
-                                                           "onnx-ort")
         if node.op in table:
             continue
         if recurrent(node.op):
             raise BackendError(f"op {node.op!r} is a recurrent layer that onnx-npu has no lowering for (it lowers "
-                               "causal_conv1d, ssd and gated_delta_rule)", location=_where(node),
+                               "causal_conv1d, selective_scan, ssd and gated_delta_rule)", location=_where(node),
                                hint="compile this model with --target onnx or --target onnx-ort, which carry "
                                     "each layer's state as past_key_values.{i}.* -> present.{i}.*")
         raise refuse(node, table)

@@ -29,8 +29,8 @@ chunk in fp16), ``inclusive`` [T, T] the decay from the chunk's start to token i
 - ``gated_rms_norm``: the ONNX backend's primitive form (static reshapes here).
 
 Every tensor is rank 4 or less. Mamba-1's ``selective_scan`` (a decay per channel and state
-index) and the delta rule's per-channel decay (``decay="channel"``) have no lowering here
-and are refused by name (``lower.check_lowerable``).
+index) and the delta rule's per-channel decay (``decay="channel"``) are lowered a token at a
+time in ``backends.onnx_npu.recurrent_steps``, which hands a per-head decay to this module.
 """
 from __future__ import annotations
 

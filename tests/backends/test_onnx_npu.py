@@ -4,6 +4,7 @@ example, determinism, and one message + exit 2 for each bad input. The tiny exam
 recurrent layers (state-space, linear attention: recurrent states among the graph inputs)
 are held to the reference in test_onnx_npu_recurrent.py; those with a recurrence onnx-npu
 does not lower (Mamba-1's selective scan, Kimi's per-channel decay) to its refusal here."""
+import json
 import re
 from pathlib import Path
 
@@ -29,12 +30,11 @@ RECURRENT = [spec for spec in EXAMPLES if state_inputs(load_spec(spec))]
 DECODERS = [spec for spec in EXAMPLES if spec not in RECURRENT]
 
 
-def unlowered(node) -> bool:
-    """A recurrent node onnx-npu refuses: Mamba-1's scan, the delta rule's per-channel decay."""
-    return node.op == "selective_scan" or (node.op == "gated_delta_rule" and node.attrs["decay"] == "channel")
+# a recurrence onnx-npu does not lower (RWKV-4's token shift and WKV): a config-only folder, seeded weights
+RWKV = {"model_type": "rwkv", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2, "attention_hidden_size": 32,
+        "intermediate_size": 64, "context_length": 64}
 
 
-UNLOWERED = [spec for spec in RECURRENT if any(unlowered(n) for n in load_spec(spec).nodes)]
 LLAMA = "examples/tiny-llama3.yaml"
 PROMPT = [3, 17, 42, 99, 5, 7, 250, 11, 60, 61, 62]   # 11 tokens: 3 chunks of 4 (the last padded), past window 8
 
@@ -103,29 +103,33 @@ def test_host_loop_matches_interpreter(spec, tmp_path):
         assert top2[1] - top2[0] < 1e-2 * np.abs(reference[first]).max()
 
 
-@pytest.mark.parametrize("spec", UNLOWERED)
-def test_unlowered_recurrent_layers_are_refused(spec, tmp_path, capsys):
+def unlowered_spec(tmp_path) -> Path:
+    (tmp_path / "rwkv").mkdir()
+    (tmp_path / "rwkv" / "config.json").write_text(json.dumps(RWKV))
+    return tmp_path / "rwkv"
+
+
+def test_unlowered_recurrent_layers_are_refused(tmp_path, capsys):
     """One message naming the recurrent op and its node (the first the target does not
     lower), with the targets that take it; exit 2 and nothing written."""
-    out = tmp_path / "out"
-    assert main(["compile", spec, "--target", "onnx-npu", "-o", str(out), "--context", "32", "--chunk", "4",
-                 "--quiet"]) == 2
+    spec, out = unlowered_spec(tmp_path), tmp_path / "out"
+    assert main(["compile", str(spec), "--weights", "seeded", "--target", "onnx-npu", "-o", str(out), "--context",
+                 "32", "--chunk", "4", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("irc: error: node %") and err.count("irc: error:") == 1 and "Traceback" not in err
     found = re.search(r"node %(\S+?),.* op '(\w+)' .*is a recurrent layer that onnx-npu has no lowering for", err)
     assert found, err
-    first = next(n for n in load_spec(spec).nodes if unlowered(n))
-    assert found.groups() == (first.name, first.op)
+    assert found.groups() == ("layers.0.time_shift", "token_shift")
     assert "--target onnx or --target onnx-ort" in err
-    assert not out.exists() and list(tmp_path.iterdir()) == []
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["rwkv"]
 
 
 def test_recurrent_layers_are_refused_before_calibration(tmp_path, capsys):
     calibration = tmp_path / "ids.txt"
     calibration.write_text(",".join(str(i) for i in range(64)))
     out = tmp_path / "out"
-    assert main(["compile", UNLOWERED[0], "--target", "onnx-npu", "-o", str(out), "--precision", "w8a16",
-                 "--calibration", str(calibration), "--quiet"]) == 2
+    assert main(["compile", str(unlowered_spec(tmp_path)), "--weights", "seeded", "--target", "onnx-npu", "-o",
+                 str(out), "--precision", "w8a16", "--calibration", str(calibration), "--quiet"]) == 2
     assert "is a recurrent layer" in capsys.readouterr().err and not out.exists()
 
 

@@ -1,6 +1,6 @@
 """onnx-npu against a real NPU compiler: onnxruntime-qnn's HTP backend compiles every tiny
-decoder example's graphs (the hybrids with recurrent layers too, fp16 and w8a16; Mamba-1's
-selective scan is refused by the target: test_onnx_npu.py) for soc_model 60 and 69 with CPU fallback disabled and
+decoder example's graphs (the hybrids with recurrent layers too, Jamba's Mamba-1 scan and Kimi's
+per-channel decay among them, fp16 and w8a16) for soc_model 60 and 69 with CPU fallback disabled and
 every node on the HTP (the exception decides, not the _ctx.onnx file; the chunk graph for
 one SoC and the decode graph for the other here, all four pairs in benchmarks/npu_onnx.py); a 2-layer slice of
 the real SmolLM2 compiles the same way; the compiled context run in the x86 emulator
