@@ -137,7 +137,7 @@ def run(args) -> tuple[list, list, list]:
                 try:
                     emit_folder(graph, folder, chunk=args.chunk, context=args.context, precision=precision,
                                 calibration=calibration, files=files)
-                except BackendError as err:   # Mamba-1's selective scan: no onnx-npu lowering
+                except BackendError as err:   # a recurrence onnx-npu does not lower (RWKV, RG-LRU)
                     print(f"{name:<20}{precision:<7}refused by onnx-npu: {err.message}", flush=True)
                     break
                 for role in ("chunk", "decode"):

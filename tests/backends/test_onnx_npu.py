@@ -2,8 +2,8 @@
 interpreter (greedy tokens equal, fp16 logits within 1e-2 relative) on every tiny decoder
 example, determinism, and one message + exit 2 for each bad input. The tiny examples with
 recurrent layers (state-space, linear attention: recurrent states among the graph inputs)
-are held to the reference in test_onnx_npu_recurrent.py; those with a recurrence onnx-npu
-does not lower (Mamba-1's selective scan, Kimi's per-channel decay) to its refusal here."""
+are held to the reference in test_onnx_npu_recurrent.py; a recurrence onnx-npu does not
+lower (RWKV-4's, from a config-only folder) to its refusal here."""
 import json
 import re
 from pathlib import Path
