@@ -33,8 +33,9 @@ What the HTP compiler accepts was found by compiling (``backends.onnx_npu.qnn``)
 table holds only ops whose ONNX form compiled with every node on the HTP for soc_model 60
 and 69. An op outside it is refused with the pass that would lower it (``NEEDS``); recurrent
 layers are lowered in ``backends.onnx_npu.recurrent`` (a per-head decay: chunk form) and
-``backends.onnx_npu.recurrent_steps`` (Mamba-1's selective scan and Kimi's per-channel decay:
-the call's tokens unrolled); other recurrences (RWKV, RG-LRU) are refused by ``check_lowerable``.
+``backends.onnx_npu.recurrent_steps`` (Mamba-1's selective scan, Kimi's per-channel decay, RWKV-4
+and the RG-LRU: the call's tokens unrolled); a recurrent op without a lowering is refused by
+``check_lowerable``.
 """
 from __future__ import annotations
 
@@ -447,14 +448,14 @@ def recurrent(op: str) -> bool:
 
 
 def check_lowerable(graph, table) -> None:
-    """Raise for the first node outside ``table``; a recurrent one (RWKV's WKV, the RG-LRU) is
-    named as such, with the targets that carry it."""
+    """Raise for the first node outside ``table``; a recurrent one (an op with a past state)
+    is named as such, with the targets that carry it."""
     for node in graph.nodes:
         if node.op in table:
             continue
         if recurrent(node.op):
             raise BackendError(f"op {node.op!r} is a recurrent layer that onnx-npu has no lowering for (it lowers "
-                               "causal_conv1d, selective_scan, ssd and gated_delta_rule)", location=_where(node),
+                               "the state-space ops, the delta rule, RWKV-4 and the RG-LRU)", location=_where(node),
                                hint="compile this model with --target onnx or --target onnx-ort, which carry "
                                     "each layer's state as past_key_values.{i}.* -> present.{i}.*")
         raise refuse(node, table)

@@ -1,6 +1,7 @@
 """The recurrences whose decay differs per channel, on onnx-npu: Mamba-1's ``selective_scan``
-(a decay per channel and state index) and the gated delta rule with a per-key-channel decay
-(``decay="channel"``, Kimi Delta Attention), as the call's T tokens unrolled step by step.
+(a decay per channel and state index), the gated delta rule with a per-key-channel decay
+(``decay="channel"``, Kimi Delta Attention), RWKV-4's WKV and token shift and RecurrentGemma's
+RG-LRU, as the call's T tokens unrolled step by step.
 
 The chunk form of ``backends.onnx_npu.recurrent`` turns a per-head decay into [T, T] pair
 matrices; with a decay per channel those matrices grow by the channels (Mamba-1: D·N·T² numbers
@@ -18,6 +19,15 @@ feeds whole chunks), so no padding mask is read.
   per-channel log decay g = -exp(A_log)·softplus(a + dt_bias) [1, H, T, d_k] and β per head
   prepared for all tokens; per token S ← exp(g_t)ᵀ ⊙ S, S ← S + k̂_tᵀ (β_t (v_t − k̂_t S))
   (the gated rule writes v_t), o_t = q̂_t S. A per-head decay takes the chunk form.
+- ``token_shift`` (RWKV, state [1, d]): the past token then the call's tokens but the last;
+  the present is the last token.
+- ``rwkv4_wkv`` (RWKV-4, state [1, 3, A]: num, den, max): per token the stabilised update of
+  ``irc.ops.rwkv``. An empty channel (den 0; after any token den >= 1, its largest term being
+  e^0) reads its max as -60000 rather than the reference's -1e38, which fp16 cannot hold;
+  both make e^(max - m) exactly 0, so the numbers are the same.
+- ``rg_lru`` (RecurrentGemma, state [1, W]): the gates of ``irc.ops.rglru`` for all tokens
+  (a token at position 0 resets: reset = relu(1 - position), exact on integers), then per
+  token h = a'_t ⊙ h + n_t.
 """
 from __future__ import annotations
 
@@ -27,6 +37,8 @@ from irc.dtypes import DType
 from irc.graph import Node, Param
 from irc.ops.delta import OPERANDS as DELTA_OPERANDS
 from irc.ops.registry import by_name
+from irc.ops.rglru import C as RGLRU_C, OPERANDS as RGLRU_OPERANDS
+from irc.ops.rwkv import SHIFT_OPERANDS, WKV_OPERANDS
 from irc.ops.ssm import SCAN_OPERANDS
 
 from backends.onnx.portable import silu
@@ -152,6 +164,114 @@ def lower_gated_delta_rule(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     finish(b, node.outputs[0], tokens_last(b, out, tokens, heads * value_dim, f"{hint}/o"), outs[0])
 
 
-LOWERINGS = {"selective_scan": lower_selective_scan, "gated_delta_rule": lower_gated_delta_rule}
+# ---- RWKV-4: token_shift and rwkv4_wkv ----------------------------------------------------------
 
-__all__ = ["LOWERINGS", "lower_gated_delta_rule", "lower_selective_scan"]
+EMPTY_MAX = -60000.0  # an empty channel's max (module docstring): e^(max - m) is 0, and fp16 holds it
+
+
+def lower_token_shift(b: NpuBuilder, node: Node, outs: list[str]) -> None:
+    """The previous token of each of the call's tokens, the first's from the state."""
+    o = by_name(SHIFT_OPERANDS, node.inputs)
+    recurrent._need_state(node, o["past_state"])
+    tokens, width, hint = b.size(o["x"].shape[1]), b.size(o["x"].shape[2]), outs[0]
+    x = as_f32(b, o["x"])
+    past = b.op("Reshape", [as_f32(b, o["past_state"]), b.i64([1, 1, width])], f"{hint}/past")
+    shifted = past if tokens == 1 else b.op(
+        "Concat", [past, b.op("Slice", [x, b.i64([0]), b.i64([tokens - 1]), b.i64([1])], f"{hint}/earlier")],
+        f"{hint}/shifted", axis=1)
+    last = b.op("Reshape", [_step(b, x, tokens - 1, 1, f"{hint}/last"), b.i64([1, width])], f"{hint}/present")
+    finish(b, node.outputs[1], last, outs[1])
+    finish(b, node.outputs[0], shifted, outs[0])
+
+
+def _negative_exp(w) -> np.ndarray:
+    return (-np.exp(np.asarray(w, np.float32))).reshape(1, 1, -1)
+
+
+def lower_rwkv4_wkv(b: NpuBuilder, node: Node, outs: list[str]) -> None:
+    """RWKV-4's WKV a token at a time (module docstring)."""
+    o = by_name(WKV_OPERANDS, node.inputs)
+    recurrent._need_state(node, o["past_state"])
+    tokens, width, hint = b.size(o["k"].shape[1]), b.size(o["k"].shape[2]), outs[0]
+    k, v = as_f32(b, o["k"]), as_f32(b, o["v"])
+    w, u = o["time_decay"], o["time_first"]
+    decay = b.derived(f"{w.name}.rate", DType.f32, (1, 1, width), (w,), _negative_exp) if isinstance(w, Param) \
+        else b.op("Neg", [b.op("Exp", [as_f32(b, w)], f"{hint}/w_exp")], f"{hint}/w")
+    state = as_f32(b, o["past_state"])                                                     # [1, 3, A]
+    num, den, mx = (_step(b, state, j, 1, f"{hint}/state_") for j in range(3))           # [1, 1, A] each
+    one = b.const(1.0, np.float32, f"{hint}/one")
+    empty = b.op("Sub", [one, b.op("Min", [den, one], f"{hint}/den_capped")], f"{hint}/empty")
+    mx = b.op("Add", [mx, b.op("Mul", [empty, b.op("Sub", [b.const(EMPTY_MAX, np.float32, f"{hint}/empty_max"), mx],
+                                                       f"{hint}/to_empty")], f"{hint}/empty_shift")], f"{hint}/max0")
+    outputs = []
+    for t in range(tokens):
+        k_t, v_t = _step(b, k, t, 1, f"{hint}/k_"), _step(b, v, t, 1, f"{hint}/v_")
+        ku = b.op("Add", [k_t, as_f32(b, u)], f"{hint}/ku{t}")
+        m = b.op("Max", [mx, ku], f"{hint}/m{t}")
+        e1 = b.op("Exp", [b.op("Sub", [mx, m], f"{hint}/old{t}")], f"{hint}/e_old{t}")
+        e2 = b.op("Exp", [b.op("Sub", [ku, m], f"{hint}/new{t}")], f"{hint}/e_new{t}")
+        top = b.op("Add", [b.op("Mul", [e1, num], f"{hint}/num_old{t}"), b.op("Mul", [e2, v_t], f"{hint}/num_new{t}")],
+                   f"{hint}/top{t}")
+        bottom = b.op("Add", [b.op("Mul", [e1, den], f"{hint}/den_old{t}"), e2], f"{hint}/bottom{t}")
+        outputs.append(b.op("Div", [top, bottom], f"{hint}/wkv{t}"))
+        decayed = b.op("Add", [mx, decay], f"{hint}/decayed{t}")
+        mx = b.op("Max", [decayed, k_t], f"{hint}/max{t + 1}")
+        e1 = b.op("Exp", [b.op("Sub", [decayed, mx], f"{hint}/kept{t}")], f"{hint}/e_kept{t}")
+        e2 = b.op("Exp", [b.op("Sub", [k_t, mx], f"{hint}/added{t}")], f"{hint}/e_added{t}")
+        num = b.op("Add", [b.op("Mul", [e1, num], f"{hint}/num_kept{t}"), b.op("Mul", [e2, v_t], f"{hint}/num_added{t}")],
+                   f"{hint}/num{t + 1}")
+        den = b.op("Add", [b.op("Mul", [e1, den], f"{hint}/den_kept{t}"), e2], f"{hint}/den{t + 1}")
+    out = outputs[0] if tokens == 1 else b.op("Concat", outputs, f"{hint}/wkv", axis=1)
+    finish(b, node.outputs[1], b.op("Concat", [num, den, mx], f"{hint}/state", axis=1), outs[1])
+    finish(b, node.outputs[0], out, outs[0])
+
+
+# ---- rg_lru (RecurrentGemma) --------------------------------------------------------------------
+
+def _log_rate(a_param) -> np.ndarray:
+    """-8·softplus(Λ) [1, 1, W] float32 (log a per unit of the recurrence gate)."""
+    lam = np.asarray(a_param, np.float32)
+    return (np.float32(-RGLRU_C) * (np.log1p(np.exp(-np.abs(lam))) + np.maximum(lam, 0))).reshape(1, 1, -1)
+
+
+def lower_rg_lru(b: NpuBuilder, node: Node, outs: list[str]) -> None:
+    """The RG-LRU: its gates for all tokens, then one state update a token (module docstring)."""
+    o = by_name(RGLRU_OPERANDS, node.inputs)
+    recurrent._need_state(node, o["past_state"])
+    tokens, width, hint = b.size(o["x"].shape[1]), b.size(o["x"].shape[2]), outs[0]
+    lam = o["a_param"]
+    if isinstance(lam, Param):
+        rate = b.derived(f"{lam.name}.log_rate", DType.f32, (1, 1, width), (lam,), _log_rate)
+    else:
+        rate = b.op("Mul", [b.op("Softplus", [as_f32(b, lam)], f"{hint}/softplus"),
+                            b.const(-RGLRU_C, np.float32, f"{hint}/c")], f"{hint}/rate")
+    log_a = b.op("Mul", [as_f32(b, o["recurrence_gate"]), rate], f"{hint}/log_a")
+    a = b.op("Exp", [log_a], f"{hint}/a")
+    a_square = b.op("Exp", [b.op("Mul", [log_a, b.const(2.0, np.float32, f"{hint}/two")], f"{hint}/log_a2")],
+                    f"{hint}/a2")
+    one = b.const(1.0, np.float32, f"{hint}/one")
+    multiplier = b.op("Sqrt", [b.op("Sub", [one, a_square], f"{hint}/rest")], f"{hint}/multiplier")
+    if o["position_ids"] is not None:
+        positions = b.op("Reshape", [as_f32(b, o["position_ids"]), b.i64([1, tokens, 1])], f"{hint}/positions")
+        reset = b.op("Relu", [b.op("Sub", [one, positions], f"{hint}/before_one")], f"{hint}/reset")
+        multiplier = b.op("Add", [multiplier, b.op("Mul", [reset, b.op("Sub", [one, multiplier], f"{hint}/to_one")],
+                                                   f"{hint}/reset_shift")], f"{hint}/multiplier_reset")
+        a = b.op("Mul", [a, b.op("Sub", [one, reset], f"{hint}/kept")], f"{hint}/a_reset")
+    n = b.op("Mul", [b.op("Mul", [as_f32(b, o["x"]), as_f32(b, o["input_gate"])], f"{hint}/xi"), multiplier],
+             f"{hint}/n")
+    h = b.op("Reshape", [as_f32(b, o["past_state"]), b.i64([1, 1, width])], f"{hint}/h0")
+    states = []
+    for t in range(tokens):
+        h = b.op("Add", [b.op("Mul", [_step(b, a, t, 1, f"{hint}/a_"), h], f"{hint}/kept{t}"),
+                         _step(b, n, t, 1, f"{hint}/n_")], f"{hint}/h{t}")
+        states.append(h)
+    y = states[0] if tokens == 1 else b.op("Concat", states, f"{hint}/y", axis=1)
+    finish(b, node.outputs[1], b.op("Reshape", [h, b.i64([1, width])], f"{hint}/state"), outs[1])
+    finish(b, node.outputs[0], y, outs[0])
+
+
+LOWERINGS = {"selective_scan": lower_selective_scan, "gated_delta_rule": lower_gated_delta_rule,
+             "token_shift": lower_token_shift, "rwkv4_wkv": lower_rwkv4_wkv, "rg_lru": lower_rg_lru}
+
+__all__ = ["EMPTY_MAX", "LOWERINGS", "lower_gated_delta_rule", "lower_rg_lru", "lower_rwkv4_wkv",
+           "lower_selective_scan", "lower_token_shift"]

@@ -2,8 +2,8 @@
 interpreter (greedy tokens equal, fp16 logits within 1e-2 relative) on every tiny decoder
 example, determinism, and one message + exit 2 for each bad input. The tiny examples with
 recurrent layers (state-space, linear attention: recurrent states among the graph inputs)
-are held to the reference in test_onnx_npu_recurrent.py; a recurrence onnx-npu does not
-lower (RWKV-4's, from a config-only folder) to its refusal here."""
+are held to the reference in test_onnx_npu_recurrent.py; a recurrent op without a lowering
+(RWKV-4's token shift, taken out of the table) to its refusal here."""
 import json
 import re
 from pathlib import Path
@@ -30,7 +30,7 @@ RECURRENT = [spec for spec in EXAMPLES if state_inputs(load_spec(spec))]
 DECODERS = [spec for spec in EXAMPLES if spec not in RECURRENT]
 
 
-# a recurrence onnx-npu does not lower (RWKV-4's token shift and WKV): a config-only folder, seeded weights
+# a recurrent op without an onnx-npu lowering: RWKV-4's token shift taken out of the table
 RWKV = {"model_type": "rwkv", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2, "attention_hidden_size": 32,
         "intermediate_size": 64, "context_length": 64}
 
@@ -103,16 +103,19 @@ def test_host_loop_matches_interpreter(spec, tmp_path):
         assert top2[1] - top2[0] < 1e-2 * np.abs(reference[first]).max()
 
 
-def unlowered_spec(tmp_path) -> Path:
+def unlowered_spec(tmp_path, monkeypatch) -> Path:
+    from backends.onnx_npu import emit
+
+    monkeypatch.delitem(emit.TABLE, "token_shift")
     (tmp_path / "rwkv").mkdir()
     (tmp_path / "rwkv" / "config.json").write_text(json.dumps(RWKV))
     return tmp_path / "rwkv"
 
 
-def test_unlowered_recurrent_layers_are_refused(tmp_path, capsys):
+def test_unlowered_recurrent_layers_are_refused(tmp_path, capsys, monkeypatch):
     """One message naming the recurrent op and its node (the first the target does not
     lower), with the targets that take it; exit 2 and nothing written."""
-    spec, out = unlowered_spec(tmp_path), tmp_path / "out"
+    spec, out = unlowered_spec(tmp_path, monkeypatch), tmp_path / "out"
     assert main(["compile", str(spec), "--weights", "seeded", "--target", "onnx-npu", "-o", str(out), "--context",
                  "32", "--chunk", "4", "--quiet"]) == 2
     err = capsys.readouterr().err
@@ -124,11 +127,11 @@ def test_unlowered_recurrent_layers_are_refused(tmp_path, capsys):
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["rwkv"]
 
 
-def test_recurrent_layers_are_refused_before_calibration(tmp_path, capsys):
+def test_recurrent_layers_are_refused_before_calibration(tmp_path, capsys, monkeypatch):
     calibration = tmp_path / "ids.txt"
     calibration.write_text(",".join(str(i) for i in range(64)))
     out = tmp_path / "out"
-    assert main(["compile", str(unlowered_spec(tmp_path)), "--weights", "seeded", "--target", "onnx-npu", "-o",
+    assert main(["compile", str(unlowered_spec(tmp_path, monkeypatch)), "--weights", "seeded", "--target", "onnx-npu", "-o",
                  str(out), "--precision", "w8a16", "--calibration", str(calibration), "--quiet"]) == 2
     assert "is a recurrent layer" in capsys.readouterr().err and not out.exists()
 

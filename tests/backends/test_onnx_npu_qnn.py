@@ -1,6 +1,6 @@
 """onnx-npu against a real NPU compiler: onnxruntime-qnn's HTP backend compiles every tiny
 decoder example's graphs (the hybrids with recurrent layers too, Jamba's Mamba-1 scan and Kimi's
-per-channel decay among them, fp16 and w8a16) for soc_model 60 and 69 with CPU fallback disabled and
+per-channel decay among them, fp16 and w8a16; RWKV-4 and RecurrentGemma from configs) for soc_model 60 and 69 with CPU fallback disabled and
 every node on the HTP (the exception decides, not the _ctx.onnx file; the chunk graph for
 one SoC and the decode graph for the other here, all four pairs in benchmarks/npu_onnx.py); a 2-layer slice of
 the real SmolLM2 compiles the same way; the compiled context run in the x86 emulator
@@ -26,7 +26,7 @@ from irc.check import relative_error  # noqa: E402
 from irc.passmanager import PassManager, parse_pipeline  # noqa: E402
 from irc_cli.commands import main  # noqa: E402
 from test_onnx_npu import DECODERS as EXAMPLES  # noqa: E402  (the tiny examples without recurrent layers)
-from test_onnx_npu_recurrent import HYBRIDS  # noqa: E402  (those with recurrent layers onnx-npu lowers)
+from test_onnx_npu_recurrent import HF_RECURRENT, HYBRIDS, hf_recurrent_folder  # noqa: E402
 PROMPT = [3, 17, 42, 99, 5, 7, 250, 11, 60, 61, 62]
 
 
@@ -72,6 +72,18 @@ def test_every_hybrid_compiles_entirely_on_the_htp(spec, tmp_path):
         path = str(where / f"{graph}.onnx")
         out = str(tmp_path / f"{where.name}_{graph}_{soc}_ctx.onnx")
         assert_all_on_htp(qnn.compile_htp(path, soc, out=out), path)
+
+
+@pytest.mark.parametrize("name", sorted(HF_RECURRENT))
+def test_rwkv_and_the_rg_lru_compile_entirely_on_the_htp(name, tmp_path):
+    """RWKV-4 and RecurrentGemma (seeded weights), fp16: the chunk graph for one SoC and the
+    decode graph for the other."""
+    folder = tmp_path / "fp16"
+    assert main(["compile", hf_recurrent_folder(name, tmp_path), "--weights", "seeded", "--target", "onnx-npu", "-o",
+                 str(folder), "--context", "32", "--chunk", "4", "--quiet"]) == 0
+    for graph, soc in (("chunk", 60), ("decode", 69)):
+        path = str(folder / f"{graph}.onnx")
+        assert_all_on_htp(qnn.compile_htp(path, soc, out=str(tmp_path / f"{graph}_{soc}_ctx.onnx")), path)
 
 
 def test_emulated_hybrid_matches_the_cpu_provider(tmp_path):

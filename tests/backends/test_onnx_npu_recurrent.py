@@ -1,6 +1,7 @@
 """Recurrent layers on --target onnx-npu (backends/onnx_npu/recurrent.py and recurrent_steps.py):
 the hybrids (Mamba-2, gated DeltaNet, LFM2 short convs, Jamba's Mamba-1 scan, Kimi's per-channel
-decay, beside attention and MoE) as static graphs with
+decay, beside attention and MoE; RWKV-4 and RecurrentGemma from Hugging Face configs) as static
+graphs with
 fixed-size states, through the host loop on ONNX Runtime's CPU provider.
 
 f32: the reference interpreter's greedy tokens exactly and every prompt position's logits
@@ -12,6 +13,8 @@ fp16 rounding: that graph is up to 3e-2 off the f32 one on tiny-qwen3-next, 4e-2
 tiny-minimax and tiny-jamba, where one step of four lands 1.5e-2 beyond its own run's
 distance and the mean 0.6e-2; so f32 is the check of the math, fp16 that onnx-npu's fp16 is
 about as good as irc's own)."""
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -81,6 +84,41 @@ def test_static_graphs_with_fixed_states(tmp_path):
         assert {"MatMul", "Exp", "Softplus", "Conv"} <= ops
 
 
+# Hugging Face configs of the recurrences the YAML examples lack (RWKV-4's WKV and token shift,
+# RecurrentGemma's RG-LRU beside windowed MQA with partial rotary): config-only, seeded weights
+HF_RECURRENT = {
+    "rwkv": {"model_type": "rwkv", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 2,
+             "attention_hidden_size": 32, "intermediate_size": 64, "context_length": 64},
+    "recurrent_gemma": {"model_type": "recurrent_gemma", "vocab_size": 256, "hidden_size": 32,
+                        "intermediate_size": 96, "num_hidden_layers": 3, "num_attention_heads": 4,
+                        "num_key_value_heads": 1, "attention_window_size": 6, "lru_width": 32, "conv1d_width": 4,
+                        "block_types": ["recurrent", "recurrent", "attention"]},
+}
+
+
+def hf_recurrent_folder(name: str, where) -> str:
+    """A config-only folder of ``HF_RECURRENT[name]``."""
+    folder = where / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(HF_RECURRENT[name]))
+    return str(folder)
+
+
+@pytest.mark.parametrize("name", sorted(HF_RECURRENT))
+def test_rwkv_and_the_rg_lru_match_the_interpreter(name, tmp_path):
+    """f32, seeded weights: the host loop (two chunk calls, then decode) gives the reference
+    interpreter's greedy tokens and every prompt position's logits within 1e-4."""
+    folder = hf_recurrent_folder(name, tmp_path)
+    graph = load_spec(folder)
+    expected, _ = reference_generate(graph, PROMPT, 4, seed=0)
+    exact = compile_npu(folder, tmp_path / "f32", "--precision", "f32", "--weights", "seeded")
+    assert generate(str(exact), PROMPT, 4) == expected
+    ids = PROMPT + expected[:-1]
+    reference = reference_prefill(StreamingInterpreter(graph, 0), ids)
+    got = prefill_logits(str(exact), ids)
+    assert max(relative_error(got[i], reference[i]) for i in range(len(ids))) < 1e-4
+
+
 def test_a_short_chunk_is_refused(tmp_path):
     folder = compile_npu("examples/tiny-mamba2-2.7b.yaml", tmp_path / "m")
     host = Host(load_contract(str(folder)), engines={})
@@ -100,8 +138,6 @@ def test_masks_are_exact_sums():
 def test_irc_run_drives_a_hybrid_folder(tmp_path, capsys):
     """`irc run FOLDER` (irc_cli/engines.py's onnx-npu runner) carries the states: the
     reference interpreter's greedy tokens."""
-    import json
-
     spec = "examples/tiny-qwen3-next-80b-a3b.yaml"
     folder = compile_npu(spec, tmp_path / "m", "--precision", "f32")
     expected, _ = reference_generate(load_spec(spec), PROMPT, 4, seed=0)

@@ -3,7 +3,7 @@
 load_spec(folder) give transformers' logits and its 16 greedy tokens (the conv and RG-LRU
 states and the attention cache fed back step by step) through the reference interpreter and
 both ONNX targets in ONNX Runtime; Triton (in its interpreter) and the NumPy emitter against
-the reference interpreter; onnx-npu refuses by name; the default config counts
+the reference interpreter; onnx-npu gives transformers' greedy tokens; the default config counts
 transformers' parameters.
 
 transformers' recurrent blocks ignore ``attention_mask`` (only the local attention reads it)
@@ -19,7 +19,7 @@ from frontends import load_spec
 from irc.interpreter import Interpreter
 from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, built_once, hf_greedy_tokens, prompts,
                                             relative_error, save_twin)
-from tests.frontends.test_hf_rwkv import assert_triton_and_numpy_match, equal_batch, rows
+from tests.frontends.test_hf_rwkv import assert_onnx_npu_generates, assert_triton_and_numpy_match, equal_batch, rows
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -162,13 +162,11 @@ def test_triton_and_numpy_match_the_reference(models, tmp_path):
     assert_triton_and_numpy_match(folder, tmp_path, "recurrent_gemma")
 
 
-def test_onnx_npu_refuses_the_recurrence_by_name(models, tmp_path, capsys):
-    from irc_cli.commands import main
-
-    _, folder = models("recurrent-gemma")
-    assert main(["compile", str(folder), "--target", "onnx-npu", "-o", str(tmp_path / "npu"), "--quiet"]) == 2
-    err = capsys.readouterr().err
-    assert "rg_lru" in err
+def test_onnx_npu_generates_transformers_tokens(models, tmp_path):
+    """The RG-LRU a token at a time on onnx-npu (backends/onnx_npu/recurrent_steps.py) beside
+    the windowed MQA with partial rotary."""
+    model, folder = models("recurrent-gemma")
+    assert_onnx_npu_generates(model, folder, tmp_path)
 
 
 def test_state_is_graph_io_in_irc_names(models):

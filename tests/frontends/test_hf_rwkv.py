@@ -2,7 +2,7 @@
 twins saved with save_pretrained and loaded with load_spec(folder) give transformers' logits
 and its 16 greedy tokens (the token shifts and the WKV state fed back step by step) through
 the reference interpreter and both ONNX targets in ONNX Runtime; Triton (in its interpreter)
-and the NumPy emitter against the reference interpreter; onnx-npu refuses by name; the
+and the NumPy emitter against the reference interpreter; onnx-npu gives transformers' greedy tokens; the
 full-size example counts transformers' parameters.
 
 transformers' RWKV ignores ``attention_mask`` (it warns), so a left-padded row is not the
@@ -173,12 +173,23 @@ def test_triton_and_numpy_match_the_reference(models, tmp_path):
     assert_triton_and_numpy_match(folder, tmp_path, "rwkv")
 
 
-def test_onnx_npu_refuses_the_recurrence_by_name(models, tmp_path, capsys):
+def assert_onnx_npu_generates(model, folder, tmp_path) -> None:
+    """The twin compiled for onnx-npu in f32 (chunks of 4, a 32-slot context): its host loop
+    continues each unpadded prompt with transformers' 16 greedy tokens."""
+    from backends.onnx_npu.host import generate as npu_generate
     from irc_cli.commands import main
 
-    _, folder = models("rwkv")
-    assert main(["compile", str(folder), "--target", "onnx-npu", "-o", str(tmp_path / "npu"), "--quiet"]) == 2
-    assert "token_shift" in capsys.readouterr().err
+    out = tmp_path / "npu"
+    assert main(["compile", str(folder), "--target", "onnx-npu", "-o", str(out), "--precision", "f32", "--context",
+                 "32", "--chunk", "4", "--quiet"]) == 0
+    for prompt in rows():
+        assert npu_generate(str(out), prompt, NEW_TOKENS) == hf_greedy_tokens(model, prompt, NEW_TOKENS)
+
+
+def test_onnx_npu_generates_transformers_tokens(models, tmp_path):
+    """The token shift and the WKV a token at a time on onnx-npu (backends/onnx_npu/recurrent_steps.py)."""
+    model, folder = models("rwkv")
+    assert_onnx_npu_generates(model, folder, tmp_path)
 
 
 def test_state_is_graph_io_in_irc_names(models):
