@@ -88,14 +88,18 @@ def census() -> None:
     from frontends.hf.families import FAMILIES
     from frontends.hf.vlm import FAMILY as VLM
 
+    from frontends.hf.index import module_of
+
     by_type, scope = twins(), {t: group for group, types in OUT_OF_SCOPE.items() for t in types}
+    where = {**module_of(), **{t: "vlm" for t in VLM}}
     counts = {"irc registers it": 0, "refused": 0, "not in scope": 0}
     print("| model_type | irc | twins held against transformers |")
     print("|---|---|---|")
     for model_type in sorted(MAPPING):
         names = by_type.get(model_type, [])
         if model_type in FAMILIES or model_type in VLM:
-            status, key = "registers it" + ("" if names else " (no twin)"), "irc registers it"
+            status, key = f"registers it ({where.get(model_type, 'families')}" + (")" if names else "; no twin)"), \
+                "irc registers it"
         elif model_type in scope:
             status, key = f"not in scope: {scope[model_type]}", "not in scope"
         else:

@@ -23,52 +23,12 @@ gemma3_text        Gemma 2 + (1 + w) q/k norms, per-layer-type RoPE (local base 
                    ``use_bidirectional_attention``: an encoder (``frontends.hf.encoder``);
                    ``attn_logit_softcapping`` ignored, as transformers' Gemma3Attention does
 phi3               fused ``qkv_proj`` and ``gate_up_proj`` (split on load), partial rotary
-mamba, mamba2 ...  ``families_ssm`` (mamba, falcon_mamba, mamba2), ``families_hybrid``
-                   (jamba, bamba, granitemoehybrid, nemotron_h), ``families_composite``
-                   (falcon_h1, zamba2), ``families_delta`` (qwen3_next, qwen3_5*)
-lfm2, lfm2_moe     short convolutions beside attention layers: ``families_lfm2``
-gemma, granite,    Llama-shaped decoders with a table of settings each: ``families_llama_like``
-granitemoe, ...    (gemma, granite, granitemoe, smollm3, ministral)
-olmo2, olmo3,      layer forms of their own: ``families_olmo`` (OLMo-2/3's norms after the
-olmoe, starcoder2  branches, OLMoE, StarCoder2's biased LayerNorms)
-gpt2, gpt_neox,    the classic LayerNorm decoders with biases, parallel blocks, learned
-phi, falcon, opt   positions, fused and transposed projections: ``families_classic``
-gemma3n_text,      Gemma-3n: AltUp streams, LAuReL, per-layer embeddings, KV sharing, activation
-gemma3n            sparsity (the multimodal one's text model): ``families_gemma3n``
-gemma4_text,       Gemma-4: per-layer head dims, KV sharing, per-layer embeddings, proportional
-gemma4, gemma4_    RoPE, v norms, layer scalars, its MoE (the multimodal one's text model;
-unified(_text)     Gemma-4-unified's decoder without PLE and MoE): ``families_gemma4``
-cohere, cohere2,   Cohere's parallel blocks (Cohere-2's NoPE global layers) and GLM-4's
-glm4               sandwich norms: ``families_cohere``
-kimi_linear        Kimi Delta Attention beside MLA attention, DeepSeek-V3 MoE: ``families_kimi``
-minimax            lightning attention beside softmax attention, Mixtral MoE: ``families_minimax``
-phimoe             Phi-3.5-MoE: LayerNorms with bias, sparsemixer-routed MoE: ``families_phimoe``
-bloom, mpt         ALiBi in place of RoPE (Falcon's ``alibi`` too): ``families_alibi``
-llama4_text,       chunked RoPE layers, NoPE layers with a temperature, input-weighted MoE (the
-llama4             multimodal checkpoint's text model): ``families_llama4``
-exaone, ...        families irc has under other config classes (exaone, internlm3, iquestcoder,
-                   gpt-sw3, sarvam_mla, helium, seed_oss, arcee, ernie4_5, cwm): ``families_aliases``
-gpt_bigcode, ...   GPT-2's descendants (gpt_bigcode, gptj, codegen, gpt_neo, openai-gpt, biogpt):
-                   multi-query, GPT-J's parallel layer and rotary, GPT-Neo's local layers, GPT-1's
-                   post-norm: ``families_gpt_kin``
-stablelm, ...      LayerNorm-era and NVIDIA / Google decoders (stablelm, persimmon, glm, nemotron,
-                   vaultgemma, granite_swa, granitemoe_swa): ``families_ln_kin``
-glm4_moe, ...      2025-26 MoE decoders of mechanisms irc has (glm4_moe, minimax_m2, ernie4_5_moe,
-                   dots1) and EXAONE-4's post-norm layers (exaone4): ``families_moe_2026``
-hyperclovax, ...   lesser-known 2026 decoders recombining families irc has (hyperclovax,
-                   granitemoeshared, mellum, solar_open, param2moe, hy_v3, aria_text, youtu,
-                   minicpm3, axk1, minicpm5_moe, afmoe, flint, flex_olmo, jais2): ``families_2026``
-rwkv               RWKV-4: token shifts and the WKV recurrence, their states graph I/O: ``families_rwkv``
-hunyuan_v1_dense,  Hunyuan: q/k RMS norms per head after RoPE, o_proj bias, alpha-NTK RoPE, softmax
-hunyuan_v1_moe     MoE plus a shared MLP: ``families_hunyuan``
-deepseek_v32       DeepSeek-V3.2: V3 with the lightning indexer's top-k keys as a masked dense MLA
-                   (``irc.ops.sparse_index``), the indexer keys cached: ``families_deepseek_v32``
-dbrx, ...          Cohere's 2026 decoders (cohere_compass_text, cohere2_moe) and DBRX's MoE: ``families_2026b``
-nanochat           weightless RMS norms, RoPE turned the other way (read as a sign flip): ``families_nanochat``
-xglm               XGLM: fairseq's sinusoidal positions (computed: ``irc.ops.positions``): ``families_xglm``
-recurrent_gemma    Griffin: recurrent blocks (conv + RG-LRU ``irc.ops.rglru``, states graph I/O) and
-                   local MQA: ``families_recurrent_gemma``
 =================  ==========================================================================
+
+Every other type is a row of a family module of ``MODULES`` (a DEFAULTS / FAMILIES / LAYOUTS
+table each, whose docstring says what it reads and what it refuses): ``frontends.hf.index``
+lists them, a module a line with its types and its docstring's first sentence, and
+``python benchmarks/breadth.py --census`` names each type's module.
 
 Keys a config.json leaves out take the defaults of transformers' config class for that
 family (``DEFAULTS``). A setting irc does not implement (attention or MLP biases where the
