@@ -51,6 +51,7 @@ from frontends.dsl_delta import DeltaLayer
 from frontends.dsl_encoder import EncoderOutputs
 from frontends.dsl_lightning import LightningLayer
 from frontends.dsl_mlp import MlpLayer
+from frontends.dsl_mlstm import MlstmLayer
 from frontends.dsl_moe import MoeLayer
 from frontends.dsl_rope import Rope
 from frontends.dsl_rglru import RglruLayer
@@ -287,16 +288,18 @@ class Model(EncoderOutputs, VisionInputs):
             looked_up = self.emit("cast", [looked_up], {"to": str(ACTIVATION)}, "position_embed_f32")[0]
         return self.emit("add", [x, looked_up], None, "x")[0]
 
-    def sinusoidal_positions(self, x: Tensor, offset: int = 0, padding_idx: Optional[int] = None) -> Tensor:
-        """x plus fairseq's sinusoidal positions at ``position_ids`` + ``offset``, computed, not
-        stored (XGLM: offset 2, the ``padding_idx`` row zeros; ``irc.ops.positions``)."""
+    def sinusoidal_positions(self, x: Tensor, offset: int = 0, padding_idx: Optional[int] = None,
+                             frequencies: str = "fairseq") -> Tensor:
+        """x plus sinusoidal positions at ``position_ids`` + ``offset``, computed, not stored
+        (XGLM's fairseq ones: offset 2, the ``padding_idx`` row zeros; CTRL's: ``frequencies``
+        "transformer"; ``irc.ops.positions``)."""
         for arg, value in (("offset", offset), ("padding_idx", padding_idx)):
             if (value is not None or arg == "offset") and (isinstance(value, bool) or not isinstance(value, int)):
                 raise self.error(arg, f"expected an integer, got {value!r}")
         if self.d_model < 4:
             raise self.error("d_model", f"sinusoidal positions need d_model >= 4, got {self.d_model}")
         _, position_ids = self._context()
-        attrs = {"dim": self.d_model, "offset": offset, "padding_idx": padding_idx}
+        attrs = {"dim": self.d_model, "offset": offset, "padding_idx": padding_idx, "frequencies": frequencies}
         table = self.emit("sinusoidal_positions", [Tensor(self, position_ids)], attrs, "position_embed")[0]
         return self.emit("add", [x, table], None, "x")[0]
 
@@ -421,7 +424,7 @@ class Model(EncoderOutputs, VisionInputs):
 
 
 class Layer(AttentionLayer, MlpLayer, MoeLayer, SsmLayer, DeltaLayer, LightningLayer, VisionLayer, RwkvLayer,
-            RglruLayer):
+            RglruLayer, MlstmLayer):
     """One decoder layer: its weights are ``layers.{i}.*``, its values ``layers.{i}.*``
     (attention ``frontends.dsl_attention``, the MLPs ``frontends.dsl_mlp``, the mixture of
     experts ``frontends.dsl_moe``, the

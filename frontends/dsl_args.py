@@ -8,7 +8,7 @@ from typing import Optional
 from irc import limits
 from irc.errors import SpecError
 
-MOE_SCORING = ("softmax", "sigmoid", "sparsemixer")
+MOE_SCORING = ("softmax", "sigmoid", "sparsemixer", "sigmoid_logits")
 GROUP_SCORES = ("max", "top2_sum")
 
 # frames in these files are the DSL itself; call_site() reports the first frame outside

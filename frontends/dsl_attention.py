@@ -4,7 +4,7 @@ windows, soft-caps) and DeepSeek's multi-head latent attention."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
 from frontends.dsl_args import positive, positive_float
 from frontends.dsl_delta import gated_output, query_and_gate
@@ -83,7 +83,8 @@ class AttentionLayer:
                   output_gate: bool = False, out_bias: bool = False, sinks: bool = False,
                   clip_qkv: Optional[float] = None, query_scale: Optional[tuple] = None,
                   blocks: Optional[Tensor] = None, alibi: Optional[Sequence[float]] = None,
-                  chunk: Optional[int] = None, out_norm: Optional[float] = None) -> Tensor:
+                  chunk: Optional[int] = None, out_norm: Optional[float] = None,
+                  out_gate: Optional[Callable] = None) -> Tensor:
         """Multi-head attention (MHA; GQA when kv_heads < heads; MQA when kv_heads == 1):
         q/k/v projections (``attn.wq/wk/wv``, biases ``bq/bk/bv`` with qkv_bias), RMS norms
         ``q_norm``/``k_norm`` with qk_norm (True or "head": per head, weights [D]; "full":
@@ -97,7 +98,8 @@ class AttentionLayer:
         ``sinks``, a learned logit per query head (``attn.sinks`` [H], GPT-OSS's) joins each
         softmax denominator (``irc.ops.attention``); ``blocks``: ``_blocks``; ``alibi``: ``_alibi_slopes``;
         ``chunk``: Llama-4's chunked attention, each query within its chunk of that many tokens;
-        ``out_norm`` (an eps): the heads' output RMS-normed (``attn.out_norm`` [H·D]) before ``attn.wo`` (BitNet's)."""
+        ``out_norm`` (an eps): the heads' output RMS-normed (``attn.out_norm`` [H·D]) before ``attn.wo`` (BitNet's);
+        ``out_gate(out) -> out``: a gate on the heads' output [B, T, H·D] before ``attn.wo`` (Laguna's softplus)."""
         m, p, i = self.model, self.prefix, self.index
         where = m.origin()
         d, kv_heads, head_dim = self._heads(x, heads, kv_heads, head_dim)
@@ -146,6 +148,7 @@ class AttentionLayer:
         m._presents += [present.value for present in presents]  # none in an encoder
         out = gated_output(self, out, gate) if output_gate else out
         out = out if out_norm is None else m.norm(out, f"{p}attn.out_norm", "rms", out_norm)
+        out = out if out_gate is None else out_gate(out)
         wo = m.param(f"{p}attn.wo", (d, q_dim))
         bo = m.param(f"{p}attn.bo", (d,)) if out_bias else None
         kind = "mha" if kv_heads == heads else "mqa" if kv_heads == 1 else "gqa"

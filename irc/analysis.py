@@ -33,7 +33,7 @@ MLA_OPS = ("mla_attention", "mla_absorbed_attention", "mla_latent_attention")
 # the layer kind each mixer op makes (``analyze``'s per-layer ``mixer``)
 MIXERS = {"attention": "attention", **{op: "attention" for op in MLA_OPS}, "selective_scan": "mamba",
           "ssd": "mamba2", "gated_delta_rule": "gated_delta", "rwkv4_wkv": "rwkv4",
-          "rg_lru": "rg_lru"}
+          "rg_lru": "rg_lru", "mlstm": "mlstm"}
 
 
 def mixer_kind(node) -> str:

@@ -5,14 +5,15 @@ hours or all memory. The frontends check what a spec implies against these limit
 refuse with one message naming the key, the size it implies and the limit:
 
 - ``dim``: any single dimension a spec sets (d_model, vocab, heads, head_dim, d_ff,
-  experts, ...) [2^24 = 16,777,216];
+  experts, rows of a table ...) [2^30 = 1,073,741,824];
 - ``layers``: decoder layers [4,096];
 - ``nodes``: nodes of the whole graph, estimated from the first layer before the others are
   built [2,000,000];
 - ``tensor_elements``: elements of any single weight or input [2^38 = 274,877,906,944].
 
 The defaults are far above every released model (DeepSeek-V3 671B: 61 layers, 256
-experts, 370 nodes; a 405B dense model: 126 layers, a 2.1e9-element embedding),
+experts, 370 nodes; a 405B dense model: 126 layers, a 2.1e9-element embedding; Qwen4-Exp's
+hashed n-gram embedding tables: about 3.2e8 rows each),
 so shape-only analysis of real models is never refused. They are set per run with the
 environment variables ``IRC_MAX_DIM``, ``IRC_MAX_LAYERS``, ``IRC_MAX_NODES`` and
 ``IRC_MAX_TENSOR_ELEMENTS``, or ``irc ... --max-nodes N`` (``applied``, which wins).
@@ -31,7 +32,7 @@ from irc.errors import IRCError, SpecError
 
 @dataclass(frozen=True)
 class Limits:
-    dim: int = 1 << 24
+    dim: int = 1 << 30
     layers: int = 4096
     nodes: int = 2_000_000
     tensor_elements: int = 1 << 38

@@ -124,8 +124,10 @@ def convert(array, dtype: DType) -> np.ndarray:
     round to nearest even (bf16 and f16 through ml_dtypes and NumPy)."""
     array = np.asarray(array)
     if array.dtype == dtype.numpy:
-        return np.ascontiguousarray(array)
-    return np.ascontiguousarray(array.astype(dtype.numpy))  # bf16 <-> f16 directly: same as through f32
+        out = np.ascontiguousarray(array)
+    else:
+        out = np.ascontiguousarray(array.astype(dtype.numpy))  # bf16 <-> f16 directly: same as through f32
+    return out.reshape(()) if array.ndim == 0 else out  # ascontiguousarray makes a scalar [1] (xIELU's beta)
 
 
 def reads_rows(data) -> bool:

@@ -29,6 +29,8 @@ def lower_moe(e: Emitter, node: Node):
     expert down biases (a dropped pair would still add its bias)."""
     if e.options["capacity_factor"] is not None and e.operands["b_down"] is not None:
         return "capacity_factor with expert down biases (b_down): dropped pairs would keep their bias"
+    if e.options["capacity_factor"] is not None and node.attrs["identity_experts"]:
+        return "capacity_factor with identity experts: their pairs would take expert capacity"
     return SortedMoe(e, e.options["capacity_factor"]).output()
 
 
@@ -51,6 +53,9 @@ class MoeSort(LoweringPass):
     added after their ``grouped_gemm``; ``swiglu_oai`` is written out (``clamped_glu``); the
     down biases join the scatter's base in token order (``token_biases``). With a capacity,
     a node with down biases is left as it is, with a note (a dropped pair would keep its bias).
+    Identity experts (LongCat's, ``identity_experts``): ``moe_route`` routes over all of them,
+    their pairs go to expert 0 with weight 0 (``identity_split``) and each token's summed
+    identity weight times the token joins the scatter's base; with a capacity the node is left.
 
     Options: ``capacity_factor`` (default none) caps each expert at
     ceil(capacity_factor * N * k / E) rows, dropping pairs in GShard priority order (every
@@ -147,9 +152,13 @@ class SortedMoe:
         tokens = e.cast(e("reshape", [x], "tokens", {"shape": tokens_shape}), F32, "tokens_f32")
         logit_bias, b_gate, b_up, b_down = list(e.operands.values())[10:14]
         route = [tokens, router, bias] + ([logit_bias] if logit_bias is not None else [])
+        identity = attrs["identity_experts"]
         expert_ids, weights = e.emit("moe_route", route,
                                      [e.name("expert_ids"), e.name("routing_weights")],
-                                     {key: attrs[key] for key in ROUTING})
+                                     {**{key: attrs[key] for key in ROUTING}, "experts": experts + identity})
+        identity_weight = None
+        if identity:  # LongCat's zero-computation experts: out of the dispatch, weight·x on the base
+            expert_ids, weights, identity_weight = self.identity_split(expert_ids, weights)
         token_index, slot_index, indptr = e.emit(
             "moe_dispatch", [expert_ids], [e.name(role) for role in ("token_index", "slot_index", "indptr")],
             {"experts": experts, "capacity_factor": self.capacity_factor})
@@ -175,9 +184,22 @@ class SortedMoe:
         else:
             base = e("add", [self.shared(tokens, s_gate, s_up, s_down, s_expert_gate, tokens_shape),
                              self.token_biases(b_down, expert_ids, weights)], "shared_and_down_biases")
+        if identity_weight is not None:
+            base = e("add", [base, e("mul", [tokens, identity_weight], "identity")], "with_identity")
         combined = e("scatter_add", [base, token_index, weighted], "combined")
         out = e("reshape", [combined], "out_BTD", {"shape": list(x.shape)})
         return e.cast(out, e.out.dtype, "cast")
+
+    def identity_split(self, expert_ids: Value, weights: Value) -> tuple:
+        """Pairs routed to identity experts (ids >= experts) moved to expert 0 with weight 0,
+        and each token's identity weight [N, 1] (the sum of theirs)."""
+        e = self.e
+        real = e("less", [expert_ids, e.constant(self.node.attrs["experts"], DType.i64, "mlp_experts")], "real_pairs")
+        zero = e.constant(0.0, F32, "zero_weight")
+        total = e("reduce_sum", [e("where", [real, zero, weights], "identity_pairs")], "identity_weight",
+                  {"axes": [-1], "keepdims": True})
+        ids = e("where", [real, expert_ids, e.constant(0, DType.i64, "expert_zero")], "mlp_expert_ids")
+        return ids, e("where", [real, weights, zero], "mlp_weights"), total
 
     def row_weights(self, weights: Value, slot_index: Value, pairs) -> Value:
         """[M, 1]: each sorted (token, expert) pair's gating weight."""

@@ -66,7 +66,7 @@ def test_two_to_the_forty_layers_are_refused_at_once(tmp_path, capsys):
 
 
 def test_a_huge_dimension_names_its_key(tmp_path, capsys):
-    refused(capsys, ["show", str(architecture(tmp_path, d_model=HUGE))], "model.d_model", "16,777,216")
+    refused(capsys, ["show", str(architecture(tmp_path, d_model=HUGE))], "model.d_model", "1,073,741,824")
     refused(capsys, ["show", str(architecture(tmp_path, vocab_size=HUGE))], "model.vocab_size")
     refused(capsys, ["show", str(architecture(tmp_path, n_heads=HUGE))], "n_heads")
 

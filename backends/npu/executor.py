@@ -142,7 +142,7 @@ def _unary(step: dict, x):
 
 
 _UNARY = {"silu": silu, "sigmoid": sigmoid, "tanh": np.tanh, "exp": np.exp, "neg": np.negative, "sqrt": np.sqrt,
-          "rsqrt": rsqrt, "cos": np.cos, "sin": np.sin}
+          "rsqrt": rsqrt, "cos": np.cos, "sin": np.sin, "log": np.log}
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "maximum": np.maximum}
 
 

@@ -48,6 +48,10 @@ from irc.progress import SILENT, Progress
 from irc.weights import seed_absent
 
 from backends.onnx import delta, moe_sorted, ort, portable, positions, quant, rglru, rwkv, sparse_index, ssm
+from backends.onnx import activations
+from backends.onnx import mlstm
+from backends.onnx import ngram
+from backends.onnx import nvfp4
 from backends.onnx.attention import lower_attention, lower_rope
 from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder, dim_param
 from backends.onnx.genai import CONFIG, write_genai_config
@@ -65,7 +69,8 @@ PORTABLE = {**portable.LOWERINGS, **quant.LOWERINGS, **moe_sorted.LOWERINGS, "ro
             "mla_attention": lower_mla_attention, "mla_absorbed_attention": lower_mla_absorbed_attention,
             "mla_latent_attention": lower_mla_latent_attention,
             "moe": lower_moe, **ssm.LOWERINGS, **delta.LOWERINGS, **rwkv.LOWERINGS, **rglru.LOWERINGS,
-            **sparse_index.LOWERINGS, **positions.LOWERINGS}
+            **sparse_index.LOWERINGS, **positions.LOWERINGS, **activations.LOWERINGS, **mlstm.LOWERINGS,
+            **nvfp4.LOWERINGS, **ngram.LOWERINGS}
 ORT = {**PORTABLE, **ort.OVERRIDES, **quant.ORT_OVERRIDES, **ssm.ORT_OVERRIDES, **delta.ORT_OVERRIDES}
 
 

@@ -13,6 +13,9 @@ expert not chosen), one MatMul with all down projections ([E*f, d]). That is E/t
 the FLOPs of sparse dispatch but only standard ops and no data-dependent shapes; the ORT
 op below is the sparse path.
 
+Identity experts (LongCat-Flash's zero experts: ``identity_experts`` Z): the routing runs over
+E + Z, the gating's last Z columns are summed per token and add that weight times x.
+
 Biases (GPT-OSS): the router's logit bias is added to the router logits; the gate and up
 biases [E, f] are added flat ([E*f], the column order of the packed weights) after their
 MatMuls; the down biases [E, d] arrive as gating [N, E] @ b_down, each expert's bias times
@@ -130,12 +133,14 @@ def route(b: Builder, logits: str, bias, attrs: dict, out: str, dtype: DType = D
 
 
 def _top_k(b: Builder, logits: str, bias, attrs: dict, out: str) -> tuple[str, str]:
-    """Softmax or sigmoid scores, the selection bias, groups, TopK: (ids, unbiased scores)."""
+    """Softmax or sigmoid scores, the selection bias (on the logits: sigmoid_logits), groups, TopK:
+    (ids, unbiased scores)."""
     if attrs["scoring"] == "softmax":
         scores = b.op("Softmax", [logits], f"{out}/scores", axis=-1)
     else:
         scores = b.op("Sigmoid", [logits], f"{out}/scores")
-    choice = scores if bias is None else b.op("Add", [scores, b.weight(bias, dtype=DType.f32)], f"{out}/choice")
+    choice = logits if attrs["scoring"] == "sigmoid_logits" else scores  # Kolibri-1 selects on the logits
+    choice = choice if bias is None else b.op("Add", [choice, b.weight(bias, dtype=DType.f32)], f"{out}/choice")
     if attrs["n_group"] is not None:
         choice = _limit_groups(b, choice, attrs, out)
     ids = b.fresh(f"{out}/expert_ids")
@@ -220,12 +225,20 @@ def lower_moe(b: Builder, node: Node, outs: list[str]) -> None:
     x2 = b.op("Reshape", [b.value(x_value), b.i64([-1, d])], f"{out}/tokens")
     logits = linear(b, x2, x_value.dtype, ops["router"], ops["router_logit_bias"], b.fresh(f"{out}/router_logits"))
     ids, weights = route(b, logits, ops["router_bias"], a, out, x_value.dtype)
-    onehot = b.op("OneHot", [ids, b.i64(experts), b.const([0.0, 1.0], np.float32, "onehot/values")],
-                  f"{out}/chosen", axis=-1)
+    onehot = b.op("OneHot", [ids, b.i64(experts + a["identity_experts"]),
+                             b.const([0.0, 1.0], np.float32, "onehot/values")], f"{out}/chosen", axis=-1)
     gating = b.op("Mul", [onehot, b.op("Unsqueeze", [weights, b.i64([-1])], f"{out}/weights3")], f"{out}/gating3")
     gating = b.op("ReduceSum", [gating, b.i64([1])], f"{out}/gating", keepdims=0)
+    identity = None
+    if a["identity_experts"]:  # LongCat's zero-computation experts: weight·x, their weights summed per token
+        ends = (b.i64([experts]), b.i64([experts + a["identity_experts"]]), b.i64([-1]))
+        identity = b.op("ReduceSum", [b.op("Slice", [gating, *ends], f"{out}/identity_gating"), b.i64([-1])],
+                        f"{out}/identity_weight", keepdims=1)
+        gating = b.op("Slice", [gating, b.i64([0]), b.i64([experts]), b.i64([-1])], f"{out}/expert_gating")
     if x_value.dtype != DType.f32:
         gating = b.op("Cast", [gating], f"{out}/gating_{x_value.dtype}", to=ONNX_TYPES[x_value.dtype])
+        identity = identity and b.op("Cast", [identity], f"{out}/identity_{x_value.dtype}",
+                                     to=ONNX_TYPES[x_value.dtype])
 
     def packed(param, load, shape, role):
         if isinstance(param, Param):
@@ -254,6 +267,8 @@ def lower_moe(b: Builder, node: Node, outs: list[str]) -> None:
         down_bias = b.op("MatMul", [gating, flat_bias(b, ops["b_down"], x_value.dtype, (experts, d))],
                          f"{out}/down_bias")
         routed = b.op("Add", [routed, down_bias], f"{out}/routed_biased")
+    if identity is not None:
+        routed = b.op("Add", [routed, b.op("Mul", [x2, identity], f"{out}/identity")], f"{out}/with_identity")
     total = _shared(b, ops, x2, routed, a, out)
     b.node("Reshape", [total, b.shape(x_value.shape)], outs, allowzero=1)
 
@@ -270,6 +285,8 @@ def moe_fits_ort(node: Node):
     a, ops = node.attrs, _operands(node)
     if a["weight_inputs"]:
         return "gating weights on the experts' inputs (Llama-4's)"
+    if a["identity_experts"]:
+        return "identity (zero-computation) experts"
     if a["scoring"] == "sparsemixer":
         return "sparsemixer routing (ORT 1.32's CPU MoE ignores use_sparse_mixer: it routes softmax top-2)"
     if a["scoring"] != "softmax":

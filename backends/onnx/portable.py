@@ -25,7 +25,7 @@ from backends.onnx.vision import VISION_LOWERINGS
 
 BINARY = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "maximum": "Max",
           "less": "Less", "equal": "Equal", "where": "Where", "less_equal": "LessOrEqual", "logical_and": "And"}
-UNARY = {"exp": "Exp", "tanh": "Tanh", "sqrt": "Sqrt", "sigmoid": "Sigmoid", "cos": "Cos", "sin": "Sin",
+UNARY = {"log": "Log", "exp": "Exp", "tanh": "Tanh", "sqrt": "Sqrt", "sigmoid": "Sigmoid", "cos": "Cos", "sin": "Sin",
          "neg": "Neg"}
 REDUCE = {"reduce_sum": "ReduceSum", "reduce_mean": "ReduceMean", "reduce_max": "ReduceMax"}
 NUMPY_OF = {dtype: dtype.numpy for dtype in DType}

@@ -1,4 +1,4 @@
-"""``sinusoidal_positions`` (``irc.ops.positions``, XGLM's fairseq positions) in standard ops,
+"""``sinusoidal_positions`` (``irc.ops.positions``, XGLM's and CTRL's positions) in standard ops,
 the same for both ONNX targets: the rows (``position_ids`` + offset) cast to float,
 unsqueezed and multiplied by the frequencies (a [dim // 2] f32 constant computed as the
 reference computes it), ``Sin`` and ``Cos`` concatenated on the last axis (and a zero column
@@ -24,7 +24,8 @@ def lower_sinusoidal_positions(b: Builder, node: Node, outs: list[str]) -> None:
     rank = len(positions.shape)
     angles = b.op("Mul", [b.op("Unsqueeze", [b.op("Cast", [rows], f"{out}/rows_f32", to=TensorProto.FLOAT),
                                                b.i64([rank])], f"{out}/column"),
-                          b.const(sinusoidal_frequencies(dim), np.float32, f"{out}/frequencies")], f"{out}/angles")
+                          b.const(sinusoidal_frequencies(dim, node.attrs["frequencies"]), np.float32,
+                                  f"{out}/frequencies")], f"{out}/angles")
     parts = [b.op("Sin", [angles], f"{out}/sin"), b.op("Cos", [angles], f"{out}/cos")]
     table = b.op("Concat", parts, f"{out}/sin_cos", axis=-1)
     if dim % 2:

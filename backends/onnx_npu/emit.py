@@ -14,7 +14,8 @@ Signature of both graphs (N = ``--context``, the fixed cache length):
   [1, 1, T, N + T] (additive: 0 where query t may see key j, ``MASK_VALUE`` elsewhere; keys
   0..N-1 are the cache slots, N..N+T-1 the new tokens), one ``attention_bias.window{W}``
   per sliding window (``.chunk{C}`` per chunk size: Llama-4's chunked layers), LongRoPE's ``rope_rows`` int32 [1, T] (the cos/sin table rows:
-  ``backends.onnx_npu.lower``), ``past_key_values.{i}.key/.value`` [1, K, N, D] and a recurrent
+  ``backends.onnx_npu.lower``), ``past_key_values.{i}.key/.value`` [1, K, N, D] (and a DSA
+  indexer's ``.index_key`` [1, 1, N, D_i]: ``backends.onnx_npu.sparse``) and a recurrent
   layer's fixed-size states (``past_key_values.{i}.conv_state`` [1, C, K-1],
   ``.recurrent_state`` [1, H, N, P]; ``backends.onnx_npu.recurrent``);
 - outputs: ``logits`` [1, T, V], ``present.{i}.key/.value`` [1, K, T, D], the new
@@ -47,13 +48,15 @@ from backends.onnx_npu import folder, vision
 from backends.onnx_npu.mla import lower_mla_attention
 from backends.onnx_npu.recurrent import LOWERINGS as RECURRENT
 from backends.onnx_npu.recurrent_steps import LOWERINGS as STEPPED
+from backends.onnx_npu.mlstm import LOWERINGS as MLSTM
+from backends.onnx_npu.sparse import LOWERINGS as SPARSE
 from backends.onnx_npu.qdq import BITS, WINDOW, calibrate, calibration_tokens, output_step
 from backends.onnx_npu.targets import check_context, resolve
 
 CONTRACT = "irc_npu.json"
 DATA = "model.data"
 GRAPHS = {"chunk": "chunk.onnx", "decode": "decode.onnx"}
-TABLE = {**LOWERINGS, **RECURRENT, **STEPPED, "mla_attention": lower_mla_attention}
+TABLE = {**LOWERINGS, **RECURRENT, **STEPPED, **MLSTM, **SPARSE, "mla_attention": lower_mla_attention}
 
 
 def build(graph: Graph, tokens: int, context: int, quant=None) -> NpuBuilder:

@@ -53,7 +53,7 @@ from irc.graph import Node, Param
 from irc.ops.registry import get_op, pad_inputs
 from irc.ops.rope import mrope_angles, rope_cos_sin, rope_inv_freq, rope_switch
 
-from backends.onnx import portable
+from backends.onnx import activations, portable
 from backends.onnx.attention import attention_operands, check_scaling, heads_first, merge_heads, rotate
 from backends.onnx.builder import ONNX_TYPES, Builder, transposed
 from backends.onnx.moe import lower_moe
@@ -157,20 +157,20 @@ def gathered_rope(b: NpuBuilder, position_ids, rotary: int, base: float, scaling
     return b.cached(key, make)
 
 
-def sinusoidal_table(dim: int, offset: int, padding_idx, positions: int) -> np.ndarray:
+def sinusoidal_table(dim: int, offset: int, padding_idx, positions: int, frequencies: str = "fairseq") -> np.ndarray:
     """The sinusoidal rows of positions 0..positions-1 (``irc.ops.positions``), f32 [positions, dim]."""
     from irc.ops.positions import sinusoidal_rows
 
-    return sinusoidal_rows(np.arange(positions) + offset, dim, padding_idx)
+    return sinusoidal_rows(np.arange(positions) + offset, dim, padding_idx, frequencies)
 
 
 def lower_sinusoidal(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     """XGLM's positions: rows of a table of ``context`` positions computed when the weights are
     written, gathered by the int32 ``position_ids`` (as RoPE's cos/sin are; no Sin or Cos)."""
     a = node.attrs
-    load = functools.partial(sinusoidal_table, a["dim"], a["offset"], a["padding_idx"], b.context)
-    table = b.derived(f"sinusoidal/{a['dim']}/{a['offset']}/{a['padding_idx']}", DType.f32, (b.context, a["dim"]), (),
-                      load)
+    load = functools.partial(sinusoidal_table, a["dim"], a["offset"], a["padding_idx"], b.context, a["frequencies"])
+    table = b.derived(f"sinusoidal/{a['dim']}/{a['offset']}/{a['padding_idx']}/{a['frequencies']}", DType.f32,
+                      (b.context, a["dim"]), (), load)
     b.node("Gather", [table, b.value(node.inputs[0])], outs, axis=0)
 
 
@@ -422,6 +422,7 @@ def lower_constant(b: NpuBuilder, node: Node, outs: list[str]) -> None:
 
 
 LOWERINGS = {**{op: portable.LOWERINGS[op] for op in ACCEPTED}, "cast": lower_cast, "embedding": lower_embedding,
+             **activations.LOWERINGS,  # softplus, xielu (irc.ops.activations): standard ops, static
              "rope": lower_rope, "sinusoidal_positions": lower_sinusoidal, "attention": lower_attention,
              "linear": lower_linear, "moe": lower_moe,
              "constant": lower_constant}
@@ -455,7 +456,8 @@ def check_lowerable(graph, table) -> None:
             continue
         if recurrent(node.op):
             raise BackendError(f"op {node.op!r} is a recurrent layer that onnx-npu has no lowering for (it lowers "
-                               "the state-space ops, the delta rule, RWKV-4 and the RG-LRU)", location=_where(node),
+                               "the state-space ops, the delta rule, RWKV-4, the RG-LRU and the mLSTM)",
+                               location=_where(node),
                                hint="compile this model with --target onnx or --target onnx-ort, which carry "
                                     "each layer's state as past_key_values.{i}.* -> present.{i}.*")
         raise refuse(node, table)

@@ -133,6 +133,25 @@ HELPERS = {
     ranked = torch.where(visible, scores.float(), float("-inf"))
     chosen = torch.zeros_like(visible).scatter(-1, top_indices(ranked, min(k, total)), True)
     return chosen & visible''',
+    "block_topk_mask": '''def block_topk_mask(scores, positions, attention_mask, block, k, local):
+    """irc.ops.sparse_index.block_topk_mask: MiniMax-M3's taken blocks' visible keys, bool [B, H, T, S]."""
+    total, seq = scores.shape[-1], scores.shape[-2]
+    key = torch.arange(total, device=scores.device)
+    position = positions.to(torch.int64)[:, None, :, None]
+    ranked = torch.where(key > position, float("-inf"), scores.float())
+    blocks = -(-total // block)
+    ranked = torch.nn.functional.pad(ranked, (0, blocks * block - total), value=float("-inf"))
+    pooled = ranked.reshape(ranked.shape[:3] + (blocks, block)).amax(-1)
+    index = torch.arange(blocks, device=scores.device)
+    for step in range(local):
+        pooled = torch.where(index == (position // block - step).clamp(min=0), float("inf"), pooled)
+    taken = top_indices(pooled, min(k, blocks))
+    finite = torch.gather(pooled, -1, taken) > float("-inf")
+    chosen = torch.zeros_like(pooled, dtype=torch.bool).scatter(-1, taken, finite)
+    visible = (key[None, :] <= key[total - seq:, None])[None, None]
+    if attention_mask is not None:
+        visible = visible & (attention_mask != 0)[:, None, None, :]
+    return chosen[..., key // block] & visible''',
     "moe_route": '''def moe_route(x, router, router_bias, logit_bias, *, experts, top_k, scoring, norm_topk_prob,
               routed_scale, n_group, topk_group, group_score, jitter_eps):
     """irc.ops.moe.route in torch: (expert_ids [N, k] i64, weights [N, k] f32)."""
@@ -159,7 +178,8 @@ HELPERS = {
         scores = exp / exp.sum(dim=-1, keepdim=True)
     else:
         scores = 1.0 / (1.0 + torch.exp(-logits))
-    choice = scores if router_bias is None else scores + router_bias.float()
+    choice = logits if scoring == "sigmoid_logits" else scores  # Kolibri-1 selects on the logits
+    choice = choice if router_bias is None else choice + router_bias.float()
     if n_group is not None:
         grouped = choice.reshape(len(choice), n_group, experts // n_group)
         if group_score == "max":
@@ -231,12 +251,34 @@ HELPERS = {
         h = a[:, t] * h + n[:, t]
         out[:, t] = h
     return out.to(x.dtype), (h if past is None else h.to(past.dtype))''',
-    "sinusoidal_positions": '''def sinusoidal_positions(position_ids, dim, offset, padding_idx):
-    """irc.ops.positions.sinusoidal_positions: fairseq's rows at position_ids + offset, sines |
+    "ngram_hash": '''def ngram_hash(ids, mask=None, past=None, eos=0, multipliers=(), primes=(), offsets=(), heads=1):
+    """irc.ops.ngram.ngram_hash in torch, int64: (ids [B, T, G], present [B, C] or None)."""
+    ids, context, seq = ids.long(), len(multipliers) - 1, ids.shape[1]
+    if mask is not None:
+        ids = torch.where(mask[:, mask.shape[1] - seq:] != 0, ids, eos)
+    if past is None:
+        before = torch.full((ids.shape[0], context), eos, dtype=torch.long, device=ids.device)
+    else:
+        stored = torch.round(past.float()).long()
+        before = torch.where(stored > 0, stored - 1, eos)
+    history = torch.cat([before, ids], dim=1)
+    valid, mixed, out = torch.ones_like(ids, dtype=torch.bool), torch.zeros_like(ids), []
+    for shift, multiplier in enumerate(multipliers):
+        shifted = history[:, context - shift:context - shift + seq]
+        valid = valid & (shifted != eos) if shift else valid
+        mixed = mixed ^ (torch.where(valid, shifted, eos) * multiplier)
+        out += [torch.remainder(mixed, primes[h]) + offsets[h] for h in range(max(shift - 1, 0) * heads, shift * heads)]
+    present = None if past is None else (history[:, history.shape[1] - context:] + 1).to(past.dtype)
+    return torch.stack(out, dim=-1), present''',
+    "sinusoidal_positions": '''def sinusoidal_positions(position_ids, dim, offset, padding_idx, spacing="fairseq"):
+    """irc.ops.positions.sinusoidal_positions: the rows at position_ids + offset, sines |
     cosines (a zero column for an odd dim), the padding_idx row zeros; float32 [..., dim]."""
     half = dim // 2
-    step = 9.210340371976184 / (half - 1)  # log(10000) / (half - 1)
-    frequencies = torch.exp(torch.arange(half, device=position_ids.device).float() * -step)
+    index = torch.arange(half, device=position_ids.device).float()
+    if spacing == "transformer":  # CTRL's: 1 / 10000^(2i / dim)
+        frequencies = 1.0 / torch.pow(10000.0, index * 2 / dim)
+    else:  # fairseq's: exp(-i log(10000) / (half - 1))
+        frequencies = torch.exp(index * -(9.210340371976184 / (half - 1)))
     rows = position_ids.to(torch.int64) + offset
     angles = rows.float()[..., None] * frequencies
     pad = [torch.zeros_like(angles[..., :1])] if dim % 2 else []
@@ -246,7 +288,7 @@ HELPERS = {
 
 BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 COMPARE = {"less": "<", "less_equal": "<=", "equal": "=="}
-UNARY = {"exp": "torch.exp", "tanh": "torch.tanh", "sqrt": "torch.sqrt", "rsqrt": "torch.rsqrt",
+UNARY = {"log": "torch.log", "exp": "torch.exp", "tanh": "torch.tanh", "sqrt": "torch.sqrt", "rsqrt": "torch.rsqrt",
          "sigmoid": "torch.sigmoid", "silu": "torch.nn.functional.silu", "cos": "torch.cos", "sin": "torch.sin",
          "neg": "torch.neg"}
 REDUCE = {"reduce_sum": "sum", "reduce_mean": "mean", "reduce_max": "amax"}
@@ -264,14 +306,58 @@ TEMPLATES = {
     "argsort": "torch.sort({0}, dim={attrs[axis]}, stable=True).indices",
     "quantize_kv": "quantize_kv({0})",
     "dequantize_kv": "({0}.float() * {1}.float()[..., None])",
-    "sinusoidal_positions": ("sinusoidal_positions({0}, {attrs[dim]}, {attrs[offset]}, "  # XGLM (irc.ops.positions)
-                             "{attrs[padding_idx]})"),
+    "sinusoidal_positions": ("sinusoidal_positions({0}, {attrs[dim]}, {attrs[offset]}, "  # irc.ops.positions
+                             "{attrs[padding_idx]}, {attrs[frequencies]!r})"),
     **{op: f"({{0}}.float() {symbol} {{1}}.float()).to({{dtype}})" for op, symbol in BINARY.items()},
     **{op: f"({{0}} {symbol} {{1}})" for op, symbol in COMPARE.items()},
     **{op: f"{function}({{0}}.float()).to({{dtype}})" for op, function in UNARY.items()},
 }
 TEMPLATE_HELPERS = {"gather": {"take"}, "quantize_kv": {"quantize_kv"},
                     "sinusoidal_positions": {"sinusoidal_positions"}}
+# softplus and xielu (irc.ops.activations: Laguna's gates, Apertus' xIELU)
+HELPERS["xielu"] = '''def xielu(x, alpha_p, alpha_n, beta, eps):
+    """irc.ops.activations.xielu (transformers' XIELUActivation, its Python form), float32."""
+    x, beta = x.float(), beta.float()
+    a_p = torch.nn.functional.softplus(alpha_p.float())
+    a_n = beta + torch.nn.functional.softplus(alpha_n.float())
+    negative = (torch.expm1(torch.minimum(x, eps.float())) - x) * a_n + beta * x
+    return torch.where(x > 0, a_p * x * x + beta * x, negative)'''
+TEMPLATES.update({"softplus": "torch.nn.functional.softplus({0}.float()).to({dtype})",
+                  "xielu": "xielu({0}, {1}, {2}, {3}, {4}).to({dtype})"})
+TEMPLATE_HELPERS["xielu"] = {"xielu"}
+HELPERS["mlstm"] = '''def mlstm(q, k, v, igate, fgate, c=None, n=None, m=None, heads=1, eps=1e-6):
+    """irc.ops.mlstm.mlstm in torch, float32: (h [B, T, H*dv], C, n, m), from zeros without a state."""
+    batch, seq = q.shape[:2]
+    q4, k4, v4 = (x.float().reshape(batch, seq, heads, -1) for x in (q, k, v))
+    dk, dv = q4.shape[-1], v4.shape[-1]
+    c_t = q4.new_zeros(batch, heads, dk, dv) if c is None else c.float()
+    n_t = q4.new_zeros(batch, heads, dk) if n is None else n.float()
+    m_t = q4.new_zeros(batch, heads, 1) if m is None else m.float()
+    f_log, i = torch.nn.functional.logsigmoid(fgate.float())[..., None], igate.float()[..., None]
+    out = q4.new_empty(batch, seq, heads, dv)
+    for t in range(seq):
+        m_new = torch.maximum(f_log[:, t] + m_t, i[:, t])
+        a, b = torch.exp(f_log[:, t] + m_t - m_new), torch.exp(i[:, t] - m_new)
+        q_t = q4[:, t] * dk ** -0.5
+        c_t = a[..., None] * c_t + b[..., None] * (k4[:, t, :, :, None] * v4[:, t, :, None, :])
+        n_t = a * n_t + b * k4[:, t]
+        numerator = (q_t[..., None, :] @ c_t)[..., 0, :]
+        qn = (q_t * n_t).sum(-1, keepdim=True)
+        out[:, t] = numerator / (torch.maximum(qn.abs(), torch.exp(-m_new)) + eps)
+        m_t = m_new
+    states = (c_t, n_t, m_t) if c is None else (c_t.to(c.dtype), n_t.to(n.dtype), m_t.to(m.dtype))
+    return (out.reshape(batch, seq, heads * dv).to(v.dtype),) + states'''
+HELPERS["nvfp4_fake_quantize"] = '''def nvfp4_fake_quantize(x):
+    """irc.ops.nvfp4.nvfp4_fake_quantize: x rounded to NVFP4 and back (blocks of 16), float32."""
+    blocks = x.float().unflatten(-1, (-1, 16))
+    scale = (blocks.abs().amax(-1, keepdim=True) / 6).clamp(2**-9, 448).to(torch.float8_e4m3fn).float()
+    scaled = blocks / scale
+    magnitude = scaled.abs().clamp(max=6)
+    step = torch.where(magnitude < 2, 0.5, torch.where(magnitude < 4, 1.0, 2.0))
+    rounded = torch.round(magnitude / step) * step
+    return (torch.where(scaled < 0, -rounded, rounded) * scale).flatten(-2)'''
+TEMPLATES["nvfp4_fake_quantize"] = "nvfp4_fake_quantize({0}).to({dtype})"  # Kolibri-1.1 (irc.ops.nvfp4)
+TEMPLATE_HELPERS["nvfp4_fake_quantize"] = {"nvfp4_fake_quantize"}
 MOE_ROUTE_ARGS = ("experts", "top_k", "scoring", "norm_topk_prob", "routed_scale", "n_group", "topk_group",
                   "group_score", "jitter_eps")
 
@@ -285,6 +371,8 @@ def fallback_line(op: str, attrs: dict, args: list[str], outputs: list) -> tuple
     out = outputs[0]
     dtype = torch_type(out.dtype) if out.dtype in (DType.f32, DType.f16, DType.bf16, DType.i64, DType.i32,
                                                      DType.bool, DType.i8, DType.u8) else None
+    if op == "sinusoidal_positions":  # "frequencies" defaults to fairseq's (irc.ops.positions)
+        attrs = {"frequencies": "fairseq", **attrs}
     if op in TEMPLATES:
         return TEMPLATES[op].format(*args, dtype=dtype, attrs=attrs), set(TEMPLATE_HELPERS.get(op, ()))
     if op in ("reshape", "expand"):
@@ -307,12 +395,18 @@ def fallback_line(op: str, attrs: dict, args: list[str], outputs: list) -> tuple
     if op == "topk_mask":  # DeepSeek-V3.2's indexer selection (irc.ops.sparse_index)
         mask = args[1] if len(args) > 1 else "None"
         return f"topk_mask({args[0]}, {mask}, {attrs['k']}, {attrs['causal']})", {"topk_mask", "top_indices"}
+    if op == "block_topk_mask":  # MiniMax-M3's block selection (irc.ops.sparse_index)
+        mask = args[2] if len(args) > 2 else "None"
+        return (f"block_topk_mask({args[0]}, {args[1]}, {mask}, {attrs['block']}, {attrs['k']}, {attrs['local']})",
+                {"block_topk_mask", "top_indices"})
     if op == "merge_tokens":  # a VLM decoder's image features into its token embeddings
         return f"merge_tokens({args[0]}, {args[1]}, {args[2]}, {attrs['token']})", {"merge_tokens"}
     if op == "image_blocks":  # Gemma 3's image tokens, numbered per image (integer bookkeeping)
         return f"image_blocks({args[0]}, {attrs['token']}, {attrs['prefix']})", {"image_blocks"}
     if op == "range_like":
         return f"torch.arange({args[0]}.shape[{attrs['axis']}], device={args[0]}.device)", set()
+    if op == "dim_size":
+        return f"torch.tensor({args[0]}.shape[{attrs['axis']}], device={args[0]}.device)", set()
     if op == "patch_grid":  # Qwen-VL's patches placed from image_grid_thw (integer bookkeeping)
         return (f"patch_grid({args[0]}, {args[1]}.shape[0], {attrs['merge']}, {attrs['window']!r})",
                 {"patch_grid"})
@@ -337,6 +431,13 @@ def fallback_line(op: str, attrs: dict, args: list[str], outputs: list) -> tuple
     if op in ("token_shift", "rwkv4_wkv", "rg_lru"):  # RWKV-4's and RG-LRU's recurrences, sequential in torch
         call = f"{op}({', '.join(args)})"
         return (call if len(outputs) > 1 else f"{call}[0]"), {op}
+    if op == "mlstm":  # xLSTM's recurrence (irc.ops.mlstm), sequential in torch
+        call = f"mlstm({', '.join(args)}, heads={attrs['heads']}, eps={float(attrs['eps'])!r})"
+        return (call if len(outputs) > 1 else f"{call}[0]"), {"mlstm"}
+    if op == "ngram_hash":  # Qwen4-Exp's hashed n-gram ids (irc.ops.ngram), int64 in torch
+        call = (f"ngram_hash({', '.join(args)}, eos={attrs['eos']}, multipliers={list(attrs['multipliers'])}, "
+                f"primes={list(attrs['primes'])}, offsets={list(attrs['offsets'])}, heads={attrs['heads_per_ngram']})")
+        return (call if len(outputs) > 1 else f"{call}[0]"), {"ngram_hash"}
     if op == "moe_dispatch":
         return (f"moe_dispatch({args[0]}, experts={attrs['experts']}, "
                 f"capacity_factor={attrs['capacity_factor']!r})", {"moe_dispatch"})

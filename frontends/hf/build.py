@@ -137,7 +137,7 @@ def attach_weights(graph: Graph, arch: Arch, checkpoint: Checkpoint) -> None:
         source = source or checkpoint_source(arch, param.name)
         for name in source.names():
             checkpoint.file(name)  # a missing tensor is an error naming it
-            checkpoint.dtype(name)
+            checkpoint.dtype(name, integer=not param.dtype.is_float)
         shape = source.shape(checkpoint)
         if tuple(shape) != param.shape:
             raise SpecError(f"tensor {source!r} has shape {shape}; config.json describes @{param.name} as "

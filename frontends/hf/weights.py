@@ -19,7 +19,8 @@ are touched, and the bytes a read returns are held only as long as the array is.
 Loaded arrays are cast to the param's dtype (``irc.weights.convert``), which is the dtype of
 the checkpoint's embedding table unless a pass retypes the graph; a tensor stored in
 another float type (DeepSeek-V3 keeps its router bias in f32 inside a bf16 checkpoint) is
-cast on load. Integer or 8-bit float tensors (quantized checkpoints) are refused.
+cast on load. Integer or 8-bit float tensors (quantized checkpoints) are refused, but for an
+I64 / I32 table read into an integer param (an index table an op gathers, DeepSeek-V4's tid2eid).
 """
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ from irc.weights import convert
 
 INDEX = "model.safetensors.index.json"
 DTYPES = {"F32": DType.f32, "F16": DType.f16, "BF16": DType.bf16}
-STORED = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype(ml_dtypes.bfloat16)}
+STORED = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype(ml_dtypes.bfloat16),
+          "I64": np.dtype("<i8"), "I32": np.dtype("<i4")}
+INTEGERS = {"I64": DType.i64, "I32": DType.i32}  # index tables (read only where a param is integer)
 ITEM_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
               "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
 MAX_HEADER = 100 << 20
@@ -175,8 +178,12 @@ class Checkpoint:
         except KeyError:
             raise SpecError(f"the checkpoint has no tensor {name}", location=self.folder) from None
 
-    def dtype(self, name: str) -> DType:
+    def dtype(self, name: str, integer: bool = False) -> DType:
+        """A float tensor's dtype; with ``integer`` (a param an op reads as indices, such as
+        DeepSeek-V4's ``tid2eid``) an I64 / I32 one's too. Anything else is refused."""
         stored, _ = self.info(name)
+        if integer and stored in INTEGERS:
+            return INTEGERS[stored]
         if stored not in DTYPES:
             raise SpecError(f"tensor {name} is stored as {stored}; irc reads float weights "
                             f"({', '.join(DTYPES)})", location=self.file(name),
@@ -185,8 +192,8 @@ class Checkpoint:
 
     def read(self, name: str, start: Optional[int] = None, stop: Optional[int] = None) -> np.ndarray:
         """A tensor as stored, or only rows [start, stop) of its first axis."""
-        self.dtype(name)  # refuses non-float tensors
         entry = self.entry(name)
+        self.dtype(name, integer=True)  # refuses other tensors (attach checks an integer one's param)
         shape = list(entry["shape"])
         item = STORED[entry["dtype"]]
         row = int(np.prod(shape[1:], dtype=np.int64)) * item.itemsize
@@ -440,7 +447,7 @@ def attach_sources(params, checkpoint: Checkpoint, source_of: Callable[[str, tup
         source = source_of(param.name, param.shape)
         for name in source.names():
             checkpoint.file(name)  # a missing tensor is an error naming it
-            checkpoint.dtype(name)
+            checkpoint.dtype(name, integer=not param.dtype.is_float)
         shape = source.shape(checkpoint)
         if tuple(shape) != param.shape:
             stored = getattr(checkpoint, "stored", {}).get(source.names()[0], source.names()[0])

@@ -6,3 +6,7 @@ from irc.ops import primitives, movement, nn, rope, attention, mla, mla_latent, 
 from irc.ops import delta, vision, rwkv, rglru  # noqa: F401,E402
 from irc.ops import sparse_index  # noqa: F401,E402
 from irc.ops import positions  # noqa: F401,E402
+from irc.ops import activations  # noqa: F401,E402
+from irc.ops import mlstm  # noqa: F401,E402
+from irc.ops import ngram  # noqa: F401,E402
+from irc.ops import nvfp4  # noqa: F401,E402

@@ -5,6 +5,8 @@ Routing (``route``), all in float32:
 1. scores = softmax or sigmoid of the router logits x @ router.T (+ router_logit_bias, the
    router Linear's own bias: GPT-OSS);
 2. selection scores = scores + router_bias (DeepSeek-V3's correction bias: selection only);
+   ``scoring="sigmoid_logits"`` (Kolibri-1): sigmoid scores, but the selection is the *logits*
+   + router_bias (top-k on them; the weights are still the chosen experts' sigmoid scores);
 3. with groups (n_group, topk_group) the experts split into n_group equal groups; a group's
    score is its max selection score ("max", DeepSeek-V2 group_limited_greedy) or the sum of
    its top two ("top2_sum", DeepSeek-V3 noaux_tc); only the best topk_group groups stay;
@@ -32,6 +34,9 @@ activation, no biases) is added to the routed sum; Qwen2-MoE scales it by
 sigmoid(x @ shared_expert_gate.T).
 With ``weight_inputs`` (Llama-4) a chosen expert's *input* is scaled by the gating weight and
 its output added as it is: expert(w·x) in place of w·expert(x).
+``identity_experts`` Z (LongCat-Flash's zero-computation experts): the router (and its biases)
+has E + Z rows, routing runs over all E + Z, and a chosen expert e >= E returns its input:
+it adds weight·x (E = ``experts``, the MLP experts' count).
 Mixtral: softmax, top_k, norm_topk_prob=True. DeepSeek-V3: sigmoid, router_bias, groups
 with "top2_sum", routed_scale. Qwen2-MoE: softmax, shared expert with its gate. GPT-OSS:
 softmax with router_logit_bias and norm_topk_prob=True (a softmax over the top-k logits),
@@ -50,7 +55,7 @@ from irc.ops.nn import f32
 from irc.ops.primitives import gelu, silu
 from irc.ops.registry import REQUIRED, Cost, OpDef, TensorType, by_name, expect, pad_inputs, register, same_dims
 
-SCORINGS = ("softmax", "sigmoid", "sparsemixer")
+SCORINGS = ("softmax", "sigmoid", "sparsemixer", "sigmoid_logits")
 GROUP_SCORES = ("max", "top2_sum")
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # gate functions (the NPU executor's epilogues too)
 UNGATED = ("relu2",)  # experts with no gate projection: relu(up)² (Nemotron-H's)
@@ -130,12 +135,13 @@ def route(x, router, router_bias=None, *, top_k: int, scoring: str = "softmax", 
         return _finish(expert_ids, weights, norm_topk_prob, routed_scale)
     if scoring == "softmax":
         scores = _softmax(logits)
-    elif scoring == "sigmoid":
+    elif scoring in ("sigmoid", "sigmoid_logits"):
         scores = 1.0 / (1.0 + np.exp(-logits))
     else:
         raise ValueError(f"unknown moe scoring {scoring!r}")
     scores = scores.astype(np.float32)
-    choice = scores if router_bias is None else scores + f32(router_bias)
+    choice = f32(logits) if scoring == "sigmoid_logits" else scores  # Kolibri-1 selects on the logits
+    choice = choice if router_bias is None else choice + f32(router_bias)
     if n_group is not None:
         experts = scores.shape[-1]
         grouped = choice.reshape(len(choice), n_group, experts // n_group)
@@ -208,7 +214,7 @@ def moe_dense(x, router, w_gate, w_up, w_down, router_bias=None, shared_gate=Non
     scaled instead). Float32, shape of x."""
     tokens = f32(x).reshape(-1, x.shape[-1])
     expert_ids, weights = route(tokens, router, router_bias, logit_bias=router_logit_bias, **routing)
-    dense = np.zeros((len(tokens), len(w_up)), dtype=np.float32)
+    dense = np.zeros((len(tokens), np.shape(router)[0]), dtype=np.float32)  # E + identity experts
     np.put_along_axis(dense, expert_ids, weights, axis=-1)
     chosen = np.zeros(dense.shape, dtype=bool)
     np.put_along_axis(chosen, expert_ids, True, axis=-1)
@@ -219,6 +225,7 @@ def moe_dense(x, router, w_gate, w_up, w_down, router_bias=None, shared_gate=Non
         y = expert_mlp(tokens * weight if weight_inputs else tokens, _row(w_gate, e), w_up[e], w_down[e], activation,
                        _row(b_gate, e), _row(b_up, e), _row(b_down, e), **glu_args)
         out = out + (np.where(chosen[:, e:e + 1], y, 0.0) if weight_inputs else weight * y)
+    out = out + tokens * dense[:, len(w_up):].sum(axis=-1, keepdims=True)  # identity experts: weight·x
     return out.reshape(x.shape).astype(np.float32)
 
 
@@ -233,6 +240,9 @@ def moe_per_token(x, router, w_gate, w_up, w_down, router_bias=None, shared_gate
     out = shared_expert(tokens, shared_gate, shared_up, shared_down, shared_expert_gate, activation, **glu_args)
     for n, token in enumerate(tokens):
         for e, weight in zip(expert_ids[n], weights[n]):
+            if e >= len(w_up):  # an identity expert
+                out[n] += weight * token
+                continue
             y = expert_mlp(token[None] * weight if weight_inputs else token[None], _row(w_gate, e), w_up[e], w_down[e],
                            activation, _row(b_gate, e), _row(b_up, e), _row(b_down, e), **glu_args)[0]
             out[n] += y if weight_inputs else weight * y
@@ -251,8 +261,11 @@ def _check(name, value, want):
 
 
 def check_routing_attrs(attrs) -> None:
-    experts, top_k = attrs["experts"], attrs["top_k"]
+    experts, top_k, identity = attrs["experts"], attrs["top_k"], attrs.get("identity_experts", 0)
     expect(isinstance(experts, int) and experts > 0, f"moe: experts must be a positive int, got {experts!r}")
+    expect(isinstance(identity, int) and not isinstance(identity, bool) and identity >= 0,
+           f"moe: identity_experts must be a non-negative int, got {identity!r}")
+    experts += identity  # routing chooses among the MLP and the identity experts
     expect(isinstance(top_k, int) and 0 < top_k <= experts, f"moe: top_k must be in 1..{experts}, got {top_k!r}")
     expect(attrs["scoring"] in SCORINGS, f"moe: scoring must be one of {', '.join(SCORINGS)}")
     expect(attrs["group_score"] in GROUP_SCORES, f"moe: group_score must be one of {', '.join(GROUP_SCORES)}")
@@ -281,10 +294,10 @@ def _check_oai(attrs) -> None:
                f"moe: {name} must be a positive number, got {value!r}")
 
 
-def _check_expert_biases(ops: dict, experts: int, f, d) -> None:
-    """router_logit_bias [E], b_gate/b_up [E, f] (together) and b_down [E, d], each optional."""
+def _check_expert_biases(ops: dict, experts: int, f, d, routed: int) -> None:
+    """router_logit_bias [E + identity experts], b_gate/b_up [E, f] (together) and b_down [E, d], each optional."""
     if ops["router_logit_bias"] is not None:
-        _check("router_logit_bias", ops["router_logit_bias"], (experts,))
+        _check("router_logit_bias", ops["router_logit_bias"], (routed,))
     expect((ops["b_gate"] is None) == (ops["b_up"] is None), "moe: b_gate and b_up must be given together")
     for name, want in (("b_gate", (experts, f)), ("b_up", (experts, f)), ("b_down", (experts, d))):
         if ops[name] is not None:
@@ -302,7 +315,8 @@ def _moe_infer(inputs, attrs):
     experts = attrs["experts"]
     expect(x.dtype.is_float and len(x.shape) == 3, f"moe: x must be float [B,T,d], got {dims.format_shape(x.shape)}")
     d = x.shape[-1]
-    _check("router", router, (experts, d))
+    routed = experts + attrs["identity_experts"]
+    _check("router", router, (routed, d))
     ungated = attrs["activation"] in UNGATED
     expect((w_gate is None) == ungated, f"moe: {attrs['activation']} experts take "
                                         f"{'no w_gate' if ungated else 'a w_gate'}")
@@ -314,7 +328,7 @@ def _moe_infer(inputs, attrs):
     _check("w_down", w_down, (experts, d, f))
     if bias is not None:
         expect(attrs["scoring"] != "sparsemixer", "moe: sparsemixer routing takes no router_bias (selection bias)")
-        _check("router_bias", bias, (experts,))
+        _check("router_bias", bias, (routed,))
     shared = (s_up, s_down) if ungated else (s_gate, s_up, s_down)
     expect(all(s is None for s in shared) or all(s is not None for s in shared),
            "moe: the shared expert's projections must be given together" + (" (no shared_gate)" if ungated else ""))
@@ -329,7 +343,7 @@ def _moe_infer(inputs, attrs):
     if s_expert_gate is not None:
         expect(s_up is not None, "moe: shared_expert_gate needs a shared expert")
         _check("shared_expert_gate", s_expert_gate, (1, d))
-    _check_expert_biases(ops, experts, f, d)
+    _check_expert_biases(ops, experts, f, d, routed)
     return [TensorType(x.dtype, x.shape)]
 
 
@@ -375,5 +389,5 @@ register(OpDef("moe", OPERANDS,
                {"experts": REQUIRED, "top_k": REQUIRED, "scoring": "softmax", "norm_topk_prob": True,
                 "routed_scale": 1.0, "n_group": None, "topk_group": None, "group_score": "max",
                 "activation": "silu", "swiglu_alpha": 1.702, "swiglu_limit": 7.0, "jitter_eps": 0.01,
-                "weight_inputs": False},
+                "weight_inputs": False, "identity_experts": 0},
                _moe_infer, _moe_reference, _moe_cost, level="model", active_fraction=_moe_active_fraction))

@@ -152,6 +152,11 @@ def _sin_reference(inputs, attrs):
     return float_unary(np.sin, inputs)
 
 
+def _log_reference(inputs, attrs):
+    """The natural logarithm (-inf at 0, NaN below)."""
+    return float_unary(np.log, inputs)
+
+
 def _neg_reference(inputs, attrs):
     """-x."""
     return float_unary(np.negative, inputs)
@@ -173,6 +178,7 @@ _float_unary("sigmoid", _sigmoid_reference)
 _float_unary("silu", _silu_reference)
 _float_unary("cos", _cos_reference)
 _float_unary("sin", _sin_reference)
+_float_unary("log", _log_reference)
 _float_unary("neg", _neg_reference)
 
 

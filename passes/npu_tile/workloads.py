@@ -291,7 +291,7 @@ def _moe(graph, node, sizes):
         glu[0].update(alpha=a["swiglu_alpha"], limit=a["swiglu_limit"])
     row = {"operand": "row", "swap": False}
     bias = [{"op": "add", **row}] if logit_bias is not None else []
-    works = [_gemm(graph, node, "router", M, d, experts, steps=bias, rows=len(bias))]
+    works = [_gemm(graph, node, "router", M, d, router.shape[0], steps=bias, rows=len(bias))]  # + identity experts
     if shared is not None:
         fs = shared.shape[0]
         works += [_gemm(graph, node, "shared.gate_up", M, d, fs, weights=gated, steps=glu),

@@ -4,7 +4,7 @@ selection changes the logits: checked) give transformers' logits on a left-padde
 (and on each row alone) and its 16-token greedy continuation through the reference
 interpreter, and through ONNX Runtime on both ONNX targets (the batch decoded left-padded,
 the indexer's key cache fed back); the Triton interpreter and the NumPy emitter agree with
-the reference interpreter; onnx-npu refuses the selection op by name; the full-size example
+the reference interpreter; onnx-npu's host loop gives transformers' greedy tokens; the full-size example
 (DeepSeek-V3.2-Exp's config) counts what transformers builds on the meta device; and the
 settings irc does not implement are refused at their key."""
 import json
@@ -134,13 +134,19 @@ def test_triton_and_numpy_targets_match_the_reference(twins, tmp_path):
     test_triton_prefill_matches_the_reference(lambda _: folder, tmp_path / "tt", name)
 
 
-def test_onnx_npu_refuses_the_selection_by_name(twins, tmp_path, capsys):
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_onnx_npu_host_loop_gives_transformers_tokens(twins, tmp_path, name):
+    """onnx-npu (backends/onnx_npu/sparse.py: the indexer's key cache and the top-k mask over
+    the static slots), f32, through the host loop: transformers' 16 greedy tokens of the
+    unpadded 11-token prompt (tests/backends/test_onnx_npu_sparse.py holds the logits)."""
+    from backends.onnx_npu.host import generate as npu_generate
     from irc_cli.commands import main
 
-    folder = twins("deepseek-v32-topk4")[1]
+    model, folder = twins(name)
     assert main(["compile", str(folder), "--target", "onnx-npu", "-o", str(tmp_path / "npu"), "--context", "32",
-                 "--chunk", "4", "--quiet", "--precision", "f32"]) != 0
-    assert "'topk_mask' has no NPU lowering for target onnx-npu" in capsys.readouterr().err
+                 "--chunk", "4", "--quiet", "--precision", "f32"]) == 0
+    prompt = prompts()[0][0].tolist()
+    assert npu_generate(str(tmp_path / "npu"), prompt, NEW_TOKENS) == hf_greedy_tokens(model, prompt)
 
 
 def test_the_full_size_example_counts_what_transformers_builds():

@@ -40,6 +40,7 @@ UNARY = {
     "silu": "({x} / (1.0 + tl.exp(-{x})))",
     "cos": "tl.cos({x})",
     "sin": "tl.sin({x})",
+    "log": "tl.log({x})",
     "neg": "(-{x})",
 }
 BINARY = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "div": "({a} / {b})",
