@@ -21,11 +21,14 @@ ROOT = Path(__file__).resolve().parents[1]
 TWIN_MODULES = ("test_hf_models", "test_hf_ssm", "test_hf_vlm", "test_hf_qwen_vl", "test_hf_gemma4", "test_hf_gemma3n",
                 "test_hf_phimoe", "test_hf_delta", "test_hf_hybrid", "test_hf_kimi", "test_hf_lfm2", "test_hf_minimax",
                 "test_hf_gpt_oss", "test_hf_mllama", "test_hf_mistral3", "test_hf_llava_next", "test_hf_llama4",
-                "test_hf_rwkv", "test_hf_recurrent_gemma")
+                "test_hf_rwkv", "test_hf_recurrent_gemma", "test_hf_hybrid2", "test_hf_xlstm", "test_hf_loops",
+                "test_hf_qwen4", "test_hf_dsa", "test_hf_deepseek_v32", "test_hf_kolibri",
+                "test_hf_deepseek_v4")
 MODULE_TYPES = {  # twin modules whose CASES do not name a config class: the types they build
     "test_hf_gpt_oss": ("gpt_oss",), "test_hf_gemma3n": ("gemma3n", "gemma3n_text"), "test_hf_kimi": ("kimi_linear",),
     "test_hf_minimax": ("minimax",), "test_hf_phimoe": ("phimoe",), "test_hf_mllama": ("mllama",),
-    "test_hf_llama4": ("llama4",), "test_hf_rwkv": ("rwkv",), "test_hf_recurrent_gemma": ("recurrent_gemma",),
+    "test_hf_llama4": ("llama4",), "test_hf_deepseek_v32": ("deepseek_v32",), "test_hf_rwkv": ("rwkv",), "test_hf_recurrent_gemma": ("recurrent_gemma",),
+    "test_hf_xlstm": ("xlstm",),
     "test_hf_gemma4": ("gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text"),
     "test_hf_qwen_vl": ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"),
 }

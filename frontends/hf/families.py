@@ -58,7 +58,13 @@ from frontends.hf import (families_2026, families_2026b, families_aliases, famil
                           families_gemma3n, families_gemma4, families_gpt_kin, families_gpt_oss, families_hunyuan,
                           families_kimi, families_lfm2, families_llama4, families_llama_like, families_ln_kin,
                           families_minimax, families_moe_2026, families_nanochat, families_olmo, families_phimoe,
-                          families_recurrent_gemma, families_rwkv, families_ssm, families_xglm)
+                          families_recurrent_gemma, families_rwkv, families_ssm, families_xglm, families_classic2)
+from frontends.hf import families_doge, families_loops, families_moa, families_zamba
+from frontends.hf import families_hybrid2, families_hybrid3, families_deepseek_v4
+from frontends.hf import families_moe_2026c, families_moe_2026d
+from frontends.hf import families_act_2026, families_diff, families_inkling, families_inkling2, families_inkling2_loop
+from frontends.hf import families_dsa, families_dsa2, families_kolibri
+from frontends.hf import families_hyper, families_xlstm, families_ergo, families_qwen4, families_zaya
 from irc.errors import SpecError
 from frontends.hf.families_common import (FULL, SLIDING, _arch, _dims, _every_layer_window, _experts, _layer_types,
                                           _no, _qwen_windows, _rope, _silu, _swiglu, _windows)
@@ -68,7 +74,13 @@ MODULES = (families_ssm, families_composite, families_lfm2, families_delta, fami
            families_llama_like, families_olmo, families_classic, families_cohere, families_gpt_oss, families_gemma4,
            families_gemma3n, families_phimoe, families_aliases, families_alibi, families_llama4, families_gpt_kin,
            families_ln_kin, families_moe_2026, families_rwkv, families_2026, families_hunyuan, families_deepseek_v32,
-           families_2026b, families_nanochat, families_xglm, families_recurrent_gemma)
+           families_2026b, families_nanochat, families_xglm, families_recurrent_gemma, families_classic2)
+MODULES += (families_zamba, families_loops, families_moa, families_doge)
+MODULES += (families_hybrid2, families_hybrid3, families_deepseek_v4)
+MODULES += (families_moe_2026c, families_moe_2026d)
+MODULES += (families_act_2026, families_diff, families_inkling, families_inkling2, families_inkling2_loop)
+MODULES += (families_dsa, families_dsa2, families_kolibri)
+MODULES += (families_hyper, families_xlstm, families_ergo, families_qwen4, families_zaya)
 
 # transformers 5.2x config-class defaults for keys a config.json may leave out
 _LLAMA = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu", "max_position_embeddings": 2048,

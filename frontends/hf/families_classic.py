@@ -120,14 +120,19 @@ def _gpt_neox(cfg: Config, name: str, model_type: str) -> Arch:
     mlp = {"kind": "gelu", "d_ff": cfg.get("intermediate_size", positive_int), "approximate": _gelu(cfg, "hidden_act"),
            "bias": True}
     form = "parallel_two_norms" if cfg.get("use_parallel_residual", boolean) else "sequential"
-    params, key = rope_dict(cfg)  # Pythia's configs name them rotary_emb_base and rotary_pct (GPTNeoXConfig reads both)
-    for name_, legacy in (("rope_theta", "rotary_emb_base"), ("partial_rotary_factor", "rotary_pct")):
-        if name_ not in params and cfg.raw(legacy) is not None:
-            params[name_] = cfg.raw(legacy)
-    rope = read_rope(cfg, d // heads, params, key, default_base=cfg.defaults["rope_theta"],
-                     original_max=cfg.get("max_position_embeddings", positive_int, None))
-    return _arch(cfg, name, model_type, d, n, heads, rope, mlp, form,
+    return _arch(cfg, name, model_type, d, n, heads, neox_rope(cfg, d // heads), mlp, form,
                  cfg.get("layer_norm_eps", positive_number), qkv_bias=cfg.get("attention_bias", boolean))
+
+
+def neox_rope(cfg: Config, head_dim: int):
+    """GPT-NeoX's RoPE (GPT-NeoX-Japanese's too): ``rope_parameters``, else the legacy
+    ``rotary_emb_base`` and ``rotary_pct`` Pythia's configs give (both config classes read them)."""
+    params, key = rope_dict(cfg)
+    for name, legacy in (("rope_theta", "rotary_emb_base"), ("partial_rotary_factor", "rotary_pct")):
+        if name not in params and cfg.raw(legacy) is not None:
+            params[name] = cfg.raw(legacy)
+    return read_rope(cfg, head_dim, params, key, default_base=cfg.defaults["rope_theta"],
+                     original_max=cfg.get("max_position_embeddings", positive_int, None))
 
 
 def _phi(cfg: Config, name: str, model_type: str) -> Arch:

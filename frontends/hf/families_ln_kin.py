@@ -44,9 +44,7 @@ granitemoe_swa     Granite-MoE with that attention, its experts as transformers 
 A partial rotary factor the file leaves out (neither in ``rope_parameters`` / ``rope_scaling``
 nor at the top level) is the config class's default, as transformers sets it.
 
-Left out: ``apertus``. Its MLP's xIELU activation reads learned scalars through softplus
-(alpha_p = softplus(a_p), alpha_n = beta + softplus(a_n), per layer) and expm1(min(x, eps)):
-irc's primitives have no log (so no softplus of a weight), and exp(x) - 1 is not expm1 near 0.
+``apertus`` (xIELU, its learned scalars read from the checkpoint) is ``families_act_2026``.
 
 Refused, naming config.json and the key: an activation other than the family's (SiLU for
 StableLM and GLM, relu2 for Persimmon and Nemotron), a ``head_dim`` other than hidden_size /

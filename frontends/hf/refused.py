@@ -12,6 +12,13 @@ WHY = {
     "blt": ("the Byte Latent Transformer patches bytes where its entropy model's next-byte entropy passes "
             "patching_threshold: the global transformer's sequence length depends on the data, and in decoding "
             "it grows only on the steps that open a patch; irc's decode step has one fixed form"),
+    "cpmant": ("CPM-Ant prepends its prompt_length learned prompt tokens inside the model, on the call whose "
+               "cache is empty only (modeling_cpmant.py CpmAntModel.forward: the prompt ids concatenated before "
+               "input_ids, the first prompt_length outputs dropped when past_length == 0), attends "
+               "bidirectionally across that whole first call (_prepare_attention_mask: context is all ones), and "
+               "takes its padding mask from input_ids != 0, not attention_mask (a 'dummy parameter' of "
+               "CpmAntForCausalLM.forward); irc's decoder is one graph for every call, its prefill causal and "
+               "chunkable"),
 }
 
 __all__ = ["WHY"]

@@ -47,8 +47,29 @@ FAMILIES = ["gemma-geglu-tied", "granite-multipliers", "granitemoe-top2", "smoll
             "cohere-compass-nope-full-rope-sliding", "cohere-compass-linear-rope-untied",
             "cohere2-moe-dense-prefix-average", "cohere2-moe-sigmoid-rms-sum", "dbrx-clip-qkv-top2-renorm",
             "dbrx-mqa-unnormalised",
+            # families_moe_2026c / 2026d (not glm4-moe-lite-*'s MLA nor mimo-v2-flash-*'s value heads of their own
+            # width and per-layer kv heads: genai allocates one head size)
+            "sarvam-moe-qkv-bias-groups", "exaone-moe-nope-global-groups", "exaone-moe-types-window-3-two-shared-tied",
+            "beam-gate-nope-scale-depth-residuals", "beam-biases-linear-rope-default-types",
             # families_xglm
-            "xglm-gelu-tied-scaled", "xglm-relu-untied-pad-row"]
+            "xglm-gelu-tied-scaled", "xglm-relu-untied-pad-row",
+            # families_classic2
+            "bitnet-sub-norms-gqa", "bitnet-biases-mha-tied", "ctrl-sinusoidal-head-bias", "ctrl-untied-final-eps",
+            "gpt-neox-japanese-half-rotary", "gpt-neox-japanese-untied-gelu-new", "modernbert-decoder-windows-tied",
+            "modernbert-decoder-biases-untied-types",
+            # families_act_2026
+            "apertus-xielu-llama3-rope", "apertus1p5-text-pruned-head", "laguna-head-gates-windows-moe",
+            "kolibri1-sandwich-nope-full-window",  # not DiffLlama: its values are 2x the keys' width, genai has one
+            # families_zamba (genai's RecurrentState carries the Mamba states beside the shared block's caches)
+            "zamba-two-heads-gqa-tied", "zamba-one-head-untied-silu",
+            # families_loops (one KV cache per unrolled layer invocation)
+            "hrm-text-two-cycles", "hrm-text-two-layer-stacks-tied",
+            # families_moa
+            "jetmoe-moa-top2-gqa", "jetmoe-mqa-all-experts-untied",
+            # families_doge
+            "doge-dma-gqa", "doge-dma-mqa-window-tied",
+            # families_ergo
+            "ergo-dense-then-moe-scaled-full", "ergo-top1-all-moe-types-listed"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -254,11 +275,115 @@ BAD = [  # (config.json, the key named, a fragment of the message)
         ({"hidden_size": 64}, "hidden_size", "give d_model"),
         ({"rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.5}},
          "rope_parameters.partial_rotary_factor", "partial rotary width"))],
+    # families_act_2026
+    ({"model_type": "apertus", **SMALL, "hidden_act": "silu"}, "hidden_act", "Apertus' MLP here"),
+    ({"model_type": "apertus1p5_text", **SMALL, "output_vocab_size": 32, "tie_word_embeddings": True},
+     "tie_word_embeddings", "pruned LM head"),
+    ({"model_type": "apertus1p5_text", **SMALL, "output_vocab_size": 65}, "output_vocab_size", "more than vocab_size"),
+    ({"model_type": "laguna", **SMALL, "moe_router_logit_softcapping": 30.0}, "moe_router_logit_softcapping",
+     "no logit soft-cap"),
+    ({"model_type": "laguna", **SMALL, "num_attention_heads_per_layer": [4, 3]}, "num_attention_heads_per_layer",
+     "do not group"),
+    ({"model_type": "kolibri1", **SMALL, "hidden_act": "gelu"}, "hidden_act", "Kolibri-1's experts"),
+    # families_kolibri
+    ({"model_type": "kolibri1_1", **SMALL, "head_dim": 8}, "head_dim", "NVFP4 rounds blocks of 16"),
+    # families_diff
+    ({"model_type": "diffllama", **SMALL, "num_key_value_heads": 1}, "num_key_value_heads", "is odd"),
+    # families_moe_2026c / 2026d
+    ({"model_type": "glm4_moe_lite", **SMALL, "num_key_value_heads": 4, "attention_bias": True}, "attention_bias",
+     "no such bias"),
+    ({"model_type": "glm4_moe_lite", **SMALL, "mlp_layer_types": ["dense", "moe"]}, "mlp_layer_types",
+     '"moe" is not supported'),
+    ({"model_type": "exaone_moe", **SMALL, "num_experts": 2, "num_experts_per_tok": 3}, "num_experts_per_tok",
+     "top_k 3 exceeds 2 experts"),
+    ({"model_type": "exaone_moe", **SMALL, "sliding_window_pattern": "LLG"}, "sliding_window_pattern",
+     "give layer_types"),
+    ({"model_type": "mimo_v2_flash", **SMALL, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}},
+     "rope_parameters", "per layer type"),
+    ({"model_type": "mimo_v2_flash", **SMALL, "head_dim": 9}, "head_dim", "an odd number"),
+    ({"model_type": "beam", **SMALL, "hidden_act": "gelu"}, "hidden_act", "SwiGLU"),
+    ({"model_type": "beam", **SMALL, "rope_parameters": {"sliding_attention": None}}, "rope_parameters",
+     "has no full_attention entry"),
+    ({"model_type": "longcat_flash", **SMALL, "num_layers": 1, "head_dim": 32}, "head_dim", "not qk_rope_head_dim"),
+    ({"model_type": "longcat_flash", **SMALL, "num_layers": 1, "router_bias": True}, "router_bias",
+     "no bias of its own"),
+    ({"model_type": "longcat_flash", **SMALL, "num_hidden_layers": 3}, "num_hidden_layers", "not twice num_layers"),
     # families_xglm
     ({"model_type": "xglm", **SMALL, "add_cross_attention": True}, "add_cross_attention", "cross-attention"),
     ({"model_type": "xglm", **SMALL, "pad_token_id": -1}, "pad_token_id", "non-negative row index"),
     ({"model_type": "xglm", **SMALL, "activation_function": "silu"}, "activation_function", "XGLM's MLP here"),
     ({"model_type": "xglm", **SMALL, "num_attention_heads": 5}, "num_attention_heads", "not divisible by 5"),
+    # families_classic2
+    ({"model_type": "bitnet", **SMALL, "hidden_act": "silu"}, "hidden_act", "squared ReLU"),
+    ({"model_type": "bitnet", **SMALL, "partial_rotary_factor": 0.5}, "partial_rotary_factor", "whole head"),
+    ({"model_type": "ctrl", "vocab_size": 64, "n_embd": 33, "n_head": 3, "n_layer": 2}, "n_embd", "even size"),
+    ({"model_type": "ctrl", "vocab_size": 64, "hidden_size": 32, "num_attention_heads": 5, "num_hidden_layers": 2},
+     "num_attention_heads", "not divisible by 5"),
+    ({"model_type": "gpt_neox_japanese", **SMALL, "hidden_act": "silu"}, "hidden_act", "GELU's forms"),
+    ({"model_type": "modernbert-decoder", **SMALL, "mlp_bias": True}, "mlp_bias", "no biases"),
+    ({"model_type": "modernbert-decoder", **SMALL, "num_hidden_layers": 3, "local_attention": 1}, "local_attention",
+     "at least 2"),
+    ({"model_type": "modernbert-decoder", **SMALL, "head_dim": 16}, "head_dim", "8 wide"),
+    # families_zamba
+    ({"model_type": "zamba", **SMALL, "hidden_mamba_act": "gelu"}, "hidden_mamba_act", '"gelu" is not supported'),
+    ({"model_type": "zamba", **SMALL, "attention_hidden_size": 32}, "attention_hidden_size", "2 x hidden_size"),
+    # families_moa
+    ({"model_type": "jetmoe", **SMALL, "activation_function": "gelu"}, "activation_function", '"gelu" is not supported'),
+    ({"model_type": "jetmoe", **SMALL, "num_local_experts": 2, "num_experts_per_tok": 3}, "num_experts_per_tok",
+     "top_k 3 exceeds 2 experts"),
+    # families_doge (its CDMoE reads other tokens' router logits: see the module)
+    ({"model_type": "doge", **SMALL, "is_moe": True}, "is_moe", "true is not supported"),
+    ({"model_type": "doge", **SMALL, "max_position_embeddings": 4096, "keep_window_size": 2048}, "keep_window_size",
+     "2048 is not supported"),
+    # families_dsa
+    ({"model_type": "glm_moe_dsa", **SMALL, "num_key_value_heads": 4, "indexer_types": ["shared", "full"]},
+     "indexer_types", "first layer must be \"full\""),
+    ({"model_type": "axk2", **SMALL, "num_key_value_heads": 4, "n_group": 2, "topk_group": 1}, "n_group",
+     "ungrouped router"),
+    ({"model_type": "dots3_note_text", **SMALL, "per_layer_config": {"1": {"rms_norm_eps": 1e-6}}},
+     "per_layer_config.1", "overrides of"),
+    ({"model_type": "minimax_m3_vl_text", **SMALL, "head_dim": 8, "index_local_blocks": 3, "index_topk_blocks": 2},
+     "index_local_blocks", "at most index_topk_blocks"),
+    # families_hyper
+    ({"model_type": "hy_v4", **SMALL, "n_routed_experts": 4, "num_experts_per_tok": 2,
+      "indexer_types": ["shared", "full"]}, "indexer_types", "the first must be \"full\""),
+    ({"model_type": "hy_v4", **SMALL, "n_routed_experts": 4, "num_experts_per_tok": 2, "swiglu_limit": 0},
+     "swiglu_limit", "expected a positive number"),
+    # families_deepseek_v4
+    ({"model_type": "deepseek_v4", **SMALL, "head_dim": 16, "o_groups": 3}, "o_groups", "3 groups do not split"),
+    ({"model_type": "deepseek_v4", **SMALL, "scoring_func": "sigmoid_logits"}, "scoring_func",
+     "irc scores by sqrtsoftplus"),
+    # families_qwen4
+    ({"model_type": "qwen4_exp_text", **SMALL, "ple_layer_ids": [3], "eos_token_id": 2}, "ple_layer_ids",
+     "one-indexed linear_attention layers of 2"),
+    ({"model_type": "qwen4_exp", "text_config": {"model_type": "qwen4_exp_text", **SMALL, "num_hidden_layers": 4,
+                                                 "indexer_n_heads": 2, "indexer_kv_heads": 2, "indexer_budget": 4,
+                                                 "indexer_head_dim": 256, "indexer_compress_ratio": 2}},
+     "text_config.indexer_kv_heads", "QSA has one key head"),
+    # families_xlstm
+    ({"model_type": "xlstm", "vocab_size": 64, "hidden_size": 64, "num_heads": 3, "qk_dim_factor": 0.5},
+     "qk_dim_factor", "not a multiple of num_heads 3"),
+    ({"model_type": "xlstm", **SMALL, "weight_mode": "fused"}, "weight_mode", '"fused" is not supported'),
+    # families_ergo
+    ({"model_type": "ergo", **SMALL, "mlp_layer_types": ["dense", "moe"]}, "mlp_layer_types", "each \"dense\""),
+    ({"model_type": "ergo", **SMALL, "rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}},
+     "rope_parameters.rope_type", "Ergo's default RoPE"),
+    # families_zaya
+    ({"model_type": "zaya", **SMALL, "head_dim": 8, "num_experts_per_tok": 2}, "num_experts_per_tok", "one expert"),
+    ({"model_type": "zaya", **SMALL, "head_dim": 8, "attention_bias": True}, "attention_bias", "without biases"),
+    # families_inkling
+    ({"model_type": "inkling_text", **SMALL, "n_shared_experts": 0}, "n_shared_experts", "expected a positive integer"),
+    ({"model_type": "inkling_text", **SMALL, "layer_types": ["hybrid"]}, "layer_types", "has 1 entries for 2 layers"),
+    ({"model_type": "inkling_text", **SMALL, "mlp_layer_types": ["dense", "moe"]}, "mlp_layer_types",
+     "Inkling's kinds: dense, sparse"),
+    # families_inkling2, families_inkling2_loop
+    ({"model_type": "inkling2_text", **SMALL, "scoring_func": "softmax"}, "scoring_func", "sigmoids"),
+    ({"model_type": "inkling2_text", **SMALL, "layer_types": ["hybrid", "full_attention"]}, "layer_types",
+     "Inkling-2's kinds"),
+    ({"model_type": "inkling2_loop_text", **SMALL, "num_hidden_layers": 4, "n_layers_per_attn_res_block": 2,
+      "loop_layer_index_start": 1, "loop_layer_index_end": 2}, "loop_layer_index_start", "not a multiple"),
+    ({"model_type": "inkling2_loop_text", **SMALL, "num_hidden_layers": 4, "n_layers_per_attn_res_block": 1,
+      "loop_config": {"core_start": 1, "core_end": 6}}, "loop_config.core_end", "at most num_hidden_layers 4"),
 ]
 
 

@@ -77,10 +77,10 @@ def test_cli_show_compile_and_run_take_a_folder(tmp_path, capsys):
 
 
 def test_cli_reports_config_errors_in_one_line(tmp_path, capsys):
-    folder = folder_with(tmp_path, {**LLAMA, "model_type": "xlstm"})
+    folder = folder_with(tmp_path, {**LLAMA, "model_type": "no_such_model"})
     assert main(["show", str(folder)]) == 2
     err = capsys.readouterr().err
-    assert "config.json:" in err and 'model_type: "xlstm" is not supported' in err
+    assert "config.json:" in err and 'model_type: "no_such_model" is not supported' in err
 
 
 def test_a_folder_without_config_json(tmp_path):
@@ -185,7 +185,8 @@ def test_null_means_none_and_a_left_out_key_means_the_family_default(tmp_path):
 # ---- refusals --------------------------------------------------------------------------
 
 ERRORS = {  # name: (config, the key the error names, message pattern)
-    "unknown model type": ({**LLAMA, "model_type": "xlstm"}, "model_type", 'model_type: "xlstm" is not supported'),
+    "unknown model type": ({**LLAMA, "model_type": "no_such_model"}, "model_type",
+                           'model_type: "no_such_model" is not supported'),
     "llama attention bias": ({**LLAMA, "attention_bias": True}, "attention_bias", "attention_bias: true is not"),
     "llama mlp bias": ({**LLAMA, "mlp_bias": True}, "mlp_bias", "mlp_bias: true is not supported"),
     "activation": ({**LLAMA, "hidden_act": "gelu"}, "hidden_act", 'hidden_act: "gelu" is not supported'),

@@ -359,6 +359,223 @@ CASES = {  # name: (config class, overrides of SMALL)
     "xglm-relu-untied-pad-row": ("XGLMConfig", dict(hidden_size=48, ffn_dim=40, activation_function="relu",
                                                     scale_embedding=False, tie_word_embeddings=False,
                                                     pad_token_id=5, bos_token_id=0, eos_token_id=2)),
+    # families_classic2: BitNet's sub-norms and relu2 GLU; CTRL's sinusoidal positions and head bias; GPT-NeoX-Japanese
+    "bitnet-sub-norms-gqa": ("BitNetConfig", dict(bos_token_id=1, eos_token_id=2)),
+    "bitnet-biases-mha-tied": ("BitNetConfig", dict(attention_bias=True, num_key_value_heads=4,
+                                                    tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)),
+    "ctrl-sinusoidal-head-bias": ("CTRLConfig", dict(dff=48)),
+    "ctrl-untied-final-eps": ("CTRLConfig", dict(hidden_size=48, dff=40, tie_word_embeddings=False,
+                                                 layer_norm_epsilon=1e-5)),
+    "gpt-neox-japanese-half-rotary": ("GPTNeoXJapaneseConfig", dict(intermediate_multiple_size=2, bos_token_id=1,
+                                                                    eos_token_id=2, rope_parameters={
+        "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})),
+    "gpt-neox-japanese-untied-gelu-new": ("GPTNeoXJapaneseConfig", dict(hidden_act="gelu_new", num_hidden_layers=3,
+                                                                        tie_word_embeddings=False, bos_token_id=1,
+                                                                        eos_token_id=2)),
+    # families_classic2: ModernBERT-decoder's global / sliding layers (window local_attention // 2), embedding norm, head
+    "modernbert-decoder-windows-tied": ("ModernBertDecoderConfig", dict(num_hidden_layers=3, local_attention=8,
+                                                                        pad_token_id=0, bos_token_id=1,
+                                                                        eos_token_id=2)),
+    "modernbert-decoder-biases-untied-types": ("ModernBertDecoderConfig", dict(
+        local_attention=6, layer_types=["sliding_attention", "full_attention"], attention_bias=True, norm_bias=True,
+        classifier_bias=True, decoder_bias=False, hidden_activation="gelu_pytorch_tanh", classifier_activation="gelu_new",
+        tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2, rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": 50000.0},
+            "sliding_attention": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}})),
+    # families_moe_2026c
+    "glm4-moe-lite-mla-groups-yarn": ("Glm4MoeLiteConfig", dict(
+        num_key_value_heads=4, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, q_lora_rank=16,
+        moe_intermediate_size=16, n_routed_experts=8, num_experts_per_tok=3, n_group=4, topk_group=2,
+        pad_token_id=0, rope_parameters={**YARN, "mscale": 1.0, "mscale_all_dim": 0.8})),
+    "glm4-moe-lite-direct-q-half-rope-types": ("Glm4MoeLiteConfig", dict(
+        num_hidden_layers=3, num_key_value_heads=4, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
+        v_head_dim=6, q_lora_rank=None, rope_interleave=False, moe_intermediate_size=16, n_routed_experts=4,
+        num_experts_per_tok=2, n_shared_experts=2, norm_topk_prob=False, mlp_layer_types=["sparse", "dense", "sparse"],
+        pad_token_id=0)),
+    "sarvam-moe-qkv-bias-groups": ("SarvamMoEConfig", dict(n_routed_experts=4, num_experts_per_tok=2,
+                                                          moe_intermediate_size=16, head_dim=8, n_group=2, topk_group=1,
+                                                          attention_bias=True, pad_token_id=0, eos_token_id=2)),
+    "exaone-moe-nope-global-groups": ("ExaoneMoeConfig", dict(num_hidden_layers=4, sliding_window=4,
+                                                              sliding_window_pattern=2, head_dim=16, num_experts=8,
+                                                              num_experts_per_tok=3, n_group=4, topk_group=2,
+                                                              moe_intermediate_size=16, eos_token_id=2)),
+    "exaone-moe-types-window-3-two-shared-tied": ("ExaoneMoeConfig", dict(
+        num_hidden_layers=3, sliding_window=3, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        num_key_value_heads=1, head_dim=8,
+        mlp_layer_types=["sparse", "dense", "sparse"], num_experts=4, num_experts_per_tok=2, num_shared_experts=2,
+        norm_topk_prob=False, moe_intermediate_size=16, tie_word_embeddings=True, eos_token_id=2)),
+    # MiMo: head_dim 24 rotates int(24 x 0.334) = 8 dims; layer 0 full, 1-2 sliding (2 kv heads, sinks)
+    "mimo-v2-flash-sinks-v-head-dim": ("MiMoV2FlashConfig", dict(
+        num_hidden_layers=3, head_dim=24, v_head_dim=8, num_key_value_heads=1, sliding_window=4, n_routed_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=16, pad_token_id=0, eos_token_id=2)),
+    "mimo-v2-flash-bias-groups-window-size": ("MiMoV2FlashConfig", dict(
+        num_hidden_layers=3, head_dim=12, v_head_dim=16, attention_bias=True, sliding_window_size=3,
+        attention_value_scale=None, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        mlp_layer_types=["sparse", "sparse", "dense"], n_routed_experts=8, num_experts_per_tok=3, n_group=4,
+        topk_group=2, routed_scaling_factor=1.5, moe_intermediate_size=16, pad_token_id=0, eos_token_id=2,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 500000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0,
+                                               "partial_rotary_factor": 0.5}})),
+    # families_moe_2026d: layer 1 full (NoPE, scaled queries), 0 and 2 sliding with RoPE
+    "beam-gate-nope-scale-depth-residuals": ("BeamConfig", dict(
+        num_hidden_layers=3, head_dim=8, sliding_window=4, num_experts=8, num_experts_per_tok=2, n_group=4,
+        topk_group=2, moe_intermediate_size=16, mlp_layer_types=["dense", "sparse", "sparse"],
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"], final_logit_softcapping=5.0,
+        pad_token_id=0, eos_token_id=2)),
+    "beam-biases-linear-rope-default-types": ("BeamConfig", dict(
+        num_hidden_layers=3, head_dim=16, sliding_window=3, num_key_value_heads=1, attention_bias=True, num_experts=4,
+        num_experts_per_tok=2, n_group=1, topk_group=1, norm_topk_prob=False, moe_intermediate_size=16,
+        mlp_layer_types=["sparse", "dense", "sparse"], tie_word_embeddings=True, pad_token_id=0, eos_token_id=2,
+        rope_parameters={"sliding_attention": {"rope_type": "linear", "rope_theta": 50000.0, "factor": 2.0},
+                         "full_attention": None})),
+    # LongCat: num_hidden_layers 2 (SMALL) is one layer of two sublayers; 4 MLP + 2 zero experts, top 3
+    "longcat-flash-zero-experts-shortcut": ("LongcatFlashConfig", dict(
+        num_key_value_heads=4, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4, head_dim=4, v_head_dim=6,
+        q_lora_rank=16, ffn_hidden_size=48, n_routed_experts=4, zero_expert_num=2, moe_topk=3,
+        expert_ffn_hidden_size=16, routed_scaling_factor=2.0, pad_token_id=0, eos_token_id=2)),
+    "longcat-flash-two-layers-yarn-one-zero-expert": ("LongcatFlashConfig", dict(
+        num_hidden_layers=4, num_key_value_heads=4, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
+        v_head_dim=6, q_lora_rank=16, ffn_hidden_size=40, n_routed_experts=5, zero_expert_num=1, moe_topk=2,
+        expert_ffn_hidden_size=16, head_dim=4, pad_token_id=0, eos_token_id=2,
+        rope_parameters={**YARN, "mscale": 1.0, "mscale_all_dim": 0.8})),
+    # families_zamba: multi-head Mamba-1 layers, the shared block tied (one set of weights) or untied (one per use)
+    "zamba-two-heads-gqa-tied": ("ZambaConfig", dict(num_hidden_layers=4, n_mamba_heads=2, mamba_d_state=8,
+                                                     layers_block_type=["mamba", "hybrid", "mamba", "hybrid"],
+                                                     pad_token_id=0, bos_token_id=0, eos_token_id=0)),
+    "zamba-one-head-untied-silu": ("ZambaConfig", dict(num_hidden_layers=3, num_attention_heads=2,
+                                                       num_key_value_heads=2, n_mamba_heads=1, mamba_d_state=4,
+                                                       mamba_d_conv=3, mamba_conv_bias=False, mamba_dt_rank=5,
+                                                       hidden_act="silu", tie_word_embeddings=False,
+                                                       layers_block_type=["hybrid", "mamba", "hybrid"],
+                                                       pad_token_id=0, bos_token_id=0, eos_token_id=0)),
+    # families_loops: HRM's L and H stacks unrolled (2 x (2 + 1) passes of a 1-layer stack; 1 x 2 of a 2-layer one)
+    "hrm-text-two-cycles": ("HrmTextConfig", dict(num_hidden_layers=1, head_dim=8, H_cycles=2, L_cycles=2,
+                                                  pad_token_id=0, eos_token_id=2)),
+    "hrm-text-two-layer-stacks-tied": ("HrmTextConfig", dict(head_dim=16, H_cycles=1, L_cycles=1,
+                                                             tie_word_embeddings=True, embedding_scale=2.0,
+                                                             pad_token_id=0, eos_token_id=2)),
+    # families_moa: JetMoE's mixture of attention heads (top_k x kv heads of queries) and of SwiGLU experts
+    "jetmoe-moa-top2-gqa": ("JetMoeConfig", dict(num_key_value_heads=2, kv_channels=8, num_local_experts=4,
+                                                 num_experts_per_tok=2, intermediate_size=16, pad_token_id=0,
+                                                 eos_token_id=2)),
+    "jetmoe-mqa-all-experts-untied": ("JetMoeConfig", dict(num_key_value_heads=1, kv_channels=16,
+                                                           num_local_experts=3, num_experts_per_tok=3,
+                                                           intermediate_size=24, tie_word_embeddings=False,
+                                                           rms_norm_eps=1e-5, pad_token_id=0, eos_token_id=2)),
+    # families_doge: dynamic-mask attention (the dt bias a channel of the key cache), learned residual scales
+    "doge-dma-gqa": ("DogeConfig", dict(num_key_value_heads=2, keep_window_size=64, pad_token_id=0, eos_token_id=2)),
+    "doge-dma-mqa-window-tied": ("DogeConfig", dict(num_key_value_heads=1, head_dim=16, keep_window_size=100,
+                                                    sliding_window=4, tie_word_embeddings=True, pad_token_id=0,
+                                                    eos_token_id=2)),
+    # families_act_2026: xIELU (irc.ops.activations) with learned alpha_p/alpha_n per layer, q/k RMS norms
+    "apertus-xielu-llama3-rope": ("ApertusConfig", dict(rope_parameters={
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16})),
+    "apertus-xielu-biases-mqa": ("ApertusConfig", dict(attention_bias=True, num_key_value_heads=1, head_dim=16,
+                                                       rope_parameters={"rope_type": "default",
+                                                                        "rope_theta": 10000.0})),
+    "apertus1p5-text-pruned-head": ("Apertus1p5TextConfig", dict(output_vocab_size=100, rope_parameters={
+        "rope_type": "default", "rope_theta": 10000.0})),
+    # families_act_2026: Laguna's softplus output gates (irc.ops.activations), per-layer heads, sigmoid MoE
+    "laguna-head-gates-windows-moe": ("LagunaConfig", dict(
+        head_dim=8, num_hidden_layers=3, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+        shared_expert_intermediate_size=24, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        sliding_window=4, num_attention_heads_per_layer=[4, 2, 6], moe_routed_scaling_factor=2.5)),
+    "laguna-element-gates-biases-top1": ("LagunaConfig", dict(
+        head_dim=8, num_experts=4, num_experts_per_tok=1, moe_intermediate_size=16, gating="per-element",
+        shared_expert_intermediate_size=16, mlp_layer_types=["sparse", "dense"], attention_bias=True)),
+    # families_act_2026: Kolibri-1's router (top-k of logits + bias, sigmoid weights: scoring="sigmoid_logits")
+    "kolibri1-sandwich-nope-full-window": ("Kolibri1Config", dict(
+        head_dim=8, num_hidden_layers=3, num_experts=6, num_experts_per_tok=2, moe_intermediate_size=16,
+        shared_expert_intermediate_size=24, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        sliding_window=4)),
+    "kolibri1-mqa-renormalised-top3": ("Kolibri1Config", dict(
+        head_dim=16, num_experts=4, num_experts_per_tok=3, moe_intermediate_size=16, norm_topk_prob=True,
+        sliding_window=3, shared_expert_intermediate_size=16, num_key_value_heads=1)),
+    # families_diff: differential attention (one attention over paired values, λ per layer, the head-pair RMS norm)
+    "diffllama-gqa-three-layers": ("DiffLlamaConfig", dict(num_hidden_layers=3)),
+    "diffllama-mha-biases-wide-heads": ("DiffLlamaConfig", dict(num_key_value_heads=4, head_dim=16,
+                                                                attention_bias=True)),
+    # families_ergo: Ergo's residual gates, interleaved RoPE on sliding layers, NoPE full layers (scaled logits),
+    # routed experts each RMS-normed with its own weight (sorted-MoE ops), the normed shared expert
+    "ergo-dense-then-moe-scaled-full": ("ErgoConfig", dict(
+        num_hidden_layers=3, first_dense_intermediate_size=48, moe_intermediate_size=16, shared_intermediate_size=24,
+        num_experts=4, num_experts_per_tok=2, sliding_window=4, global_attention_every_n_layers=2,
+        global_attention_scale=1.5, moe_routed_scaling_factor=2.0)),
+    "ergo-top1-all-moe-types-listed": ("ErgoConfig", dict(
+        num_dense_blocks=0, moe_intermediate_size=16, shared_intermediate_size=16, num_experts=3, num_experts_per_tok=1,
+        sliding_window=3, layer_types=["full_attention", "sliding_attention"], rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}, "full_attention": None})),
+    # families_zaya: ZAYA1's CCA projection (causal convolutions over q|k, the delayed value half: states as graph
+    # I/O), L2 q/k norms, residual scaling, the router MLP chained from layer to layer, top-1 of E + a skip class
+    "zaya-cca-two-taps-tied": ("ZayaConfig", dict(
+        head_dim=8, moe_intermediate_size=12, num_experts=3, router_hidden_size=16, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2)),
+    "zaya-three-taps-windows-mqa-head-bias": ("ZayaConfig", dict(
+        head_dim=8, num_key_value_heads=1, moe_intermediate_size=12, num_experts=4, router_hidden_size=8,
+        cca_time0=3, cca_time1=3, num_hidden_layers=3, layer_types=["hybrid_sliding", "hybrid", "hybrid_sliding"],
+        sliding_window=4, tie_word_embeddings=False, lm_head_bias=True, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2)),
+    # families_hyper: Hunyuan-V4's hyper-connected streams; index_topk below the prompts' 11 tokens (16 index
+    # heads: ReLU'd index scores tie rarely), a "shared" third layer reusing layer 1's selection, clamped experts
+    "hy-v4-three-streams-shared-indexer": ("HYV4Config", dict(
+        num_hidden_layers=3, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, q_lora_rank=16,
+        moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2, index_topk=4, index_head_dim=8,
+        index_n_heads=16, hc_mult=3, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "hy-v4-two-streams-clamp-magnitude": ("HYV4Config", dict(
+        kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, q_lora_rank=16,
+        moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2, index_topk=3, index_head_dim=4,
+        index_n_heads=16, hc_mult=2, hc_magnitude=1.5, swiglu_limit=0.5, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2)),
+    # families_deepseek_v4: mHC streams, shared K=V MQA with sinks over a sliding window plus one compressed
+    # entry per closed window (rate 4: two windows close in the prompt), hash-routed clamped experts (the default
+    # layer types; tid2eid zero as transformers initialises it: test_hf_deepseek_v4 draws one, and builds CSA)
+    "deepseek-v4-compressed-hash-routed": ("DeepseekV4Config", dict(
+        head_dim=16, q_lora_rank=16, partial_rotary_factor=0.5, o_groups=2, o_lora_rank=8, n_routed_experts=4,
+        num_experts_per_tok=2, sliding_window=4, hc_mult=2,
+        compress_rates={"heavily_compressed_attention": 4, "compressed_sparse_attention": 4})),
+    # families_inkling: short convs on k, v and both branches (states as graph I/O), the per-query relative
+    # position bias (extent below the prompts' 11 tokens), log-scaled full layers, the shared-expert-sink MoE
+    "inkling-sliding-dense-then-full-moe-log-scaled": ("InklingTextConfig", dict(
+        head_dim=8, swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=8, sliding_window_size=4,
+        d_rel=4, rel_extent=6, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=2, moe_intermediate_size=16,
+        mlp_layer_types=["dense", "sparse"], layer_types=["hybrid_sliding", "hybrid"], log_scaling_n_floor=3,
+        log_scaling_alpha=0.5, conv_kernel_size=3, logits_mup_width_multiplier=2.0)),
+    "inkling-mqa-full-then-sliding-all-moe-top1": ("InklingTextConfig", dict(
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16, swa_num_attention_heads=4, swa_num_key_value_heads=2,
+        swa_head_dim=8, sliding_window_size=5, local_layer_ids=[1], d_rel=4, rel_extent=8, n_routed_experts=4,
+        num_experts_per_tok=1, n_shared_experts=1, moe_intermediate_size=16, route_scale=2.0, unpadded_vocab_size=120)),
+    # families_inkling2: + L2 clips (thresholds low enough to clip), per-token sinks, gated output, dynamic k/v
+    # convolutions on full layers, block attention residuals, softcapped experts, a head of unpadded_vocab_size rows
+    "inkling2-sliding-full-sliding-blocks-of-2": ("Inkling2TextConfig", dict(
+        unpadded_vocab_size=120, num_hidden_layers=3, head_dim=8, swa_num_attention_heads=4, swa_num_key_value_heads=2,
+        swa_head_dim=8, sliding_window_size=4, d_rel=4, rel_extent=6, n_routed_experts=4, num_experts_per_tok=2,
+        layer_types=["hybrid_sliding", "hybrid", "hybrid_sliding"], n_layers_per_attn_res_block=2,
+        log_scaling_n_floor=3, log_scaling_alpha=0.5, qk_l2_clip_threshold=1.0, rel_l2_clip_threshold=0.5,
+        eos_token_id=2, conv_kernel_size=3, mlp_gate_softcap=0.5, mlp_up_softcap=1.0, final_logit_softcapping=5.0)),
+    "inkling2-mqa-full-first-blocks-of-1-top1": ("Inkling2TextConfig", dict(
+        unpadded_vocab_size=128, layer_types=["hybrid", "hybrid_sliding"], num_attention_heads=2, num_key_value_heads=1,
+        head_dim=16, swa_num_attention_heads=4, swa_num_key_value_heads=1, swa_head_dim=8, sliding_window_size=5,
+        d_rel=4, rel_extent=6, n_routed_experts=4, num_experts_per_tok=1, n_layers_per_attn_res_block=1,
+        log_scaling_n_floor=2, log_scaling_alpha=0.5, qk_l2_clip_threshold=1.0, rel_l2_clip_threshold=0.5,
+        route_scale=2.0, eos_token_id=2, mlp_gate_softcap=0.5, mlp_up_softcap=1.0, final_logit_softcapping=5.0)),
+    # families_inkling2_loop: Inkling-2 layers, the loop layers unrolled pass by pass (a cache per invocation),
+    # the later passes' message gates over the previous pass's blocks
+    "inkling2-loop-three-passes-blocks-of-1": ("Inkling2LoopTextConfig", dict(
+        unpadded_vocab_size=120, num_hidden_layers=4, head_dim=8, swa_num_attention_heads=4, swa_num_key_value_heads=2,
+        swa_head_dim=8, sliding_window_size=4, d_rel=4, rel_extent=6, n_routed_experts=4, num_experts_per_tok=2,
+        layer_types=["hybrid_sliding", "hybrid", "hybrid_sliding", "hybrid"], n_layers_per_attn_res_block=1,
+        log_scaling_n_floor=3, log_scaling_alpha=0.5, qk_l2_clip_threshold=1.0, rel_l2_clip_threshold=0.5,
+        eos_token_id=2, conv_kernel_size=3, mlp_gate_softcap=0.5, mlp_up_softcap=1.0, final_logit_softcapping=5.0,
+        loop_layer_index_start=1, loop_layer_index_end=3, loop_num_passes=3, loop_gate_rank=4)),
+    "inkling2-loop-mqa-two-passes-post-loop-layer": ("Inkling2LoopTextConfig", dict(
+        unpadded_vocab_size=128, num_hidden_layers=5, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+        swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=8, sliding_window_size=4, d_rel=4,
+        rel_extent=6, n_routed_experts=4, num_experts_per_tok=2, n_layers_per_attn_res_block=2,
+        layer_types=["hybrid", "hybrid_sliding", "hybrid_sliding", "hybrid", "hybrid_sliding"], log_scaling_n_floor=3,
+        log_scaling_alpha=0.5, qk_l2_clip_threshold=1.0, rel_l2_clip_threshold=0.5, eos_token_id=2,
+        conv_kernel_size=3, mlp_gate_softcap=0.5, mlp_up_softcap=1.0, final_logit_softcapping=5.0,
+        loop_layer_index_start=2, loop_layer_index_end=4, loop_num_passes=2, loop_gate_rank=4)),
 }
 
 
