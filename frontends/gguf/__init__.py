@@ -9,7 +9,10 @@ included. Stages, one module each: ``reader`` opens the file(s) with the ``gguf`
 package's reader (metadata, tensor directory; data memory-mapped); ``families`` (with
 ``arch``, ``ssm`` for mamba, mamba2, jamba, and ``hybrid`` for granitehybrid, nemotron_h,
 falcon-h1, ``linear`` for lfm2, lfm2moe, qwen3next, qwen35, qwen35moe, ``classic`` for the
-LayerNorm decoders and GPT-OSS, ``kimi`` for kimi-linear, ``gemma3n``, ``gemma4`` and ``phimoe``) maps the architecture's keys onto the ``Arch``
+LayerNorm decoders and GPT-OSS, ``kimi`` for kimi-linear, ``gemma3n``, ``gemma4`` and ``phimoe``,
+``families_2026`` for exaone4, exaone-moe, glm4moe, ernie4_5(-moe), hunyuan, dots1, seed_oss,
+arcee, minimax-m2, exaone, llama4, afmoe, minicpm3, with ``families_2026b`` for stablelm,
+nemotron, starcoder, jais2 and dbrx) maps the architecture's keys onto the ``Arch``
 the Hugging Face frontend builds, and ``frontends.hf.build.expand`` makes the same graph from it; ``layout`` and
 ``tensors`` name each param's tensor and undo the converter's changes; ``quantized``
 attaches lazy data, keeping the block formats ``blocks`` can express as ``dequant_linear`` /

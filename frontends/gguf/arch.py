@@ -21,6 +21,7 @@ from frontends.hf.config import Arch, Attention, RopeSpec
 from irc import limits
 
 LLAMA3_CANDIDATES = ((1.0, 4.0, 8192), (1.0, 4.0, 4096), (1.0, 4.0, 2048), (1.0, 4.0, 16384))
+LLAMA3_ARCHS = ("llama", "llama4", "arcee", "exaone", "exaone4")  # whose converters write Llama 3 RoPE as rope_freqs
 
 
 _REQUIRED = object()
@@ -208,7 +209,7 @@ def _llama3_from_freqs(hp: Hparams, base: float, dim: int) -> Optional[dict]:
     if entry is None:
         return None
     stored = np.asarray(entry.data, dtype=np.float32).reshape(-1)
-    if hp.arch != "llama" or stored.shape != (dim // 2,):
+    if hp.arch not in LLAMA3_ARCHS or stored.shape != (dim // 2,):
         raise hp.gguf.error("rope_freqs.weight", f"per-frequency RoPE factors {list(entry.shape)} are not "
                             f"supported for {hp.arch} with {dim} rotary dims")
     if np.all(stored == 1):

@@ -33,7 +33,8 @@ gemma      Gemma 1: (1 + w) norms (stored as 1 + w), sqrt(d) embedding scale, Ge
            attention scale 1/sqrt(head_dim)
 granite,   Llama (Q/K permuted) with ``embedding_scale``, ``attention.scale`` (the softmax
 granitemoe scale), ``residual_scale`` and ``logit_scale`` (the logits divided by it); granitemoe
-           a softmax top-k MoE, renormalised, on every layer
+           a softmax top-k MoE, renormalised, on every layer; with ``ffn_*_shexp`` one shared
+           SwiGLU expert of ``expert_shared_feed_forward_length`` (Granite-MoE-Shared)
 smollm3    Llama (Q/K permuted) with every fourth layer NoPE (llama.cpp's fixed
            ``n_no_rope_layer_step``: no key holds it)
 olmo2 ...  olmo2 (and OLMo-3), starcoder2, command-r, cohere2, gpt2, phi2, gptneox, falcon, glm4,
@@ -45,6 +46,9 @@ kimi-...   kimi-linear (Kimi Delta Attention beside MLA, DeepSeek-V3 MoE): ``fro
 gemma3n    Gemma-3n's text model (AltUp, LAuReL, per-layer embeddings, KV sharing): ``frontends.gguf.gemma3n``
 phimoe     Phi-3.5-MoE (LayerNorms with bias, sparsemixer routing as transformers): ``frontends.gguf.phimoe``
 gemma4     Gemma-4's dense text model (per-type head sizes, k = v, proportional RoPE): ``frontends.gguf.gemma4``
+2026 ...   exaone4, exaone-moe, glm4moe, ernie4_5(-moe), hunyuan-moe/-dense, dots1, seed_oss, arcee,
+           minimax-m2, exaone, llama4 (text, llama.cpp's fixed chunks), afmoe, minicpm3:
+           ``frontends.gguf.families_2026``; stablelm, nemotron, starcoder, jais2, dbrx: ``families_2026b``
 =========  ================================================================================
 
 A layer is MoE exactly when its block has ``ffn_gate_inp``. Every error is a SpecError
@@ -54,7 +58,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from frontends.gguf import classic, gemma3n, gemma4, hybrid, kimi, linear, phimoe, ssm
+from frontends.gguf import classic, families_2026, gemma3n, gemma4, hybrid, kimi, linear, phimoe, ssm
 from frontends.gguf.arch import Hparams, dense_mlp, make_arch, moe_layers, read_dims, read_rope, window_layers
 from frontends.gguf.longrope import phi3_longrope
 from frontends.gguf.reader import GGUFFile
@@ -166,12 +170,16 @@ def _granite(hp: Hparams, name: str) -> Arch:
         moe = {"experts": hp.count("expert_count"), "top_k": hp.count("expert_used_count"),
                "d_ff": hp.count("expert_feed_forward_length", None) or hp.count("feed_forward_length"),
                "norm_topk_prob": True}
+    model_type = "granitemoe" if moe else "granite"
+    if moe and _has(hp, f"blk.{moe_flags.index(True)}.ffn_gate_shexp.weight"):  # Granite-MoE-Shared
+        moe.update(shared_experts=1, shared_d_ff=hp.count("expert_shared_feed_forward_length"))
+        model_type = "granitemoeshared"
     attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"],
                           scale=hp.number("attention.scale", None))
     rope = read_rope(hp, dims["head_dim"])
     layers = [LayerSpec(None, rope, is_moe) for is_moe in moe_flags]
     logit_scale = _scale(hp, "logit_scale")
-    return make_arch(hp, name, "granitemoe" if moe else "granite", dims, attention, layers,
+    return make_arch(hp, name, model_type, dims, attention, layers,
                      dense_mlp(hp, moe_flags), moe=moe, embedding_scale=_scale(hp, "embedding_scale"),
                      residual_scale=_scale(hp, "residual_scale"),
                      logits_scale=None if logit_scale is None else 1.0 / logit_scale)
@@ -233,4 +241,5 @@ FAMILIES = {"llama": _llama_like, "qwen2": _llama_like, "qwen3": _llama_like, "q
             "qwen3moe": _llama_like, "phi3": _llama_like, "gemma": _gemma1, "gemma2": _gemma, "gemma3": _gemma,
             "granite": _granite, "granitemoe": _granite, "smollm3": _smollm3,
             "deepseek2": _deepseek, **ssm.FAMILIES, **hybrid.FAMILIES, **linear.FAMILIES, **classic.FAMILIES,
-            **kimi.FAMILIES, **gemma3n.FAMILIES, **gemma4.FAMILIES, **phimoe.FAMILIES}
+            **kimi.FAMILIES, **gemma3n.FAMILIES, **gemma4.FAMILIES, **phimoe.FAMILIES,
+            **families_2026.FAMILIES}

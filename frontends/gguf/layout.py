@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from frontends.gguf import classic, gemma3n, gemma4, hybrid, kimi, linear, phimoe, ssm
+from frontends.gguf import classic, families_2026, gemma3n, gemma4, hybrid, kimi, linear, phimoe, ssm
 from frontends.gguf.longrope import TENSORS as LONGROPE_TENSORS
 from frontends.gguf.reader import GGUFFile
 from frontends.gguf.tensors import LAYER, TOP, KvFromHalves, TensorSource
@@ -32,10 +32,10 @@ class Layout:
         self.gguf, self.arch = gguf, arch
         read = {"rope_freqs.weight", *(LONGROPE_TENSORS.values() if gguf.arch in ("phi3", "phimoe") else ())}
         shared_kv = gemma3n.consumed(gguf) if gguf.arch in ("gemma3n", "gemma4") else set()  # unread shared K/V
-        self.consumed = read & set(gguf.tensors) | shared_kv
+        self.consumed = read & set(gguf.tensors) | shared_kv | families_2026.consumed(gguf)
 
     def source(self, param: str):
-        for module in (linear, classic, kimi, gemma3n, gemma4, phimoe):
+        for module in (linear, classic, kimi, gemma3n, gemma4, phimoe, families_2026):
             if self.gguf.arch in module.FAMILIES:
                 match = LAYER_PARAM.fullmatch(param)
                 block, suffix = (f"blk.{match.group(1)}.", match.group(2)) if match else (None, None)
