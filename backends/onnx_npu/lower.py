@@ -405,12 +405,13 @@ def lower_cast(b: NpuBuilder, node: Node, outs: list[str]) -> None:
         b.node("Cast", [b.value(x)], outs, to=ONNX_TYPES[target])
 
 
-# What the HTP compiler accepted (module docstring); ``backends.onnx_npu.emit.TABLE`` adds
+# What the HTP compiler accepted (module docstring; ``log``: Ling's safe KDA gate, compiled for soc
+# 60 and 69 in tests/backends/test_onnx_npu_qnn.py); ``backends.onnx_npu.emit.TABLE`` adds
 # MoE (the ONNX backend's dense form, TopK routing included, compiles) and MLA; an op
 # outside the table is refused with the pass named in NEEDS.
 ACCEPTED = ("add", "sub", "mul", "div", "exp", "tanh", "sqrt", "sigmoid", "neg", "rsqrt", "silu", "gelu",
             "constant", "reduce_mean", "reduce_sum", "reduce_max", "softmax", "matmul", "reshape", "transpose",
-            "slice", "concat", "gather", "expand", "maximum", "less_equal")
+            "slice", "concat", "gather", "expand", "maximum", "less_equal", "log")
 
 
 def lower_constant(b: NpuBuilder, node: Node, outs: list[str]) -> None:

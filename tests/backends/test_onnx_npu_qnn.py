@@ -75,9 +75,9 @@ def test_every_hybrid_compiles_entirely_on_the_htp(spec, tmp_path):
 
 
 @pytest.mark.parametrize("name", sorted(HF_RECURRENT))
-def test_rwkv_and_the_rg_lru_compile_entirely_on_the_htp(name, tmp_path):
-    """RWKV-4 and RecurrentGemma (seeded weights), fp16: the chunk graph for one SoC and the
-    decode graph for the other."""
+def test_hf_config_recurrences_compile_entirely_on_the_htp(name, tmp_path):
+    """RWKV-4, RecurrentGemma and Ling's hybrid (seeded weights), fp16: the chunk graph for one
+    SoC and the decode graph for the other."""
     folder = tmp_path / "fp16"
     assert main(["compile", hf_recurrent_folder(name, tmp_path), "--weights", "seeded", "--target", "onnx-npu", "-o",
                  str(folder), "--context", "32", "--chunk", "4", "--quiet"]) == 0

@@ -85,7 +85,8 @@ def test_static_graphs_with_fixed_states(tmp_path):
 
 
 # Hugging Face configs of the recurrences the YAML examples lack (RWKV-4's WKV and token shift,
-# RecurrentGemma's RG-LRU beside windowed MQA with partial rotary): config-only, seeded weights
+# RecurrentGemma's RG-LRU beside windowed MQA with partial rotary, Ling's KDA with its safe forget
+# gate (a log) beside MLA): config-only, seeded weights
 HF_RECURRENT = {
     "rwkv": {"model_type": "rwkv", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 2,
              "attention_hidden_size": 32, "intermediate_size": 64, "context_length": 64},
@@ -93,6 +94,13 @@ HF_RECURRENT = {
                         "intermediate_size": 96, "num_hidden_layers": 3, "num_attention_heads": 4,
                         "num_key_value_heads": 1, "attention_window_size": 6, "lru_width": 32, "conv1d_width": 4,
                         "block_types": ["recurrent", "recurrent", "attention"]},
+    "bailing_hybrid": {"model_type": "bailing_hybrid", "vocab_size": 256, "hidden_size": 32, "num_attention_heads": 4,
+                       "num_key_value_heads": 4, "head_dim": 8, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+                       "qk_rope_head_dim": 4, "v_head_dim": 6, "intermediate_size": 48, "moe_intermediate_size": 16,
+                       "num_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+                       "max_position_embeddings": 64, "short_conv_kernel_size": 3, "num_hidden_layers": 3,
+                       "layer_types": ["full_attention", "linear_attention", "linear_attention"],
+                       "mlp_layer_types": ["sparse", "dense", "sparse"], "q_lora_rank": 12, "kda_lower_bound": -3.0},
 }
 
 
@@ -105,7 +113,7 @@ def hf_recurrent_folder(name: str, where) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(HF_RECURRENT))
-def test_rwkv_and_the_rg_lru_match_the_interpreter(name, tmp_path):
+def test_hf_config_recurrences_match_the_interpreter(name, tmp_path):
     """f32, seeded weights: the host loop (two chunk calls, then decode) gives the reference
     interpreter's greedy tokens and every prompt position's logits within 1e-4."""
     folder = hf_recurrent_folder(name, tmp_path)
