@@ -16,9 +16,9 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from irc.interpreter import generate
-from tests.frontends.test_hf_models import (MLA, NEW_TOKENS, SMALL, TOLERANCE, assert_ort_run_matches,
-                                            hf_greedy_tokens, hf_logits, irc_logits, prompts, randomize,
+from tests.frontends.test_hf_models import (MLA, NEW_TOKENS, SMALL, TOLERANCE, assert_greedy_matches,
+                                            assert_logits_match, assert_ort_run_matches, assert_rows_match,
+                                            hf_logits, hf_padded_greedy, irc_logits, prompts, randomize,
                                             relative_error, save_twin)
 
 torch = pytest.importorskip("torch")
@@ -108,23 +108,13 @@ def test_no_visible_keys_tie_at_the_kth_place(twins, monkeypatch, name):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_logits_match_on_a_left_padded_batch_and_each_row_alone(twins, name):
     model, folder = twins(name)
-    graph = load_spec(folder)
-    ids, mask, positions = prompts()
-    got, want = irc_logits(graph, ids, mask, positions), hf_logits(model, ids, mask, positions)
-    real = mask.astype(bool)
-    assert relative_error(got[real], want[real]) <= TOLERANCE
-    for row in range(len(ids) if name != M3 else 0):
-        alone = ids[row:row + 1, real[row]]
-        by_itself = hf_logits(model, alone, np.ones_like(alone), np.arange(alone.shape[1])[None])
-        assert relative_error(got[row, real[row]], by_itself[0]) <= TOLERANCE
+    (assert_logits_match if name == M3 else assert_rows_match)(load_spec(folder), model)  # M3: see M3 above
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_greedy_generation_matches(twins, name):
     model, folder = twins(name)
-    prompt = prompts()[0][0].tolist()
-    tokens, _ = generate(load_spec(folder), prompt, NEW_TOKENS)
-    assert tokens == hf_greedy_tokens(model, prompt, NEW_TOKENS)
+    assert_greedy_matches(load_spec(folder), model, prompts()[0][0].tolist())
 
 
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
@@ -140,9 +130,7 @@ def test_onnx_runtime_matches_transformers(twins, tmp_path, name, target):
     if name == M3:
         tokens = padded_greedy(model, ids, mask, positions)
     else:
-        with torch.no_grad():
-            tokens = model.generate(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
-                                    max_new_tokens=NEW_TOKENS, do_sample=False)[:, ids.shape[1]:].numpy()
+        tokens = hf_padded_greedy(model)
     assert_ort_run_matches(path, graph, hf_logits(model, ids, mask, positions), tokens)
 
 

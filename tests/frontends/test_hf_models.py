@@ -705,6 +705,15 @@ def hf_greedy_tokens(model, prompt: list, new_tokens: int = NEW_TOKENS) -> list:
     return out[0, len(prompt):].tolist()
 
 
+def hf_padded_greedy(model) -> np.ndarray:
+    """transformers' greedy tokens [2, 16] for the left-padded batch of ``prompts``."""
+    ids, mask, _ = prompts()
+    with torch.no_grad():
+        out = model.generate(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), max_new_tokens=NEW_TOKENS,
+                             do_sample=False)
+    return out[:, ids.shape[1]:].numpy()
+
+
 def assert_greedy_matches(graph, model, prompt: list, new_tokens: int = NEW_TOKENS) -> None:
     """The reference interpreter's greedy continuation of ``prompt`` equals transformers'."""
     tokens, _ = generate(graph, prompt, new_tokens)
@@ -750,12 +759,7 @@ def hf_batch_greedy(models):
 
     def get(name):
         if name not in done:
-            model, _ = models(name)
-            ids, mask, _ = prompts()
-            with torch.no_grad():
-                out = model.generate(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
-                                     max_new_tokens=NEW_TOKENS, do_sample=False)
-            done[name] = out[:, ids.shape[1]:].numpy()
+            done[name] = hf_padded_greedy(models(name)[0])
         return done[name]
 
     return get
