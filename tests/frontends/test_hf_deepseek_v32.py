@@ -16,7 +16,7 @@ import pytest
 from frontends import load_spec
 from irc.errors import SpecError
 from tests.frontends.test_hf_models import (MLA, NEW_TOKENS, SMALL, TOLERANCE, YARN, assert_greedy_matches,
-                                            assert_ort_run_matches, assert_rows_match, hf_greedy_tokens,
+                                            assert_ort_run_matches, assert_rows_match, built_once, hf_greedy_tokens,
                                             hf_logits, hf_padded_greedy, prompts, randomize, relative_error,
                                             save_twin)
 
@@ -43,13 +43,7 @@ def build(name: str, folder, **changes):
 
 @pytest.fixture(scope="module")
 def twins(tmp_path_factory):
-    built = {}
-
-    def get(name):
-        if name not in built:
-            built[name] = build(name, tmp_path_factory.mktemp(name))
-        return built[name]
-    return get
+    return built_once(build, tmp_path_factory)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

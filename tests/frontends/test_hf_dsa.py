@@ -18,7 +18,7 @@ from frontends import load_spec
 from irc.errors import SpecError
 from tests.frontends.test_hf_models import (MLA, NEW_TOKENS, SMALL, TOLERANCE, assert_greedy_matches,
                                             assert_logits_match, assert_ort_run_matches, assert_rows_match,
-                                            hf_logits, hf_padded_greedy, irc_logits, prompts, randomize,
+                                            built_once, hf_logits, hf_padded_greedy, irc_logits, prompts, randomize,
                                             relative_error, save_twin)
 
 torch = pytest.importorskip("torch")
@@ -61,13 +61,7 @@ def build(name: str, folder, **changes):
 
 @pytest.fixture(scope="module")
 def twins(tmp_path_factory):
-    built = {}
-
-    def get(name):
-        if name not in built:
-            built[name] = build(name, tmp_path_factory.mktemp(name))
-        return built[name]
-    return get
+    return built_once(build, tmp_path_factory)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -20,8 +20,8 @@ import pytest
 from frontends import load_spec
 from irc.errors import SpecError
 from tests.frontends.test_hf_models import (SMALL, TOLERANCE, assert_greedy_matches, assert_ort_run_matches,
-                                            assert_rows_match, hf_logits, hf_padded_greedy, irc_logits, prompts,
-                                            randomize, relative_error, save_twin)
+                                            assert_rows_match, built_once, hf_logits, hf_padded_greedy, irc_logits,
+                                            prompts, randomize, relative_error, save_twin)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -57,13 +57,7 @@ def build(name: str, folder, **changes):
 
 @pytest.fixture(scope="module")
 def twins(tmp_path_factory):
-    built = {}
-
-    def get(name):
-        if name not in built:
-            built[name] = build(name, tmp_path_factory.mktemp(name))
-        return built[name]
-    return get
+    return built_once(build, tmp_path_factory)
 
 
 @pytest.mark.parametrize("changes", [EVERY_KEY, NO_POOL], ids=["selection", "pool"])
