@@ -46,14 +46,25 @@ class Result:
 
 
 def greedy_loop(step, caches: dict, prompt: list, max_new_tokens: int, eos: set, clock,
-                refresh: Optional[int] = None, positions=None) -> tuple:
+                refresh: Optional[int] = None, positions=None, speculative: Optional[tuple] = None) -> tuple:
     """Greedy decoding with the KV cache and recurrent states through ``step(feeds) ->
     outputs`` (``caches``: the empty ``past_key_values.*`` caches and zero states; each
     state fed back is checked against its shape): (tokens, last logits). ``refresh``
     (LongRoPE: ``irc.ops.rope.cache_refresh_length``): the step reaching that length runs
     the whole sequence again from the empty caches, as transformers' generate does.
     ``positions(past, ids)`` gives a step's ``position_ids`` where they are not past..past+T-1
-    (Qwen-VL's multimodal ones: ``irc_cli.run_vlm``)."""
+    (Qwen-VL's multimodal ones: ``irc_cli.run_vlm``). ``speculative`` (drafter, k): drafts
+    checked a call at a time, the same tokens (``irc_cli.speculative``); the report is stored
+    as ``clock.speculation``."""
+    if speculative is not None:
+        if refresh is not None:
+            raise IRCError("--speculative: this model (LongRoPE) runs the whole sequence again where it crosses "
+                           "original_max_position_embeddings", hint="run it without --speculative")
+        from irc_cli.speculative import speculative_loop
+
+        tokens, last, clock.speculation = speculative_loop(step, caches, prompt, max_new_tokens, eos, clock,
+                                                           *speculative, positions=positions)
+        return tokens, last
     ids = np.asarray([prompt], dtype=np.int64)
     past, tokens, last = 0, [], None
     states = {name for name, array in caches.items() if array.size}  # fixed size: checked as fed back
@@ -90,13 +101,13 @@ def _fed_back(name: str, outputs: dict, past: np.ndarray, state: bool) -> np.nda
     return present
 
 
-def interpreter(graph, prompt, max_new_tokens, eos, clock, seed: int = 0) -> Result:
+def interpreter(graph, prompt, max_new_tokens, eos, clock, seed: int = 0, speculative=None) -> Result:
     """A graph in the reference interpreter (absent weights seeded by name, ``seed``)."""
     from backends.onnx.runtime import empty_caches, interpreter_engine
 
     caches = empty_caches(graph, 1)
     tokens, last = greedy_loop(interpreter_engine(graph, seed), caches, prompt, max_new_tokens, eos, clock,
-                               cache_refresh_length(graph))
+                               cache_refresh_length(graph), speculative=speculative)
     return Result(tokens, "reference interpreter", last)
 
 
@@ -104,7 +115,7 @@ ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor
              "tensor(uint8)": np.uint8, "tensor(int64)": np.int64, "tensor(int32)": np.int32}
 
 
-def onnxruntime(folder, prompt, max_new_tokens, eos, clock) -> Result:
+def onnxruntime(folder, prompt, max_new_tokens, eos, clock, speculative=None) -> Result:
     """The folder's model in an onnxruntime CPU session, irc's greedy loop around it."""
     from backends.onnx.runtime import ort_session
 
@@ -121,7 +132,7 @@ def onnxruntime(folder, prompt, max_new_tokens, eos, clock) -> Result:
 
     refresh = session.get_modelmeta().custom_metadata_map.get(CACHE_REFRESH_KEY)
     tokens, last = greedy_loop(step, caches, prompt, max_new_tokens, eos, clock,
-                               None if refresh is None else int(refresh))
+                               None if refresh is None else int(refresh), speculative=speculative)
     return Result(tokens, "onnxruntime", last)
 
 
@@ -183,8 +194,11 @@ def _genai_module():
     return onnxruntime_genai
 
 
-def npu_host(folder, prompt, max_new_tokens, eos, clock, engine: str = "auto") -> Result:
+def npu_host(folder, prompt, max_new_tokens, eos, clock, engine: str = "auto", speculative=None) -> Result:
     """The onnx-npu target's folder through its host loop (its prefill time includes loading)."""
+    if speculative is not None:
+        raise IRCError("--speculative: the onnx-npu host loop runs fixed chunk and decode graphs, one token a "
+                       "decode call", location=folder, hint="run an onnx or onnx-ort folder with --speculative")
     try:
         host = importlib.import_module("backends.onnx_npu.host")
     except ImportError as err:
@@ -195,11 +209,16 @@ def npu_host(folder, prompt, max_new_tokens, eos, clock, engine: str = "auto") -
     return Result(list(tokens), "onnx-npu host loop")
 
 
-def onnx_folder(folder, prompt, max_new_tokens, eos, clock, engine: str = "auto") -> Result:
-    """``genai`` when installed (and asked for or ``auto``), else ``onnxruntime``."""
-    if engine == "genai" or (engine == "auto" and _has_genai() and os.path.isfile(os.path.join(folder, GENAI_CONFIG))):
+def onnx_folder(folder, prompt, max_new_tokens, eos, clock, engine: str = "auto", speculative=None) -> Result:
+    """``genai`` when installed (and asked for or ``auto``), else ``onnxruntime``; with
+    ``speculative``, onnxruntime (irc's loop checks the drafts)."""
+    if engine == "genai" and speculative is not None:
+        raise IRCError("--speculative runs in irc's own loop over onnxruntime, not in onnxruntime-genai",
+                       hint="use --engine ort (or auto)")
+    if speculative is None and (engine == "genai" or (engine == "auto" and _has_genai() and
+                                                      os.path.isfile(os.path.join(folder, GENAI_CONFIG)))):
         return genai(folder, prompt, max_new_tokens, eos, clock)
-    return onnxruntime(folder, prompt, max_new_tokens, eos, clock)
+    return onnxruntime(folder, prompt, max_new_tokens, eos, clock, speculative=speculative)
 
 
 def _has_genai() -> bool:

@@ -18,7 +18,7 @@ import time
 from typing import Optional
 
 from irc.errors import IRCError
-from irc_cli import engines, run_vlm, weights
+from irc_cli import engines, run_vlm, speculative, weights
 from irc_cli.help import SPEC_HELP, parser_options
 from irc_cli.text import Text, find_text
 
@@ -41,6 +41,9 @@ def add_parser(subparsers, common) -> None:
     p.add_argument("--engine", choices=("auto", "genai", "ort"), default="auto",
                    help="for a compiled ONNX folder: onnxruntime-genai or plain onnxruntime with irc's greedy loop "
                         "(auto: genai when installed)")
+    p.add_argument("--speculative", metavar="DRAFTER", help="speculative greedy decoding, the same tokens: ngram "
+                   "(prompt lookup) or ngram=K (at most K draft tokens a check; irc_cli.speculative); the reference "
+                   "interpreter or onnxruntime")
     p.add_argument("--json", action="store_true", help="print one JSON object: tokens, text, timing")
     p.add_argument("--logits", action="store_true", help="with --json: the last step's logits too")
     p.add_argument("--quiet", action="store_true", help="no tokens/s line on stderr")
@@ -141,8 +144,8 @@ def _source(args):
     eos = graph.meta.get("eos_token_id")
     eos = set(eos) if isinstance(eos, list) else set() if eos is None else {eos}
 
-    def interpreter(g, prompt, n, stop, clock, engine="auto"):
-        return engines.interpreter(g, prompt, n, stop, clock, seed=args.seed)
+    def interpreter(g, prompt, n, stop, clock, engine="auto", speculative=None):
+        return engines.interpreter(g, prompt, n, stop, clock, seed=args.seed, speculative=speculative)
 
     return interpreter, graph, eos, graph.meta.get("max_positions"), graph.meta.get("vocab_size"), args.spec
 
@@ -160,6 +163,7 @@ def cmd_run(args) -> int:
         raise IRCError(f"--max-new-tokens {args.max_new_tokens}: generate at least one token")
     if args.logits and not args.json:
         raise IRCError("--logits goes with --json")
+    drafting = {} if args.speculative is None else {"speculative": speculative.parse(args.speculative)}
     runner, source, eos, context, vocab, where = _source(args)
     engine = "ort" if args.logits and args.engine == "auto" else args.engine
     if args.logits and engine == "genai":
@@ -173,6 +177,9 @@ def cmd_run(args) -> int:
         if args.prompt is not None:  # laid out in text, before tokenization, as the processors do
             args.prompt, special = run_vlm.expand_text(args.prompt, vlm, images, grid, where, text)
         runner = run_vlm.runner(vlm, pixels, grid)
+        if drafting:
+            raise IRCError("--speculative: a vision-language model's folder runs in its own loop", location=where,
+                           hint="run it without --speculative")
         vocab = vocab and max(vocab, vlm.token + 1)  # an image token past the vocabulary (Llama-3.2-Vision's)
     prompt = _prompt(args, text, vocab, special)
     if vlm is not None and args.prompt is None:
@@ -182,7 +189,7 @@ def cmd_run(args) -> int:
                        f"context of {context} tokens", hint="ask for fewer new tokens")
     live = text is not None and args.prompt is not None and not args.json and sys.stdout.isatty()
     clock = Clock(Stream(text, sys.stdout, live))
-    result = runner(source, prompt, args.max_new_tokens, eos, clock, engine=engine)
+    result = runner(source, prompt, args.max_new_tokens, eos, clock, engine=engine, **drafting)
     timing = clock.timing(len(prompt))
     stopped = "eos" if result.tokens and result.tokens[-1] in eos else "max_new_tokens"
     if args.json:
@@ -191,6 +198,8 @@ def cmd_run(args) -> int:
                   "stopped": stopped, "timing": timing}
         if args.logits:
             report["logits_last"] = [float(x) for x in result.logits]
+        if drafting:
+            report["speculative"] = clock.speculation
         print(json.dumps(report))
     elif args.prompt is not None:
         clock.stream.finish()
@@ -207,6 +216,7 @@ class Clock:
 
     def __init__(self, stream: Stream):
         self.stream, self.started, self.times = stream, None, []
+        self.speculation = None  # irc_cli.speculative's report, where the run drafted
 
     def start(self) -> None:
         self.started = time.perf_counter()
