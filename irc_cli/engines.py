@@ -136,6 +136,32 @@ def onnxruntime(folder, prompt, max_new_tokens, eos, clock, speculative=None) ->
     return Result(tokens, "onnxruntime", last)
 
 
+def draft_model(path: str, seed: int = 0):
+    """``--speculative draft=PATH``'s drafter (``irc_cli.speculative.DraftModel``): a compiled
+    folder in onnxruntime, or a spec in the reference interpreter."""
+    from irc_cli.speculative import DraftModel
+
+    compiled = compiled_folder(path)
+    if compiled is not None:
+        folder, runner = compiled
+        if runner is npu_host:
+            raise IRCError("--speculative draft=: an onnx-npu folder runs in its host loop, not as a drafter",
+                           location=folder, hint="draft with an onnx or onnx-ort folder")
+        from backends.onnx.runtime import ort_session
+
+        session = ort_session(model_path(folder), threads=None)
+        names, inputs = [o.name for o in session.get_outputs()], {v.name for v in session.get_inputs()}
+
+        def step(feeds):
+            return dict(zip(names, session.run(None, {k: v for k, v in feeds.items() if k in inputs})))
+        return DraftModel(step, session_caches(session, folder))
+    from backends.onnx.runtime import empty_caches, interpreter_engine
+    from irc_cli.spec import load
+
+    graph = load(path)
+    return DraftModel(interpreter_engine(graph, seed), empty_caches(graph, 1))
+
+
 def input_type(session, name: str):
     """The NumPy type of the session's input ``name`` (an fp16 model takes f16 pixels)."""
     value = next(v for v in session.get_inputs() if v.name == name)

@@ -42,8 +42,9 @@ def add_parser(subparsers, common) -> None:
                    help="for a compiled ONNX folder: onnxruntime-genai or plain onnxruntime with irc's greedy loop "
                         "(auto: genai when installed)")
     p.add_argument("--speculative", metavar="DRAFTER", help="speculative greedy decoding, the same tokens: ngram "
-                   "(prompt lookup) or ngram=K (at most K draft tokens a check; irc_cli.speculative); the reference "
-                   "interpreter or onnxruntime")
+                   "(prompt lookup), ngram=K (at most K draft tokens a check) or draft=PATH (a smaller model with the "
+                   "same tokenizer: a spec or a compiled folder; irc_cli.speculative); the reference interpreter or "
+                   "onnxruntime")
     p.add_argument("--json", action="store_true", help="print one JSON object: tokens, text, timing")
     p.add_argument("--logits", action="store_true", help="with --json: the last step's logits too")
     p.add_argument("--quiet", action="store_true", help="no tokens/s line on stderr")
@@ -163,7 +164,10 @@ def cmd_run(args) -> int:
         raise IRCError(f"--max-new-tokens {args.max_new_tokens}: generate at least one token")
     if args.logits and not args.json:
         raise IRCError("--logits goes with --json")
-    drafting = {} if args.speculative is None else {"speculative": speculative.parse(args.speculative)}
+    drafting = {}
+    if args.speculative is not None:
+        drafter, k, path = speculative.parse(args.speculative)
+        drafting["speculative"] = (drafter, k, None if path is None else engines.draft_model(path, args.seed))
     runner, source, eos, context, vocab, where = _source(args)
     engine = "ort" if args.logits and args.engine == "auto" else args.engine
     if args.logits and engine == "genai":

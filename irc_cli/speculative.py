@@ -24,6 +24,9 @@ Drafters:
 - ``ngram`` (prompt lookup, no weights, any model): the tokens that followed the most recent
   earlier occurrence of the sequence's last n tokens, n = 3, then 2, then 1; no occurrence,
   no draft (the step is a plain greedy step).
+- ``draft=PATH``: a smaller model with the same tokenizer (a spec in the reference
+  interpreter or a compiled folder in onnxruntime) drafts greedily with its own caches
+  (``DraftModel``), rolled back the same way.
 
 k adapts: it starts at ``k`` (the most a draft may hold), falls to the kept length + 1 after a
 rejection and doubles after a draft kept whole, so a drafter that keeps missing costs little
@@ -42,23 +45,28 @@ import numpy as np
 
 from irc.errors import IRCError
 
-DRAFTERS = ("ngram",)
+DRAFTERS = ("ngram", "draft")
 DEFAULT_K = 4
 MAX_K = 16
 NGRAM_SIZES = (3, 2, 1)
 
 
-def parse(text: str) -> tuple[str, int]:
-    """``ngram`` or ``ngram=K`` -> (drafter, k)."""
+def parse(text: str) -> tuple:
+    """``ngram``, ``ngram=K`` or ``draft=PATH`` -> (drafter, k, draft model path or None)."""
     name, _, k = text.partition("=")
     if name not in DRAFTERS:
-        raise IRCError(f"--speculative {text!r}: the drafters are {', '.join(DRAFTERS)} (ngram=K: at most K tokens "
-                       "a draft)", hint="--speculative ngram or --speculative ngram=8")
+        raise IRCError(f"--speculative {text!r}: the drafters are ngram (ngram=K: at most K tokens a draft) and "
+                       "draft=PATH (a smaller model with the same tokenizer: a spec or a compiled folder)",
+                       hint="--speculative ngram, --speculative ngram=8 or --speculative draft=small/")
+    if name == "draft":
+        if not k:
+            raise IRCError("--speculative draft=PATH: name the draft model (a spec or a folder irc compile wrote)")
+        return name, DEFAULT_K, k
     if not k:
-        return name, DEFAULT_K
+        return name, DEFAULT_K, None
     if not k.isdigit() or not 1 <= int(k) <= MAX_K:
         raise IRCError(f"--speculative {text!r}: K must be a whole number from 1 to {MAX_K}")
-    return name, int(k)
+    return name, int(k), None
 
 
 def ngram_draft(sequence: list, k: int, sizes: tuple = NGRAM_SIZES) -> list:
@@ -74,6 +82,46 @@ def ngram_draft(sequence: list, k: int, sizes: tuple = NGRAM_SIZES) -> list:
     return []
 
 
+class DraftModel:
+    """A smaller model drafting greedily with its own caches (``step(feeds) -> outputs`` and
+    its empty ``caches``). It remembers the tokens its caches hold; before each draft it keeps
+    the longest prefix the answer still shares (growing caches cut back; fixed-size states
+    restored to the start of the last draft, whose tokens the answer holds) and feeds the rest."""
+
+    def __init__(self, step: Callable, caches: dict):
+        self.step, self.caches, self.tokens = step, dict(caches), []
+        self.growing = {name: list(a.shape).index(0) for name, a in caches.items() if 0 in a.shape}
+        self.states = len(self.growing) < len(caches)
+        self.saved = (self.caches, self.tokens)
+
+    def __call__(self, sequence: list, k: int) -> list:
+        shared = next((i for i, (a, b) in enumerate(zip(self.tokens, sequence)) if a != b),
+                      min(len(self.tokens), len(sequence)))
+        if shared < len(self.tokens):
+            if self.states:
+                self.caches, self.tokens = self.saved
+            else:
+                self.caches = cut(self.caches, _as_outputs(self.caches), self.growing, shared)
+                self.tokens = self.tokens[:shared]
+        self.saved = (self.caches, self.tokens)
+        draft, feed = [], list(sequence[len(self.tokens):])
+        for _ in range(k):
+            past = len(self.tokens)
+            outputs = self.step({"input_ids": np.asarray([feed], np.int64),
+                                 "attention_mask": np.ones((1, past + len(feed)), np.int64),
+                                 "position_ids": np.arange(past, past + len(feed), dtype=np.int64)[None, :],
+                                 **self.caches})
+            self.caches = cut(self.caches, outputs, self.growing, past + len(feed))
+            self.tokens = self.tokens + feed
+            feed = [int(np.argmax(outputs["logits"][0, -1]))]
+            draft.append(feed[0])
+        return draft
+
+
+def _as_outputs(caches: dict) -> dict:
+    return {"present." + name[len("past_key_values."):]: array for name, array in caches.items()}
+
+
 def cut(caches: dict, outputs: dict, growing: dict, keep: int) -> dict:
     """Each ``present.*`` fed back as its ``past_key_values.*``, a growing cache cut to
     ``keep`` positions along its past axis (``growing``: name -> axis)."""
@@ -86,7 +134,8 @@ def cut(caches: dict, outputs: dict, growing: dict, keep: int) -> dict:
 
 
 def speculative_loop(step: Callable, caches: dict, prompt: list, max_new_tokens: int, eos: set, clock,
-                     drafter: str = "ngram", k: int = DEFAULT_K, positions: Optional[Callable] = None) -> tuple:
+                     drafter: str = "ngram", k: int = DEFAULT_K, draft_model: Optional[DraftModel] = None,
+                     positions: Optional[Callable] = None) -> tuple:
     """Greedy decoding through ``step(feeds) -> outputs`` with drafts checked a call at a time
     (module docstring): (tokens, last logits, report)."""
     if positions is not None:
@@ -118,7 +167,8 @@ def speculative_loop(step: Callable, caches: dict, prompt: list, max_new_tokens:
         clock.token(token)
         if token in eos or len(tokens) >= max_new_tokens:
             break
-        draft = ngram_draft(list(prompt) + tokens, min(budget, max_new_tokens - len(tokens)))
+        propose = ngram_draft if draft_model is None else draft_model
+        draft = propose(list(prompt) + tokens, min(budget, max_new_tokens - len(tokens)))
         outputs = call([token] + draft, past, caches)
         choices = [int(c) for c in np.argmax(outputs["logits"][0], axis=-1)]
         kept = next((i for i, (d, c) in enumerate(zip(draft, choices)) if d != c), len(draft))
@@ -147,4 +197,4 @@ def _finish(report: dict, kept_lengths: Counter) -> dict:
     return report
 
 
-__all__ = ["DEFAULT_K", "DRAFTERS", "MAX_K", "ngram_draft", "parse", "speculative_loop"]
+__all__ = ["DEFAULT_K", "DRAFTERS", "DraftModel", "MAX_K", "ngram_draft", "parse", "speculative_loop"]

@@ -2,7 +2,8 @@
 plain greedy decoding's tokens, token for token, through the reference interpreter and an
 onnxruntime folder, for attention caches (cut back along their past axis) and recurrent
 states (the kept tokens run again from the step's starting states); the prompt-lookup
-drafter; k's adaptation; the report; refusals with one message and exit 2."""
+drafter and a draft model (a spec or a folder) with its own caches rolled back; k's
+adaptation; the report; refusals with one message and exit 2."""
 import json
 
 import pytest
@@ -40,7 +41,8 @@ def test_the_prompt_lookup_drafter():
     assert speculative.ngram_draft([7, 2, 3, 9, 2, 3, 8, 2, 3], 3) == [8, 2, 3]  # the most recent occurrence
     assert speculative.ngram_draft([1, 2, 5, 6, 2], 4) == [5, 6, 2]  # one token matched, three follow
     assert speculative.ngram_draft([1, 2, 3], 4) == []
-    assert speculative.parse("ngram") == ("ngram", speculative.DEFAULT_K) and speculative.parse("ngram=7") == ("ngram", 7)
+    assert speculative.parse("ngram") == ("ngram", speculative.DEFAULT_K, None)
+    assert speculative.parse("ngram=7") == ("ngram", 7, None) and speculative.parse("draft=d/")[::2] == ("draft", "d/")
 
 
 def drafting(monkeypatch, continuation: list, wrong: set):
@@ -125,7 +127,8 @@ def test_irc_run_speculative_on_a_spec_and_a_folder(spec, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("value, fragment", [("lookahead", "the drafters are ngram"), ("ngram=0", "from 1 to 16"),
-                                             ("ngram=x", "from 1 to 16")])
+                                             ("ngram=x", "from 1 to 16"), ("draft", "name the draft model"),
+                                             ("draft=no/such", "no such")])
 def test_a_bad_drafter_is_one_message(capsys, value, fragment):
     assert main(["run", SPECS[0], "--prompt-ids", "1,2,3", "--speculative", value]) == 2
     err = capsys.readouterr().err
@@ -139,3 +142,47 @@ def test_genai_and_onnx_npu_folders_are_refused(tmp_path, capsys):
         engines.onnx_folder(str(tmp_path), [1], 2, set(), Clock(), engine="genai", speculative=("ngram", 4))
     with pytest.raises(IRCError, match="one token a decode call"):
         engines.npu_host(str(tmp_path), [1], 2, set(), Clock(), speculative=("ngram", 4))
+
+
+def misleading(step, wrong: set):
+    """``step`` whose greedy choice is pushed off at the sequence lengths in ``wrong``."""
+    def run(feeds):
+        outputs = dict(step(feeds))
+        logits = outputs["logits"].copy()
+        if feeds["attention_mask"].shape[1] in wrong:
+            logits[0, -1, int(logits[0, -1].argmax())] = -1e9
+        outputs["logits"] = logits
+        return outputs
+    return run
+
+
+@pytest.mark.parametrize("spec", [SPECS[0], SPECS[1]])
+def test_a_draft_model_drafts_and_rolls_back(spec):
+    """draft=PATH's drafter (the same model, pushed off its choice at three lengths so some
+    drafts are cut): plain greedy's tokens; growing caches cut back (Llama) or states restored
+    to the draft's start (Qwen3-Next: DeltaNet and conv states); every draft token kept where
+    the drafter is the model itself."""
+    graph = load_spec(spec)
+    want, _ = generate(graph, PROMPT, NEW)
+    wrong = {len(PROMPT) + 5, len(PROMPT) + 11, len(PROMPT) + 12}
+    drafter = speculative.DraftModel(misleading(interpreter_engine(graph), wrong), empty_caches(graph, 1))
+    tokens, _, report = speculative.speculative_loop(interpreter_engine(graph), empty_caches(graph, 1), PROMPT, NEW,
+                                                     set(), Clock(), "draft", 4, drafter)
+    assert tokens == want and 0 < report["accepted"] < report["proposed"]
+    same = speculative.DraftModel(interpreter_engine(graph), empty_caches(graph, 1))
+    tokens, _, report = speculative.speculative_loop(interpreter_engine(graph), empty_caches(graph, 1), PROMPT, NEW,
+                                                     set(), Clock(), "draft", 4, same)
+    assert tokens == want and report["accepted"] == report["proposed"] and report["model_calls"] <= NEW // 4 + 2
+
+
+def test_irc_run_with_a_draft_folder(tmp_path, capsys):
+    """The CLI: a compiled folder drafts for a spec (another model of the same vocabulary:
+    nothing kept, the same tokens)."""
+    folder = tmp_path / "draft"
+    assert main(["compile", SPECS[1], "--target", "onnx", "-o", str(folder / "model.onnx"), "--quiet"]) == 0
+    capsys.readouterr()
+    ids = ",".join(map(str, PROMPT))
+    plain = run_json(capsys, "run", SPECS[0], "--prompt-ids", ids, "--max-new-tokens", NEW, "--json")["tokens"]
+    got = run_json(capsys, "run", SPECS[0], "--prompt-ids", ids, "--max-new-tokens", NEW, "--json", "--speculative",
+                   f"draft={folder}")
+    assert got["tokens"] == plain and got["speculative"]["drafter"] == "draft"
