@@ -63,7 +63,7 @@ def main() -> None:
     text = find_text(args.folder)
     eos, _ = engines.folder_limits(args.folder)
     modes = [None] + [("ngram", int(k)) for k in args.k.split(",")]
-    print(f"| prompt | mode | new tokens | median tok/s | vs plain | acceptance | calls | reruns | same tokens |")
+    print("| prompt | mode | new tokens | median tok/s | vs plain | acceptance | calls | reruns | same tokens |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, task in PROMPTS.items():
         prompt = text.encode(text.chat(task), special=False)
