@@ -9,8 +9,8 @@ beam               Beam-1.0: Qwen-3-MoE attention (per-head q/k RMS norms before
                    sliding with ``sliding_window``); RoPE per layer type from a per-type
                    ``rope_parameters`` (default: RoPE on the sliding layers, none on the full
                    ones), and where a type has none its queries are scaled by
-                   (1 + (position + 1) / 2048) ** 0.1 (a table over ``max_position_embeddings``
-                   positions); Gemma-2's four norms with depth-scaled residual adds (the
+                   (1 + (position + 1) / 2048) ** 0.1 (computed at every position:
+                   exp(0.1·log(...)) with the ``log`` primitive); Gemma-2's four norms with depth-scaled residual adds (the
                    k-th add, k = 2, 3, ... in order: x = branch / sqrt(k) + x·sqrt((k - 1) / k));
                    dense SwiGLU layers by ``mlp_layer_types`` (default the first three), the
                    others DeepSeek-V3's sigmoid MoE (``num_experts``, ``n_group`` /
@@ -141,20 +141,23 @@ def _depth_add(m, branch, residual, k: int, name: str):
                  m.scale(residual, math.sqrt((k - 1) / k), f"{name}_skip"), name)
 
 
-def query_scale_table(positions: int) -> list:
-    """[[scale]] per position: (1 + (p + 1) / 2048) ** 0.1, in float32 as transformers computes it."""
-    p = np.arange(positions, dtype=np.float32)
-    scale = np.exp(np.float32(QUERY_SCALE_POWER) * np.log1p((p + np.float32(1)) / np.float32(QUERY_SCALE_LENGTH)))
-    return [[float(v)] for v in scale.astype(np.float32)]
-
-
 def _query_scale(m, positions: int):
-    """[B, T, 1]: each token's NoPE query scale, looked up at ``position_ids`` (built once)."""
-    key = ("beam_query_scale", positions)
+    """[B, T, 1]: each token's NoPE query scale at ``position_ids``, exp(0.1 · log(1 + (p + 1) /
+    2048)) = (1 + (p + 1) / 2048) ** 0.1 (transformers' compute_attention_scaling), computed for
+    any position (built once a graph)."""
+    key = "beam_query_scale"
     if key not in m._rope_tables:
         _, position_ids = m._context()
-        table = m.emit("constant", [], {"value": query_scale_table(positions)}, "query_scale_table")[0]
-        m._rope_tables[key] = m.emit("embedding", [position_ids, table], {"scale": None}, "query_scale")[0]
+        p = m.emit("cast", [position_ids], {"to": "f32"}, "query_scale_positions")[0]
+        column = m.emit("reshape", [p], {"shape": list(position_ids.shape) + [1]}, "query_scale_column")[0]
+        shifted = m.emit("add", [column, m.emit("constant", [], {"value": 1.0 + QUERY_SCALE_LENGTH},
+                                                "query_scale_offset")[0]], None, "query_scale_shifted")[0]
+        ratio = m.emit("mul", [shifted, m.emit("constant", [], {"value": 1.0 / QUERY_SCALE_LENGTH},
+                                               "query_scale_unit")[0]], None, "query_scale_ratio")[0]
+        power = m.emit("mul", [m.emit("log", [ratio], None, "query_scale_log")[0],
+                               m.emit("constant", [], {"value": QUERY_SCALE_POWER}, "query_scale_power")[0]], None,
+                       "query_scale_scaled_log")[0]
+        m._rope_tables[key] = m.emit("exp", [power], None, "query_scale")[0]
     return m._rope_tables[key]
 
 

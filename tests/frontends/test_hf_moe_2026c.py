@@ -175,3 +175,22 @@ def test_longcat_onnx_npu_f32_generates_the_reference_tokens(longcat, tmp_path):
     assert main(["compile", longcat, "--target", "onnx-npu", "-o", str(tmp_path / "npu"), "--context", "32",
                  "--chunk", "4", "--quiet", "--precision", "f32"]) == 0
     assert generate(str(tmp_path / "npu"), prompt, 4) == expected
+
+
+def test_beams_query_scale_holds_past_max_position_embeddings(tmp_path):
+    """Beam's NoPE query scale (1 + (p + 1) / 2048) ** 0.1 is computed at every position, not
+    looked up in a table over max_position_embeddings: a twin whose max_position_embeddings (8)
+    the prompt and its 16 greedy tokens outrun gives transformers' tokens."""
+    from frontends import load_spec
+    from irc.interpreter import generate
+    from tests.frontends.test_hf_models import CASES, SMALL, hf_greedy_tokens, prompts, randomize, save_twin
+
+    transformers = pytest.importorskip("transformers")
+    kind, overrides = CASES["beam-gate-nope-scale-depth-residuals"]
+    config = getattr(transformers, kind)(**{**SMALL, **overrides, "max_position_embeddings": 8})
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    randomize(model, seed=3, norm_centre=1.0)
+    _, folder = save_twin(model, tmp_path / "hf")
+    prompt = prompts()[0][0].tolist()
+    tokens, _ = generate(load_spec(folder), prompt, 16)
+    assert tokens == hf_greedy_tokens(model, prompt, 16)
