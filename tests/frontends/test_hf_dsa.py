@@ -17,9 +17,9 @@ import pytest
 from frontends import load_spec
 from irc.errors import SpecError
 from tests.frontends.test_hf_models import (MLA, NEW_TOKENS, SMALL, TOLERANCE, assert_greedy_matches,
-                                            assert_logits_match, assert_ort_run_matches, assert_rows_match,
-                                            built_once, hf_logits, hf_padded_greedy, irc_logits, prompts, randomize,
-                                            relative_error, save_twin)
+                                            assert_logits_match, assert_onnx_target_matches, assert_rows_match,
+                                            built_once, hf_logits, irc_logits, prompts, randomize, relative_error,
+                                            save_twin)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -114,18 +114,9 @@ def test_greedy_generation_matches(twins, name):
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_onnx_runtime_matches_transformers(twins, tmp_path, name, target):
-    from backends.onnx import emit
-
     model, folder = twins(name)
-    graph = load_spec(folder)
-    path = str(tmp_path / "model.onnx")
-    emit.emit_model(graph, path, target=target, genai=False)
-    ids, mask, positions = prompts()
-    if name == M3:
-        tokens = padded_greedy(model, ids, mask, positions)
-    else:
-        tokens = hf_padded_greedy(model)
-    assert_ort_run_matches(path, graph, hf_logits(model, ids, mask, positions), tokens)
+    tokens = padded_greedy(model, *prompts()) if name == M3 else None
+    assert_onnx_target_matches(model, load_spec(folder), tmp_path, target, tokens)
 
 
 def padded_greedy(model, ids, mask, positions) -> np.ndarray:

@@ -734,6 +734,18 @@ def assert_ort_run_matches(path: str, graph, want_logits: np.ndarray, want_token
     np.testing.assert_array_equal(result["tokens"], want_tokens)
 
 
+def assert_onnx_target_matches(model, graph, tmp_path, target: str, tokens=None) -> None:
+    """``graph`` emitted for ``target`` (no genai folder), run in ONNX Runtime on the left-padded
+    batch: transformers' prefill logits and its greedy tokens (``tokens``, else
+    ``hf_padded_greedy``'s)."""
+    from backends.onnx import emit
+
+    path = str(tmp_path / "model.onnx")
+    emit.emit_model(graph, path, target=target, genai=False)
+    want = hf_padded_greedy(model) if tokens is None else tokens
+    assert_ort_run_matches(path, graph, hf_logits(model, *prompts()), want)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_logits_match_on_a_left_padded_batch(models, name):
     model, folder = models(name)

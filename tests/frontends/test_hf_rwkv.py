@@ -92,54 +92,68 @@ def hf_logits(model, ids, mask=None, use_cache=True) -> np.ndarray:
     return out.logits.float().numpy()
 
 
-@pytest.mark.parametrize("name", sorted(ALL_CASES))
-def test_logits_match_rows_and_an_equal_length_batch(models, name):
-    model, folder = models(name)
+def assert_rows_and_batch_match(model, folder, use_cache: bool = True) -> None:
+    """Each prompt alone and the equal-length batch: the reference interpreter's logits from
+    zero states equal transformers'. Shared by the recurrent families without a padding mask."""
     graph = load_spec(folder)
-    use_cache = name in CASES
     for ids in [np.asarray([row]) for row in rows()] + [equal_batch()]:
         got = run_irc(graph, ids)["logits"]
         assert relative_error(got, hf_logits(model, ids, use_cache=use_cache)) <= TOLERANCE
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_left_padding_is_ignored_as_transformers_ignores_it(models, name):
-    model, folder = models(name)
+def assert_padded_batch_matches(model, folder) -> None:
+    """The left-padded batch: transformers ignores the mask (pad tokens enter the state), irc
+    too; the real tokens' logits equal."""
     ids, mask, _ = prompts()
     got = run_irc(load_spec(folder), ids, mask)["logits"]
     real = mask.astype(bool)
     assert relative_error(got[real], hf_logits(model, ids, mask)[real]) <= TOLERANCE
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_generation_matches(models, name):
+def assert_greedy_rows_match(model, folder) -> None:
     from irc.interpreter import generate
 
-    model, folder = models(name)
     graph = load_spec(folder)
     for prompt in rows():
         assert generate(graph, prompt, NEW_TOKENS)[0] == hf_greedy_tokens(model, prompt, NEW_TOKENS)
 
 
-@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_onnx_runtime_matches_transformers(models, tmp_path, name, target):
+def assert_ort_rows_match(model, folder, tmp_path, target: str) -> None:
     """``irc compile --target {onnx,onnx-ort}``, run in ONNX Runtime: each prompt alone and the
     equal-length batch, prefill logits and 16 greedy tokens with the states fed back."""
     from backends.onnx import runtime
     from irc_cli.commands import main
 
-    model, folder = models(name)
     path = tmp_path / "model.onnx"
     assert main(["compile", str(folder), "--target", target, "-o", str(path), "--quiet"]) == 0
     engine, graph = runtime.ort_engine(str(path)), load_spec(folder)
-    batch = equal_batch()
-    for prompts_ in [[row] for row in rows()] + [batch.tolist()]:
+    for prompts_ in [[row] for row in rows()] + [equal_batch().tolist()]:
         result = runtime.greedy(engine, graph, prompts_, NEW_TOKENS)
         want = hf_logits(model, np.asarray(prompts_))[:, -1:]  # the compiled graph's logits: the last token's
         assert relative_error(result["prefill"]["logits"], want) <= TOLERANCE
         tokens = np.stack([hf_greedy_tokens(model, prompt, NEW_TOKENS) for prompt in prompts_])
         np.testing.assert_array_equal(result["tokens"], tokens)
+
+
+@pytest.mark.parametrize("name", sorted(ALL_CASES))
+def test_logits_match_rows_and_an_equal_length_batch(models, name):
+    assert_rows_and_batch_match(*models(name), use_cache=name in CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_left_padding_is_ignored_as_transformers_ignores_it(models, name):
+    assert_padded_batch_matches(*models(name))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_greedy_generation_matches(models, name):
+    assert_greedy_rows_match(*models(name))
+
+
+@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_onnx_runtime_matches_transformers(models, tmp_path, name, target):
+    assert_ort_rows_match(*models(name), tmp_path, target)
 
 
 def assert_triton_and_numpy_match(folder, tmp_path, family) -> None:

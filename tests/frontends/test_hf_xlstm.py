@@ -11,14 +11,13 @@ and the left-padded batch is held against transformers' own padded batch (irc ig
 mask too). The "xlstm" twin's chunk_size 4 sends whole chunks of a prefill through
 transformers' chunkwise kernel (8 of the 11-token prompt's tokens, 8 of the batch's 9) and
 the rest through its step kernel; irc's step form holds against both."""
-import numpy as np
 import pytest
 
 from frontends import load_spec
-from tests.frontends.test_hf_models import NEW_TOKENS, TOLERANCE, built_once, hf_greedy_tokens, prompts, relative_error
-from tests.frontends.test_hf_models import save_twin
-from tests.frontends.test_hf_rwkv import (assert_onnx_npu_generates, assert_triton_and_numpy_match, equal_batch,
-                                          hf_logits, rows, run_irc)
+from tests.frontends.test_hf_models import built_once, save_twin
+from tests.frontends.test_hf_rwkv import (assert_greedy_rows_match, assert_onnx_npu_generates, assert_ort_rows_match,
+                                          assert_padded_batch_matches, assert_rows_and_batch_match,
+                                          assert_triton_and_numpy_match)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -72,50 +71,23 @@ def models(tmp_path_factory):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_logits_match_rows_and_an_equal_length_batch(models, name):
-    model, folder = models(name)
-    graph = load_spec(folder)
-    for ids in [np.asarray([row]) for row in rows()] + [equal_batch()]:
-        got = run_irc(graph, ids)["logits"]
-        assert relative_error(got, hf_logits(model, ids)) <= TOLERANCE
+    assert_rows_and_batch_match(*models(name))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_left_padding_is_ignored_as_transformers_ignores_it(models, name):
-    model, folder = models(name)
-    ids, mask, _ = prompts()
-    got = run_irc(load_spec(folder), ids, mask)["logits"]
-    real = mask.astype(bool)
-    assert relative_error(got[real], hf_logits(model, ids, mask)[real]) <= TOLERANCE
+    assert_padded_batch_matches(*models(name))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_greedy_generation_matches(models, name):
-    from irc.interpreter import generate
-
-    model, folder = models(name)
-    graph = load_spec(folder)
-    for prompt in rows():
-        assert generate(graph, prompt, NEW_TOKENS)[0] == hf_greedy_tokens(model, prompt, NEW_TOKENS)
+    assert_greedy_rows_match(*models(name))
 
 
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_onnx_runtime_matches_transformers(models, tmp_path, name, target):
-    """``irc compile --target {onnx,onnx-ort}``, run in ONNX Runtime: each prompt alone and the
-    equal-length batch, prefill logits and 16 greedy tokens with the states fed back."""
-    from backends.onnx import runtime
-    from irc_cli.commands import main
-
-    model, folder = models(name)
-    path = tmp_path / "model.onnx"
-    assert main(["compile", str(folder), "--target", target, "-o", str(path), "--quiet"]) == 0
-    engine, graph = runtime.ort_engine(str(path)), load_spec(folder)
-    for prompts_ in [[row] for row in rows()] + [equal_batch().tolist()]:
-        result = runtime.greedy(engine, graph, prompts_, NEW_TOKENS)
-        want = hf_logits(model, np.asarray(prompts_))[:, -1:]  # the compiled graph's logits: the last token's
-        assert relative_error(result["prefill"]["logits"], want) <= TOLERANCE
-        tokens = np.stack([hf_greedy_tokens(model, prompt, NEW_TOKENS) for prompt in prompts_])
-        np.testing.assert_array_equal(result["tokens"], tokens)
+    assert_ort_rows_match(*models(name), tmp_path, target)
 
 
 def test_triton_and_numpy_match_the_reference(models, tmp_path):
