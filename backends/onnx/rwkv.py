@@ -41,6 +41,29 @@ def lower_token_shift(b: Builder, node: Node, outs: list[str]) -> None:
         _present(b, node, outs, b.op("Squeeze", [last, axis], f"{hint}/present"))
 
 
+def wkv_step(b: Builder, hint: str, u: str, w: str, num: str, den: str, mx: str, k: str, v: str) -> tuple:
+    """One token of the WKV update, in ``irc.ops.rwkv``'s order of operations: (wkv, num,
+    den, max) from the stabilised state (num, den, max), the token's k and v, the bonus u and
+    the log decay w = -exp(time_decay). The ONNX Scan body and onnx-npu's unrolled steps
+    (``backends.onnx_npu.recurrent_steps``) both emit it."""
+    ku = b.op("Add", [k, u], f"{hint}/step_k_u")
+    m = b.op("Max", [mx, ku], f"{hint}/step_out_max")
+    e1 = b.op("Exp", [b.op("Sub", [mx, m], f"{hint}/step_d1")], f"{hint}/step_e1")
+    e2 = b.op("Exp", [b.op("Sub", [ku, m], f"{hint}/step_d2")], f"{hint}/step_e2")
+    numer = b.op("Add", [b.op("Mul", [e1, num], f"{hint}/step_n1"), b.op("Mul", [e2, v], f"{hint}/step_n2")],
+                 f"{hint}/step_numerator")
+    denom = b.op("Add", [b.op("Mul", [e1, den], f"{hint}/step_m1"), e2], f"{hint}/step_denominator")
+    out = b.op("Div", [numer, denom], f"{hint}/step_wkv")
+    decayed = b.op("Add", [mx, w], f"{hint}/step_decayed")
+    m2 = b.op("Max", [decayed, k], f"{hint}/step_state_max")
+    f1 = b.op("Exp", [b.op("Sub", [decayed, m2], f"{hint}/step_d3")], f"{hint}/step_f1")
+    f2 = b.op("Exp", [b.op("Sub", [k, m2], f"{hint}/step_d4")], f"{hint}/step_f2")
+    new_num = b.op("Add", [b.op("Mul", [f1, num], f"{hint}/step_s1"), b.op("Mul", [f2, v], f"{hint}/step_s2")],
+                   f"{hint}/step_num")
+    new_den = b.op("Add", [b.op("Mul", [f1, den], f"{hint}/step_s3"), f2], f"{hint}/step_den")
+    return out, new_num, new_den, m2
+
+
 def lower_rwkv4_wkv(b: Builder, node: Node, outs: list[str]) -> None:
     """The WKV recurrence as a Scan over time (see the module docstring)."""
     o = by_name(WKV_OPERANDS, node.inputs)
@@ -56,23 +79,8 @@ def lower_rwkv4_wkv(b: Builder, node: Node, outs: list[str]) -> None:
     row = (batch, channels)
 
     def step(states, steps):
-        (num_t, den_t, max_t), (k_t, v_t) = states, steps
-        ku = b.op("Add", [k_t, u], f"{hint}/step_k_u")
-        m = b.op("Max", [max_t, ku], f"{hint}/step_out_max")
-        e1 = b.op("Exp", [b.op("Sub", [max_t, m], f"{hint}/step_d1")], f"{hint}/step_e1")
-        e2 = b.op("Exp", [b.op("Sub", [ku, m], f"{hint}/step_d2")], f"{hint}/step_e2")
-        numer = b.op("Add", [b.op("Mul", [e1, num_t], f"{hint}/step_n1"), b.op("Mul", [e2, v_t], f"{hint}/step_n2")],
-                     f"{hint}/step_numerator")
-        denom = b.op("Add", [b.op("Mul", [e1, den_t], f"{hint}/step_m1"), e2], f"{hint}/step_denominator")
-        out = b.op("Div", [numer, denom], f"{hint}/step_wkv")
-        decayed = b.op("Add", [max_t, w], f"{hint}/step_decayed")
-        m2 = b.op("Max", [decayed, k_t], f"{hint}/step_state_max")
-        f1 = b.op("Exp", [b.op("Sub", [decayed, m2], f"{hint}/step_d3")], f"{hint}/step_f1")
-        f2 = b.op("Exp", [b.op("Sub", [k_t, m2], f"{hint}/step_d4")], f"{hint}/step_f2")
-        new_num = b.op("Add", [b.op("Mul", [f1, num_t], f"{hint}/step_s1"), b.op("Mul", [f2, v_t], f"{hint}/step_s2")],
-                       f"{hint}/step_num")
-        new_den = b.op("Add", [b.op("Mul", [f1, den_t], f"{hint}/step_s3"), f2], f"{hint}/step_den")
-        return [new_num, new_den, m2], [out]
+        out, *state = wkv_step(b, hint, u, w, *states, *steps)
+        return state, [out]
 
     finals, (wkv,) = scan_over_time(b, f"{hint}/scan", [(num, row), (den, row), (mx, row)],
                                     [(as_f32(b, k), row), (as_f32(b, o["v"]), row)], [row], step)

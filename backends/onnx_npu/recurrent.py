@@ -228,16 +228,10 @@ def l2_normalized(b: NpuBuilder, x4: str, hint: str) -> str:
     return b.op("Div", [x4, norm], f"{hint}/normed")
 
 
-def lower_gated_delta_rule(b: NpuBuilder, node: Node, outs: list[str]) -> None:
-    """One chunk of the gated delta rule (module docstring)."""
-    o, a = by_name(DELTA_OPERANDS, node.inputs), node.attrs
-    _need_state(node, o["past_state"])
-    if a["decay"] != "head":
-        raise BackendError("onnx-npu lowers the gated delta rule with a per-head decay only (decay=head); a "
-                           "per-key-channel decay (Kimi) has no lowering here", location=f"node %{node.name}",
-                           hint="compile this model with --target onnx or --target onnx-ort")
+def delta_qkv(b: NpuBuilder, o: dict, a: dict, tokens: int, hint: str) -> tuple[str, str, str]:
+    """The delta rule's operands heads first, float32: q̂ (L2-normed where ``l2_norm``, scaled)
+    and k̂ [1, H_v, T, d_k] (key heads repeated to the value heads), v [1, H_v, T, d_v]."""
     key_heads, heads, key_dim, value_dim = a["key_heads"], a["value_heads"], a["key_dim"], a["value_dim"]
-    tokens, hint = b.size(o["q"].shape[1]), outs[0]
     q = heads_first(b, as_f32(b, o["q"]), tokens, key_heads, key_dim, f"{hint}/q")
     k = heads_first(b, as_f32(b, o["k"]), tokens, key_heads, key_dim, f"{hint}/k")
     if a["l2_norm"]:
@@ -246,6 +240,20 @@ def lower_gated_delta_rule(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     q = b.op("Mul", [q, b.const(float(scale), np.float32, f"{hint}/scale")], f"{hint}/q_scaled")
     q, k = to_heads(b, q, key_heads, heads, f"{hint}/q"), to_heads(b, k, key_heads, heads, f"{hint}/k")
     v = heads_first(b, as_f32(b, o["v"]), tokens, heads, value_dim, f"{hint}/v")               # [1, H, T, d_v]
+    return q, k, v
+
+
+def lower_gated_delta_rule(b: NpuBuilder, node: Node, outs: list[str]) -> None:
+    """One chunk of the gated delta rule (module docstring)."""
+    o, a = by_name(DELTA_OPERANDS, node.inputs), node.attrs
+    _need_state(node, o["past_state"])
+    if a["decay"] != "head":
+        raise BackendError("onnx-npu lowers the gated delta rule with a per-head decay only (decay=head); a "
+                           "per-key-channel decay (Kimi) has no lowering here", location=f"node %{node.name}",
+                           hint="compile this model with --target onnx or --target onnx-ort")
+    heads, value_dim = a["value_heads"], a["value_dim"]
+    tokens, hint = b.size(o["q"].shape[1]), outs[0]
+    q, k, v = delta_qkv(b, o, a, tokens, hint)
     g = _delta_log_decay(b, o, tokens, heads, hint)
     decay = log_decay(b, g, tokens, heads, hint)
     S0 = as_f32(b, o["past_state"])                                                            # [1, H, d_k, d_v]

@@ -42,10 +42,11 @@ from irc.ops.rwkv import SHIFT_OPERANDS, WKV_OPERANDS
 from irc.ops.ssm import SCAN_OPERANDS
 
 from backends.onnx.portable import silu
+from backends.onnx.rwkv import wkv_step
 from backends.onnx.ssm import as_f32
 from backends.onnx_npu import recurrent
 from backends.onnx_npu.lower import NpuBuilder
-from backends.onnx_npu.recurrent import finish, heads_first, l2_normalized, per_token, to_heads, tokens_last
+from backends.onnx_npu.recurrent import delta_qkv, finish, heads_first, per_token, tokens_last
 
 
 def _step(b: NpuBuilder, x: str, t: int, axis: int, hint: str) -> str:
@@ -131,16 +132,9 @@ def lower_gated_delta_rule(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     if a["decay"] == "head" or o["a"] is None:
         return recurrent.lower_gated_delta_rule(b, node, outs)
     recurrent._need_state(node, o["past_state"])
-    key_heads, heads, key_dim, value_dim = a["key_heads"], a["value_heads"], a["key_dim"], a["value_dim"]
+    heads, key_dim, value_dim = a["value_heads"], a["key_dim"], a["value_dim"]
     tokens, hint = b.size(o["q"].shape[1]), outs[0]
-    q = heads_first(b, as_f32(b, o["q"]), tokens, key_heads, key_dim, f"{hint}/q")
-    k = heads_first(b, as_f32(b, o["k"]), tokens, key_heads, key_dim, f"{hint}/k")
-    if a["l2_norm"]:
-        q, k = l2_normalized(b, q, f"{hint}/q"), l2_normalized(b, k, f"{hint}/k")
-    scale = key_dim ** -0.5 if a["scale"] is None else a["scale"]
-    q = b.op("Mul", [q, b.const(float(scale), np.float32, f"{hint}/scale")], f"{hint}/q_scaled")
-    q, k = to_heads(b, q, key_heads, heads, f"{hint}/q"), to_heads(b, k, key_heads, heads, f"{hint}/k")
-    v = heads_first(b, as_f32(b, o["v"]), tokens, heads, value_dim, f"{hint}/v")               # [1, H, T, d_v]
+    q, k, v = delta_qkv(b, o, a, tokens, hint)
     decays = b.op("Exp", [_channel_log_decay(b, o, tokens, heads, key_dim, hint)], f"{hint}/decay")
     beta = None
     if a["update_rule"] == "gated_delta":
@@ -203,24 +197,11 @@ def lower_rwkv4_wkv(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     empty = b.op("Sub", [one, b.op("Min", [den, one], f"{hint}/den_capped")], f"{hint}/empty")
     mx = b.op("Add", [mx, b.op("Mul", [empty, b.op("Sub", [b.const(EMPTY_MAX, np.float32, f"{hint}/empty_max"), mx],
                                                        f"{hint}/to_empty")], f"{hint}/empty_shift")], f"{hint}/max0")
-    outputs = []
+    outputs, u = [], as_f32(b, u)
     for t in range(tokens):
-        k_t, v_t = _step(b, k, t, 1, f"{hint}/k_"), _step(b, v, t, 1, f"{hint}/v_")
-        ku = b.op("Add", [k_t, as_f32(b, u)], f"{hint}/ku{t}")
-        m = b.op("Max", [mx, ku], f"{hint}/m{t}")
-        e1 = b.op("Exp", [b.op("Sub", [mx, m], f"{hint}/old{t}")], f"{hint}/e_old{t}")
-        e2 = b.op("Exp", [b.op("Sub", [ku, m], f"{hint}/new{t}")], f"{hint}/e_new{t}")
-        top = b.op("Add", [b.op("Mul", [e1, num], f"{hint}/num_old{t}"), b.op("Mul", [e2, v_t], f"{hint}/num_new{t}")],
-                   f"{hint}/top{t}")
-        bottom = b.op("Add", [b.op("Mul", [e1, den], f"{hint}/den_old{t}"), e2], f"{hint}/bottom{t}")
-        outputs.append(b.op("Div", [top, bottom], f"{hint}/wkv{t}"))
-        decayed = b.op("Add", [mx, decay], f"{hint}/decayed{t}")
-        mx = b.op("Max", [decayed, k_t], f"{hint}/max{t + 1}")
-        e1 = b.op("Exp", [b.op("Sub", [decayed, mx], f"{hint}/kept{t}")], f"{hint}/e_kept{t}")
-        e2 = b.op("Exp", [b.op("Sub", [k_t, mx], f"{hint}/added{t}")], f"{hint}/e_added{t}")
-        num = b.op("Add", [b.op("Mul", [e1, num], f"{hint}/num_kept{t}"), b.op("Mul", [e2, v_t], f"{hint}/num_added{t}")],
-                   f"{hint}/num{t + 1}")
-        den = b.op("Add", [b.op("Mul", [e1, den], f"{hint}/den_kept{t}"), e2], f"{hint}/den{t + 1}")
+        out, num, den, mx = wkv_step(b, hint, u, decay, num, den, mx, _step(b, k, t, 1, f"{hint}/k_"),
+                                     _step(b, v, t, 1, f"{hint}/v_"))
+        outputs.append(out)
     out = outputs[0] if tokens == 1 else b.op("Concat", outputs, f"{hint}/wkv", axis=1)
     finish(b, node.outputs[1], b.op("Concat", [num, den, mx], f"{hint}/state", axis=1), outs[1])
     finish(b, node.outputs[0], out, outs[0])
