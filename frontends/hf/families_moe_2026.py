@@ -256,19 +256,26 @@ def _exaone4_types(cfg: Config, n: int) -> list[str]:
     return [SLIDING if (i + 1) % pattern else FULL for i in range(n)]
 
 
-def _exaone4(cfg: Config, name: str, model_type: str) -> Arch:
-    """EXAONE-4.0: OLMo-2's post-norm layers, per-head q/k norms, NoPE full layers."""
-    dims = _dims(cfg)
+def exaone4_layers(cfg: Config, dims: dict, sparse: Optional[list] = None) -> list[LayerSpec]:
+    """EXAONE-4's layers (and K-EXAONE's, whose ``sparse`` flags say which hold the MoE): the
+    windows of ``layer_types``, RoPE on every layer without a window and only on the sliding
+    ones with one (the full layers NoPE)."""
     n = dims["layers"]
-    _silu(cfg)
     types = _exaone4_types(cfg, n)
     windowed = cfg.raw("sliding_window") is not None
     if not windowed and SLIDING in types:
         raise cfg.error("sliding_window", "null, yet layer_types has sliding_attention layers",
                         hint="give the window of the sliding layers")
     rope = _whole_head(cfg, _partial_rope(cfg, dims["head_dim"], None))
-    layers = [LayerSpec(window, rope if not windowed or kind == SLIDING else None)
-              for window, kind in zip(_windows(cfg, types), types)]
+    return [LayerSpec(window, rope if not windowed or kind == SLIDING else None, moe)
+            for window, kind, moe in zip(_windows(cfg, types), types, sparse or [False] * n)]
+
+
+def _exaone4(cfg: Config, name: str, model_type: str) -> Arch:
+    """EXAONE-4.0: OLMo-2's post-norm layers, per-head q/k norms, NoPE full layers."""
+    dims = _dims(cfg)
+    _silu(cfg)
+    layers = exaone4_layers(cfg, dims)
     attention = Attention("gqa", dims["heads"], dims["kv_heads"], dims["head_dim"], qk_norm=True)
     arch = _arch(cfg, name, model_type, dims, attention, layers, _swiglu(cfg), checkpoint="olmo2")
     arch.expand = _post_norm_expand

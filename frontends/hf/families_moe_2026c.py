@@ -48,9 +48,9 @@ from functools import partial
 from frontends.hf import families_2026
 from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope, read_rope, rope_dict
 from frontends.hf.families_2026 import _deepseek_v3, _sparse
-from frontends.hf.families_aliases import Aliased, _whole_head
-from frontends.hf.families_common import FULL, SLIDING, _arch, _dims, _layer_types, _silu, _swiglu, _windows
-from frontends.hf.families_moe_2026 import _exaone4_types, _partial_rope
+from frontends.hf.families_aliases import Aliased
+from frontends.hf.families_common import FULL, SLIDING, _arch, _dims, _layer_types, _silu, _swiglu
+from frontends.hf.families_moe_2026 import exaone4_layers
 from irc.yamlloc import boolean, non_negative_int, positive_int, positive_number
 
 _V3 = {"n_group": 1, "topk_group": 1, "norm_topk_prob": True}
@@ -104,18 +104,10 @@ def _glm4_moe_lite(cfg: Config, name: str, model_type: str) -> Arch:
 def _exaone_moe(cfg: Config, name: str, model_type: str) -> Arch:
     """K-EXAONE: EXAONE-4's attention in pre-norm layers, DeepSeek-V3's MoE."""
     dims = _dims(cfg)
-    n = dims["layers"]
     _silu(cfg)
-    types = _exaone4_types(cfg, n)
-    windowed = cfg.raw("sliding_window") is not None
-    if not windowed and SLIDING in types:
-        raise cfg.error("sliding_window", "null, yet layer_types has sliding_attention layers",
-                        hint="give the window of the sliding layers")
-    rope = _whole_head(cfg, _partial_rope(cfg, dims["head_dim"], None))
     first = cfg.get("first_k_dense_replace", non_negative_int)
-    sparse = _sparse(cfg, n, lambda i: "dense" if i < first else "sparse")
-    layers = [LayerSpec(window, rope if not windowed or kind == SLIDING else None, moe)
-              for window, kind, moe in zip(_windows(cfg, types), types, sparse)]
+    sparse = _sparse(cfg, dims["layers"], lambda i: "dense" if i < first else "sparse")
+    layers = exaone4_layers(cfg, dims, sparse)
     experts = cfg.get("num_experts", positive_int)
     top_k = cfg.get("num_experts_per_tok", positive_int)
     if top_k > experts:
