@@ -45,6 +45,7 @@ from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope, in
 from frontends.hf.families_act_2026 import DEFAULTS as ACT_DEFAULTS
 from frontends.hf.families_act_2026 import LAYOUTS as ACT_LAYOUTS
 from frontends.hf.families_common import _arch, _dims, _experts, _rope
+from frontends.hf.families_deepseek_v32 import _Ops as _LayerOps
 from irc.yamlloc import boolean, non_negative_int, positive_int
 
 INDEXED, SLIDING = "indexed_attention", "sliding_attention"
@@ -155,20 +156,9 @@ def expand(plan: dict, arch: Arch, origin: str):
     return m.graph
 
 
-class _Ops:
-    """Emit helpers under one layer's prefix."""
-
-    def __init__(self, m, prefix: str):
-        self.m, self.p = m, prefix
-
-    def __call__(self, op: str, inputs, attrs, name: str):
-        return self.m.emit(op, inputs, attrs, self.p + name)[0]
-
-    def view(self, x, shape, name: str):
-        return self("reshape", [x], {"shape": list(shape)}, name)
-
-    def const(self, value: float, name: str):
-        return self("constant", [], {"value": value}, name)
+class _Ops(_LayerOps):
+    """DeepSeek-V3.2's emit helpers under one layer's prefix, and the casts, head slices and
+    comparisons Kolibri's selection takes."""
 
     def f32(self, x, name: str):
         return self("cast", [x], {"to": "f32"}, name)
