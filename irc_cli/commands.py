@@ -39,6 +39,7 @@ from irc_cli import tile as tile_cli
 from irc_cli import weights as weights_cli
 from irc_cli.help import SPEC_HELP, parser_options
 from irc_cli.spec import load
+from irc_cli.speculative_mtp import keep_head, mtp_summary
 
 
 def _apply_passes(graph, args, *, check: bool = False, out=sys.stdout, progress: Progress = SILENT,
@@ -133,8 +134,10 @@ def cmd_show(args) -> int:
         seen = analyze(graph.parts["vision"], context=args.context, cache_dtype=cache)
         costs = visual_token_costs(seen["vision"], graph, cache, tokens=seen["vision"]["tokens"])
     words = analyze(graph.parts["text"], context=args.context) if "text" in graph.parts else None  # a dual encoder's
+    head = mtp_summary(graph.parts["mtp"], args.context, cache) if "mtp" in graph.parts else None
     if args.json:
         print(json.dumps({**summary, "weights": weights, **({"mla_forms": trade} if trade else {}),
+                          **({"mtp_head": head} if head else {}),
                           **({"vision_model": seen} if seen else {}), **({"text_tower": words} if words else {}),
                           **({"memory_against_context": memory} if memory else {}),
                           **({"visual_tokens": costs} if costs else {})}, indent=2, sort_keys=True))
@@ -170,6 +173,9 @@ def cmd_show(args) -> int:
     if "kv_cache_latent_bytes_per_token" in summary:
         rows.append(("MLA latent cache/token", f"{summary['kv_cache_latent_bytes_per_token']:,} bytes "
                      f"({summary['kv_cache_latent_elements_per_token_per_layer']} elements/layer)"))
+    if head:  # the checkpoint's multi-token-prediction head, beside the decoder (frontends.hf.mtp)
+        rows.append(("MTP head (compile --mtp)", f"{head['params_own']:,} parameters of its own (the embedding and "
+                     f"LM head are the decoder's), KV cache {head['kv_cache_bytes_per_token']:,} bytes/token"))
     _print_rows(rows)
     for line in trade_lines(trade) if trade else []:
         print(line)
@@ -269,6 +275,7 @@ def cmd_compile(args) -> int:
                                                                 "embedding and decoder models), or ir; or its "
                                                                 "two models one at a time, --part vision and "
                                                                 "--part decoder")
+    mtp_lines = keep_head(graph, args.mtp, args.target, args.spec)  # --mtp: the head as a part, or left out
     if (args.output and args.target != "ir") or args.eval_text:  # weights are output or measured (--check seeds its own)
         weights_cli.require(args.spec, graph, args.weights)
     if args.output and args.target != "ir" and args.weights != "none":
@@ -299,7 +306,7 @@ def cmd_compile(args) -> int:
         if "text" in graph.parts and args.target not in PART_TARGETS:  # a dual encoder on a one-model target
             lines.append(f"the text tower is not written: --target {args.target} writes one model (the image "
                          "tower); --target onnx or onnx-ort writes both")
-        for line in [] if args.quiet else load_notes(graph) + notes + lines:
+        for line in [] if args.quiet else load_notes(graph) + notes + lines + mtp_lines:
             print(line, file=sys.stderr)
     elif args.target == "ir":
         sys.stdout.write(printed(graph))
@@ -326,6 +333,8 @@ def _summary_line(graph, args, seconds: float, since: float) -> str:
         "tokens/image)" if seen else "")
     if "text" in graph.parts:  # a dual encoder's text tower
         params += f" + {analyze(graph.parts['text'])['params_total']:,} in the text tower"
+    if "mtp" in graph.parts:  # irc compile --mtp: the multi-token-prediction head
+        params += f" + {analyze(graph.parts['mtp'])['params_total']:,} in the MTP head"
     return f"compiled {graph.name} -> {where}: {dtypes}, {params}, {memory}, {seconds:.1f} s"
 
 
@@ -410,6 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="compile one part of a model alone: a VLM's vision model or its decoder (image_features "
                            "in), a dual encoder's text tower (for the targets that write one model: numpy, triton, "
                            "onnx-npu)")
+    comp.add_argument("--mtp", action="store_true",
+                      help="write the checkpoint's multi-token-prediction head beside the decoder (mtp.onnx; the "
+                           "decoder returns hidden_states), for irc run --speculative mtp: ONNX targets and ir")
     comp.add_argument("--quiet", action="store_true",
                       help="no progress bar (shown only on a terminal anyway), no report or summary lines; errors still")
     weights_cli.add_argument(comp)

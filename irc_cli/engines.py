@@ -32,6 +32,7 @@ from irc.errors import IRCError
 from irc.inputs import read_json
 from irc.output import import_native
 from irc.ops.rope import CACHE_REFRESH_KEY, cache_refresh_length
+from irc_cli.speculative_mtp import MTP_FILE, MtpDrafter
 
 GENAI_CONFIG = "genai_config.json"
 NPU_CONFIG = "irc_npu.json"
@@ -106,6 +107,7 @@ def interpreter(graph, prompt, max_new_tokens, eos, clock, seed: int = 0, specul
     from backends.onnx.runtime import empty_caches, interpreter_engine
 
     caches = empty_caches(graph, 1)
+    speculative = with_drafter(speculative, lambda: graph_drafter(graph, seed))  # mtp: the graph's head
     tokens, last = greedy_loop(interpreter_engine(graph, seed), caches, prompt, max_new_tokens, eos, clock,
                                cache_refresh_length(graph), speculative=speculative)
     return Result(tokens, "reference interpreter", last)
@@ -125,13 +127,9 @@ def onnxruntime(folder, prompt, max_new_tokens, eos, clock, speculative=None) ->
         raise IRCError(f"the model has no logits output (its outputs: {', '.join(names)}): nothing to generate with",
                        location=folder, hint="an encoder's folder is for embedding, not irc run")
     caches = session_caches(session, folder)
-    inputs = {value.name for value in session.get_inputs()}
-
-    def step(feeds):
-        return dict(zip(names, session.run(None, {k: v for k, v in feeds.items() if k in inputs})))
-
     refresh = session.get_modelmeta().custom_metadata_map.get(CACHE_REFRESH_KEY)
-    tokens, last = greedy_loop(step, caches, prompt, max_new_tokens, eos, clock,
+    speculative = with_drafter(speculative, lambda: folder_drafter(folder))  # mtp: the folder's mtp.onnx
+    tokens, last = greedy_loop(session_step(session), caches, prompt, max_new_tokens, eos, clock,
                                None if refresh is None else int(refresh), speculative=speculative)
     return Result(tokens, "onnxruntime", last)
 
@@ -150,16 +148,50 @@ def draft_model(path: str, seed: int = 0):
         from backends.onnx.runtime import ort_session
 
         session = ort_session(model_path(folder), threads=None)
-        names, inputs = [o.name for o in session.get_outputs()], {v.name for v in session.get_inputs()}
-
-        def step(feeds):
-            return dict(zip(names, session.run(None, {k: v for k, v in feeds.items() if k in inputs})))
-        return DraftModel(step, session_caches(session, folder))
+        return DraftModel(session_step(session), session_caches(session, folder))
     from backends.onnx.runtime import empty_caches, interpreter_engine
     from irc_cli.spec import load
 
     graph = load(path)
     return DraftModel(interpreter_engine(graph, seed), empty_caches(graph, 1))
+
+
+def folder_drafter(folder: str) -> MtpDrafter:
+    """``--speculative mtp``'s drafter (``irc_cli.speculative_mtp``) of a folder compiled with
+    ``--mtp``: its ``mtp.onnx`` in onnxruntime."""
+    from backends.onnx.runtime import ort_session
+
+    path = os.path.join(folder, MTP_FILE)
+    if not os.path.isfile(path):
+        raise IRCError(f"--speculative mtp: this folder has no {MTP_FILE} (a multi-token-prediction head)",
+                       location=folder, hint="compile a checkpoint that holds one with --mtp, or draft with "
+                                             "--speculative ngram")
+    session = ort_session(path, threads=None)
+    return MtpDrafter(session_step(session), session_caches(session, folder))
+
+
+def session_step(session) -> Callable:
+    """``step(feeds) -> outputs`` by name through ``session`` (feeds it has no input for left out)."""
+    names, inputs = [o.name for o in session.get_outputs()], {v.name for v in session.get_inputs()}
+
+    def step(feeds):
+        return dict(zip(names, session.run(None, {k: v for k, v in feeds.items() if k in inputs})))
+    return step
+
+
+def with_drafter(speculative, make: Callable):
+    """``speculative`` (drafter, k, model) with the MTP drafter ``make()`` where it names mtp."""
+    if speculative is None or speculative[0] != "mtp":
+        return speculative
+    return speculative[0], speculative[1], make()
+
+
+def graph_drafter(graph, seed: int = 0) -> MtpDrafter:
+    """The drafter of a spec's graph, its head in the reference interpreter."""
+    from backends.onnx.runtime import empty_caches, interpreter_engine
+
+    head = graph.parts.get("mtp")
+    return MtpDrafter(interpreter_engine(head, seed), empty_caches(head, 1))
 
 
 def input_type(session, name: str):
@@ -286,14 +318,14 @@ def genai_config(folder: str) -> dict:
 
 def model_path(folder: str) -> str:
     """The model file: genai_config.json's ``decoder.filename``, a dual encoder's image tower
-    (``irc_dual.json``), else the folder's one .onnx file."""
+    (``irc_dual.json``), else the folder's one .onnx file (an MTP head's ``mtp.onnx`` beside it aside)."""
     name = genai_config(folder).get("model", {}).get("decoder", {}).get("filename")
     if name:
         return os.path.join(folder, name)
     dual = os.path.join(folder, "irc_dual.json")
     if os.path.isfile(dual):
         return os.path.join(folder, read_json(dual)["image"])
-    found = sorted(glob.glob(os.path.join(folder, "*.onnx")))
+    found = sorted(p for p in glob.glob(os.path.join(folder, "*.onnx")) if os.path.basename(p) != MTP_FILE)
     if len(found) != 1:
         raise IRCError(f"expected one .onnx model in the folder, found {len(found)}", location=folder,
                        hint="run the model file itself: irc run FOLDER/model.onnx")

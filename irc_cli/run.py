@@ -19,6 +19,7 @@ from typing import Optional
 
 from irc.errors import IRCError
 from irc_cli import engines, run_vlm, speculative, weights
+from irc_cli.speculative_mtp import prepare_graph
 from irc_cli.help import SPEC_HELP, parser_options
 from irc_cli.text import Text, find_text
 
@@ -141,6 +142,8 @@ def _source(args):
                        location=args.spec, hint="compile it to an embedding model: irc compile SPEC --target onnx "
                                                 "-o OUT/model.onnx")
     weights.require(args.spec, graph, args.weights)
+    if args.speculative and args.speculative.partition("=")[0] == "mtp":
+        prepare_graph(graph, args.spec)  # the decoder hands the head its hidden states
     _apply_passes(graph, args)
     eos = graph.meta.get("eos_token_id")
     eos = set(eos) if isinstance(eos, list) else set() if eos is None else {eos}

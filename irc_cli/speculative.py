@@ -24,6 +24,8 @@ Drafters:
 - ``ngram`` (prompt lookup, no weights, any model): the tokens that followed the most recent
   earlier occurrence of the sequence's last n tokens, n = 3, then 2, then 1; no occurrence,
   no draft (the step is a plain greedy step).
+- ``mtp``: the checkpoint's multi-token-prediction head (``irc_cli.speculative_mtp``), fed the
+  decoder's hidden states of the positions it keeps (``observe``).
 - ``draft=PATH``: a smaller model with the same tokenizer (a spec in the reference
   interpreter or a compiled folder in onnxruntime) drafts greedily with its own caches
   (``DraftModel``), rolled back the same way.
@@ -45,19 +47,20 @@ import numpy as np
 
 from irc.errors import IRCError
 
-DRAFTERS = ("ngram", "draft")
+DRAFTERS = ("ngram", "draft", "mtp")
 DEFAULT_K = 4
 MAX_K = 16
 NGRAM_SIZES = (3, 2, 1)
 
 
 def parse(text: str) -> tuple:
-    """``ngram``, ``ngram=K`` or ``draft=PATH`` -> (drafter, k, draft model path or None)."""
+    """``ngram[=K]``, ``mtp[=K]`` or ``draft=PATH`` -> (drafter, k, draft model path or None)."""
     name, _, k = text.partition("=")
     if name not in DRAFTERS:
-        raise IRCError(f"--speculative {text!r}: the drafters are ngram (ngram=K: at most K tokens a draft) and "
-                       "draft=PATH (a smaller model with the same tokenizer: a spec or a compiled folder)",
-                       hint="--speculative ngram, --speculative ngram=8 or --speculative draft=small/")
+        raise IRCError(f"--speculative {text!r}: the drafters are ngram (ngram=K: at most K tokens a draft), "
+                       "mtp (the checkpoint's multi-token-prediction head; mtp=K) and draft=PATH (a smaller "
+                       "model with the same tokenizer: a spec or a compiled folder)",
+                       hint="--speculative ngram, --speculative mtp=2 or --speculative draft=small/")
     if name == "draft":
         if not k:
             raise IRCError("--speculative draft=PATH: name the draft model (a spec or a folder irc compile wrote)")
@@ -160,6 +163,9 @@ def speculative_loop(step: Callable, caches: dict, prompt: list, max_new_tokens:
                        hint="compile the folder with --logits all")
     past, tokens, budget = len(prompt), [], k
     caches = cut(caches, outputs, growing, past)
+    observe = getattr(draft_model, "observe", None)  # an MTP head reads the decoder's hidden states
+    if observe:
+        observe(outputs, past)
     last = outputs["logits"][0, -1]
     token = int(np.argmax(last))
     while True:
@@ -182,6 +188,8 @@ def speculative_loop(step: Callable, caches: dict, prompt: list, max_new_tokens:
             outputs = call([token] + draft[:kept], past, caches)
         caches = cut(caches, outputs, growing, past + kept + 1)
         past += kept + 1
+        if observe:
+            observe(outputs, kept + 1)
         for position, accepted in enumerate(draft[:kept]):  # position j's logits chose draft[j]
             tokens.append(accepted)
             clock.token(accepted)

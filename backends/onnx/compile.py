@@ -9,6 +9,7 @@ from irc.text import describe_bytes
 
 from backends.onnx.dual import emit_dual
 from backends.onnx.emit import emit_model
+from backends.onnx.mtp import emit_with_head
 from backends.onnx.vlm import EMBEDDING, emit_vlm
 from backends.onnx.targets import resolve_options, resolve_tied_head, resolve_unfused
 
@@ -24,6 +25,9 @@ def emit_target(graph: Graph, path: str, options) -> list[str]:
         what = "the token embedding and the image features' merge" if merged else "the token embedding"
         return _lines(vision) + _lines(result) + [f"wrote {os.path.join(os.path.dirname(result.path), EMBEDDING)} "
                                                   f"({what})"] + lines
+    if "mtp" in graph.parts:  # a multi-token-prediction head beside the decoder (backends.onnx.mtp)
+        decoder, head = emit_with_head(graph, path, **kwargs)
+        return _lines(decoder) + _lines(head)
     if "text" in graph.parts:  # a dual encoder: image and text towers (backends.onnx.dual)
         image, text, lines = emit_dual(graph, path, **kwargs)
         return _lines(image) + _lines(text) + lines

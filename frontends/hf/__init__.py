@@ -24,6 +24,7 @@ from frontends.hf.config import CONFIG, Arch, Config
 from frontends.hf.encoder import SENTENCE_FILES, attach_modules, base_model_view, read_modules
 from frontends.hf.families import checkpoint_source, describe
 from frontends.hf.generation import GENERATION_CONFIG, generation_meta
+from frontends.hf.mtp import PART, build_head, has_head, read_head
 from frontends.hf.vision import is_vision, load_vision
 from frontends.hf.vlm import is_vlm, load_vlm
 from frontends.hf.weights import Checkpoint
@@ -63,6 +64,7 @@ def read_arch(folder, cfg: Optional[Config] = None) -> tuple[Arch, Config]:
     name = os.path.basename(os.path.normpath(os.path.abspath(folder))) or "model"
     arch = describe(cfg, name)
     read_modules(folder, arch)  # sentence-transformers' modules.json: the encoder form
+    read_head(cfg, arch)  # a multi-token-prediction head config.json declares: frontends.hf.mtp
     return arch, cfg
 
 
@@ -87,7 +89,11 @@ def load_hf(folder, weights: bool = True) -> Graph:
                             hint="use unquantized weights, or compile the structure alone (weights=False)")
         embed = checkpoint_source(arch, "embed").names()[0]
         arch.dtype = str(checkpoint.dtype(embed) if embed in checkpoint.files else DType.parse(arch.dtype))
+        if arch.mtp is not None and not has_head(arch, checkpoint):
+            arch.mtp = None  # declared, not saved (transformers' save_pretrained drops it)
     graph = build_graph(arch, cfg)
+    if arch.mtp is not None:
+        graph.parts[PART] = build_head(arch, cfg, checkpoint)
     graph.meta.update(generation_meta(folder, cfg.data))  # token ids, positions, search defaults
     if checkpoint is not None:
         if arch.encoder is not None:

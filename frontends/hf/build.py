@@ -43,6 +43,8 @@ def build_graph(arch: Arch, cfg: Config) -> Graph:
 def embedded_inputs(m: Model, arch: Arch):
     """The token embeddings (``position_ids`` of as many axes as a multimodal RoPE reads), a
     VLM's image features merged in (``Arch.image_token``: ``frontends.hf.vlm``)."""
+    if arch.mtp is not None and arch.mtp.draft:  # an MTP head's graph: embedding and h projected (hf.mtp)
+        return arch.mtp.draft(m, arch)
     axes = {len(spec.rope.mrope["sections"]) for spec in arch.layers if spec.rope and spec.rope.mrope}
     x = m.embed(m.input_ids(position_axes=max(axes) if axes else None), scale=arch.embedding_scale)
     if arch.image_token is not None:
@@ -121,13 +123,14 @@ def _mlp(arch: Arch, layer, h):
     return layer.swiglu(h, d_ff=mlp["d_ff"])
 
 
-def attach_weights(graph: Graph, arch: Arch, checkpoint: Checkpoint) -> None:
+def attach_weights(graph: Graph, arch: Arch, checkpoint: Checkpoint, whole: bool = True) -> None:
     """Point every param at its checkpoint tensor(s), checking names, shapes and dtypes
     against the headers; tensors left over (other than ``is_spare`` ones) are an error,
     since they mean the checkpoint has parts the built model lacks. A layout whose
     ``_resolve(arch, param, checkpoint)`` is set picks, per param, among the names
     transformers would load (Kimi-Linear's two layouts); where it returns None, and for
-    every other layout, ``checkpoint_source`` names the tensor."""
+    every other layout, ``checkpoint_source`` names the tensor. A graph of part of the
+    checkpoint (an MTP head's: ``whole`` false) leaves the rest unchecked."""
     used: set[str] = set()
     resolve = LAYOUTS[arch.checkpoint].get("_resolve")
     for param in graph.params.values():
@@ -144,7 +147,7 @@ def attach_weights(graph: Graph, arch: Arch, checkpoint: Checkpoint) -> None:
                             f"{list(param.shape)}", location=checkpoint.file(source.names()[0]))
         param.data = CheckpointData(checkpoint, source, param.dtype)
         used.update(source.names())
-    spare = sorted(name for name in checkpoint.files if name not in used and not is_spare(arch, name))
+    spare = sorted(name for name in checkpoint.files if whole and name not in used and not is_spare(arch, name))
     if spare:
         more = f" and {len(spare) - 1} more" if len(spare) > 1 else ""
         raise SpecError(f"checkpoint tensor {spare[0]}{more} has no place in the model config.json describes",

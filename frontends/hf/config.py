@@ -138,10 +138,9 @@ class Arch:
     ssm: Optional[dict] = None
     residual_scale: Optional[float] = None  # each branch times this before its residual add (Granite)
     logits_scale: Optional[float] = None  # the logits times this (Granite: 1 / logits_scaling)
-    # a family the shared decoder loop cannot express: ``expand(arch, origin) -> Graph`` (build.expand)
-    expand: Optional[Callable] = None
-    # the embedding-model form (``frontends.hf.encoder.Encoder``): no caches, no logits
-    encoder: Optional[Any] = None
+    expand: Optional[Callable] = None  # a family the shared loop cannot express: (arch, origin) -> Graph
+    encoder: Optional[Any] = None  # the embedding-model form (frontends.hf.encoder.Encoder): no caches, no logits
+    mtp: Optional[Any] = None  # the checkpoint's multi-token-prediction head (frontends.hf.mtp.MtpHead)
     image_token: Optional[int] = None  # a VLM's: image features take this token's rows (frontends.hf.vlm)
     image_blocks: str = "none"  # ... and what its image opens in the mask (dsl_vision.BIDIRECTIONAL)
     deepstack: int = 0  # ... and the DeepStack levels its first layers add (Qwen3-VL)

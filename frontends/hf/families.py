@@ -420,7 +420,7 @@ def checkpoint_source(arch: Arch, param: str) -> Source:
         entry = layout.get(suffix, LAYER_NAMES.get(suffix))
     if entry is None:
         raise SpecError(f"no checkpoint name is known for @{param} in the {arch.model_type} layout")
-    prefix = f"{layout.get('_prefix', LAYER_PREFIX)}{match.group(1)}."
+    prefix = f"{layout.get('_prefix', LAYER_PREFIX)}{int(match.group(1)) + layout.get('_layer_offset', 0)}."
     if callable(entry):  # a view a name cannot say: entry(arch, prefix) -> Source
         return entry(arch, prefix)
     if isinstance(entry, Experts):
