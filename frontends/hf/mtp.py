@@ -18,87 +18,24 @@ The graph (``graph.parts["mtp"]``): inputs ``input_ids`` (t_{i+1}...), ``attenti
 ``position_ids`` (their positions), ``hidden_states`` [B, T, d] (h_i...) and the block's cache
 ``past_key_values.0.*``; outputs ``logits``, the presents and ``hidden_states_out`` (h').
 
-Where the heads live (``FORMS``; the first MTP layer is built, further ones are left aside):
-
-=============================  ==============================================================
-deepseek_v3, glm4_moe          ``model.layers.{n}.`` (n = num_hidden_layers): ``enorm``, ``hnorm``,
-                               ``eh_proj``, ``shared_head.norm`` and the block's own names;
-                               ``num_nextn_predict_layers`` (or ``num_mtp_layers``); the copies of
-                               the embedding and head there (``embed_tokens``, ``shared_head.head``)
-                               are the decoder's and left aside, as transformers does
-qwen3_next, qwen3_5_text,      ``mtp.``: ``pre_fc_norm_embedding``, ``pre_fc_norm_hidden``, ``fc``,
-qwen3_5_moe_text               ``norm`` and the block at ``mtp.layers.0.`` (a full-attention layer);
-                               ``mtp_num_hidden_layers``
-=============================  ==============================================================
-
-A config that declares a head whose checkpoint lacks it (transformers' ``save_pretrained``
+Where the heads live: ``frontends.hf.mtp_forms``. A config that declares a head whose checkpoint lacks it (transformers' ``save_pretrained``
 drops it) has none: ``irc run --speculative mtp`` then says so.
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Callable, Optional
 
 from frontends.dsl import ACTIVATION, Model, Tensor
 from frontends.hf.build import attach_weights, build_graph
-from frontends.hf.config import Arch, Config, LayerSpec
+from frontends.hf.config import Arch, Config
 from frontends.hf.families import LAYOUTS, TOP_NAMES
+from frontends.hf.mtp_forms import FORMS
 from irc.errors import SpecError
 from irc.graph import Graph
-from irc.yamlloc import non_negative_int
 
 HIDDEN = "hidden_states"  # the decoder's output and the head's input: h_i
 NEXT_HIDDEN = "hidden_states_out"  # the head's output: h', the next draft step's h
 PART = "mtp"
-
-
-@dataclass
-class MtpHead:
-    """What an ``Arch``'s MTP head holds: the block's ``LayerSpec``, whether the projection
-    takes the hidden state first, the checkpoint names of its own params, and where its block's
-    names start (``prefix`` and the layer index the graph's ``layers.0`` is there)."""
-    layers: int
-    spec: LayerSpec
-    hidden_first: bool
-    names: dict
-    prefix: str
-    index: int
-    draft: Optional[Callable] = None  # on the head's own Arch: build.embedded_inputs calls it (projected_inputs)
-
-
-def _deepseek(cfg: Config, arch: Arch) -> Optional[MtpHead]:
-    layers = _count(cfg, "num_nextn_predict_layers", "num_mtp_layers")
-    if not layers:
-        return None
-    n = arch.n_layers
-    p = f"model.layers.{n}."
-    spec = dataclasses.replace(arch.layers[-1], moe=arch.moe is not None, window=None)
-    return MtpHead(layers, spec, False, {"mtp.enorm": p + "enorm.weight", "mtp.hnorm": p + "hnorm.weight",
-                                         "mtp.eh_proj": p + "eh_proj.weight", "norm": p + "shared_head.norm.weight"},
-                   "model.layers.", n)
-
-
-def _qwen(cfg: Config, arch: Arch) -> Optional[MtpHead]:
-    layers = _count(cfg, "mtp_num_hidden_layers")
-    if not layers:
-        return None
-    full = next((s for s in arch.layers if s.mixer == "attention"), None)
-    if full is None:
-        raise cfg.error("mtp_num_hidden_layers", "the MTP block is a full-attention layer, and this model has none")
-    spec = dataclasses.replace(full, moe=arch.moe is not None, window=None)
-    return MtpHead(layers, spec, False, {"mtp.enorm": "mtp.pre_fc_norm_embedding.weight",
-                                         "mtp.hnorm": "mtp.pre_fc_norm_hidden.weight", "mtp.eh_proj": "mtp.fc.weight",
-                                         "norm": "mtp.norm.weight"}, "mtp.layers.", 0)
-
-
-FORMS = {"deepseek_v3": _deepseek, "glm4_moe": _deepseek,
-         "qwen3_next": _qwen, "qwen3_5_text": _qwen, "qwen3_5_moe_text": _qwen}
-
-
-def _count(cfg: Config, *keys: str) -> int:
-    key = next((k for k in keys if cfg.has(k)), None)
-    return 0 if key is None else cfg.get(key, non_negative_int) or 0
 
 
 def read_head(cfg: Config, arch: Arch) -> None:
@@ -179,4 +116,4 @@ def drop_head(graph: Graph) -> None:
     graph.outputs = [v for v in graph.outputs if v.name != HIDDEN]
 
 
-__all__ = ["FORMS", "HIDDEN", "MtpHead", "NEXT_HIDDEN", "PART", "build_head", "drop_head", "has_head", "read_head", "return_hidden"]
+__all__ = ["HIDDEN", "NEXT_HIDDEN", "PART", "build_head", "drop_head", "has_head", "read_head", "return_hidden"]
