@@ -18,8 +18,9 @@ The graph (``graph.parts["mtp"]``): inputs ``input_ids`` (t_{i+1}...), ``attenti
 ``position_ids`` (their positions), ``hidden_states`` [B, T, d] (h_i...) and the block's cache
 ``past_key_values.0.*``; outputs ``logits``, the presents and ``hidden_states_out`` (h').
 
-Where the heads live: ``frontends.hf.mtp_forms``. A config that declares a head whose checkpoint lacks it (transformers' ``save_pretrained``
-drops it) has none: ``irc run --speculative mtp`` then says so.
+Where each family's head lives: ``frontends.hf.mtp_forms``. A config that declares a head its
+checkpoint lacks (transformers' ``save_pretrained`` drops it) has none: ``irc run
+--speculative mtp`` then says so.
 """
 from __future__ import annotations
 
