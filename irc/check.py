@@ -12,6 +12,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from irc.graph import Graph
+from irc.world import full_view
 from irc.interpreter import bind_symbols, past_inputs, present_name, random_feeds, run
 
 # Sizes the numeric comparison binds symbols to: small, but with a nonempty past cache.
@@ -136,7 +137,8 @@ def compare_own_caches(before: Graph, after: Graph, feeds: Optional[Mapping[str,
 
 
 def _signature(graph: Graph) -> dict:
-    return {v.name: (v.dtype, v.shape) for v in graph.inputs}
+    """The inputs' names and types (a sharded graph's as its world takes them: ``irc.world``)."""
+    return {v.name: (v.dtype, v.shape) for v in full_view(graph, graph.inputs)}
 
 
 def _own_feeds(graphs, shared: set, batch: int, tokens: int, past: int, sizes: dict, seed: int) -> list[dict]:

@@ -18,29 +18,45 @@ from irc.errors import IRCError
 from irc.graph import Graph, Node, Param
 from irc.ops.rope import cache_refresh_length
 from irc.weights import seed_absent
+from irc.world import Shard, full_view, run_world, world_size
 
 
 class Interpreter:
     def __init__(self, graph: Graph, seed: int = 0):
-        self.graph = graph
+        self.graph, self.seed = graph, seed
         seed_absent(graph, seed)
-        self._weights: dict[str, np.ndarray] = {}
+        self._weights: dict = {}
 
-    def weight(self, param: Param) -> np.ndarray:
-        if param.name not in self._weights:
-            self._weights[param.name] = np.asarray(param.array())
-        return self._weights[param.name]
+    def weight(self, param: Param, rank: Optional[int] = None) -> np.ndarray:
+        """The param's array (a sharded graph's: rank ``rank``'s block, ``irc.world``)."""
+        key = param.name if rank is None else (param.name, rank)
+        if key not in self._weights:
+            if isinstance(param.data, Shard):
+                if rank is None:
+                    raise IRCError(f"@{param.name} is sharded: the graph runs as a world (irc.world)")
+                offset = float(self.graph.meta.get("norm_offset", 0.0) or 0.0)
+                self._weights[key] = param.data.for_rank(rank, self.seed, centre=1.0 - offset)
+            else:
+                self._weights[key] = np.asarray(param.array())
+        return self._weights[key]
 
     def bind(self, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
         return bind_symbols(self.graph, feeds)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The graph's outputs; a sharded graph's (``irc.world``) from all its ranks, joined."""
+        if world_size(self.graph):
+            return run_world(self, feeds)
+        return self.run_rank(feeds, None)
+
+    def run_rank(self, feeds: Mapping[str, np.ndarray], rank: Optional[int]) -> dict[str, np.ndarray]:
+        """One rank's run (None: an unsharded graph)."""
         bindings = self.bind(feeds)
         env: dict[int, np.ndarray] = {}
         for value in self.graph.inputs:
             env[id(value)] = np.asarray(feeds[value.name])
         for node in self.graph.nodes:
-            args = [None if v is None else (self.weight(v) if isinstance(v, Param) else env[id(v)])
+            args = [None if v is None else (self.weight(v, rank) if isinstance(v, Param) else env[id(v)])
                     for v in node.inputs]
             results = self.run_node(node, args, bindings)
             for value, result in zip(node.outputs, results):
@@ -103,13 +119,13 @@ def random_feeds(graph: Graph, batch: int = 2, tokens: int = 5, past: int = 0, s
         merge = int((graph.meta.get("vision") or {}).get("merge", 1))
         grid = np.asarray([[1, 2 * merge, 3 * merge]], np.int64)
         bindings.update(N=1, I=6)
-    for value in graph.inputs:
+    for value in full_view(graph, graph.inputs):  # a sharded graph's as its world takes them
         for d in value.shape:
             for symbol in sorted(dims.symbols(d) - set(bindings)):
                 bindings[symbol] = (sizes or {}).get(symbol, 3)
     vocab = vocab or int(graph.meta.get("vocab_size", 2))
     feeds = {}
-    for value in graph.inputs:
+    for value in full_view(graph, graph.inputs):  # a sharded graph's as its world takes them
         shape = dims.evaluate_shape(value.shape, bindings)
         if value.name == "input_ids":
             feeds[value.name] = rng.integers(0, vocab, size=shape, dtype=np.int64)
@@ -141,7 +157,7 @@ def generate(graph: Graph, prompt: list[int], max_new_tokens: int, seed: int = 0
     the last step. A LongRoPE graph's step that reaches ``cache_refresh_length`` runs the
     whole sequence again from empty caches, as transformers' generate does."""
     interp = Interpreter(graph, seed)
-    caches = past_inputs(graph)
+    caches = full_view(graph, past_inputs(graph))  # a sharded graph's as its world takes them
     empty = {v.name: np.zeros(dims.evaluate_shape(v.shape, {"B": 1, **EMPTY}), v.dtype.numpy) for v in caches}
     state = dict(empty)
     ids = np.asarray([prompt], dtype=np.int64)

@@ -21,6 +21,7 @@ from frontends import companion_files, load_notes
 from irc import limits
 from irc.analysis import analyze, memory_against_context, stats_line, visual_token_costs
 from irc.analysis_mla import mla_forms, trade_lines
+from irc.analysis_shard import shard_lines, shard_summary
 from irc.check import compare_outputs
 from irc.dot import graph_to_dot
 from irc.dtypes import DType
@@ -122,8 +123,11 @@ def _target_options(args) -> dict:
 def cmd_show(args) -> int:
     graph = load(args.spec)
     weights = weights_cli.source(args.spec, graph)[1]
+    if args.tp is not None:  # each rank's share: the shard pass last (irc.analysis_shard)
+        args.passes = ",".join(p for p in (args.passes, f"shard{{tp={args.tp}}}") if p)
     _apply_passes(graph, args)
     cache = DType.parse(args.cache_dtype) if args.cache_dtype else None
+    shard = shard_summary(graph, args.context, cache) if graph.meta.get("shard") else None
     summary = analyze(graph, context=args.context, cache_dtype=cache)
     trade = mla_forms(graph, cache_dtype=cache)  # the MLA absorption trade; None without MLA
     memory = memory_against_context(graph, cache_dtype=cache) if summary["state_elements_per_sequence"] else None
@@ -137,7 +141,7 @@ def cmd_show(args) -> int:
     head = mtp_summary(graph.parts["mtp"], args.context, cache) if "mtp" in graph.parts else None
     if args.json:
         print(json.dumps({**summary, "weights": weights, **({"mla_forms": trade} if trade else {}),
-                          **({"mtp_head": head} if head else {}),
+                          **({"mtp_head": head} if head else {}), **({"shard": shard} if shard else {}),
                           **({"vision_model": seen} if seen else {}), **({"text_tower": words} if words else {}),
                           **({"memory_against_context": memory} if memory else {}),
                           **({"visual_tokens": costs} if costs else {})}, indent=2, sort_keys=True))
@@ -177,6 +181,8 @@ def cmd_show(args) -> int:
         rows.append(("MTP head (compile --mtp)", f"{head['params_own']:,} parameters of its own (the embedding and "
                      f"LM head are the decoder's), KV cache {head['kv_cache_bytes_per_token']:,} bytes/token"))
     _print_rows(rows)
+    for line in shard_lines(shard) if shard else []:
+        print(line)
     for line in trade_lines(trade) if trade else []:
         print(line)
     for line in _memory_lines(memory, summary) if memory else []:
@@ -394,6 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(show)
     show.add_argument("--json", action="store_true")
     show.add_argument("--cache-dtype", default=None, help="KV-cache dtype (default: the model's dtype)")
+    show.add_argument("--tp", type=int, default=None, metavar="N",
+                      help="tensor parallel over N ranks: each rank's parameters, KV cache and collective bytes "
+                           "(the shard{tp=N} pass after --passes)")
     show.add_argument("--text-model", metavar="SPEC", default=None,
                       help="for an image encoder: what its tokens cost this decoder's KV cache when prepended")
     show.set_defaults(func=cmd_show)

@@ -19,6 +19,7 @@ from irc.interpreter import no_images
 from irc.graph import Graph
 from irc.output import import_native
 from irc.ops.rope import cache_refresh_length
+from irc.world import full_view
 
 Engine = Callable[[Mapping[str, np.ndarray]], dict]
 
@@ -77,7 +78,7 @@ def empty_caches(graph: Graph, batch: int) -> dict:
     """Zero-length past caches [B, K, 0, D] and zero recurrent states for every
     past_key_values input."""
     return {v.name: np.zeros(dims.evaluate_shape(v.shape, {"B": batch, **EMPTY}), v.dtype.numpy)
-            for v in past_inputs(graph)}
+            for v in full_view(graph, past_inputs(graph))}  # a sharded graph's: as its world takes them
 
 
 def greedy(engine: Engine, graph: Graph, prompts: list, new_tokens: int, pad_id: int = 0) -> dict:

@@ -10,3 +10,4 @@ from irc.ops import activations  # noqa: F401,E402
 from irc.ops import mlstm  # noqa: F401,E402
 from irc.ops import ngram  # noqa: F401,E402
 from irc.ops import nvfp4  # noqa: F401,E402
+from irc.ops import collective  # noqa: F401,E402

@@ -1,0 +1,144 @@
+"""A sharded graph's ranks run in one process: the reference for tensor parallelism.
+
+The shard pass (``passes/shard.py``) leaves one rank's program and, in
+``graph.meta["shard"]``, how each sharded param, input and output is cut: ``{"axis", "block",
+"rep"}`` — rank r holds elements [i x block, (i + 1) x block) of the full tensor along
+``axis``, i = r // rep (``rep`` > 1 where ranks share a block: KV heads replicated when there
+are fewer than ranks). A sharded param's data is a ``Shard`` of the full weight.
+
+``run_world(graph, feeds)`` takes the unsharded graph's feeds (full caches), cuts each rank's
+inputs, runs every rank's program in its own thread (``irc.ops.collective.CONTEXT`` tells the
+collectives their rank; they meet at a barrier in program order) and joins each output back
+(a replicated output is rank 0's, checked equal on every rank; a cut one is the ranks'
+blocks joined in order, one rank per block), so a sharded graph has its unsharded graph's
+contract and the interpreter runs it wherever it runs the original (``irc.interpreter``).
+"""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Mapping, Optional
+
+import numpy as np
+
+from irc.errors import IRCError
+from irc.graph import Graph, Value
+from irc.ops import collective
+from irc.weights import SeededInit, load_data
+
+KEY = "shard"
+
+
+class Shard:
+    """Lazy data of one rank's block of a full weight (``data``, absent: seeded by the full
+    weight's name and shape, as the unsharded graph would be). Only ``for_rank`` reads it."""
+
+    def __init__(self, data, name: str, shape: tuple, dtype, cut: dict):
+        self.data, self.name, self.shape, self.dtype, self.cut = data, name, tuple(shape), dtype, dict(cut)
+
+    def full(self, seed: int = 0, centre: float = 1.0) -> np.ndarray:
+        data = self.data if self.data is not None else SeededInit(self.name, self.shape, self.dtype, seed,
+                                                                  centre=centre)
+        return np.asarray(load_data(data))
+
+    def for_rank(self, rank: int, seed: int = 0, centre: float = 1.0) -> np.ndarray:
+        return block(self.full(seed, centre), self.cut, rank)
+
+    def load(self) -> np.ndarray:
+        raise IRCError(f"@{self.name} is sharded: read one rank's block (irc.world)",
+                       hint="run the sharded graph through irc.world.run_world")
+
+
+def block(array: np.ndarray, cut: dict, rank: int) -> np.ndarray:
+    """Rank ``rank``'s block of ``array`` (module docstring)."""
+    index = rank // cut.get("rep", 1)
+    size = cut["block"]
+    return np.ascontiguousarray(np.take(array, np.arange(index * size, (index + 1) * size), axis=cut["axis"]))
+
+
+def join(parts: list, cut: dict) -> np.ndarray:
+    """The full tensor from every rank's block (one rank per block)."""
+    return np.concatenate(parts[::cut.get("rep", 1)], axis=cut["axis"])
+
+
+class World:
+    """The ranks' meeting point: ``exchange(rank, x)`` returns every rank's x, in rank order,
+    once all have arrived."""
+
+    def __init__(self, size: int):
+        self.size, self.barrier = size, threading.Barrier(size)
+        self.slots: list = [None] * size
+
+    def exchange(self, rank: int, array: np.ndarray) -> list:
+        self.slots[rank] = array
+        self.barrier.wait()
+        parts = list(self.slots)
+        self.barrier.wait()  # nobody writes the next exchange before everyone has read this one
+        return parts
+
+
+def full_view(graph: Graph, values) -> list:
+    """``values`` (a sharded graph's inputs or outputs) as the unsharded graph has them: copies
+    whose cut axis has every rank's blocks (what ``run_world`` takes and returns)."""
+    spec = graph.meta.get(KEY)
+    if not spec:
+        return list(values)
+    cuts = {**spec.get("inputs", {}), **spec.get("outputs", {})}
+    viewed = []
+    for value in values:
+        cut = cuts.get(value.name)
+        if cut is None:
+            viewed.append(value)
+            continue
+        shape = list(value.shape)
+        shape[cut["axis"]] = cut["block"] * spec["tp"] // cut.get("rep", 1)
+        viewed.append(Value(value.name, value.dtype, shape))
+    return viewed
+
+
+def world_size(graph: Graph) -> Optional[int]:
+    spec = graph.meta.get(KEY)
+    return None if not spec else spec["tp"]
+
+
+def run_world(interpreter, feeds: Mapping[str, np.ndarray]) -> dict:
+    """The outputs of ``interpreter.graph``, sharded, from the unsharded graph's ``feeds``."""
+    graph: Graph = interpreter.graph
+    spec = graph.meta[KEY]
+    size = spec["tp"]
+    world = World(size)
+    cuts_in, cuts_out = spec.get("inputs", {}), spec.get("outputs", {})
+
+    def rank_run(rank: int) -> dict:
+        collective.CONTEXT.rank, collective.CONTEXT.world = rank, world
+        try:
+            fed = {name: block(np.asarray(a), cuts_in[name], rank) if name in cuts_in else a
+                   for name, a in feeds.items()}
+            return interpreter.run_rank(fed, rank)
+        except BaseException:
+            world.barrier.abort()  # the others stop at their next collective
+            raise
+        finally:
+            collective.CONTEXT.world = None
+
+    with ThreadPoolExecutor(max_workers=size) as pool:
+        futures = [pool.submit(rank_run, rank) for rank in range(size)]
+    errors = [f.exception() for f in futures if f.exception() is not None]
+    first = next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0] if errors else None)
+    if first is not None:
+        raise first  # the rank that failed, not the ones its failure stopped
+    results = [f.result() for f in futures]
+    joined = {}
+    for value in graph.outputs:
+        parts = [r[value.name] for r in results]
+        if value.name in cuts_out:
+            joined[value.name] = join(parts, cuts_out[value.name])
+        else:
+            if any(not np.array_equal(parts[0], p) for p in parts[1:]):
+                raise IRCError(f"output %{value.name} differs between ranks, but the shard pass says it is "
+                               "replicated", location=f"graph {graph.name}")
+            joined[value.name] = parts[0]
+    return joined
+
+
+__all__ = ["KEY", "Shard", "World", "block", "full_view", "join", "run_world", "world_size"]

@@ -1,0 +1,241 @@
+"""``shard{tp=N}``: tensor parallelism, Megatron-LM's layout, as one rank's program.
+
+Every rank runs the same graph on its own blocks of the weights (``irc.world``):
+
+- attention: q / k / v projections column-parallel (rank r keeps its heads' rows, biases
+  too), the heads split by KV group (each rank owns whole groups: H / N query heads and
+  H_kv / N KV heads, the cache inputs and presents cut alike); where H_kv < N the KV heads are
+  replicated, N / H_kv ranks holding each (said in the pass's note), and where neither divides
+  the pass refuses; the output projection row-parallel (its columns), then ``all_reduce``
+  (its bias, if any, added once after it);
+- dense MLPs (SwiGLU, GeGLU): gate and up column-parallel, down row-parallel, ``all_reduce``;
+- the embedding vocabulary-parallel (``vocab_embedding``: each rank its block of rows, zero
+  elsewhere, then ``all_reduce``) and the LM head column-parallel over the vocabulary, then
+  ``all_gather`` of the logits (a tied head reads the embedding's block);
+- everything else (norms, residual adds, RoPE) replicated: every rank computes it on the same
+  values.
+
+Refused, naming the node: layers whose weights the pass does not yet split (MoE experts, MLA,
+state-space and linear-attention mixers), attention with sinks, ALiBi or per-head norms between
+a projection and the attention, and a dimension N does not divide.
+
+Guarantees: run as a world (``irc.world.run_world``: the reference interpreter runs every
+sharded graph so), the graph gives the unsharded graph's outputs from its feeds, caches
+included (presents joined along their heads); ``graph.meta["shard"]`` says how each param,
+cache and present is cut; ``tp=1`` changes nothing, and a graph already sharded at N is left
+as it is (unchanged; another N is refused).
+"""
+from __future__ import annotations
+
+from irc import ops
+from irc.build import emit1
+from irc.errors import PassError
+from irc.graph import Graph, Node, Param, Value
+from irc.passmanager import Pass, register_pass
+from irc.world import KEY, Shard
+
+THROUGH = ("rope",)  # per-head ops that may sit between a projection and the attention
+REFUSED = ("moe", "moe_sorted", "mla_attention", "mla_absorbed_attention", "mla_latent_attention", "mamba",
+           "mamba2", "selective_scan", "gated_delta", "lightning_attention", "rwkv", "rglru", "mlstm",
+           "cross_attention")
+
+
+@register_pass
+class ShardPass(Pass):
+    """Tensor parallelism over ``tp`` ranks (Megatron-LM's column / row-parallel layout): one
+    rank's program with ``all_reduce`` / ``all_gather``, proven equal as a world of ranks."""
+
+    name = "shard"
+    options = {"tp": 1}
+
+    def run(self, graph: Graph) -> bool:
+        tp = int(self.config["tp"])
+        if tp < 1:
+            raise PassError(f"shard: tp must be at least 1, got {tp}")
+        done = graph.meta.get(KEY)
+        if done:
+            if done["tp"] != tp:
+                raise PassError(f"shard: the graph is already sharded over {done['tp']} ranks, not {tp}")
+            self.notes = []
+            return False
+        if tp == 1:
+            self.notes = []
+            return False
+        plan = _Plan(graph, tp)
+        for node in list(graph.nodes):
+            plan.visit(node)
+        plan.apply()
+        reinfer(graph)
+        graph.meta[KEY] = {"tp": tp, "params": plan.params, "inputs": plan.inputs, "outputs": plan.outputs}
+        self.notes = plan.notes
+        return True
+
+
+class _Plan:
+    def __init__(self, graph: Graph, tp: int):
+        self.graph, self.tp = graph, tp
+        self.params: dict = {}  # name -> cut
+        self.inputs: dict = {}
+        self.outputs: dict = {}
+        self.attrs: list = []  # (node, attrs) to set
+        self.after: list = []  # (node, collective op, attrs, bias to add after it)
+        self.embeddings: list = []
+        self.notes: list = []
+
+    def error(self, node: Node, detail: str) -> PassError:
+        return PassError(f"shard: node %{node.name} ({node.op}): {detail}", location=node.origin)
+
+    def divide(self, node: Node, size: int, what: str) -> int:
+        if size % self.tp:
+            raise self.error(node, f"{what} is {size}, which {self.tp} ranks do not divide")
+        return size // self.tp
+
+    def cut(self, node: Node, param, axis: int, block: int, rep: int = 1) -> None:
+        if not isinstance(param, Param):
+            raise self.error(node, "its weight is computed, not a param: the pass cuts params only")
+        cut = {"axis": axis, "block": block, "rep": rep}
+        if self.params.get(param.name, cut) != cut:
+            raise self.error(node, f"@{param.name} is read by two nodes that would cut it differently")
+        self.params[param.name] = cut
+
+    def visit(self, node: Node) -> None:
+        if node.op in REFUSED:
+            raise self.error(node, "the shard pass splits GQA attention, dense MLPs, the embedding and the head; "
+                                   "this layer's weights have no tensor-parallel form in irc yet")
+        if node.op == "attention":
+            self.attention(node)
+        elif node.op in ("swiglu", "geglu"):
+            d_ff = node.inputs[1].shape[0]
+            block = self.divide(node, d_ff, "the MLP's width (d_ff)")
+            self.cut(node, node.inputs[1], 0, block)
+            self.cut(node, node.inputs[2], 0, block)
+            self.cut(node, node.inputs[3], 1, block)
+            self.after.append((node, "all_reduce", {"world": self.tp}, None))
+        elif node.op == "embedding":
+            table = node.inputs[1]
+            self.cut(node, table, 0, self.divide(node, table.shape[0], "the vocabulary (embedding rows)"))
+            self.embeddings.append(node)
+        elif node.op == "linear" and self.is_head(node):
+            weight = node.inputs[1]
+            self.cut(node, weight, 0, self.divide(node, weight.shape[0], "the vocabulary (head rows)"))
+            if len(node.inputs) > 2 and node.inputs[2] is not None:
+                self.cut(node, node.inputs[2], 0, weight.shape[0] // self.tp)
+            self.after.append((node, "all_gather", {"world": self.tp, "axis": -1}, None))
+
+    def is_head(self, node: Node) -> bool:
+        """The LM head: its output becomes ``logits`` through position-wise ops only."""
+        value = node.outputs[0]
+        while True:
+            if value in self.graph.outputs:
+                return value.name == "logits"
+            users = self.graph.users(value)
+            if len(users) != 1 or users[0].op not in ("softcap", "cast", "scale"):
+                return False
+            value = users[0].outputs[0]
+
+    def attention(self, node: Node) -> None:
+        a = node.attrs
+        names = ops.get_op("attention").operand_names(len(node.inputs))
+        extra = [n for n, v in zip(names, node.inputs) if n in ("sinks", "blocks", "alibi") and v is not None]
+        if extra:
+            raise self.error(node, f"attention with {extra[0]} has no tensor-parallel form in irc yet")
+        heads = self.divide(node, a["heads"], "the query heads")
+        kv, rep = self.kv_split(node, a["kv_heads"])
+        head_dim, v_dim = a["head_dim"], a["v_head_dim"] or a["head_dim"]
+        for i, block, r in ((0, heads * head_dim, 1), (1, kv * head_dim, rep), (2, kv * v_dim, rep)):
+            linear = self.projection(node, node.inputs[i])
+            self.cut(linear, linear.inputs[1], 0, block, r)
+            if len(linear.inputs) > 2 and linear.inputs[2] is not None:
+                self.cut(linear, linear.inputs[2], 0, block, r)
+        for i in (4, 5):
+            if len(node.inputs) > i and node.inputs[i] is not None:
+                self.inputs[node.inputs[i].name] = {"axis": 1, "block": kv, "rep": rep}
+                self.outputs[node.outputs[i - 3].name] = {"axis": 1, "block": kv, "rep": rep}
+        out = self.graph.users(node.outputs[0])
+        if len(out) != 1 or out[0].op != "linear" or out[0].inputs[0] is not node.outputs[0]:
+            raise self.error(node, "its output is not read by one output projection (linear)")
+        self.cut(out[0], out[0].inputs[1], 1, heads * v_dim)
+        bias = out[0].inputs[2] if len(out[0].inputs) > 2 else None
+        self.after.append((out[0], "all_reduce", {"world": self.tp}, bias))
+        self.attrs.append((node, {"heads": heads, "kv_heads": kv}))
+
+    def kv_split(self, node: Node, kv_heads: int) -> tuple[int, int]:
+        """(KV heads per rank, ranks per KV head)."""
+        if kv_heads % self.tp == 0:
+            return kv_heads // self.tp, 1
+        if self.tp % kv_heads == 0:
+            self.notes.append(f"shard: %{node.name} has {kv_heads} KV heads for {self.tp} ranks: each KV head is "
+                              f"replicated on {self.tp // kv_heads} ranks (its cache too)")
+            return 1, self.tp // kv_heads
+        raise self.error(node, f"{kv_heads} KV heads and {self.tp} ranks: neither divides the other")
+
+    def projection(self, node: Node, value: Value) -> Node:
+        """The linear making ``value`` (through ``THROUGH`` ops), read by nothing else."""
+        while value.producer is not None and value.producer.op in THROUGH:
+            value = value.producer.inputs[0]
+        producer = value.producer
+        if producer is None or producer.op != "linear" or len(self.graph.users(value)) != 1:
+            what = "an input" if producer is None else f"%{producer.name} ({producer.op})"
+            raise self.error(node, f"q, k and v must come from their own projections (linear, then RoPE); "
+                                   f"one comes from {what}")
+        return producer
+
+    def apply(self) -> None:
+        g = self.graph
+        for name, cut in self.params.items():
+            old = g.params[name]
+            shape = list(old.shape)
+            shape[cut["axis"]] = cut["block"]
+            new = Param(name, old.dtype, tuple(shape), Shard(old.data, name, old.shape, old.dtype, cut))
+            g.params[name] = new
+            g.replace_all_uses(old, new)
+        for value in g.inputs:
+            if value.name in self.inputs:
+                cut = self.inputs[value.name]
+                shape = list(value.shape)
+                shape[cut["axis"]] = cut["block"]
+                value.shape = tuple(shape)
+        for node, attrs in self.attrs:
+            node.attrs = {**node.attrs, **attrs}
+        for node in self.embeddings:
+            self.vocab_parallel(node)
+        for node, op, attrs, bias in self.after:
+            self.collective(node, op, attrs, bias)
+
+    def vocab_parallel(self, node: Node) -> None:
+        g = self.graph
+        local = emit1(g, "vocab_embedding", node.inputs[:2], {"world": self.tp, "scale": node.attrs["scale"]},
+                      f"{node.outputs[0].name}.local", before=node, origin=node.origin)
+        joined = emit1(g, "all_reduce", [local], {"world": self.tp}, f"{node.outputs[0].name}.reduced", before=node,
+                       origin=node.origin)
+        name = node.outputs[0].name
+        g.replace_all_uses(node.outputs[0], joined)
+        g.remove(node)
+        g.rename(joined, name)
+
+    def collective(self, node: Node, op: str, attrs: dict, bias) -> None:
+        g = self.graph
+        out = node.outputs[0]
+        users, outputs = list(out.uses), [v is out for v in g.outputs]
+        if bias is not None:
+            node.set_input(2, None)
+        after = g.nodes[g.nodes.index(node) + 1] if node is not g.nodes[-1] else None
+        done = emit1(g, op, [out], attrs, f"{out.name}.{op}", before=after, origin=node.origin)
+        if bias is not None:
+            done = emit1(g, "add", [done, bias], None, f"{out.name}.biased", before=after, origin=node.origin)
+        for user in users:
+            for i, v in enumerate(user.inputs):
+                if v is out:
+                    user.set_input(i, done)
+        g.outputs = [done if is_out else v for v, is_out in zip(g.outputs, outputs)]
+        if any(outputs):  # the graph's output keeps its name
+            name = out.name
+            g.rename(out, f"{name}.local")
+            g.rename(done, name)
+
+
+def reinfer(graph: Graph) -> None:
+    """Every node's output types again from its (cut) inputs and attributes, in order."""
+    for node in graph.nodes:
+        for value, t in zip(node.outputs, ops.infer(node.op, list(node.inputs), node.attrs)):
+            value.dtype, value.shape = t.dtype, t.shape

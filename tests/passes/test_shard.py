@@ -1,0 +1,118 @@
+"""shard{tp=N}: tensor parallelism as one rank's program, proven equal to the unsharded graph
+as a world of ranks (irc.world) through the reference interpreter: golden dumps, the changed
+flag both ways, idempotence, outputs and caches equal at tp 2 and 4 (KV heads replicated
+where fewer than ranks), greedy tokens equal; per-rank accounting (irc show --tp) on the
+seeds' cases; refusals naming the node and the dimension."""
+import json
+
+import numpy as np
+import pytest
+
+from frontends.yaml_spec import load, loads
+from irc.analysis import analyze
+from irc.analysis_shard import shard_summary
+from irc.errors import PassError
+from irc.interpreter import generate, random_feeds
+from irc.check import compare_outputs
+from irc.testing import apply_pass, assert_pass, assert_unchanged
+from irc_cli import main
+from passes.shard import ShardPass
+
+SPECS = {"llama3": "examples/tiny-llama3.yaml", "qwen2-bias": "examples/tiny-qwen2-7b.yaml",
+         "gemma2-geglu-softcap-window": "examples/tiny-gemma2-9b.yaml", "mistral-window": "examples/tiny-mistral-7b.yaml"}
+MQA = """
+model:
+  name: tiny-mqa
+  vocab_size: 128
+  d_model: 32
+  n_layers: 2
+  norm: {kind: rms, eps: 1.0e-6}
+  attention: {kind: gqa, n_heads: 4, n_kv_heads: 1, head_dim: 8, rope: {base: 10000, convention: half}}
+  mlp: {kind: swiglu, d_ff: 64}
+"""
+
+
+def test_golden_and_idempotent():
+    assert assert_pass(ShardPass(tp=2), load("examples/tiny-llama3.yaml"), golden="shard")
+
+
+def test_tp1_changes_nothing():
+    assert_unchanged(ShardPass(tp=1), load("examples/tiny-llama3.yaml"))
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_world_equals_the_unsharded_graph(name, tp):
+    """Logits and presents (joined along the KV heads) over a past of 3 and 5 new tokens."""
+    graph = load(SPECS[name])
+    sharded, changed = apply_pass(ShardPass(tp=tp), graph)
+    assert changed
+    feeds = random_feeds(graph, batch=2, tokens=5, past=3, seed=1)
+    assert compare_outputs(graph, sharded, feeds) <= 1e-5
+
+
+def test_mqa_replicates_its_kv_head_on_every_rank():
+    graph = loads(MQA)
+    sharded, _ = apply_pass(ShardPass(tp=4), graph)
+    assert compare_outputs(graph, sharded, random_feeds(graph, batch=1, tokens=4, past=2)) <= 1e-5
+    shard = shard_summary(sharded)
+    assert shard["kv_replication"] == 4
+    assert shard["kv_cache_bytes_per_token_per_rank"] == analyze(graph)["kv_cache_bytes_per_token"]
+
+
+def test_greedy_tokens_equal():
+    graph = load("examples/tiny-llama3.yaml")
+    sharded, _ = apply_pass(ShardPass(tp=2), graph)
+    assert generate(sharded, [3, 17, 42], 12)[0] == generate(graph, [3, 17, 42], 12)[0]
+
+
+def test_refusals_name_the_node_and_the_dimension():
+    with pytest.raises(PassError, match=r"node %x \(embedding\): the vocabulary \(embedding rows\) is 256, which 3 "):
+        apply_pass(ShardPass(tp=3), load("examples/tiny-llama3.yaml"))
+    with pytest.raises(PassError, match=r"node %layers\.0\.attn \(attention\): the query heads is 4, which 8 ranks"):
+        apply_pass(ShardPass(tp=8), load("examples/tiny-llama3.yaml"))
+    with pytest.raises(PassError, match=r"\(moe\).*no tensor-parallel form"):
+        apply_pass(ShardPass(tp=2), load("examples/tiny-mixtral-8x7b.yaml"))
+    with pytest.raises(PassError, match=r"mla_attention"):
+        apply_pass(ShardPass(tp=2), load("examples/tiny-deepseek-v3.yaml"))
+
+
+def show_json(capsys, *argv) -> dict:
+    assert main(["show", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("tp, replication", [(8, 1), (16, 2)])
+def test_llama_70b_per_rank(capsys, tp, replication):
+    """Llama-2-70B (64 query heads, 8 KV heads): at tp 8 each rank owns one KV group, at tp 16
+    each KV head sits on two ranks; every weight but the norms is cut N ways; two all-reduces
+    a layer (attention, MLP) and one for the embedding, one all-gather of the logits."""
+    full = show_json(capsys, "examples/llama2-70b.yaml")
+    shard = show_json(capsys, "examples/llama2-70b.yaml", "--tp", str(tp))["shard"]
+    d, layers, vocab, d_ff, head_dim = 8192, 80, 32000, 28672, 128
+    kv_rows = max(8 // tp, 1) * head_dim  # a rank's KV heads: 1 at tp 8, and at tp 16 (shared by 2)
+    layer = 2 * d * d // tp + 2 * kv_rows * d + 3 * d * d_ff // tp + 2 * d
+    assert shard["params_per_rank"] == layers * layer + 2 * vocab * d // tp + d
+    assert full["params_total"] == layers * (2 * d * d + 2 * 8 * head_dim * d + 3 * d * d_ff + 2 * d) + 2 * vocab * d + d
+    assert shard["kv_cache_bytes_per_token_per_rank"] == full["kv_cache_bytes_per_token"] * replication // tp
+    assert shard["kv_replication"] == replication
+    reduce, gather = shard["collectives"]["all_reduce"], shard["collectives"]["all_gather"]
+    assert reduce["count"] == 2 * layers + 1 and gather["count"] == 1
+    ring = 2 * (tp - 1)  # an all-reduce of n bytes sends 2 (N - 1) / N x n
+    # the layers' activations are f32; the embedding's rows stay the table's bf16 until the first norm
+    assert reduce["bytes_per_token"] == 2 * layers * (d * 4 * ring // tp) + d * 2 * ring // tp
+    assert gather["bytes_per_token"] == vocab * 4 * (tp - 1) // tp
+
+
+def test_cli_refuses_with_exit_2(capsys):
+    assert main(["show", "examples/tiny-llama3.yaml", "--tp", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "3 ranks do not divide" in err and "Traceback" not in err
+
+
+def test_a_sharded_graph_runs_as_a_world_only():
+    graph = load("examples/tiny-llama3.yaml")
+    sharded, _ = apply_pass(ShardPass(tp=2), graph)
+    from irc.interpreter import Interpreter
+    out = Interpreter(sharded).run(random_feeds(graph, batch=1, tokens=3))
+    assert out["logits"].shape == (1, 3, 256) and np.isfinite(out["logits"]).all()
