@@ -9,14 +9,22 @@ Every rank runs the same graph on its own blocks of the weights (``irc.world``):
   the pass refuses; the output projection row-parallel (its columns), then ``all_reduce``
   (its bias, if any, added once after it);
 - dense MLPs (SwiGLU, GeGLU): gate and up column-parallel, down row-parallel, ``all_reduce``;
+- MLA as stored (its cache per head): the heads split, the latent projections replicated (the
+  latent forms ``mla-absorb`` makes, whose cache every head reads, are refused for now);
+- mixtures of experts: every expert's width split the same way (the router replicated, each
+  rank routing every token), the shared expert too, then ``all_reduce``; with ``ep`` = N, whole
+  experts instead, E / N a rank (``moe``'s ``expert_shards``: each rank adds its experts'
+  share of every token, an all-reduce combining them where a serving engine would send
+  tokens to their experts and back with two all-to-alls), the shared expert still split by width;
 - the embedding vocabulary-parallel (``vocab_embedding``: each rank its block of rows, zero
   elsewhere, then ``all_reduce``) and the LM head column-parallel over the vocabulary, then
   ``all_gather`` of the logits (a tied head reads the embedding's block);
 - everything else (norms, residual adds, RoPE) replicated: every rank computes it on the same
   values.
 
-Refused, naming the node: layers whose weights the pass does not yet split (MoE experts, MLA,
-state-space and linear-attention mixers), attention with sinks, ALiBi or per-head norms between
+Refused, naming the node: layers whose weights the pass does not yet split (MLA's latent forms, state-space
+and linear-attention mixers, sorted experts, identity experts, a bias on the experts' down
+projections), attention with sinks, ALiBi or per-head norms between
 a projection and the attention, and a dimension N does not divide.
 
 Guarantees: run as a world (``irc.world.run_world``: the reference interpreter runs every
@@ -35,7 +43,7 @@ from irc.passmanager import Pass, register_pass
 from irc.world import KEY, Shard
 
 THROUGH = ("rope",)  # per-head ops that may sit between a projection and the attention
-REFUSED = ("moe", "moe_sorted", "mla_attention", "mla_absorbed_attention", "mla_latent_attention", "mamba",
+REFUSED = ("moe_sorted", "mla_absorbed_attention", "mla_latent_attention", "mamba",
            "mamba2", "selective_scan", "gated_delta", "lightning_attention", "rwkv", "rglru", "mlstm",
            "cross_attention")
 
@@ -46,12 +54,15 @@ class ShardPass(Pass):
     rank's program with ``all_reduce`` / ``all_gather``, proven equal as a world of ranks."""
 
     name = "shard"
-    options = {"tp": 1}
+    options = {"tp": 1, "ep": 1}
 
     def run(self, graph: Graph) -> bool:
-        tp = int(self.config["tp"])
+        tp, ep = int(self.config["tp"]), int(self.config["ep"])
         if tp < 1:
             raise PassError(f"shard: tp must be at least 1, got {tp}")
+        if ep not in (1, tp):
+            raise PassError(f"shard: ep is {ep}: irc spreads the experts over the tensor-parallel ranks (ep=1: "
+                            f"every expert split by width; ep={tp}: whole experts, {tp} ways)")
         done = graph.meta.get(KEY)
         if done:
             if done["tp"] != tp:
@@ -61,19 +72,23 @@ class ShardPass(Pass):
         if tp == 1:
             self.notes = []
             return False
-        plan = _Plan(graph, tp)
+        plan = _Plan(graph, tp, ep > 1)
         for node in list(graph.nodes):
             plan.visit(node)
         plan.apply()
         reinfer(graph)
-        graph.meta[KEY] = {"tp": tp, "params": plan.params, "inputs": plan.inputs, "outputs": plan.outputs}
+        whole = [p for p in graph.params.values() if p.name not in plan.params and len(p.shape) >= 2]
+        if whole:  # matrices every rank holds whole: correct, but not spread
+            plan.notes.append(f"shard: {sum(p.numel for p in whole):,} parameters in {len(whole)} matrices stay whole "
+                              f"on every rank (no tensor-parallel form for them yet), e.g. @{whole[0].name}")
+        graph.meta[KEY] = {"tp": tp, "ep": ep, "params": plan.params, "inputs": plan.inputs, "outputs": plan.outputs}
         self.notes = plan.notes
         return True
 
 
 class _Plan:
-    def __init__(self, graph: Graph, tp: int):
-        self.graph, self.tp = graph, tp
+    def __init__(self, graph: Graph, tp: int, expert_parallel: bool = False):
+        self.graph, self.tp, self.expert_parallel = graph, tp, expert_parallel
         self.params: dict = {}  # name -> cut
         self.inputs: dict = {}
         self.outputs: dict = {}
@@ -111,6 +126,10 @@ class _Plan:
             self.cut(node, node.inputs[2], 0, block)
             self.cut(node, node.inputs[3], 1, block)
             self.after.append((node, "all_reduce", {"world": self.tp}, None))
+        elif node.op == "mla_attention":
+            self.mla(node)
+        elif node.op == "moe":
+            self.moe(node)
         elif node.op == "embedding":
             table = node.inputs[1]
             self.cut(node, table, 0, self.divide(node, table.shape[0], "the vocabulary (embedding rows)"))
@@ -121,6 +140,51 @@ class _Plan:
             if len(node.inputs) > 2 and node.inputs[2] is not None:
                 self.cut(node, node.inputs[2], 0, weight.shape[0] // self.tp)
             self.after.append((node, "all_gather", {"world": self.tp, "axis": -1}, None))
+
+    def mla(self, node: Node) -> None:
+        """MLA as stored (a per-head cache): the heads split, the latent projections (q_a,
+        kv_a and their norms) replicated; q / q_b and kv_b keep the rank's heads' rows, wo their
+        columns (inside the op), then ``all_reduce``."""
+        a = node.attrs
+        ops_ = dict(zip(ops.get_op("mla_attention").operand_names(len(node.inputs)), node.inputs))
+        heads = self.divide(node, a["heads"], "the attention heads")
+        nope, rope_dim, v_dim = a["qk_nope_head_dim"], a["qk_rope_head_dim"], a["v_head_dim"]
+        query = "q_b" if ops_.get("q_b") is not None else "wq"
+        self.cut(node, ops_[query], 0, heads * (nope + rope_dim))
+        self.cut(node, ops_["kv_b"], 0, heads * (nope + v_dim))
+        self.cut(node, ops_["wo"], 1, heads * v_dim)
+        for i, name in ((3, "past_key"), (4, "past_value")):
+            if ops_.get(name) is not None:
+                self.inputs[ops_[name].name] = {"axis": 1, "block": heads, "rep": 1}
+                self.outputs[node.outputs[i - 2].name] = {"axis": 1, "block": heads, "rep": 1}
+        self.attrs.append((node, {"heads": heads}))
+        self.after.append((node, "all_reduce", {"world": self.tp}, None))
+
+    def moe(self, node: Node) -> None:
+        """Every expert's width split (the router replicated): each rank's experts give a partial
+        sum of every expert's output, as a dense MLP's do; the shared expert likewise."""
+        a = node.attrs
+        ops_ = dict(zip(ops.get_op("moe").operand_names(len(node.inputs)), node.inputs))
+        if a["identity_experts"] or ops_.get("b_down") is not None:
+            what = "identity experts" if a["identity_experts"] else "a bias on the experts' down projection"
+            raise self.error(node, f"a MoE with {what} would add it on every rank: no tensor-parallel form yet")
+        if self.expert_parallel:  # whole experts, E / N a rank (irc.ops.moe's expert_shards)
+            block = self.divide(node, a["experts"], "the experts")
+            for name in ("w_gate", "w_up", "w_down", "b_gate", "b_up"):
+                if ops_.get(name) is not None:
+                    self.cut(node, ops_[name], 0, block)
+            self.attrs.append((node, {"expert_shards": self.tp}))
+        else:
+            block = self.divide(node, ops_["w_up"].shape[1], "the experts' width (moe_intermediate_size)")
+            for name, axis in (("w_gate", 1), ("w_up", 1), ("w_down", 2), ("b_gate", 1), ("b_up", 1)):
+                if ops_.get(name) is not None:
+                    self.cut(node, ops_[name], axis, block)
+        if ops_.get("shared_up") is not None:
+            shared = self.divide(node, ops_["shared_up"].shape[0], "the shared expert's width")
+            for name, axis in (("shared_gate", 0), ("shared_up", 0), ("shared_down", 1)):
+                if ops_.get(name) is not None:
+                    self.cut(node, ops_[name], axis, shared)
+        self.after.append((node, "all_reduce", {"world": self.tp}, None))
 
     def is_head(self, node: Node) -> bool:
         """The LM head: its output becomes ``logits`` through position-wise ops only."""

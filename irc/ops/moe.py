@@ -312,10 +312,13 @@ def _moe_infer(inputs, attrs):
     expect(isinstance(attrs["weight_inputs"], bool), "moe: weight_inputs must be true or false")
     expect(not attrs["weight_inputs"] or all(ops[name] is None for name in ("b_gate", "b_up", "b_down")),
            "moe: weight_inputs (Llama-4's) takes experts without biases")
-    experts = attrs["experts"]
+    routed_total, shards = attrs["experts"], attrs["expert_shards"]
+    expect(isinstance(shards, int) and shards >= 1 and routed_total % shards == 0,
+           f"moe: expert_shards ({shards!r}) must divide experts ({routed_total})")
+    experts = routed_total // shards  # the experts this rank holds (passes/shard.py's ep)
     expect(x.dtype.is_float and len(x.shape) == 3, f"moe: x must be float [B,T,d], got {dims.format_shape(x.shape)}")
     d = x.shape[-1]
-    routed = experts + attrs["identity_experts"]
+    routed = routed_total + attrs["identity_experts"]
     _check("router", router, (routed, d))
     ungated = attrs["activation"] in UNGATED
     expect((w_gate is None) == ungated, f"moe: {attrs['activation']} experts take "
@@ -354,9 +357,27 @@ def _moe_reference(inputs, attrs):
     gated, shared expert."""
     x = inputs[0]
     operands = pad_inputs(inputs, 14)
+    if attrs["expert_shards"] > 1:  # this rank's experts among zeros: its part of the sum (irc.world)
+        operands = _placed(operands, attrs)
     return [moe_dense(*operands, activation=attrs["activation"], swiglu_alpha=attrs["swiglu_alpha"],
                       swiglu_limit=attrs["swiglu_limit"], weight_inputs=attrs["weight_inputs"],
                       **routing_attrs(attrs)).astype(x.dtype)]
+
+
+def _placed(operands: list, attrs: dict) -> list:
+    """The expert operands of rank r (experts r x n .. (r + 1) x n of ``experts``) placed among
+    zero experts, which add nothing: the rank's partial sum of the routed experts."""
+    from irc.ops.collective import current
+
+    rank, _ = current()
+    placed = list(operands)
+    for index, name in enumerate(OPERANDS):
+        if name.rstrip("?") in EXPERT_OPERANDS and placed[index] is not None:
+            local = np.asarray(placed[index])
+            full = np.zeros((attrs["experts"],) + local.shape[1:], local.dtype)
+            full[rank * len(local):(rank + 1) * len(local)] = local
+            placed[index] = full
+    return placed
 
 
 def _moe_active_fraction(attrs: dict, operand: str) -> float:
@@ -374,9 +395,10 @@ def _moe_cost(inputs, outputs, attrs):
     """2 FLOPs per weight a token uses: the router, top_k experts and the shared expert."""
     x, router, w_gate, w_up, w_down = inputs[:5]
     tokens = x.numel // x.shape[-1]
-    per_expert = sum(w.numel for w in (w_gate, w_up, w_down) if w is not None) // attrs["experts"]
+    shards = attrs.get("expert_shards", 1)  # a rank holding 1/shards of the experts runs top_k/shards of them a token
+    per_expert = sum(w.numel for w in (w_gate, w_up, w_down) if w is not None) * shards // attrs["experts"]
     shared = sum(t.numel for t in inputs[6:10] if t is not None)
-    flops = 2 * tokens * (router.numel + attrs["top_k"] * per_expert + shared)
+    flops = 2 * tokens * (router.numel + attrs["top_k"] * per_expert // shards + shared)
     hidden = attrs["top_k"] * w_up.shape[1] + (inputs[7].shape[0] if len(inputs) > 7 and inputs[7] is not None else 0)
     per_unit = 8 if attrs["activation"] == "swiglu_oai" else 4  # clamps, the +1 and the sigmoid's gain
     biases = sum(t.numel // attrs["experts"] for t in inputs[11:14] if t is not None)  # one row per chosen expert
@@ -389,5 +411,5 @@ register(OpDef("moe", OPERANDS,
                {"experts": REQUIRED, "top_k": REQUIRED, "scoring": "softmax", "norm_topk_prob": True,
                 "routed_scale": 1.0, "n_group": None, "topk_group": None, "group_score": "max",
                 "activation": "silu", "swiglu_alpha": 1.702, "swiglu_limit": 7.0, "jitter_eps": 0.01,
-                "weight_inputs": False, "identity_experts": 0},
+                "weight_inputs": False, "identity_experts": 0, "expert_shards": 1},
                _moe_infer, _moe_reference, _moe_cost, level="model", active_fraction=_moe_active_fraction))

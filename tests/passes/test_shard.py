@@ -19,7 +19,9 @@ from irc_cli import main
 from passes.shard import ShardPass
 
 SPECS = {"llama3": "examples/tiny-llama3.yaml", "qwen2-bias": "examples/tiny-qwen2-7b.yaml",
-         "gemma2-geglu-softcap-window": "examples/tiny-gemma2-9b.yaml", "mistral-window": "examples/tiny-mistral-7b.yaml"}
+         "gemma2-geglu-softcap-window": "examples/tiny-gemma2-9b.yaml", "mistral-window": "examples/tiny-mistral-7b.yaml",
+         "mixtral-moe": "examples/tiny-mixtral-8x7b.yaml", "glm-4.5-air-moe-shared": "examples/tiny-glm-4.5-air.yaml",
+         "deepseek-v3-mla-moe": "examples/tiny-deepseek-v3.yaml", "deepseek-v2-mla": "examples/tiny-deepseek-v2.yaml"}
 MQA = """
 model:
   name: tiny-mqa
@@ -51,6 +53,15 @@ def test_world_equals_the_unsharded_graph(name, tp):
     assert compare_outputs(graph, sharded, feeds) <= 1e-5
 
 
+@pytest.mark.parametrize("name", ["mixtral-moe", "glm-4.5-air-moe-shared", "deepseek-v3-mla-moe"])
+def test_expert_parallel_equals_the_unsharded_graph(name):
+    """ep = tp: whole experts spread over the ranks (the shared expert split by width)."""
+    graph = load(SPECS[name])
+    sharded, _ = apply_pass(ShardPass(tp=2, ep=2), graph)
+    assert any(n.op == "moe" and n.attrs["expert_shards"] == 2 for n in sharded.nodes)
+    assert compare_outputs(graph, sharded, random_feeds(graph, batch=2, tokens=5, past=3, seed=2)) <= 1e-5
+
+
 def test_mqa_replicates_its_kv_head_on_every_rank():
     graph = loads(MQA)
     sharded, _ = apply_pass(ShardPass(tp=4), graph)
@@ -71,10 +82,16 @@ def test_refusals_name_the_node_and_the_dimension():
         apply_pass(ShardPass(tp=3), load("examples/tiny-llama3.yaml"))
     with pytest.raises(PassError, match=r"node %layers\.0\.attn \(attention\): the query heads is 4, which 8 ranks"):
         apply_pass(ShardPass(tp=8), load("examples/tiny-llama3.yaml"))
-    with pytest.raises(PassError, match=r"\(moe\).*no tensor-parallel form"):
-        apply_pass(ShardPass(tp=2), load("examples/tiny-mixtral-8x7b.yaml"))
-    with pytest.raises(PassError, match=r"mla_attention"):
-        apply_pass(ShardPass(tp=2), load("examples/tiny-deepseek-v3.yaml"))
+
+
+def test_layers_without_a_split_stay_whole_and_are_said():
+    """Mamba-2's mixer (primitives: in_proj, convolution, SSD, out_proj) runs whole on every
+    rank: still the unsharded outputs, and the note counts what stays whole."""
+    graph = load("examples/tiny-mamba2-2.7b.yaml")
+    shard = ShardPass(tp=2)
+    sharded, _ = apply_pass(shard, graph)
+    assert compare_outputs(graph, sharded, random_feeds(graph, batch=1, tokens=4, past=0)) <= 1e-5
+    assert any("stay whole on every rank" in note and "ssm" in note for note in shard.notes)
 
 
 def show_json(capsys, *argv) -> dict:
