@@ -243,6 +243,62 @@ def genai(folder, prompt, max_new_tokens, eos, clock, inputs: Optional[dict] = N
     return Result(tokens, "onnxruntime-genai")
 
 
+def genai_mtp(folder, prompt, max_new_tokens, eos, clock, k: int) -> Result:
+    """The folder in onnxruntime-genai's ``MtpGenerator``, greedy, its ``mtp.onnx`` drafting up
+    to ``k`` tokens a round (``backends.onnx.genai_mtp``); its statistics go to
+    ``clock.speculation``."""
+    from backends.onnx.genai_mtp import head_overlay
+
+    _genai_mtp_check(folder)
+    og = _genai_module()
+    main = og.Model(folder)
+    config = og.Config(folder)
+    config.overlay(head_overlay(genai_config(folder)))
+    params = og.GeneratorParams(main)
+    params.set_search_options(max_length=len(prompt) + max_new_tokens, do_sample=False)
+    params.set_speculative_options(max_draft_tokens=k)
+    generator = og.MtpGenerator(main, og.Model(config), params)
+    clock.start()
+    generator.append_tokens(np.asarray(prompt, np.int32))
+    tokens = []
+    while not generator.is_done() and len(tokens) < max_new_tokens and not (tokens and tokens[-1] in eos):
+        generator.generate_next_token()
+        for token in generator.get_sequence()[len(prompt) + len(tokens):]:  # one a call (genai queues a round's)
+            tokens.append(int(token))
+            clock.token(int(token))
+    stats = generator.get_stats()
+    proposed, accepted = int(stats["draft_tokens_proposed"]), int(stats["draft_tokens_accepted"])
+    clock.speculation = {"drafter": "mtp", "k": k, "proposed": proposed, "accepted": accepted,
+                         "model_calls": int(stats["target_forward_passes"]),
+                         "draft_calls": int(stats["draft_forward_passes"]), "rounds": int(stats["rounds"]),
+                         "acceptance_rate": round(accepted / proposed, 4) if proposed else 0.0}
+    return Result(tokens[:max_new_tokens], "onnxruntime-genai MtpGenerator")
+
+
+def _genai_mtp_check(folder: str) -> None:
+    """Refuse, with the reason, a folder genai 0.18's MTP generator cannot run."""
+    from backends.onnx.genai_mtp import CPU_FLOAT32
+
+    model = genai_config(folder).get("model", {})
+    if not os.path.isfile(os.path.join(folder, MTP_FILE)):
+        raise IRCError(f"--speculative mtp: this folder has no {MTP_FILE} (a multi-token-prediction head)",
+                       location=folder, hint="compile a checkpoint that holds one with --mtp")
+    if "mtp" not in model:
+        raise IRCError(f"--engine genai --speculative mtp: {GENAI_CONFIG} has no model.mtp section",
+                       location=folder, hint="compile the folder again with this irc (or use --engine ort)")
+    if not model["decoder"].get("session_options", {}).get("provider_options") and _logits_type(folder) == 1:
+        raise IRCError(f"--engine genai --speculative mtp: {CPU_FLOAT32}", location=folder,
+                       hint="compile with --dtype f16, or use --engine ort (irc's loop drafts with the head)")
+
+
+def _logits_type(folder: str) -> Optional[int]:
+    """The ONNX element type of the folder model's ``logits`` output (1: float32)."""
+    import onnx
+
+    graph = onnx.load(model_path(folder), load_external_data=False).graph
+    return next((o.type.tensor_type.elem_type for o in graph.output if o.name == "logits"), None)
+
+
 def _genai_module():
     try:
         onnxruntime_genai = import_native("onnxruntime_genai")  # Ctrl-C deferred past its native init
@@ -269,10 +325,13 @@ def npu_host(folder, prompt, max_new_tokens, eos, clock, engine: str = "auto", s
 
 def onnx_folder(folder, prompt, max_new_tokens, eos, clock, engine: str = "auto", speculative=None) -> Result:
     """``genai`` when installed (and asked for or ``auto``), else ``onnxruntime``; with
-    ``speculative``, onnxruntime (irc's loop checks the drafts)."""
+    ``speculative``, onnxruntime (irc's loop checks the drafts), or with ``--engine genai``
+    and the mtp drafter, genai's own MTP generator (``genai_mtp``)."""
     if engine == "genai" and speculative is not None:
-        raise IRCError("--speculative runs in irc's own loop over onnxruntime, not in onnxruntime-genai",
-                       hint="use --engine ort (or auto)")
+        if speculative[0] == "mtp":
+            return genai_mtp(folder, prompt, max_new_tokens, eos, clock, speculative[1])
+        raise IRCError(f"--speculative {speculative[0]} runs in irc's own loop over onnxruntime, not in "
+                       "onnxruntime-genai (which drafts with --speculative mtp)", hint="use --engine ort (or auto)")
     if speculative is None and (engine == "genai" or (engine == "auto" and _has_genai() and
                                                       os.path.isfile(os.path.join(folder, GENAI_CONFIG)))):
         return genai(folder, prompt, max_new_tokens, eos, clock)

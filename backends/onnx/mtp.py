@@ -3,8 +3,9 @@ as two ONNX models in one folder: ``model.onnx`` (or the name given), which also
 ``hidden_states`` (its final norm's output), and ``mtp.onnx`` (``input_ids``,
 ``attention_mask``, ``position_ids``, ``hidden_states``, ``past_key_values.0.*`` -> ``logits``,
 ``present.0.*``, ``hidden_states_out``): the names onnxruntime-genai 0.18's MTP generator
-reads. The head holds its own copies of the embedding and the LM head. Everything is staged
-and committed together (``irc.output``)."""
+reads; where the decoder gets a ``genai_config.json``, it gains the head's ``model.mtp`` section
+(``backends.onnx.genai_mtp``). The head holds its own copies of the embedding and the LM head.
+Everything is staged and committed together (``irc.output``)."""
 from __future__ import annotations
 
 import os
@@ -14,6 +15,8 @@ from irc.graph import Graph
 from irc.output import OutputFolder
 
 from backends.onnx.emit import Emitted, emit_model
+from backends.onnx.genai import CONFIG
+from backends.onnx.genai_mtp import add_mtp
 
 MTP_FILE = "mtp.onnx"
 
@@ -29,4 +32,6 @@ def emit_with_head(graph: Graph, path: str, **kwargs) -> tuple[Emitted, Emitted]
         decoder = emit_model(graph, path, out=out, **kwargs)
         kwargs.pop("files", None)
         drafter = emit_model(head, os.path.join(folder, MTP_FILE), genai=False, out=out, **kwargs)
+        if decoder.genai_config:
+            drafter.genai_note = add_mtp(out.stage(CONFIG), head, MTP_FILE)  # said under the head's lines
     return decoder, drafter
