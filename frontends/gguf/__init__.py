@@ -18,7 +18,9 @@ the Hugging Face frontend builds, and ``frontends.hf.build.expand`` makes the sa
 attaches lazy data, keeping the block formats ``blocks`` can express as ``dequant_linear`` /
 ``dequant_embedding`` / ``dequantize`` codes (MatMulNBits' layout) in ``forms``' forms, one
 tensor at a time;
-``tokenizer`` writes the tokenizer the file carries as ``tokenizer.json``.
+``tokenizer`` writes the tokenizer the file carries as ``tokenizer.json``; ``mtp`` builds the
+multi-token-prediction head a file's nextn block holds as ``graph.parts["mtp"]`` (GLM-4.5's), as
+``frontends.hf.mtp`` does from a checkpoint.
 
 ``weights``: ``"blocks"`` (default) keeps the block formats ``blocks`` expresses quantized,
 in the forms ``forms`` gives them (the file's codes where a fast ONNX Runtime kernel holds
@@ -39,11 +41,12 @@ import os
 import re
 
 from frontends.dsl_args import ArgError
-from frontends.gguf import ssm
+from frontends.gguf import mtp, ssm
 from frontends.gguf.families import describe
 from frontends.gguf.quantized import attach_weights
 from frontends.gguf.reader import SPLIT, GGUFFile
 from frontends.hf.build import expand
+from frontends.hf.mtp import PART
 from irc.errors import SpecError
 from irc.graph import Graph
 
@@ -87,8 +90,14 @@ def load_gguf(path, weights="blocks") -> Graph:
 def build(gguf: GGUFFile, weights="blocks") -> Graph:
     """``load_gguf`` for a file already opened."""
     arch = describe(gguf, graph_name(gguf.path))
+    mtp.read_head(gguf, arch)  # the file's multi-token-prediction block: frontends.gguf.mtp
+    attach = None if weights is None or not gguf.tensors else {
+        "keep_blocks": weights in ("blocks", "exact", "int4"), "exact_forms": weights == "exact",
+        "four_bit": weights == "int4"}
     try:
         graph = expand(arch, gguf.path)
+        if arch.mtp is not None:
+            graph.parts[PART] = mtp.build_head(gguf, arch, attach)
     except ArgError as err:
         key = gguf.arch_key(GGUF_KEYS[err.arg]) if err.arg in GGUF_KEYS else err.arg
         raise SpecError(f"{key}: {err.detail}", location=gguf.path, hint=err.hint) from None
@@ -98,9 +107,7 @@ def build(gguf: GGUFFile, weights="blocks") -> Graph:
     if gguf.has(gguf.arch_key("context_length")):  # the longest sequence trained for (genai's context_length cap)
         graph.meta["max_positions"] = gguf.get(gguf.arch_key("context_length"), int)
     # a file without tensors (a vocabulary-only GGUF) gives the structure alone, like weights=None
-    notes = [] if weights is None or not gguf.tensors else attach_weights(
-        graph, arch, gguf, keep_blocks=weights in ("blocks", "exact", "int4"), exact_forms=weights == "exact",
-        four_bit=weights == "int4")
+    notes = [] if attach is None else attach_weights(graph, arch, gguf, **attach)
     graph.meta["gguf"] = {"architecture": gguf.arch, "notes": notes}
     return graph
 

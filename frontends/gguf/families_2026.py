@@ -19,8 +19,8 @@ glm4moe        GLM-4.5: q/k/v biases where the file has ``attn_q.bias``, per-hea
                ``expert_weights_scale``, ``expert_shared_count`` shared experts,
                ``expert_group_count`` groups; the MLP's norm is ``post_attention_norm``. The last
                ``nextn_predict_layers`` of ``block_count`` blocks are the multi-token-prediction
-               layers: not part of the model (as transformers' causal LM leaves them), their
-               tensors read by nothing
+               layers: not part of the model (as transformers' causal LM leaves them); the first
+               is the MTP head's (``frontends.gguf.mtp``: ``graph.parts["mtp"]``), the rest read by nothing
 ernie4_5       ERNIE-4.5: Llama with interleaved RoPE (llama.cpp's normal rope; not permuted)
 ernie4_5-moe   + a softmax MoE on the layers with ``ffn_gate_inp`` (the converter's
                ``leading_dense_block_count`` / ``interleave_moe_layer_step``), ``exp_probs_b`` (stored

@@ -40,9 +40,12 @@ PARTS = ("qweight", "scales", "zero_points")
 
 
 def attach_weights(graph: Graph, arch: Arch, gguf: GGUFFile, keep_blocks: bool = True,
-                   exact_forms: bool = False, four_bit: bool = False) -> list[str]:
-    """Point every param at the file (module docstring); returns the notes."""
-    layout = Layout(gguf, arch)
+                   exact_forms: bool = False, four_bit: bool = False, layout=None) -> list[str]:
+    """Point every param at the file (module docstring); returns the notes. ``layout``: the
+    names of a graph of part of the file (an MTP head's, ``frontends.gguf.mtp``), whose
+    tensors left over are not checked."""
+    whole = layout is None
+    layout = layout or Layout(gguf, arch)
     used = set(layout.consumed)
     kept, converted, samples = defaultdict(int), defaultdict(int), {}
     for param in list(graph.params.values()):
@@ -67,7 +70,7 @@ def attach_weights(graph: Graph, arch: Arch, gguf: GGUFFile, keep_blocks: bool =
         param.data = FloatData(gguf, source, param.dtype)
         if kind not in FLOAT_TYPES:
             converted[kind.name] += 1
-    spare = sorted(name for name in gguf.tensors if name not in used)
+    spare = sorted(name for name in gguf.tensors if name not in used) if whole else []
     if spare:
         more = f" and {len(spare) - 1} more" if len(spare) > 1 else ""
         raise SpecError(f"tensor {spare[0]}{more} has no place in the model the metadata describes",

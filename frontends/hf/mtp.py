@@ -25,6 +25,7 @@ checkpoint lacks (transformers' ``save_pretrained`` drops it) has none: ``irc ru
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 from frontends.dsl import ACTIVATION, Model, Tensor
 from frontends.hf.build import attach_weights, build_graph
@@ -51,12 +52,14 @@ def has_head(arch: Arch, checkpoint) -> bool:
     return arch.mtp.names["mtp.eh_proj"] in checkpoint.files
 
 
-def head_arch(arch: Arch) -> Arch:
+def head_arch(arch: Arch, layout: Optional[str] = None) -> Arch:
     """The Arch whose expansion is the MTP graph: one layer (the head's block), the head's own
-    layout (``head_layout``), ``embedded_inputs`` projecting (``MtpHead.draft``)."""
+    layout (``head_layout``; ``layout`` where the caller names the tensors itself, as
+    ``frontends.gguf.mtp`` does), ``embedded_inputs`` projecting (``MtpHead.draft``)."""
     head = arch.mtp
     return dataclasses.replace(arch, name=f"{arch.name}-{PART}", n_layers=1, layers=[head.spec],
-                               checkpoint=head_layout(arch), mtp=dataclasses.replace(head, draft=projected_inputs))
+                               checkpoint=layout or head_layout(arch),
+                               mtp=dataclasses.replace(head, draft=projected_inputs))
 
 
 def head_layout(arch: Arch) -> str:

@@ -55,7 +55,7 @@ def test_head_matches_transformers(twins, name):
     assert relative_error(out["hidden_states_out"], want_next) <= TOLERANCE
 
 
-@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3.5-moe"])
+@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3.5-moe", "mellum", "ernie4.5-moe-sparse-block"])
 def test_head_over_its_cache_matches_one_call(twins, name):
     """Five positions, then the rest a token at a time, each fed the presents before: the same
     logits as the one call (the head's KV cache grows as the decoder's does)."""
@@ -87,7 +87,7 @@ def test_a_declared_head_the_checkpoint_lacks_is_no_head(twins, tmp_path):
     assert "mtp" in load_spec(folder).parts
 
 
-@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3.5-dense"])
+@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3.5-dense", "param2moe", "ernie4.5-moe-dense-block"])
 def test_show_counts_the_head_apart(twins, name, capsys):
     """``irc show --json``: the head's own parameters (MtpModel's, the router's score bias
     among them) apart from the decoder's, and its KV cache per token."""
