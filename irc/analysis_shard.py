@@ -37,8 +37,8 @@ def shard_summary(graph: Graph, context: int = 4096, cache_dtype=None) -> dict:
             entry["count"] += 1
             entry["payload_bytes_per_token"] += nbytes
             entry["bytes_per_token"] += link_bytes(node.op, nbytes, world)
-    caches = {v.name for v in past_inputs(graph)}
-    reps = [cut.get("rep", 1) for name, cut in spec.get("inputs", {}).items() if name in caches]
+    cuts = spec.get("inputs", {})  # a cache no rank cuts (an MLA latent, a state) is held by every rank
+    reps = [cuts[v.name].get("rep", 1) if v.name in cuts else world for v in past_inputs(graph)]
     return {"world": world, "params_per_rank": summary["params_total"], "param_bytes_per_rank": summary["param_bytes"],
             "kv_cache_bytes_per_token_per_rank": summary["kv_cache_bytes_per_token"],
             "state_bytes_per_sequence_per_rank": summary["state_bytes_per_sequence"],
@@ -51,7 +51,7 @@ def shard_lines(shard: dict) -> list[str]:
     lines = [f"  tensor parallel over {shard['world']} ranks (shard{{tp={shard['world']}}}), per rank:",
              f"    parameters          {shard['params_per_rank']:,} ({shard['param_bytes_per_rank']:,} bytes)",
              f"    KV cache/token      {shard['kv_cache_bytes_per_token_per_rank']:,} bytes"
-             + (f" (each KV head held by {shard['kv_replication']} ranks)" if shard["kv_replication"] > 1 else "")]
+             + (f" (each held by {shard['kv_replication']} ranks)" if shard["kv_replication"] > 1 else "")]
     if shard["state_bytes_per_sequence_per_rank"]:
         lines.append(f"    state/sequence      {shard['state_bytes_per_sequence_per_rank']:,} bytes")
     for op, c in sorted(shard["collectives"].items()):

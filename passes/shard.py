@@ -9,8 +9,8 @@ Every rank runs the same graph on its own blocks of the weights (``irc.world``):
   the pass refuses; the output projection row-parallel (its columns), then ``all_reduce``
   (its bias, if any, added once after it);
 - dense MLPs (SwiGLU, GeGLU): gate and up column-parallel, down row-parallel, ``all_reduce``;
-- MLA as stored (its cache per head): the heads split, the latent projections replicated (the
-  latent forms ``mla-absorb`` makes, whose cache every head reads, are refused for now);
+- MLA: the heads split, the latent projections replicated; as stored the cache is per head and
+  splits too, in the latent forms ``mla-absorb`` makes every rank holds the latent cache whole;
 - mixtures of experts: every expert's width split the same way (the router replicated, each
   rank routing every token), the shared expert too, then ``all_reduce``; with ``ep`` = N, whole
   experts instead, E / N a rank (``moe``'s ``expert_shards``: each rank adds its experts'
@@ -22,10 +22,10 @@ Every rank runs the same graph on its own blocks of the weights (``irc.world``):
 - everything else (norms, residual adds, RoPE) replicated: every rank computes it on the same
   values.
 
-Refused, naming the node: layers whose weights the pass does not yet split (MLA's latent forms, state-space
+Refused, naming the node: layers whose weights the pass does not yet split (state-space
 and linear-attention mixers, sorted experts, identity experts, a bias on the experts' down
-projections), attention with sinks, ALiBi or per-head norms between
-a projection and the attention, and a dimension N does not divide.
+projections), attention with sinks or ALiBi, a norm across heads between a projection and the attention (per-head
+q/k norms are fine), and a dimension N does not divide.
 
 Guarantees: run as a world (``irc.world.run_world``: the reference interpreter runs every
 sharded graph so), the graph gives the unsharded graph's outputs from its feeds, caches
@@ -42,8 +42,8 @@ from irc.graph import Graph, Node, Param, Value
 from irc.passmanager import Pass, register_pass
 from irc.world import KEY, Shard
 
-THROUGH = ("rope",)  # per-head ops that may sit between a projection and the attention
-REFUSED = ("moe_sorted", "mla_absorbed_attention", "mla_latent_attention", "mamba",
+THROUGH = ("rope", "reshape", "rms_norm")  # per-head ops between a projection and the attention
+REFUSED = ("moe_sorted", "mamba",
            "mamba2", "selective_scan", "gated_delta", "lightning_attention", "rwkv", "rglru", "mlstm",
            "cross_attention")
 
@@ -126,7 +126,7 @@ class _Plan:
             self.cut(node, node.inputs[2], 0, block)
             self.cut(node, node.inputs[3], 1, block)
             self.after.append((node, "all_reduce", {"world": self.tp}, None))
-        elif node.op == "mla_attention":
+        elif node.op in ("mla_attention", "mla_latent_attention", "mla_absorbed_attention"):
             self.mla(node)
         elif node.op == "moe":
             self.moe(node)
@@ -142,21 +142,31 @@ class _Plan:
             self.after.append((node, "all_gather", {"world": self.tp, "axis": -1}, None))
 
     def mla(self, node: Node) -> None:
-        """MLA as stored (a per-head cache): the heads split, the latent projections (q_a,
-        kv_a and their norms) replicated; q / q_b and kv_b keep the rank's heads' rows, wo their
-        columns (inside the op), then ``all_reduce``."""
+        """MLA: the heads split, the latent projections (q_a, kv_a and their norms) replicated;
+        the query rows and the output columns of the rank's heads (inside the op), then
+        ``all_reduce``. As stored (``mla_attention``) the cache is per head and splits with
+        them; the latent forms (``mla-absorb``) cache the latent every head reads, and every rank
+        holds it whole (vLLM's choice too): their per-head weights are W^UK / W^UV
+        (``mla_latent_attention``) or folded into the query and output weights
+        (``mla_absorbed_attention``)."""
         a = node.attrs
-        ops_ = dict(zip(ops.get_op("mla_attention").operand_names(len(node.inputs)), node.inputs))
+        ops_ = dict(zip(ops.get_op(node.op).operand_names(len(node.inputs)), node.inputs))
         heads = self.divide(node, a["heads"], "the attention heads")
-        nope, rope_dim, v_dim = a["qk_nope_head_dim"], a["qk_rope_head_dim"], a["v_head_dim"]
-        query = "q_b" if ops_.get("q_b") is not None else "wq"
-        self.cut(node, ops_[query], 0, heads * (nope + rope_dim))
-        self.cut(node, ops_["kv_b"], 0, heads * (nope + v_dim))
-        self.cut(node, ops_["wo"], 1, heads * v_dim)
-        for i, name in ((3, "past_key"), (4, "past_value")):
-            if ops_.get(name) is not None:
-                self.inputs[ops_[name].name] = {"axis": 1, "block": heads, "rep": 1}
-                self.outputs[node.outputs[i - 2].name] = {"axis": 1, "block": heads, "rep": 1}
+        nope, rope_dim, v_dim, rank = a["qk_nope_head_dim"], a["qk_rope_head_dim"], a["v_head_dim"], a["kv_lora_rank"]
+        absorbed = node.op == "mla_absorbed_attention"
+        query = next(n for n in ("q_b", "wq", "q_b_absorbed", "wq_absorbed") if ops_.get(n) is not None)
+        self.cut(node, ops_[query], 0, heads * ((rank if absorbed else nope) + rope_dim))
+        wo = "wo_absorbed" if absorbed else "wo"
+        self.cut(node, ops_[wo], 1, heads * (rank if absorbed else v_dim))
+        if node.op == "mla_attention":
+            self.cut(node, ops_["kv_b"], 0, heads * (nope + v_dim))
+            for i, name in ((3, "past_key"), (4, "past_value")):
+                if ops_.get(name) is not None:
+                    self.inputs[ops_[name].name] = {"axis": 1, "block": heads, "rep": 1}
+                    self.outputs[node.outputs[i - 2].name] = {"axis": 1, "block": heads, "rep": 1}
+        elif node.op == "mla_latent_attention":
+            self.cut(node, ops_["w_uk"], 0, heads)
+            self.cut(node, ops_["w_uv"], 0, heads)
         self.attrs.append((node, {"heads": heads}))
         self.after.append((node, "all_reduce", {"world": self.tp}, None))
 
@@ -206,8 +216,10 @@ class _Plan:
         heads = self.divide(node, a["heads"], "the query heads")
         kv, rep = self.kv_split(node, a["kv_heads"])
         head_dim, v_dim = a["head_dim"], a["v_head_dim"] or a["head_dim"]
-        for i, block, r in ((0, heads * head_dim, 1), (1, kv * head_dim, rep), (2, kv * v_dim, rep)):
-            linear = self.projection(node, node.inputs[i])
+        full = (a["heads"], a["kv_heads"], a["kv_heads"])
+        for i, block, r, local, dim in ((0, heads * head_dim, 1, heads, head_dim), (1, kv * head_dim, rep, kv, head_dim),
+                                        (2, kv * v_dim, rep, kv, v_dim)):
+            linear = self.projection(node, node.inputs[i], full[i], local, dim)
             self.cut(linear, linear.inputs[1], 0, block, r)
             if len(linear.inputs) > 2 and linear.inputs[2] is not None:
                 self.cut(linear, linear.inputs[2], 0, block, r)
@@ -233,10 +245,19 @@ class _Plan:
             return 1, self.tp // kv_heads
         raise self.error(node, f"{kv_heads} KV heads and {self.tp} ranks: neither divides the other")
 
-    def projection(self, node: Node, value: Value) -> Node:
-        """The linear making ``value`` (through ``THROUGH`` ops), read by nothing else."""
+    def projection(self, node: Node, value: Value, heads: int, local: int, dim: int) -> Node:
+        """The linear making ``value`` (through ``THROUGH`` ops: RoPE, per-head norms and the
+        reshapes around them, those re-aimed at the rank's ``local`` of ``heads`` heads), read
+        by nothing else."""
         while value.producer is not None and value.producer.op in THROUGH:
-            value = value.producer.inputs[0]
+            step = value.producer
+            if step.op == "reshape":
+                sizes = {heads: local, heads * dim: local * dim}
+                self.attrs.append((step, {"shape": [sizes.get(d, d) if isinstance(d, int) else d
+                                                    for d in step.attrs["shape"]]}))
+            elif step.op == "rms_norm" and step.inputs[1] is not None and step.inputs[1].shape != (dim,):
+                raise self.error(node, f"%{step.name} normalises across heads: no tensor-parallel form")
+            value = step.inputs[0]
         producer = value.producer
         if producer is None or producer.op != "linear" or len(self.graph.users(value)) != 1:
             what = "an input" if producer is None else f"%{producer.name} ({producer.op})"

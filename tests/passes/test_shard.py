@@ -34,6 +34,18 @@ model:
 """
 
 
+QWEN3 = MQA.replace("tiny-mqa", "tiny-qwen3").replace("n_kv_heads: 1, head_dim: 8,", "n_kv_heads: 2, head_dim: 8, qk_norm: true,")
+
+
+def test_per_head_qk_norms_follow_their_heads():
+    """Qwen3's q/k norms (reshape to heads, RMS norm per head, reshape back) re-aimed at the
+    rank's heads."""
+    graph = loads(QWEN3)
+    for tp in (2, 4):
+        sharded, _ = apply_pass(ShardPass(tp=tp), graph)
+        assert compare_outputs(graph, sharded, random_feeds(graph, batch=2, tokens=4, past=2)) <= 1e-5
+
+
 def test_golden_and_idempotent():
     assert assert_pass(ShardPass(tp=2), load("examples/tiny-llama3.yaml"), golden="shard")
 
@@ -60,6 +72,21 @@ def test_expert_parallel_equals_the_unsharded_graph(name):
     sharded, _ = apply_pass(ShardPass(tp=2, ep=2), graph)
     assert any(n.op == "moe" and n.attrs["expert_shards"] == 2 for n in sharded.nodes)
     assert compare_outputs(graph, sharded, random_feeds(graph, batch=2, tokens=5, past=3, seed=2)) <= 1e-5
+
+
+@pytest.mark.parametrize("form", ["mla-absorb", "mla-absorb{fold_weights=true}"])
+def test_mla_latent_forms_keep_the_latent_cache_whole_on_every_rank(form):
+    from irc.passmanager import PassManager, parse_pipeline
+    from irc.weights import seed_absent
+
+    graph = load(SPECS["deepseek-v3-mla-moe"])
+    seed_absent(graph)  # the absorbed weights are made from kv_b
+    PassManager(parse_pipeline(form)).run(graph)
+    sharded, _ = apply_pass(ShardPass(tp=2), graph)
+    assert compare_outputs(graph, sharded, random_feeds(graph, batch=2, tokens=5, past=3, seed=3)) <= 1e-5
+    shard = shard_summary(sharded)
+    assert shard["kv_replication"] == 2
+    assert shard["kv_cache_bytes_per_token_per_rank"] == analyze(graph)["kv_cache_bytes_per_token"]
 
 
 def test_mqa_replicates_its_kv_head_on_every_rank():
