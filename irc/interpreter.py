@@ -18,7 +18,7 @@ from irc.errors import IRCError
 from irc.graph import Graph, Node, Param
 from irc.ops.rope import cache_refresh_length
 from irc.weights import seed_absent
-from irc.world import Shard, full_view, run_world, world_size
+from irc.world import Shard, full_view, run_world, runs_on, world_size
 
 
 class Interpreter:
@@ -55,9 +55,13 @@ class Interpreter:
         env: dict[int, np.ndarray] = {}
         for value in self.graph.inputs:
             env[id(value)] = np.asarray(feeds[value.name])
+        runs = runs_on(self.graph, rank)  # a pipeline stage's rank runs its own nodes (irc.world)
         for node in self.graph.nodes:
-            args = [None if v is None else (self.weight(v, rank) if isinstance(v, Param) else env[id(v)])
-                    for v in node.inputs]
+            if not runs(node):
+                continue
+            args = [None if v is None else (self.weight(v, rank) if isinstance(v, Param) else
+                                            env.get(id(v)) if node.op == "pipe" else env[id(v)])
+                    for v in node.inputs]  # a pipe's receiving rank has not made what it receives
             results = self.run_node(node, args, bindings)
             for value, result in zip(node.outputs, results):
                 expected = dims.evaluate_shape(value.shape, bindings)
@@ -65,7 +69,7 @@ class Interpreter:
                     raise IRCError(f"reference of {node.op} returned {result.dtype}{list(result.shape)}, "
                                    f"inference says {value.dtype}{list(expected)}", location=f"node %{node.name}")
                 env[id(value)] = result
-        return {v.name: env[id(v)] for v in self.graph.outputs}
+        return {v.name: env[id(v)] for v in self.graph.outputs if id(v) in env}
 
     def run_node(self, node: Node, args: list, bindings: Mapping[str, int]) -> list[np.ndarray]:
         opdef = ops.get_op(node.op)

@@ -15,6 +15,7 @@ contract and the interpreter runs it wherever it runs the original (``irc.interp
 """
 from __future__ import annotations
 
+import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Mapping, Optional
@@ -27,6 +28,7 @@ from irc.ops import collective
 from irc.weights import SeededInit, load_data
 
 KEY = "shard"
+RECV_TIMEOUT = 600  # seconds a stage waits for the one before it (a failed rank stops the others sooner)
 
 
 class Shard:
@@ -63,11 +65,22 @@ def join(parts: list, cut: dict) -> np.ndarray:
 
 class World:
     """The ranks' meeting point: ``exchange(rank, x)`` returns every rank's x, in rank order,
-    once all have arrived."""
+    once all have arrived; ``send(dst, x)`` / ``recv(src, rank)`` pass one array from one rank
+    to another (pipeline stages)."""
 
     def __init__(self, size: int):
         self.size, self.barrier = size, threading.Barrier(size)
         self.slots: list = [None] * size
+        self.mail = {(a, b): queue.Queue() for a in range(size) for b in range(size) if a != b}
+
+    def send(self, dst: int, array: np.ndarray) -> None:
+        self.mail[(collective.CONTEXT.rank, dst)].put(array)
+
+    def recv(self, src: int, rank: int) -> np.ndarray:
+        try:
+            return self.mail[(src, rank)].get(timeout=RECV_TIMEOUT)
+        except queue.Empty:
+            raise IRCError(f"rank {rank} waited {RECV_TIMEOUT} s for stage {src}'s activation") from None
 
     def exchange(self, rank: int, array: np.ndarray) -> list:
         self.slots[rank] = array
@@ -98,14 +111,28 @@ def full_view(graph: Graph, values) -> list:
 
 def world_size(graph: Graph) -> Optional[int]:
     spec = graph.meta.get(KEY)
-    return None if not spec else spec["tp"]
+    return None if not spec else spec["tp"] * spec.get("pp", 1)
+
+
+def runs_on(graph: Graph, rank: Optional[int]):
+    """``node -> bool``: whether ``rank`` runs the node (a pipeline stage runs its own nodes,
+    and a pipe it sends or receives; without stages, every rank runs every node)."""
+    stages = (graph.meta.get(KEY) or {}).get("stages")
+    if rank is None or not stages:
+        return lambda node: True
+
+    def runs(node) -> bool:
+        if node.op == "pipe":
+            return rank in (node.attrs["src"], node.attrs["dst"])
+        return stages.get(node.name, rank) == rank
+    return runs
 
 
 def run_world(interpreter, feeds: Mapping[str, np.ndarray]) -> dict:
     """The outputs of ``interpreter.graph``, sharded, from the unsharded graph's ``feeds``."""
     graph: Graph = interpreter.graph
     spec = graph.meta[KEY]
-    size = spec["tp"]
+    size = world_size(graph)
     world = World(size)
     cuts_in, cuts_out = spec.get("inputs", {}), spec.get("outputs", {})
 
@@ -130,7 +157,7 @@ def run_world(interpreter, feeds: Mapping[str, np.ndarray]) -> dict:
     results = [f.result() for f in futures]
     joined = {}
     for value in graph.outputs:
-        parts = [r[value.name] for r in results]
+        parts = [r[value.name] for r in results if value.name in r]  # pipeline stages: the rank that made it
         if value.name in cuts_out:
             joined[value.name] = join(parts, cuts_out[value.name])
         else:
@@ -141,4 +168,4 @@ def run_world(interpreter, feeds: Mapping[str, np.ndarray]) -> dict:
     return joined
 
 
-__all__ = ["KEY", "Shard", "World", "block", "full_view", "join", "run_world", "world_size"]
+__all__ = ["KEY", "Shard", "World", "block", "full_view", "join", "run_world", "runs_on", "world_size"]

@@ -123,8 +123,9 @@ def _target_options(args) -> dict:
 def cmd_show(args) -> int:
     graph = load(args.spec)
     weights = weights_cli.source(args.spec, graph)[1]
-    if args.tp is not None:  # each rank's share: the shard pass last (irc.analysis_shard)
-        args.passes = ",".join(p for p in (args.passes, f"shard{{tp={args.tp}}}") if p)
+    degrees = ",".join(f"{k}={v}" for k, v in (("tp", args.tp), ("ep", args.ep), ("pp", args.pp)) if v is not None)
+    if degrees:  # each rank's share: the shard pass last (irc.analysis_shard)
+        args.passes = ",".join(p for p in (args.passes, f"shard{{{degrees}}}") if p)
     _apply_passes(graph, args)
     cache = DType.parse(args.cache_dtype) if args.cache_dtype else None
     shard = shard_summary(graph, args.context, cache) if graph.meta.get("shard") else None
@@ -403,6 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--tp", type=int, default=None, metavar="N",
                       help="tensor parallel over N ranks: each rank's parameters, KV cache and collective bytes "
                            "(the shard{tp=N} pass after --passes)")
+    show.add_argument("--ep", type=int, default=None, metavar="N", help="with --tp N: whole experts, E/N a rank")
+    show.add_argument("--pp", type=int, default=None, metavar="P",
+                      help="P pipeline stages: each stage's parameters, KV cache and the bytes crossing stages")
     show.add_argument("--text-model", metavar="SPEC", default=None,
                       help="for an image encoder: what its tokens cost this decoder's KV cache when prepended")
     show.set_defaults(func=cmd_show)

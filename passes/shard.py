@@ -1,4 +1,5 @@
-"""``shard{tp=N}``: tensor parallelism, Megatron-LM's layout, as one rank's program.
+"""``shard{tp=N}``: tensor parallelism, Megatron-LM's layout, as one rank's program; or
+``shard{pp=P}``: the layers in P pipeline stages (``passes/shard_pipeline.py``).
 
 Every rank runs the same graph on its own blocks of the weights (``irc.world``):
 
@@ -41,6 +42,7 @@ from irc.errors import PassError
 from irc.graph import Graph, Node, Param, Value
 from irc.passmanager import Pass, register_pass
 from irc.world import KEY, Shard
+from passes import shard_pipeline
 
 THROUGH = ("rope", "reshape", "rms_norm")  # per-head ops between a projection and the attention
 REFUSED = ("moe_sorted", "mamba",
@@ -54,21 +56,30 @@ class ShardPass(Pass):
     rank's program with ``all_reduce`` / ``all_gather``, proven equal as a world of ranks."""
 
     name = "shard"
-    options = {"tp": 1, "ep": 1}
+    options = {"tp": 1, "ep": 1, "pp": 1}
 
     def run(self, graph: Graph) -> bool:
-        tp, ep = int(self.config["tp"]), int(self.config["ep"])
-        if tp < 1:
-            raise PassError(f"shard: tp must be at least 1, got {tp}")
+        tp, ep, pp = int(self.config["tp"]), int(self.config["ep"]), int(self.config["pp"])
+        if tp < 1 or pp < 1:
+            raise PassError(f"shard: tp and pp must be at least 1, got tp={tp}, pp={pp}")
+        if pp > 1 and tp > 1:
+            raise PassError(f"shard: tp={tp} with pp={pp}: irc shards one way at a time for now (a stage's "
+                            "ranks splitting its layers is not built)", hint="shard{tp=N} or shard{pp=P}")
         if ep not in (1, tp):
             raise PassError(f"shard: ep is {ep}: irc spreads the experts over the tensor-parallel ranks (ep=1: "
                             f"every expert split by width; ep={tp}: whole experts, {tp} ways)")
         done = graph.meta.get(KEY)
         if done:
-            if done["tp"] != tp:
-                raise PassError(f"shard: the graph is already sharded over {done['tp']} ranks, not {tp}")
+            if (done["tp"], done.get("pp", 1)) != (tp, pp):
+                raise PassError(f"shard: the graph is already sharded (tp={done['tp']}, pp={done.get('pp', 1)}), "
+                                f"not tp={tp}, pp={pp}")
             self.notes = []
             return False
+        if pp > 1:
+            stages, self.notes = shard_pipeline.split(graph, pp)
+            graph.meta[KEY] = {"tp": 1, "ep": 1, "pp": pp, "stages": stages, "params": {}, "inputs": {},
+                               "outputs": {}}
+            return True
         if tp == 1:
             self.notes = []
             return False

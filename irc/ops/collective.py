@@ -5,6 +5,8 @@ the same on every rank of a world of ``world`` ranks, and these ops exchange wit
   row-parallel projection: each rank holds a partial sum).
 - ``all_gather(x) {world, axis}``: every rank's ``x`` joined along ``axis`` in rank order (the
   vocabulary-parallel head's logits).
+- ``pipe(x) {src, dst}``: x sent from pipeline stage ``src``'s rank to stage ``dst``'s (the
+  activation crossing a stage boundary); the rank of ``dst`` reads what ``src`` sent.
 - ``vocab_embedding(ids, table) {world, scale}``: this rank's rows of a vocabulary split in
   ``world`` equal blocks: the embedding of the ids in its block, zero for the others (an
   ``all_reduce`` then gives every id its row).
@@ -14,7 +16,8 @@ ranks in one process, each in a thread that knows its rank (``CONTEXT``), the co
 meeting at a barrier in program order. Outside such a run they raise.
 
 Cost (bytes over the links, per rank, as a ring does it): an all-reduce of n bytes moves
-2 (N - 1) / N x n, an all-gather of an n-byte result (N - 1) / N x n (``link_bytes``).
+2 (N - 1) / N x n, an all-gather of an n-byte result (N - 1) / N x n, a pipe n
+(``link_bytes``).
 """
 from __future__ import annotations
 
@@ -42,6 +45,8 @@ def link_bytes(op: str, nbytes: int, world: int) -> int:
     """Bytes one rank sends for a collective whose full result is ``nbytes`` (a ring)."""
     if world <= 1:
         return 0
+    if op == "pipe":
+        return nbytes
     factor = 2 * (world - 1) if op == "all_reduce" else (world - 1)
     return nbytes * factor // world
 
@@ -121,4 +126,25 @@ register(OpDef("all_gather", ("x",), {"world": REQUIRED, "axis": -1}, _gather_in
 register(OpDef("vocab_embedding", ("ids", "table"), {"world": REQUIRED, "scale": None}, _vocab_infer,
                _vocab_reference, _vocab_cost, level="model", foldable=False))
 
-COLLECTIVES = ("all_reduce", "all_gather")
+def _pipe_infer(inputs, attrs):
+    expect(attrs["src"] != attrs["dst"], f"pipe: src and dst are both stage {attrs['src']}")
+    return [TensorType(inputs[0].dtype, inputs[0].shape)]
+
+
+def _pipe_reference(inputs, attrs):
+    """x from pipeline stage ``src``'s rank to stage ``dst``'s (send there, receive here)."""
+    rank, world = current()
+    if rank == attrs["src"]:
+        world.send(attrs["dst"], np.asarray(inputs[0]))
+        return [np.asarray(inputs[0])]
+    return [world.recv(attrs["src"], rank)]
+
+
+def _pipe_cost(inputs, outputs, attrs):
+    return Cost(bytes_read=inputs[0].nbytes + outputs[0].nbytes, bytes_written=outputs[0].nbytes)
+
+
+register(OpDef("pipe", ("x",), {"src": REQUIRED, "dst": REQUIRED}, _pipe_infer, _pipe_reference, _pipe_cost,
+               foldable=False))
+
+COLLECTIVES = ("all_reduce", "all_gather", "pipe")

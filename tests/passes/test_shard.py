@@ -160,3 +160,33 @@ def test_a_sharded_graph_runs_as_a_world_only():
     from irc.interpreter import Interpreter
     out = Interpreter(sharded).run(random_feeds(graph, batch=1, tokens=3))
     assert out["logits"].shape == (1, 3, 256) and np.isfinite(out["logits"]).all()
+
+
+@pytest.mark.parametrize("spec", ["examples/tiny-llama3.yaml", "examples/tiny-qwen3-next-80b-a3b.yaml",
+                                  "examples/tiny-mamba2-2.7b.yaml"])
+def test_pipeline_stages_equal_the_unsharded_graph(spec):
+    """shard{pp=2}: each stage's rank runs its layers, the residual stream (and anything else a
+    later layer reads) crossing in pipes; the same outputs, caches and states, and tokens."""
+    graph = load(spec)
+    sharded, changed = apply_pass(ShardPass(pp=2), graph)
+    assert changed and any(n.op == "pipe" for n in sharded.nodes)
+    assert compare_outputs(graph, sharded, random_feeds(graph, batch=2, tokens=4, past=2, seed=4)) <= 1e-6
+    assert generate(sharded, [5, 9, 2], 6)[0] == generate(graph, [5, 9, 2], 6)[0]
+
+
+def test_pipeline_refusals():
+    with pytest.raises(PassError, match=r"3 layers \(n_layers\), which 2 pipeline stages do not divide"):
+        apply_pass(ShardPass(pp=2), load("examples/tiny-deepseek-v3.yaml"))
+    with pytest.raises(PassError, match=r"one way at a time"):
+        apply_pass(ShardPass(tp=2, pp=2), load("examples/tiny-llama3.yaml"))
+
+
+def test_llama_70b_in_four_stages(capsys):
+    """Every parameter in exactly one stage; a quarter of the KV cache each; the residual stream
+    (8,192 f32 a token) crossing three boundaries."""
+    full = show_json(capsys, "examples/hf/llama3-70b")
+    shard = show_json(capsys, "examples/hf/llama3-70b", "--pp", "4")["shard"]
+    assert sum(r["params"] for r in shard["stages"]) == full["params_total"]
+    assert all(r["kv_cache_bytes_per_token"] == full["kv_cache_bytes_per_token"] // 4 for r in shard["stages"])
+    assert shard["collectives"]["pipe"] == {"count": 3, "payload_bytes_per_token": 3 * 8192 * 4,
+                                            "bytes_per_token": 3 * 8192 * 4}
