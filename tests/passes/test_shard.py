@@ -190,3 +190,28 @@ def test_llama_70b_in_four_stages(capsys):
     assert all(r["kv_cache_bytes_per_token"] == full["kv_cache_bytes_per_token"] // 4 for r in shard["stages"])
     assert shard["collectives"]["pipe"] == {"count": 3, "payload_bytes_per_token": 3 * 8192 * 4,
                                             "bytes_per_token": 3 * 8192 * 4}
+
+
+TWINS = ["llama-gqa-llama3-rope", "llama-mqa-odd-head-dim-tied-linear", "qwen3-moe", "deepseek-v3-q-lora-yarn",
+         "deepseek-v3-direct-q-half-rope"]
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory):
+    pytest.importorskip("transformers")
+    from tests.frontends.test_hf_models import build_case, built_once
+    return built_once(build_case, tmp_path_factory)
+
+
+@pytest.mark.parametrize("degrees", [dict(tp=2), dict(tp=4), dict(tp=2, ep=2), dict(pp=2)])
+@pytest.mark.parametrize("name", TWINS)
+def test_hf_twins_sharded_equal_their_unsharded_graphs(twins, name, degrees):
+    """Tiny transformers twins with their checkpoints' weights (Llama GQA and MQA with a tied
+    head, Qwen3-MoE with q/k norms, DeepSeek-V3's MLA + MoE, low-rank and direct q): at tp 2
+    and 4, ep 2 and pp 2 the unsharded logits and caches."""
+    from frontends import load_spec
+
+    graph = load_spec(str(twins(name)[1]))
+    sharded, changed = apply_pass(ShardPass(**degrees), graph)
+    assert changed
+    assert compare_outputs(graph, sharded, random_feeds(graph, batch=2, tokens=5, past=3, seed=5)) <= 1e-5
