@@ -51,16 +51,39 @@ class Shard:
                        hint="run the sharded graph through irc.world.run_world")
 
 
+def _pieces(cut: dict) -> list:
+    """(start, size) of the axis's segments (one: the whole axis) and how many blocks each has."""
+    segments = cut.get("segments")
+    if not segments:
+        return [(0, None)]
+    starts = np.cumsum([0] + list(segments[:-1]))
+    return [(int(s), int(n)) for s, n in zip(starts, segments)]
+
+
 def block(array: np.ndarray, cut: dict, rank: int) -> np.ndarray:
-    """Rank ``rank``'s block of ``array`` (module docstring)."""
+    """Rank ``rank``'s block of ``array`` (module docstring); with ``segments``, its share of
+    each segment, joined."""
     index = rank // cut.get("rep", 1)
-    size = cut["block"]
-    return np.ascontiguousarray(np.take(array, np.arange(index * size, (index + 1) * size), axis=cut["axis"]))
+    if not cut.get("segments"):
+        size = cut["block"]
+        return np.ascontiguousarray(np.take(array, np.arange(index * size, (index + 1) * size), axis=cut["axis"]))
+    ranks = sum(cut["segments"]) // cut["block"] // 1
+    rows = np.concatenate([np.arange(start + index * n // ranks, start + (index + 1) * n // ranks)
+                           for start, n in _pieces(cut)])
+    return np.ascontiguousarray(np.take(array, rows, axis=cut["axis"]))
 
 
 def join(parts: list, cut: dict) -> np.ndarray:
     """The full tensor from every rank's block (one rank per block)."""
-    return np.concatenate(parts[::cut.get("rep", 1)], axis=cut["axis"])
+    owners = parts[::cut.get("rep", 1)]
+    if not cut.get("segments"):
+        return np.concatenate(owners, axis=cut["axis"])
+    ranks, axis, pieces, offset = len(owners), cut["axis"], [], 0
+    for _, n in _pieces(cut):
+        share = n // ranks
+        pieces += [np.take(part, np.arange(offset, offset + share), axis=axis) for part in owners]
+        offset += share
+    return np.concatenate(pieces, axis=axis)
 
 
 class World:

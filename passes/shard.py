@@ -20,10 +20,13 @@ Every rank runs the same graph on its own blocks of the weights (``irc.world``):
 - the embedding vocabulary-parallel (``vocab_embedding``: each rank its block of rows, zero
   elsewhere, then ``all_reduce``) and the LM head column-parallel over the vocabulary, then
   ``all_gather`` of the logits (a tied head reads the embedding's block);
+- gated DeltaNet (Qwen3-Next, Qwen3.5) by key heads, the convolution's channels and the states
+  with them (``passes/shard_delta.py``), then ``all_reduce``;
 - everything else (norms, residual adds, RoPE) replicated: every rank computes it on the same
   values.
 
-Refused, naming the node: layers whose weights the pass does not yet split (state-space
+Refused, naming the node: layers whose weights the pass does not yet split (Kimi's delta rule,
+state-space
 and linear-attention mixers, sorted experts, identity experts, a bias on the experts' down
 projections), attention with sinks or ALiBi, a norm across heads between a projection and the attention (per-head
 q/k norms are fine), and a dimension N does not divide.
@@ -43,9 +46,10 @@ from irc.graph import Graph, Node, Param, Value
 from irc.passmanager import Pass, register_pass
 from irc.world import KEY, Shard
 from passes import shard_pipeline
+from passes.shard_delta import plan_delta
 
-THROUGH = ("rope", "reshape", "rms_norm")  # per-head ops between a projection and the attention
-REFUSED = ("moe_sorted", "mamba",
+THROUGH = ("rope", "reshape", "rms_norm", "slice")  # per-head ops between a projection and the attention
+REFUSED = ("moe_sorted", "kimi_delta_rule", "mamba",
            "mamba2", "selective_scan", "gated_delta", "lightning_attention", "rwkv", "rglru", "mlstm",
            "cross_attention")
 
@@ -107,6 +111,7 @@ class _Plan:
         self.after: list = []  # (node, collective op, attrs, bias to add after it)
         self.embeddings: list = []
         self.notes: list = []
+        self.seen: set = set()  # per-head steps re-aimed already
 
     def error(self, node: Node, detail: str) -> PassError:
         return PassError(f"shard: node %{node.name} ({node.op}): {detail}", location=node.origin)
@@ -123,6 +128,15 @@ class _Plan:
         if self.params.get(param.name, cut) != cut:
             raise self.error(node, f"@{param.name} is read by two nodes that would cut it differently")
         self.params[param.name] = cut
+
+    def cut_segments(self, node: Node, param, cut: dict) -> None:
+        """``cut`` with ``segments``: the axis is blocks of these sizes, rank r taking its 1/N of
+        each (``irc.world.block``)."""
+        if not isinstance(param, Param):
+            raise self.error(node, "its weight is computed, not a param: the pass cuts params only")
+        if self.params.get(param.name, cut) != cut:
+            raise self.error(node, f"@{param.name} is read by two nodes that would cut it differently")
+        self.params[param.name] = dict(cut)
 
     def visit(self, node: Node) -> None:
         if node.op in REFUSED:
@@ -141,6 +155,8 @@ class _Plan:
             self.mla(node)
         elif node.op == "moe":
             self.moe(node)
+        elif node.op == "gated_delta_rule":
+            plan_delta(self, node)
         elif node.op == "embedding":
             table = node.inputs[1]
             self.cut(node, table, 0, self.divide(node, table.shape[0], "the vocabulary (embedding rows)"))
@@ -228,9 +244,9 @@ class _Plan:
         kv, rep = self.kv_split(node, a["kv_heads"])
         head_dim, v_dim = a["head_dim"], a["v_head_dim"] or a["head_dim"]
         full = (a["heads"], a["kv_heads"], a["kv_heads"])
-        for i, block, r, local, dim in ((0, heads * head_dim, 1, heads, head_dim), (1, kv * head_dim, rep, kv, head_dim),
-                                        (2, kv * v_dim, rep, kv, v_dim)):
+        for i, r, local, dim in ((0, 1, heads, head_dim), (1, rep, kv, head_dim), (2, rep, kv, v_dim)):
             linear = self.projection(node, node.inputs[i], full[i], local, dim)
+            block = linear.inputs[1].shape[0] * local // full[i]  # rows grouped by head (q with its gate, too)
             self.cut(linear, linear.inputs[1], 0, block, r)
             if len(linear.inputs) > 2 and linear.inputs[2] is not None:
                 self.cut(linear, linear.inputs[2], 0, block, r)
@@ -239,12 +255,38 @@ class _Plan:
                 self.inputs[node.inputs[i].name] = {"axis": 1, "block": kv, "rep": rep}
                 self.outputs[node.outputs[i - 3].name] = {"axis": 1, "block": kv, "rep": rep}
         out = self.graph.users(node.outputs[0])
-        if len(out) != 1 or out[0].op != "linear" or out[0].inputs[0] is not node.outputs[0]:
+        if len(out) == 1 and out[0].op == "mul":  # an output gate (Qwen3-Next): its heads follow the query's
+            gate = next(v for v in out[0].inputs if v is not node.outputs[0])
+            self.gate(node, gate, a["heads"], heads, head_dim)
+            out = self.graph.users(out[0].outputs[0])
+        if len(out) != 1 or out[0].op != "linear":
             raise self.error(node, "its output is not read by one output projection (linear)")
         self.cut(out[0], out[0].inputs[1], 1, heads * v_dim)
         bias = out[0].inputs[2] if len(out[0].inputs) > 2 else None
         self.after.append((out[0], "all_reduce", {"world": self.tp}, bias))
         self.attrs.append((node, {"heads": heads, "kv_heads": kv}))
+
+    def gate(self, node: Node, value: Value, heads: int, local: int, dim: int) -> None:
+        """The output gate's path back to the query's projection: its reshapes re-aimed."""
+        while value.producer is not None and id(value.producer) not in self.seen:
+            step = value.producer
+            if step.op not in ("sigmoid", "reshape", "slice"):
+                raise self.error(node, f"its output gate passes %{step.name} ({step.op}): no tensor-parallel form")
+            self.reaim(node, step, heads, local, dim)
+            value = step.inputs[0]
+
+    def reaim(self, node: Node, step: Node, heads: int, local: int, dim: int) -> None:
+        """A per-head op on the way to a projection: a reshape's head count or width the rank's
+        share; a slice within heads kept; a per-head norm kept (one across heads refused)."""
+        self.seen.add(id(step))
+        if step.op == "reshape":
+            sizes = {heads: local, heads * dim: local * dim}
+            self.attrs.append((step, {"shape": [sizes.get(d, d) if isinstance(d, int) else d
+                                                for d in step.attrs["shape"]]}))
+        elif step.op == "slice" and step.inputs[0].rank != 4:
+            raise self.error(node, f"%{step.name} slices across heads: no tensor-parallel form")
+        elif step.op == "rms_norm" and step.inputs[1] is not None and step.inputs[1].shape != (dim,):
+            raise self.error(node, f"%{step.name} normalises across heads: no tensor-parallel form")
 
     def kv_split(self, node: Node, kv_heads: int) -> tuple[int, int]:
         """(KV heads per rank, ranks per KV head)."""
@@ -262,12 +304,7 @@ class _Plan:
         by nothing else."""
         while value.producer is not None and value.producer.op in THROUGH:
             step = value.producer
-            if step.op == "reshape":
-                sizes = {heads: local, heads * dim: local * dim}
-                self.attrs.append((step, {"shape": [sizes.get(d, d) if isinstance(d, int) else d
-                                                    for d in step.attrs["shape"]]}))
-            elif step.op == "rms_norm" and step.inputs[1] is not None and step.inputs[1].shape != (dim,):
-                raise self.error(node, f"%{step.name} normalises across heads: no tensor-parallel form")
+            self.reaim(node, step, heads, local, dim)
             value = step.inputs[0]
         producer = value.producer
         if producer is None or producer.op != "linear" or len(self.graph.users(value)) != 1:

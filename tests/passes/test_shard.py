@@ -215,3 +215,26 @@ def test_hf_twins_sharded_equal_their_unsharded_graphs(twins, name, degrees):
     sharded, changed = apply_pass(ShardPass(**degrees), graph)
     assert changed
     assert compare_outputs(graph, sharded, random_feeds(graph, batch=2, tokens=5, past=3, seed=5)) <= 1e-5
+
+
+@pytest.fixture(scope="module")
+def delta_twins(tmp_path_factory):
+    pytest.importorskip("transformers")
+    from tests.frontends.test_hf_delta import build_case
+    from tests.frontends.test_hf_models import built_once
+    return built_once(build_case, tmp_path_factory)  # name -> (model, folder)
+
+
+@pytest.mark.parametrize("name", ["qwen3-next-moe", "qwen3.5-dense", "qwen3.5-moe"])
+def test_gated_deltanet_splits_by_key_heads(delta_twins, name):
+    """Qwen3-Next (fused, key-head-grouped projections; the gated attention's output gate) and
+    Qwen3.5 (split q | k | v projections) at tp 2: the DeltaNet's convolution, states and
+    heads split; the unsharded logits, caches and states; no matrix left whole but the router."""
+    from frontends import load_spec
+
+    graph = load_spec(str(delta_twins(name)[1]))
+    shard = ShardPass(tp=2)
+    sharded, _ = apply_pass(shard, graph)
+    assert compare_outputs(graph, sharded, random_feeds(graph, batch=2, tokens=5, past=3, seed=6)) <= 1e-5
+    assert any(n.op == "gated_delta_rule" and n.attrs["key_heads"] == 1 for n in sharded.nodes)
+    assert not [note for note in shard.notes if "stay whole" in note and "ssm" in note]
