@@ -25,18 +25,10 @@ pytest.importorskip("transformers")
 from tests.frontends.mtp_twins import build_mtp_twin  # noqa: E402
 from tests.frontends.test_hf_models import built_once  # noqa: E402
 
+from tests.test_cli_run_speculative import Clock  # noqa: E402
+
 PROMPT = [5, 6, 7, 8, 9, 5, 6]
 NEW = 18
-
-
-class Clock:
-    speculation = None
-
-    def start(self):
-        pass
-
-    def token(self, token):
-        pass
 
 
 @pytest.fixture(scope="module")
