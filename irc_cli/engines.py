@@ -129,9 +129,27 @@ def onnxruntime(folder, prompt, max_new_tokens, eos, clock, speculative=None) ->
     caches = session_caches(session, folder)
     refresh = session.get_modelmeta().custom_metadata_map.get(CACHE_REFRESH_KEY)
     speculative = with_drafter(speculative, lambda: folder_drafter(folder))  # mtp: the folder's mtp.onnx
+    coarse = speculative is not None and batch_dependent(model_path(folder))
     tokens, last = greedy_loop(session_step(session), caches, prompt, max_new_tokens, eos, clock,
                                None if refresh is None else int(refresh), speculative=speculative)
+    if coarse and clock.speculation is not None:
+        clock.speculation["note"] = COARSE
     return Result(tokens, "onnxruntime", last)
+
+
+COARSE = ("this folder's MatMulNBits run with int8 activations (accuracy level 4), whose kernels round a call "
+          "over several tokens differently from a one-token step: the checked draft can choose otherwise where "
+          "two logits are close, so the answer may part from plain greedy's; a folder with exact products "
+          "(--gguf-weights exact, or quantize{accuracy_level=0}) gives plain greedy's tokens")
+
+
+def batch_dependent(path: str) -> bool:
+    """Whether the model has MatMulNBits nodes of a nonzero accuracy level (int8 activations)."""
+    import onnx
+
+    graph = onnx.load(path, load_external_data=False).graph
+    return any(node.op_type == "MatMulNBits" and any(a.name == "accuracy_level" and a.i != 0 for a in node.attribute)
+               for node in graph.node)
 
 
 def draft_model(path: str, seed: int = 0):

@@ -214,6 +214,8 @@ def cmd_run(args) -> int:
         print(" ".join(str(t) for t in result.tokens))
     if not args.quiet:
         print(_stats_line(timing, result.engine, stopped), file=sys.stderr)
+        if drafting and (clock.speculation or {}).get("note"):
+            print(f"irc run: note: {clock.speculation['note']}", file=sys.stderr)
     return 0
 
 

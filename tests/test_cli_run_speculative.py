@@ -186,3 +186,19 @@ def test_irc_run_with_a_draft_folder(tmp_path, capsys):
     got = run_json(capsys, "run", SPECS[0], "--prompt-ids", ids, "--max-new-tokens", NEW, "--json", "--speculative",
                    f"draft={folder}")
     assert got["tokens"] == plain and got["speculative"]["drafter"] == "draft"
+
+
+def test_int8_activation_kernels_are_said(tmp_path, capsys):
+    """MatMulNBits at accuracy level 4 round a several-token call differently from a one-token
+    step, so a checked draft may part from plain greedy where logits are close: said in the
+    report and on stderr (a folder of exact products has no note)."""
+    for level, noted in ((4, True), (0, False)):
+        out = tmp_path / f"level{level}"
+        assert main(["compile", "examples/tiny-llama3.yaml", "--target", "onnx-ort", "--logits", "all", "--quiet",
+                     "--passes", f"quantize{{bits=4,accuracy_level={level}}}", "-o", str(out / "model.onnx")]) == 0
+        capsys.readouterr()
+        report = run_json(capsys, "run", out, "--prompt-ids", "3,17,42,3,17", "--max-new-tokens", 6,
+                          "--speculative", "ngram", "--json")["speculative"]
+        assert ("note" in report) == noted
+        if noted:
+            assert "accuracy level 4" in report["note"]
