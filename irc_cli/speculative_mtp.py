@@ -22,8 +22,9 @@ from typing import Callable
 
 import numpy as np
 
-from backends.onnx.mtp import MTP_FILE
 from irc.errors import IRCError
+
+MTP_FILE = "mtp.onnx"  # the head's file beside the decoder: backends.onnx.mtp.MTP_FILE (not imported: onnx)
 HIDDEN, NEXT_HIDDEN = "hidden_states", "hidden_states_out"
 
 

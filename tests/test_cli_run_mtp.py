@@ -134,3 +134,10 @@ def test_refusals(argv, message, tmp_path, capsys):
     assert os.listdir(tmp_path) == []
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_the_runner_and_the_target_name_the_head_alike():
+    from backends.onnx import mtp
+
+    import irc_cli.speculative_mtp as runner
+    assert runner.MTP_FILE == mtp.MTP_FILE
