@@ -6,10 +6,12 @@ import os
 from irc.graph import Graph
 from irc.progress import SILENT
 from irc.text import describe_bytes
+from irc.world import KEY
 
 from backends.onnx.dual import emit_dual
 from backends.onnx.emit import emit_model
 from backends.onnx.mtp import emit_with_head
+from backends.onnx.shard import emit_sharded
 from backends.onnx.vlm import EMBEDDING, emit_vlm
 from backends.onnx.targets import resolve_options, resolve_tied_head, resolve_unfused
 
@@ -19,6 +21,9 @@ def emit_target(graph: Graph, path: str, options) -> list[str]:
     kwargs = dict(target=options.name, opset=opset, weights=weights, seed=options.seed, context=options.context,
                   files=options.files, progress=options.progress or SILENT,
                   tied_head=resolve_tied_head(options.name, options.target), unfused=resolve_unfused(options.target))
+    if graph.meta.get(KEY):  # sharded: one model per rank and the launch note (backends.onnx.shard)
+        ranks, note = emit_sharded(graph, path, **kwargs)
+        return [line for result in ranks for line in _lines(result)] + [f"wrote {note} (how to launch the ranks)"]
     if "vision" in graph.parts:  # a VLM: vision, embedding and decoder models (backends.onnx.vlm)
         vision, result, lines = emit_vlm(graph, path, **kwargs)
         merged = any(node.op == "merge_tokens" for node in graph.nodes)  # else read by cross-attention

@@ -35,10 +35,13 @@ ops. Anything else falls back to ``lower_moe`` (``moe_fits_ort`` says why).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 from onnx import TensorProto
 
 from irc.dtypes import DType
+from irc.errors import BackendError
 from irc.graph import Node, Param
 from irc.ops.registry import by_name
 
@@ -218,7 +221,10 @@ def _shared(b: Builder, ops: dict, x2: str, routed: str, attrs: dict, out: str) 
     return b.op("Add", [routed, shared], f"{out}/with_shared")
 
 
-def lower_moe(b: Builder, node: Node, outs: list[str]) -> None:
+def lower_moe(b: Builder, node: Node, outs: list[str], rank: Optional[int] = None) -> None:
+    """Standard ops (module docstring); ``rank``: a sharded graph's rank, whose experts are
+    r x n .. (r + 1) x n of ``experts`` (``expert_shards``: routing over all of them, the
+    rank's gating columns kept, ``rank_gating``)."""
     ops, a = _operands(node), node.attrs
     x_value, out = ops["x"], outs[0]
     d, experts, f = x_value.shape[-1], a["experts"], ops["w_up"].shape[1]
@@ -235,6 +241,8 @@ def lower_moe(b: Builder, node: Node, outs: list[str]) -> None:
         identity = b.op("ReduceSum", [b.op("Slice", [gating, *ends], f"{out}/identity_gating"), b.i64([-1])],
                         f"{out}/identity_weight", keepdims=1)
         gating = b.op("Slice", [gating, b.i64([0]), b.i64([experts]), b.i64([-1])], f"{out}/expert_gating")
+    if a.get("expert_shards", 1) > 1:
+        gating, experts = rank_gating(b, gating, a, rank, out)
     if x_value.dtype != DType.f32:
         gating = b.op("Cast", [gating], f"{out}/gating_{x_value.dtype}", to=ONNX_TYPES[x_value.dtype])
         identity = identity and b.op("Cast", [identity], f"{out}/identity_{x_value.dtype}",
@@ -273,6 +281,18 @@ def lower_moe(b: Builder, node: Node, outs: list[str]) -> None:
     b.node("Reshape", [total, b.shape(x_value.shape)], outs, allowzero=1)
 
 
+def rank_gating(b: Builder, gating: str, attrs: dict, rank: Optional[int], out: str) -> tuple[str, int]:
+    """The gating columns [N, n] of rank ``rank``'s experts (r x n .. (r + 1) x n), and n: the
+    other ranks' experts add nothing here (their all-reduce brings them)."""
+    shards = attrs["expert_shards"]
+    if rank is None:
+        raise BackendError(f"moe with its experts over {shards} ranks (expert_shards) is one rank's program",
+                           hint="a sharded graph is written one model per rank (backends.onnx.shard)")
+    n = attrs["experts"] // shards
+    return b.op("Slice", [gating, b.i64([rank * n]), b.i64([(rank + 1) * n]), b.i64([-1])],
+                f"{out}/rank_gating"), n
+
+
 def _per_expert(b: Builder, hidden: str, gating: str, experts: int, f: int, out: str) -> str:
     """[N, E*f] hidden units times each token's gating weight for their expert ([N, E])."""
     hidden3 = b.op("Reshape", [hidden, b.i64([-1, experts, f])], f"{out}/3d")
@@ -283,6 +303,8 @@ def _per_expert(b: Builder, hidden: str, gating: str, experts: int, f: int, out:
 def moe_fits_ort(node: Node):
     """Why ORT's MoE op cannot compute this node (None when it can)."""
     a, ops = node.attrs, _operands(node)
+    if a.get("expert_shards", 1) > 1:
+        return "one rank's share of the experts (expert_shards: routing over all of them)"
     if a["weight_inputs"]:
         return "gating weights on the experts' inputs (Llama-4's)"
     if a["identity_experts"]:
