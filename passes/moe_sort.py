@@ -27,6 +27,8 @@ REPORT_MAX_PARAM_ELEMENTS = 1 << 26
 def lower_moe(e: Emitter, node: Node):
     """The sorted form replacing ``node``'s output, or why ``node`` is left: a capacity with
     expert down biases (a dropped pair would still add its bias)."""
+    if node.attrs.get("expert_shards", 1) > 1:
+        return "experts spread over ranks (shard's ep): the sorted form has no offset for a rank's experts"
     if e.options["capacity_factor"] is not None and e.operands["b_down"] is not None:
         return "capacity_factor with expert down biases (b_down): dropped pairs would keep their bias"
     if e.options["capacity_factor"] is not None and node.attrs["identity_experts"]:

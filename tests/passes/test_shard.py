@@ -238,3 +238,13 @@ def test_gated_deltanet_splits_by_key_heads(delta_twins, name):
     assert compare_outputs(graph, sharded, random_feeds(graph, batch=2, tokens=5, past=3, seed=6)) <= 1e-5
     assert any(n.op == "gated_delta_rule" and n.attrs["key_heads"] == 1 for n in sharded.nodes)
     assert not [note for note in shard.notes if "stay whole" in note and "ssm" in note]
+
+
+def test_moe_sort_leaves_expert_parallel_moe_and_says_why():
+    from passes.moe_sort import MoeSort
+
+    graph = load(SPECS["mixtral-moe"])
+    sharded, _ = apply_pass(ShardPass(tp=2, ep=2), graph)
+    sort = MoeSort()
+    _, changed = apply_pass(sort, sharded)
+    assert not changed and any("spread over ranks" in note for note in sort.notes)
