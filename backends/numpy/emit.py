@@ -57,6 +57,10 @@ WRAP = 110
 
 def module_source(graph: Graph, *, source: str = "") -> str:
     """The text of the standalone module for ``graph`` (pure: no weights are touched)."""
+    if graph.meta.get("shard"):  # its collectives meet other ranks: irc.world, or per-rank ONNX / Triton
+        raise BackendError("this graph is one rank of a sharded model (the shard pass), and the numpy target "
+                           "writes a single process's module", hint="use --target onnx-ort or triton (a process a "
+                                                                    "rank), or irc run SPEC (the ranks in threads)")
     roots = {}
     for node in graph.nodes:
         roots.setdefault(f"op {node.op!r}", get_op(node.op).reference)

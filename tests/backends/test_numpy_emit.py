@@ -256,12 +256,16 @@ def test_moe_matches_the_interpreter(tmp_path):
     assert_matches_interpreter(g, random_feeds(g, batch=2, tokens=3), tmp_path)
 
 
+WORLD_OPS = ("all_reduce", "all_gather", "pipe", "vocab_embedding")  # a sharded graph's: refused by this target
+
+
 def test_every_registered_op_emits():
-    """No op's reference reads a global the emitter cannot copy (lambdas, closures, DType, ...)."""
+    """No op's reference reads a global the emitter cannot copy (lambdas, closures, DType, ...);
+    the ops that meet other ranks aside (the target refuses a sharded graph)."""
     from backends.numpy.pysource import collect
     from backends.numpy.emit import RESERVED, STANDARD_IMPORTS
-    bundle = collect({f"op {name!r}": op.reference for name, op in sorted(ops.OPS.items())}, RESERVED,
-                     STANDARD_IMPORTS)
+    bundle = collect({f"op {name!r}": op.reference for name, op in sorted(ops.OPS.items()) if name not in WORLD_OPS},
+                     RESERVED, STANDARD_IMPORTS)
     text = "\n\n".join(section for _, section in bundle.sections)
     compile(text, "<references>", "exec")
 
@@ -394,3 +398,15 @@ def test_every_tiny_example_emits_and_matches(name, tmp_path):
     graph = load_spec(os.path.join(EXAMPLES, name))
     feeds = random_feeds(graph, batch=2, seed=1) if "vision" in graph.meta else decode_feeds(graph, past=2)
     assert_matches_interpreter(graph, feeds, tmp_path)  # an image encoder: two random images
+
+
+def test_a_sharded_graph_is_refused(tmp_path):
+    from frontends.yaml_spec import load
+    from irc.errors import BackendError
+    from irc.testing import apply_pass
+    from passes.shard import ShardPass
+
+    sharded, _ = apply_pass(ShardPass(tp=2), load("examples/tiny-llama3.yaml"))
+    with pytest.raises(BackendError, match="one rank of a sharded model"):
+        emit_module(sharded, str(tmp_path / "model_np.py"))
+    assert not list(tmp_path.iterdir())

@@ -19,7 +19,8 @@ VLM_EXAMPLES = ("gemma-3-4b", "llava-1.5-7b", "llava-v1.6-mistral-7b", "mistral-
                 "qwen2.5-vl-7b", "smolvlm-256m", "llama-3.2-11b-vision")  # two graphs, no YAML form: tests/frontends/test_hf_vlm.py
 NO_YAML = ("llama-4-scout-17b-16e",  # forms YAML does not declare (chunks, MoE input weights): test_hf_llama4.py
            "deepseek-v3.2",  # the lightning indexer's top-k mask: test_hf_deepseek_v32.py
-           "rwkv-4-7b")  # RWKV-4's token shifts and WKV recurrence (no YAML form): test_hf_rwkv.py
+           "rwkv-4-7b",  # RWKV-4's token shifts and WKV recurrence (no YAML form): test_hf_rwkv.py
+           "llama3-70b", "qwen3-235b-a22b")  # benchmarks/shard.py's models: tests/passes/test_shard.py
 HF_EXAMPLES = sorted(p.name for p in (EXAMPLES / "hf").iterdir()
                      if (p / "config.json").exists() and p.name not in VLM_EXAMPLES + NO_YAML)
 

@@ -73,31 +73,45 @@ def _resave(model_folder: Path, folder: Path, change) -> Path:
     return folder
 
 
+def _copy_layer(tensors, source: str, target: str) -> None:
+    """Every tensor under ``source`` again under ``target`` (a whole block for the MTP head)."""
+    for name in [n for n in tensors if n.startswith(source)]:
+        tensors[target + name[len(source):]] = tensors[name].copy()
+
+
 def _glm_mtp(tensors):  # GLM-4.5's layout: the MTP layer after the last decoder layer
     d = tensors["model.norm.weight"].shape[0]
     for name in ("eh_proj.weight", "enorm.weight", "hnorm.weight", "shared_head.norm.weight"):
         shape = (d, 2 * d) if name == "eh_proj.weight" else (d,)
         tensors[f"model.layers.2.{name}"] = np.ones(shape, np.float32)
-    tensors["model.layers.2.self_attn.q_proj.weight"] = tensors["model.layers.1.self_attn.q_proj.weight"]
+    _copy_layer(tensors, "model.layers.1.", "model.layers.2.")
 
 
 def _ernie_mtp(tensors):  # ERNIE-4.5's layout: model.mtp_{part}.{k}
     d = tensors["model.norm.weight"].shape[0]
     for name, shape in (("mtp_emb_norm.0.weight", (d,)), ("mtp_hidden_norm.0.weight", (d,)),
-                        ("mtp_linear_proj.0.weight", (d, 2 * d)), ("mtp_block.0.input_layernorm.weight", (d,))):
+                        ("mtp_linear_proj.0.weight", (d, 2 * d))):
         tensors[f"model.{name}"] = np.ones(shape, np.float32)
+    last = max(int(n.split(".")[2]) for n in tensors if n.startswith("model.layers."))
+    _copy_layer(tensors, f"model.layers.{last}.", "model.mtp_block.0.")
 
 
-@pytest.mark.parametrize("name, add", [("glm4-moe-groups-qkv-bias-partial", _glm_mtp),
-                                       ("ernie4-5-moe-shared-interleaved", _ernie_mtp)])
-def test_mtp_weights_are_left_aside_as_transformers_leaves_them(models, tmp_path, name, add):  # noqa: F811
+@pytest.mark.parametrize("name, add, head", [("glm4-moe-groups-qkv-bias-partial", _glm_mtp, True),
+                                             ("ernie4-5-moe-shared-interleaved", _ernie_mtp, False)])
+def test_mtp_weights_leave_the_decoder_as_transformers_has_it(models, tmp_path, name, add, head):  # noqa: F811
+    """A checkpoint holding its MTP head: transformers' causal LM and irc's decoder give the
+    logits they gave without it; irc builds the head beside the decoder (frontends.hf.mtp)
+    where config.json declares it (the GLM twin's num_nextn_predict_layers; the ERNIE twin
+    declares none, so its head's tensors are left aside)."""
     model, folder = models(name)
     resaved = _resave(folder, tmp_path / "with-mtp", add)
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(resaved, attn_implementation="eager").eval()
     ids, mask, positions = prompts()
     want = hf_logits(model, ids, mask, positions)
     np.testing.assert_array_equal(hf_logits(reloaded, ids, mask, positions), want)
-    got = irc_logits(load_spec(resaved), ids, mask, positions)
+    graph = load_spec(resaved)
+    assert ("mtp" in graph.parts) == head
+    got = irc_logits(graph, ids, mask, positions)
     assert relative_error(got[mask.astype(bool)], want[mask.astype(bool)]) <= TOLERANCE
 
 
