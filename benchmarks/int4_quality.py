@@ -61,12 +61,9 @@ from __future__ import annotations
 import argparse
 import fcntl
 import gc
-import hashlib
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 import time
 
@@ -75,7 +72,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from int4_real import CALIBRATION, ort_logits, prepare_model, set_threads, with_level  # noqa: E402
+from int4_builds import build, irc_argv  # noqa: E402
+from int4_real import ort_logits, prepare_model, set_threads, with_level  # noqa: E402
 from onnx_vs_peers import ROOT  # noqa: E402
 from quantize_onnx import disk_bytes  # noqa: E402
 
@@ -83,7 +81,6 @@ SEEDS = os.path.join(os.path.dirname(ROOT), "shared", "seeds")
 EVAL_TEXTS = (os.path.join(SEEDS, "001_03b3848d8222c4ff.txt"), os.path.join(SEEDS, "004_966d6c578af5acc0.txt"))
 EVAL_TOKENS, NEW_TOKENS, REPEAT_RUN, DIGIT_RUN = 512, 16, 8, 10
 METHODS = ("rtn", "ort", "mse", "imatrix", "gptq", "awq")
-CALIBRATED = ("imatrix", "gptq", "awq")
 PROMPTS = os.path.join(HERE, "prompts_int4.json")
 LOCK = "/tmp/bench.lock"
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<eos>")  # an output ends after the first
@@ -96,18 +93,6 @@ FIXED_CHAT = {  # used only where jinja2 is missing: each model's own template, 
 }
 
 
-def irc_argv(hf: str, out: str, method: str | None = None, group: int = 32) -> list:
-    argv = [sys.executable, "-m", "irc_cli", "compile", hf, "--target", "onnx-ort", "--logits", "all",
-            "--quiet", "-o", os.path.join(out, "model.onnx")]
-    if method is None:
-        return argv
-    name, *more = method.split(":")  # "ort:symmetric=false": a method with more quantize options
-    extra = "".join("," + option for option in more)
-    if name in CALIBRATED:
-        extra += f",calibration={CALIBRATION},tokenizer={os.path.join(hf, 'tokenizer.json')}"
-    return argv + ["--passes", f"lower-mlp,quantize{{bits=4,group={group},embeddings=true,method={name}{extra}}},dce"]
-
-
 def slug(method: str) -> str:
     """A row's folder-name part: ``ort:symmetric=false`` -> ``ort-symmetric-false``."""
     return re.sub(r"[^A-Za-z0-9_.]+", "-", method)
@@ -116,30 +101,6 @@ def slug(method: str) -> str:
 def builder_argv(hf: str, out: str) -> list:
     return [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf, "-o", out, "-p", "int4", "-e", "cpu",
             "-c", out + ".cache"]
-
-
-def build(work: str, row: str, make, quantized: bool, rebuild: set) -> tuple:
-    """(folder, failure note) of the model that ``make(folder)``'s command line writes,
-    compiled now unless a complete folder for the same command line is cached."""
-    key = hashlib.sha256(json.dumps(make("OUT")).encode()).hexdigest()
-    folder = os.path.join(work, f"{row}-{key[:12]}")
-    done = os.path.join(folder, ".done")
-    if os.path.exists(done) and row not in rebuild and not (quantized and "int4" in rebuild):
-        return folder, ""
-    shutil.rmtree(folder, ignore_errors=True)
-    argv = make(folder)
-    print(f"  compiling {row}: {' '.join(argv[1:])}", flush=True)
-    start = time.perf_counter()
-    run = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
-    shutil.rmtree(folder + ".cache", ignore_errors=True)
-    if run.returncode or not os.path.exists(os.path.join(folder, "model.onnx")):
-        shutil.rmtree(folder, ignore_errors=True)
-        lines = [line.strip() for line in (run.stderr + run.stdout).splitlines() if line.strip()] or ["failed"]
-        errors = [i for i, line in enumerate(lines) if "error" in line.lower()]
-        return None, " ".join(lines[errors[-1]:errors[-1] + 2] if errors else lines[-1:])[:200]
-    with open(done, "w") as f:
-        f.write(" ".join(argv) + f"\n{time.perf_counter() - start:.1f} s\n")
-    return folder, ""
 
 
 def load_prompts(hf: str, model: str) -> tuple:

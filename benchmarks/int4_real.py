@@ -51,11 +51,11 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from int4_builds import CALIBRATION, build as cached_build, irc_argv  # noqa: E402
 from onnx_vs_peers import ROOT, median, timed_process  # noqa: E402
 from quantize_onnx import disk_bytes  # noqa: E402
 from real_model import SEED_TEXT, eval_tokens  # noqa: E402
 
-CALIBRATION = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shared", "seeds", "000_812997a390ead4ae.txt")
 METHODS = ("rtn", "mse", "imatrix")
 CALIBRATED = ("imatrix", "gptq")
 MODELS = {"smollm2": "SmolLM2-135M-Instruct", "gemma3": "Gemma-3-270M", "qwen-coder": "Qwen2.5-Coder-0.5B-Instruct"}
@@ -84,9 +84,7 @@ def pipeline(method: str, hf: str) -> str:
 
 def score_twins(work: str, hf: str, methods: list) -> dict:
     """{"irc fp32" or method: folder} of the ``--logits all`` twins perplexity is scored on
-    (``int4_quality.build``: cached by command line; None where the compile failed)."""
-    from int4_quality import build as cached_build, irc_argv
-
+    (``int4_builds.build``: cached by command line; None where the compile failed)."""
     twins = {"irc fp32": cached_build(os.path.join(work, "score"), "irc-fp32", lambda out: irc_argv(hf, out),
                                       False, set())[0]}
     for method in methods:

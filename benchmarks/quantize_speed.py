@@ -1,7 +1,7 @@
 """How fast each quantizer turns weights into int4 codes: ``ort`` (the compiled kernel,
 ``passes._quantize_kernel``, numba), ``ort-mlas`` (the same scheme by onnxruntime's own
 kernel, ``quantize_matmul_4bits``), ``rtn`` and ``mse`` (irc's NumPy ones,
-``irc.ops.quant.quantize_blocks`` and ``passes.quantize_methods.search_blocks``), on
+``irc.ops.quant.quantize_blocks`` and ``passes.quantize_search.search_blocks``), on
 Llama-3-8B's 4096 x 4096 and 14336 x 4096 weights (N(0, 0.02), group 32, symmetric), in
 float32 and in bfloat16 (what an 8B checkpoint holds).
 
@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from irc.ops.quant import quantize_blocks  # noqa: E402
-from passes.quantize_methods import search_blocks  # noqa: E402
+from passes.quantize_search import search_blocks  # noqa: E402
 from passes.quantize_ort import ort_blocks, ort_blocks_mlas  # noqa: E402
 
 SHAPES = ((4096, 4096), (14336, 4096))

@@ -30,6 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from vlm_cells import (builder_cell, empty_states, irc_onnx_cells, irc_vision_ms, last_line, latency_row,
+                       median_ms, verdict)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROUNDS = 3  # the latency row's median (a run takes minutes)
 IDS = [1, 300, 5, 6, 7]  # <|image|> (the twin's IMAGE) and text after it
@@ -45,8 +48,6 @@ def mllama_rows(only: str) -> list:
     from irc.check import relative_error
     from irc.interpreter import run
     from tests.frontends import test_hf_mllama as t
-    from vlm_twins import builder_cell, irc_onnx_cells, verdict
-
     with tempfile.TemporaryDirectory() as tmp:
         model, folder = t.build("mllama", Path(tmp) / "saved")
         inputs = t.case(IDS, t.SIZES[:1])
@@ -70,7 +71,6 @@ def three_models(paths: dict, inputs: dict, keys, want) -> str:
     import onnxruntime as ort
 
     from irc.check import relative_error
-    from vlm_twins import empty_states, verdict
     sessions = {k: ort.InferenceSession(p, providers=["CPUExecutionProvider"]) for k, p in paths.items()}
     fed = {k: inputs[k][0] for k in ("pixel_values", "aspect_ratio_ids", "aspect_ratio_mask")}  # N = the images
     features = sessions["vision"].run(None, {v.name: fed[v.name] for v in sessions["vision"].get_inputs()})[0]
@@ -89,8 +89,6 @@ def three_models(paths: dict, inputs: dict, keys, want) -> str:
 def mobius_cell(folder: str, tmp: str, check) -> str:
     """``mobius build --config DIR --dtype f32``: refused (its last error line), or its
     vision_encoder, embedding and decoder models run as irc's are (``check``), or what it wrote."""
-    from vlm_twins import last_line
-
     out, tool = os.path.join(tmp, "mobius"), os.path.join(os.path.dirname(sys.executable), "mobius")
     if not os.path.exists(tool):
         return "not installed (pip install -c constraints.txt '.[bench]')"
@@ -121,8 +119,6 @@ def mllama_latency(name: str) -> tuple:
     from irc.analysis import analyze, visual_token_costs
     from irc.text import format_bytes
     from irc_cli.images_mllama import arrangements
-    from vlm_twins import irc_vision_ms, latency_row, median_ms
-
     folder = os.path.join(ROOT, "examples", "hf", "llama-3.2-11b-vision")
     config = transformers.AutoConfig.from_pretrained(folder)
     vision, tiles, size = config.vision_config, config.vision_config.max_num_tiles, config.vision_config.image_size

@@ -45,11 +45,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -57,27 +55,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-TOLERANCE = 1e-4
-
-
-def verdict(error: float) -> str:
-    return "exact" if error <= TOLERANCE else f"wrong ({error:.1e})"
-
-
-def last_line(text: str) -> str:
-    """The error a tool ended with (its last line naming an error, else its last line)."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    errors = [line for line in lines if "Error" in line.split(":")[0] or line.startswith("error")]
-    return ((errors or lines or ["no output"])[-1])[:160].replace("|", "/")
-
-
-def empty_states(decoder) -> dict:
-    """Zero-length caches [1, kv, 0, D] and zero recurrent states (Qwen3.5's conv_state [1, C, K-1],
-    recurrent_state [1, H, dk, dv]) for a decoder session's past_key_values inputs, from its
-    ONNX shapes: batch 1, any other symbolic axis (the past length) 0."""
-    return {v.name: np.zeros([1 if i == 0 else d if isinstance(d, int) else 0 for i, d in enumerate(v.shape)],
-                             np.float16 if v.type == "tensor(float16)" else np.float32)
-            for v in decoder.get_inputs() if v.name.startswith("past_key_values.")}
+from vlm_cells import (builder_cell, empty_states, irc_onnx_cells, irc_vision_ms, last_line,  # noqa: E402
+                       latency_row, median_ms, onnx_files, verdict)
 
 
 def three_models(paths: dict, ids, pixel_values, want, extra: dict = None) -> str:
@@ -113,23 +92,6 @@ def irc_cells(folder: str, tmp: str, model, ids, pixel_values, want, tokens) -> 
     return cells + [genai_tokens(os.path.join(tmp, "irc-onnx-ort"), ids, pixel_values, tokens)]
 
 
-def irc_onnx_cells(folder: str, tmp: str, check) -> list:
-    """``irc compile`` to both ONNX targets (``tmp/irc-onnx``, ``tmp/irc-onnx-ort``): each folder's
-    verdict from ``check({"vision": path, "embedding": path, "decoder": path})``, or "refused"."""
-    from irc_cli import main
-
-    cells = []
-    for target in ("onnx", "onnx-ort"):
-        out = os.path.join(tmp, f"irc-{target}")
-        if main(["compile", folder, "--target", target, "-o", os.path.join(out, "model.onnx"), "--quiet"]) != 0:
-            cells.append("refused")
-            continue
-        cells.append(check({k: os.path.join(out, f) for k, f in (("vision", "vision.onnx"),
-                                                                  ("embedding", "embedding.onnx"),
-                                                                  ("decoder", "model.onnx"))}))
-    return cells
-
-
 def genai_tokens(out: str, ids, pixel_values, tokens: list, grid=None) -> str:
     """onnxruntime-genai's greedy tokens from irc's onnx-ort folder against ``tokens``, where the
     folder has a genai_config.json."""
@@ -161,19 +123,6 @@ def mobius_cell(folder: str, tmp: str, ids, pixel_values, want, grids=None, extr
             paths, ids, pixel_values, grids, want)
     except Exception as err:  # noqa: BLE001 (a model that fails to run is a result here)
         return f"fails to run: {last_line(str(err))}"
-
-
-def builder_cell(folder: str, tmp: str) -> str:
-    out = os.path.join(tmp, "builder")
-    done = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", folder, "-o", out, "-p",
-                           "fp32", "-e", "cpu"], capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        return f"refused: {last_line(done.stderr + done.stdout)}"
-    return f"text decoder only ({onnx_files(out)}): no vision or embedding model"
-
-
-def onnx_files(out: str) -> str:
-    return ", ".join(sorted(f for f in os.listdir(out) if f.endswith(".onnx")))
 
 
 def twins_table(only: str) -> None:
@@ -318,43 +267,6 @@ def any_size_table(only: str) -> list:
     return rows
 
 
-def median_ms(run, rounds: int = 5) -> float:
-    run()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
-
-
-def irc_vision_ms(folder: str, feeds: dict, rounds: int = 5) -> tuple:
-    """The folder's vision model: its FLOPs per image (irc's analysis) and irc ``onnx-ort``'s
-    median ms in ONNX Runtime (2 threads) on ``feeds``."""
-    from backends import get_target
-    from backends.onnx.emit import emit_model
-    from backends.onnx.runtime import ort_session
-    from frontends import load_spec
-    from irc.analysis import analyze
-    from irc.passmanager import PassManager, parse_pipeline
-    import passes  # noqa: F401  (registers the passes)
-
-    spec = get_target("onnx-ort")
-    vision = load_spec(folder).parts["vision"]
-    flops = analyze(vision)["vision"]["flops_per_image"]
-    PassManager(parse_pipeline(",".join(p for p in (spec.prelude({}), spec.pipeline({}), spec.postlude({})) if p))
-                ).run(vision)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "vision.onnx")
-        emit_model(vision, path, target="onnx-ort", genai=False)
-        session = ort_session(path, threads=2)
-        return flops, median_ms(lambda: session.run(None, feeds), rounds)
-
-
-def latency_row(label: str, flops: float, irc_ms: float, torch_ms: float) -> tuple:
-    return (label, f"{flops / 1e9:,.0f}", f"{irc_ms:,.0f}", f"{torch_ms:,.0f}", f"{torch_ms / irc_ms:.2f}x")
-
-
 def latency_table(only: str) -> None:
     """The vision models per image: irc onnx-ort in ONNX Runtime vs PyTorch eager (``only``:
     comma-separated row names, else all)."""
@@ -446,7 +358,7 @@ def qwen3_latency(name: str) -> tuple:
                        median_ms(eager))
 
 
-from vlm_mllama import mllama_latency, mllama_rows  # noqa: E402  (it imports this module's helpers lazily)
+from vlm_mllama import mllama_latency, mllama_rows  # noqa: E402
 
 LATENCY = {"llava-1.5-7b": llava_latency, "qwen2.5-vl-7b": qwen_latency, "qwen3-vl-8b": qwen3_latency,
            "llama-3.2-11b-vision": mllama_latency}

@@ -13,8 +13,8 @@ GROUP_SCORES = ("max", "top2_sum")
 
 # frames in these files are the DSL itself; call_site() reports the first frame outside
 DSL_FILES = {os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
-             for name in ("dsl.py", "dsl_args.py", "dsl_moe.py", "dsl_rope.py", "dsl_ssm.py", "dsl_hybrid.py", "dsl_mlp.py",
-                          "dsl_delta.py", "dsl_lightning.py", "dsl_attention.py")}
+             for name in ("dsl.py", "dsl_core.py", "dsl_args.py", "dsl_moe.py", "dsl_rope.py", "dsl_ssm.py",
+                          "dsl_hybrid.py", "dsl_mlp.py", "dsl_delta.py", "dsl_lightning.py", "dsl_attention.py")}
 
 
 class ArgError(SpecError):

@@ -11,7 +11,7 @@ from frontends.dsl_delta import gated_output, query_and_gate
 from frontends.dsl_rope import Rope, emit_rope
 
 if TYPE_CHECKING:
-    from frontends.dsl import Model, Tensor
+    from frontends.dsl_core import Model, Tensor
 
 AFTER_ROPE = "head_after_rope"  # "head" norms applied after RoPE (Hunyuan's)
 QK_NORMS = (False, True, "head", "full", "layer", "plain", AFTER_ROPE)  # True is "head"

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Optional
 from frontends.dsl_args import positive
 
 if TYPE_CHECKING:
-    from frontends.dsl import Model, Tensor
+    from frontends.dsl_core import Model, Tensor
 
 PADDING_SCORE = 1e30  # subtracted from a padding token's score: exp() of it is 0 in float32
 

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 from frontends.dsl_args import one_of, positive, positive_float
 
 if TYPE_CHECKING:
-    from frontends.dsl import Model, Tensor
+    from frontends.dsl_core import Model, Tensor
 
 PROJECTIONS = ("split", "fused")
 

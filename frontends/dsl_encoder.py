@@ -44,7 +44,7 @@ import numpy as np
 from frontends.dsl_args import positive
 
 if TYPE_CHECKING:
-    from frontends.dsl import Tensor
+    from frontends.dsl_core import Tensor
 
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 DENSE_ACTIVATIONS = (None, "tanh")

@@ -27,7 +27,7 @@ from frontends.dsl_args import positive, positive_float
 from frontends.dsl_delta import _flat, _heads_view
 
 if TYPE_CHECKING:
-    from frontends.dsl import Model, Tensor
+    from frontends.dsl_core import Model, Tensor
 
 
 def lightning_slopes(heads: int, layer: int, layers: int) -> list[float]:

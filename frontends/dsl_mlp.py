@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Optional
 from frontends.dsl_args import one_of, positive
 
 if TYPE_CHECKING:
-    from frontends.dsl import Model, Tensor
+    from frontends.dsl_core import Model, Tensor
 
 
 class MlpLayer:

@@ -9,7 +9,7 @@ from frontends.dsl_args import GROUP_SCORES, MOE_SCORING, one_of, positive, posi
 from irc.ops.moe import MOE_ACTIVATIONS, UNGATED
 
 if TYPE_CHECKING:
-    from frontends.dsl import Model, Tensor
+    from frontends.dsl_core import Model, Tensor
 
 
 class MoeLayer:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from frontends.dsl_args import positive
 
 if TYPE_CHECKING:
-    from frontends.dsl import Model, Tensor
+    from frontends.dsl_core import Model, Tensor
 
 
 @dataclass

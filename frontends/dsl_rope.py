@@ -9,7 +9,7 @@ from irc.graph import Value
 from irc.ops import rope as rope_op
 
 if TYPE_CHECKING:
-    from frontends.dsl import Model, Tensor
+    from frontends.dsl_core import Model, Tensor
 
 ROPE_CONVENTIONS = rope_op.CONVENTIONS
 SCALING_NEEDS = rope_op.SCALING_KEYS  # kind -> the fields it needs

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Optional
 from frontends.dsl_args import positive, positive_float
 
 if TYPE_CHECKING:
-    from frontends.dsl import Model, Tensor
+    from frontends.dsl_core import Model, Tensor
 
 
 class RwkvLayer:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from frontends.dsl_args import one_of, positive, positive_float
 
 if TYPE_CHECKING:
-    from frontends.dsl import Model, Tensor
+    from frontends.dsl_core import Model, Tensor
 
 BCDT_NORMS = (None, "weighted", "plain")
 

@@ -39,7 +39,7 @@ from irc.dtypes import DType
 from irc.ops.vision import FEATURES  # a VLM decoder's input: the vision model's output, a row per visual token
 
 if TYPE_CHECKING:
-    from frontends.dsl import Tensor
+    from frontends.dsl_core import Tensor
 
 PIXELS = "pixel_values"
 ROWS = "image_rows"  # LLaVA-NeXT's vision model's second input: which feature rows an image is (packed_features)
@@ -54,7 +54,7 @@ class VisionInputs:
     def _added_param(self, name: str, shape: tuple) -> Tensor:
         """A param the activations meet outside a linear (a token, a position, a scale), as
         float32 (activations are: a cast follows a param of another float type)."""
-        from frontends.dsl import ACTIVATION, Tensor
+        from frontends.dsl_core import ACTIVATION, Tensor
         value = Tensor(self, self.param(name, tuple(shape)))
         if self.dtype == ACTIVATION:
             return value
@@ -79,7 +79,7 @@ class VisionInputs:
         by k·d zero columns (so the merged ``inputs_embeds`` are [B, T, (1 + k)·d], zeros where
         no image sits) and the first d columns are returned. ``deepstack_add(x, level)`` adds a
         level's columns after a layer."""
-        from frontends.dsl import ACTIVATION, Tensor
+        from frontends.dsl_core import ACTIVATION, Tensor
         if self.encoder or self._ids is None:
             raise self.error("x", "image features merge into a decoder's token embeddings: call m.input_ids() first")
         if any(v.name == FEATURES for v in self._graph.inputs):
@@ -138,7 +138,7 @@ class VisionInputs:
         them, index N·tokens standing for ``@{newline}`` [d]: LLaVA-NeXT's any-resolution
         packing (the base view, then the tiles' grid unpadded with a newline after each row),
         which the processor lays out (``irc_cli.images_anyres.feature_rows``)."""
-        from frontends.dsl import Tensor
+        from frontends.dsl_core import Tensor
         self._vision()
         if self._graph.outputs:
             raise self.error("x", "a vision model's outputs are already declared")
@@ -219,7 +219,7 @@ class VisionInputs:
 
     def pixel_values(self, channels: int, height: int, width: int) -> Tensor:
         """The image batch ``pixel_values`` f32 [B, C, H, W] (the only input)."""
-        from frontends.dsl import Tensor
+        from frontends.dsl_core import Tensor
         if not self.encoder or self.vocab is not None:
             raise self.error("pixel_values", "images are a vision encoder's input",
                              hint="build with Model(..., vocab=None, encoder=True)")

@@ -19,8 +19,8 @@ Processors whose output follows the image have modules of their own: Qwen2-VL's
 (``images_qwen``), Pixtral's (``images_pixtral``), Llama-3.2-Vision's tiles (``images_mllama``),
 SigLIP 2's NaFlex patches (``images_siglip2``).
 
-Pillow is imported only here, when an image is read (``pip install 'irc[vision]'``). A file
-that is not an image, one over ``MAX_PIXELS``, or a processor whose output size is not the
+An image file is read by ``irc_cli.image_file`` (Pillow, imported only there). A file that
+is not an image, one over its ``MAX_PIXELS``, or a processor whose output size is not the
 model's input size is one ``IRCError`` naming the file (and the key).
 """
 from __future__ import annotations
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from irc.errors import IRCError, SpecError
+from irc_cli.image_file import to_rgb
 
 PREPROCESSOR = "preprocessor_config.json"
 TILED = ("Idefics3ImageProcessor", "SmolVLMImageProcessor")
@@ -39,7 +40,6 @@ PATCHED = ("Qwen2VLImageProcessor",)
 FITTED = ("PixtralImageProcessor",)
 NAFLEX = ("Siglip2ImageProcessor",)
 CANVASED = ("MllamaImageProcessor",)
-MAX_PIXELS = 1 << 26  # 67 megapixels: larger files are refused before they are decoded
 OPENAI_MEAN, OPENAI_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
 HALF = [0.5, 0.5, 0.5]
 _COMMON = {"do_resize": True, "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
@@ -228,16 +228,6 @@ class Processor:
         return pixels
 
 
-def to_rgb(image):
-    """RGB, transparency composited onto white (transformers' convert_to_rgb)."""
-    from PIL import Image
-
-    if "A" in image.getbands() or image.info.get("transparency") is not None:
-        image = image.convert("RGBA")
-        return Image.alpha_composite(Image.new("RGBA", image.size, (255, 255, 255, 255)), image).convert("RGB")
-    return image.convert("RGB")
-
-
 def shortest_edge(height: int, width: int, size: int) -> tuple[int, int]:
     """(height, width) with the short side ``size`` and the long one int(size · long / short)."""
     short, long = (width, height) if width <= height else (height, width)
@@ -257,24 +247,3 @@ def center_crop(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
     padded[:, top_pad:top_pad + rows, left_pad:left_pad + columns] = pixels
     top, left = top + top_pad, left + left_pad
     return padded[:, max(0, top):min(new_rows, top + height), max(0, left):min(new_columns, left + width)]
-
-
-def read_image(path: str):
-    """The Pillow image at ``path``, decoded (one IRCError naming the file otherwise)."""
-    try:
-        from PIL import Image
-    except ImportError:
-        raise IRCError("reading images needs Pillow", hint="pip install 'irc[vision]'") from None
-    if not os.path.isfile(path):
-        raise IRCError("no such image file", location=path)
-    try:
-        with Image.open(path) as opened:  # reads the header only
-            if opened.width * opened.height > MAX_PIXELS:
-                raise IRCError(f"{opened.width}x{opened.height} pixels is over irc's limit of {MAX_PIXELS:,}",
-                               location=path, hint="resize the image first")
-            opened.load()
-            return opened.copy()
-    except IRCError:
-        raise
-    except (OSError, ValueError, Image.DecompressionBombError, SyntaxError) as err:
-        raise IRCError(f"not an image Pillow can read: {err}", location=path) from None

@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from irc.errors import IRCError
+from irc_cli.image_file import to_rgb
 
 
 def pinpoint_problem(pinpoints, tile: int):
@@ -85,8 +86,6 @@ def anyres(processor, image) -> tuple[np.ndarray, tuple[int, int]]:
     """(pixel values float32 [N, C, crop, crop], the image's (height, width)) of a Pillow image:
     the base view, then the tiles row by row."""
     from PIL import Image
-
-    from irc_cli.images import to_rgb
 
     tile, (base_height, base_width), pinpoints = check(processor)
     s = processor.settings

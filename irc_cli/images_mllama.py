@@ -25,6 +25,7 @@ import math
 import numpy as np
 
 from irc.errors import IRCError
+from irc_cli.image_file import to_rgb
 
 
 def arrangements(max_tiles: int) -> list[tuple[int, int]]:
@@ -57,8 +58,6 @@ def mllama(processor, image, tile: int, max_tiles: int) -> tuple[np.ndarray, int
     """(pixel values f32 [max_tiles, C, tile, tile], aspect ratio id, tiles used) of a Pillow
     image."""
     from PIL import Image
-
-    from irc_cli.images import to_rgb
 
     s = processor.settings
     if s.get("do_convert_rgb"):

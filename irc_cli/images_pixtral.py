@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from irc.errors import IRCError
+from irc_cli.image_file import to_rgb
 
 
 def check(processor) -> tuple[int, int]:
@@ -48,8 +49,6 @@ def pixtral(processor, image, patch: int) -> tuple[np.ndarray, tuple[int, int]]:
     """(pixel values float32 [1, C, H, W], (H, W)) of a Pillow image, H and W whole ``patch``
     sides when ``do_resize``."""
     from PIL import Image
-
-    from irc_cli.images import to_rgb
 
     max_height, max_width = check(processor)
     s = processor.settings

@@ -25,6 +25,7 @@ import math
 import numpy as np
 
 from irc.errors import IRCError
+from irc_cli.image_file import to_rgb
 
 MAX_ASPECT = 200
 PATCH_KEYS = ("patch_size", "merge_size", "temporal_patch_size")
@@ -89,8 +90,6 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
 def patches(processor, image) -> tuple[np.ndarray, tuple[int, int, int]]:
     """(pixel values float32 [gh · gw, C · T · p · p], grid (1, gh, gw)) of a Pillow image."""
     from PIL import Image
-
-    from irc_cli.images import to_rgb
 
     s = processor.settings
     patch, merge, temporal = (s[key] for key in PATCH_KEYS)

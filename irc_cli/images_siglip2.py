@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from irc.errors import IRCError
+from irc_cli.image_file import to_rgb
 
 SEARCH_EPS = 1e-5  # transformers' get_image_size_for_max_num_patches: the binary search's width
 
@@ -55,8 +56,6 @@ def size_for_patches(height: int, width: int, patch: int, max_patches: int) -> t
 def naflex(processor, image) -> dict:
     """The three arrays of one Pillow image (the module docstring)."""
     from PIL import Image
-
-    from irc_cli.images import to_rgb
 
     patch, max_patches = check(processor)
     s = processor.settings

@@ -17,6 +17,8 @@ import math
 
 import numpy as np
 
+from irc_cli.image_file import to_rgb
+
 MAX_SIDE = 4096  # transformers' MAX_IMAGE_SIZE
 
 
@@ -53,8 +55,6 @@ def multiples(height: int, width: int, side: int) -> tuple[int, int]:
 def tiles(processor, image) -> tuple[np.ndarray, int, int]:
     """(pixel values [N, C, m, m], rows, columns) of a Pillow image."""
     from PIL import Image
-
-    from irc_cli.images import to_rgb
 
     s = processor.settings
     resample = Image.Resampling(int(s["resample"]))

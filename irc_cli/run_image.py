@@ -23,7 +23,8 @@ import numpy as np
 
 from irc.errors import IRCError
 from irc_cli import engines, run_dual, weights
-from irc_cli.images import NAFLEX, Processor, read_image
+from irc_cli.image_file import read_image
+from irc_cli.images import NAFLEX, Processor
 
 PIXELS = "pixel_values"
 NAFLEX_SHAPES = "spatial_shapes"  # the input that marks SigLIP 2's NaFlex tower (frontends.dsl_naflex)
@@ -50,7 +51,7 @@ def _spec(args):
     """(run(feeds) -> outputs, its inputs' shapes by name, engine, graph) of a spec in the
     interpreter."""
     from irc.interpreter import Interpreter
-    from irc_cli.commands import _apply_passes
+    from irc_cli.pipeline import apply_passes
     from irc_cli.spec import load
 
     weights.check(args.weights, weights.CHOICES[:1])
@@ -59,7 +60,7 @@ def _spec(args):
         raise IRCError("--image goes with an image encoder; this model reads text only", location=args.spec,
                        hint="a vision-language model (llava, gemma3) takes --image with --prompt")
     weights.require(args.spec, graph, args.weights)
-    _apply_passes(graph, args)
+    apply_passes(graph, args)
     interpreter = Interpreter(graph, args.seed)
     return interpreter.run, {value.name: list(value.shape) for value in graph.inputs}, "interpreter", graph
 

@@ -26,7 +26,8 @@ import numpy as np
 from irc.errors import IRCError, SpecError
 from irc.inputs import read_json
 from irc_cli import engines
-from irc_cli.images import PATCHED, Processor, read_image
+from irc_cli.image_file import read_image
+from irc_cli.images import PATCHED, Processor
 
 MANIFEST = engines.VLM_MANIFEST
 GRID = "image_grid_thw"  # Qwen-VL's vision model's second input

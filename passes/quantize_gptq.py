@@ -23,7 +23,7 @@ absorb it where H says they can. Steps, as in the paper's reference code except 
 4. groups (static, in column order, so codes fit MatMulNBits' blocks of ``block_size``): a
    group's scale (and zero point, asymmetric) is chosen when its first column comes up, from
    the group's weights as updated so far. ``group_scales="search"`` (the default): the
-   search of ``passes.quantize_methods.search_blocks`` weighted by H's diagonal (imatrix's
+   search of ``passes.quantize_search.search_blocks`` weighted by H's diagonal (imatrix's
    choice, applied to the updated weights); ``"rtn"``: RTN's max-abs rule
    (``irc.ops.quant.quantize_blocks``), the paper's; ``"static"``: the search on the
    original weights, before any feedback. On the layer above, against the other text's
@@ -89,7 +89,7 @@ from irc.errors import PassError
 from irc.ops.quant import block_count, dequantize_blocks, pack_codes, packed_width, quantize_blocks, unpack_codes
 from irc.weights import read_rows
 
-from passes.quantize_methods import search_blocks
+from passes.quantize_search import search_blocks
 
 DAMP = 0.1         # dampening: this fraction of the mean diagonal added to H's diagonal (module docstring)
 BATCH = 128        # columns per lazy batch (the paper's B)
@@ -126,7 +126,7 @@ def upper_factor(h: np.ndarray, block: int = FACTOR_BLOCK) -> np.ndarray:
 def _group_scale(group: np.ndarray, bits: int, symmetric: bool, scale_dtype: str, importance) -> tuple:
     """(stored scales [N], their float32 values [N], zero points [N] float32) of one group's
     current weights [N, g]: RTN's rule, or with ``importance`` (H's diagonal over the group)
-    the search ``passes.quantize_methods.search_blocks`` weighted by it."""
+    the search ``passes.quantize_search.search_blocks`` weighted by it."""
     if importance is None:
         _, scales, zeros = quantize_blocks(group, bits=bits, block_size=group.shape[1], symmetric=symmetric,
                                            scale_dtype=scale_dtype)

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from irc_cli import images, main
+from irc_cli import image_file, images, main
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -145,7 +145,7 @@ def test_bad_input_is_one_message_exit_2(clip_twin, photographs, tmp_path, capsy
     elif case == "missing":
         image = tmp_path / "nowhere.png"
     elif case == "too-large":
-        monkeypatch.setattr(images, "MAX_PIXELS", 100)
+        monkeypatch.setattr(image_file, "MAX_PIXELS", 100)
     elif case == "with-prompt":
         argv = ["--prompt-ids", "1,2"]
     elif case == "decoder":

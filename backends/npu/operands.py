@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from backends.npu.executor import NUMPY, Numbers
+from backends.npu.memory import NUMPY, Numbers
 from backends.npu.recurrent import random_scan_operands
 
 

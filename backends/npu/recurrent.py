@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from backends.npu.memory import NUMPY, Buffer, store_as
 from irc.npu.scan import ScanShape, block_bytes, shared_reads, spans
 from irc.npu.target import Machine, round_up
 from irc.ops.delta import gated_delta_rule
@@ -68,7 +69,6 @@ def _state_shape(record: dict, units: int) -> tuple:
 def run_scan(record: dict, machine: Machine, operands: dict, numbers, sram, dma) -> tuple:
     """One sequence: ``operands`` by name (activations [T, width], parameters flat, the
     past state [H, ...]); returns (outputs [T, H·out], present state [H, ...])."""
-    from backends.npu.executor import NUMPY, Buffer, store_as
 
     shape = ScanShape.from_json(record["shape"])
     op, h, t = record["scan"]["op"], record["tile"]["h"], record["tile"]["t"]
@@ -132,7 +132,6 @@ def run_scan(record: dict, machine: Machine, operands: dict, numbers, sram, dma)
 
 def reference_scan(record: dict, machine: Machine, operands: dict, numbers) -> tuple:
     """The untiled op on the same (dequantized) operands: (outputs, present state)."""
-    from backends.npu.executor import store_as
 
     shape = ScanShape.from_json(record["shape"])
     op = record["scan"]["op"]
@@ -149,7 +148,6 @@ def random_scan_operands(record: dict, machine: Machine, rng) -> dict:
     """Seeded operands for every instance (leading axis ``count``): activations as codes of
     the operand dtype (integers over [-100, 100], floats standard normal), parameters and
     the past state fp32."""
-    from backends.npu.executor import NUMPY
 
     shape, n = ScanShape.from_json(record["shape"]), record["count"]
     op = record["scan"]["op"]

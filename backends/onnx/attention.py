@@ -49,10 +49,10 @@ from irc import dims
 from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Node, Param, Value
-from irc.ops.registry import pad_inputs
 from irc.ops.rope import mrope_tables, rope_inv_freq, rope_switch
 
 from backends.onnx.builder import ONNX_TYPES, Builder
+from backends.onnx.fits import attention_operands
 from backends.onnx.portable import slice_, softcap
 
 NEG = float(np.finfo(np.float32).min)
@@ -412,18 +412,6 @@ def alibi_bias(b: Builder, slopes, heads: int, seq, total) -> str:
         return b.op("Mul", [column, distance], f"{name}/bias")
 
     return b.cached(("alibi", slopes.name, dims.canonical(seq), dims.canonical(total)), make)
-
-
-def attention_operands(node: Node) -> dict:
-    q, k, v, mask, past_key, past_value, sinks, blocks, alibi = pad_inputs(node.inputs, 9)
-    a = node.attrs
-    batch, seq = q.shape[:2]
-    total = seq if past_key is None else dims.add(past_key.shape[2], seq)
-    return dict(q=q, k=k, v=v, mask=mask, past_key=past_key, past_value=past_value, sinks=sinks, blocks=blocks,
-                alibi=alibi, batch=batch, seq=seq,
-                total=total, heads=a["heads"], kv_heads=a["kv_heads"], head_dim=a["head_dim"],
-                v_head_dim=a["head_dim"] if a["v_head_dim"] is None else a["v_head_dim"],
-                scale=a["head_dim"] ** -0.5 if a["scale"] is None else a["scale"])
 
 
 def lower_attention(b: Builder, node: Node, outs: list[str]) -> None:

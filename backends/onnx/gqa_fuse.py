@@ -19,7 +19,8 @@
 
 ``--unfuse gqa-rope,pack-qkv`` turns either off (``benchmarks/cpu_speed.py`` measures both
 ways). Each absorbed node is skipped by its own lowering (``absorbed``) and emitted by the
-attention's (``backends.onnx.ort.lower_attention_ort``).
+attention's (``backends.onnx.ort.lower_attention_ort``, which also writes the packed product:
+``packed_qkv``).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from irc.dtypes import DType
 from irc.graph import Graph, Node, Param
 
 from backends.onnx.builder import Builder
+from backends.onnx.fits import gqa_fits, matmul_nbits_fits, only_matrix_uses, packable
 
 FUSIONS = ("gqa-rope", "pack-qkv")
 
@@ -58,8 +60,6 @@ def absorbed(b: Builder, node: Node) -> bool:
 
 
 def _plan(graph: Graph, unfused: frozenset) -> dict:
-    from backends.onnx.ort import gqa_fits
-
     result = {}
     for node in graph.nodes:
         if node.op != "attention" or gqa_fits(node) is not None:
@@ -92,8 +92,6 @@ def _ropes(node: Node) -> tuple:
 
 
 def _projections(node: Node, entry: Absorbed) -> tuple:
-    from backends.onnx.portable import only_matrix_uses
-
     sources = [entry.rope_q.inputs[0], entry.rope_k.inputs[0]] if entry.rope_q else list(node.inputs[:2])
     sources.append(node.inputs[2])
     producers = [v.producer for v in sources]
@@ -103,9 +101,6 @@ def _projections(node: Node, entry: Absorbed) -> tuple:
     if any(p.inputs[0] is not x or len(p.outputs[0].uses) != 1 for p in producers):
         return ()
     if all(p.op == "dequant_linear" for p in producers):
-        from backends.onnx.quant import matmul_nbits_fits
-        from backends.onnx.quant_pack import packable
-
         return tuple(producers) if packable(producers, matmul_nbits_fits) else ()
     if any(p.op != "linear" or len(p.inputs) > 2 and p.inputs[2] is not None or not isinstance(p.inputs[1], Param)
            or not only_matrix_uses(p.inputs[1]) for p in producers) or x.dtype != DType.f32:
@@ -116,19 +111,3 @@ def _projections(node: Node, entry: Absorbed) -> tuple:
 def packed_transposed(*weights):
     """[out_q + out_k + out_v, in] -> [in, out_q + out_k + out_v], contiguous."""
     return np.ascontiguousarray(np.concatenate([np.asarray(w) for w in weights], axis=0).T)
-
-
-def packed_qkv(b: Builder, entry: Absorbed, out: str) -> str:
-    """The packed projection: MatMul of the shared activation by the q|k|v weight, or one
-    MatMulNBits over the q|k|v codes."""
-    if entry.projections[0].op == "dequant_linear":
-        from backends.onnx.quant import accuracy_level
-        from backends.onnx.quant_pack import packed_matmul
-
-        return packed_matmul(b, list(entry.projections), accuracy_level(entry.projections[0].attrs))
-    weights = tuple(p.inputs[1] for p in entry.projections)
-    rows = sum(w.shape[0] for w in weights)
-    name = b.derived(f"{weights[0].name}+kv.T", weights[0].dtype, (weights[0].shape[1], rows), weights,
-                     packed_transposed)
-    packed = b.converted(name, weights[0].dtype, DType.f32)
-    return b.op("MatMul", [b.value(entry.projections[0].inputs[0]), packed], f"{out}/qkv")

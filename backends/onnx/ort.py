@@ -45,25 +45,10 @@ from backends.onnx import gqa_fuse, portable
 from backends.onnx.attention import (NEG, alibi_bias, attention_operands, check_scaling, head_sink, longrope_selected,
                                      lower_attention, lower_rope, visibility)
 from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
+from backends.onnx.fits import gqa_fits
 from backends.onnx.moe import lower_moe_ort
-
-
-def gqa_fits(node: Node):
-    """Why GroupQueryAttention cannot compute this attention node (None when it can)."""
-    o = attention_operands(node)
-    if o["past_key"] is None:
-        return "no past cache"
-    if not node.attrs["causal"]:
-        return "non-causal attention"
-    if o["v_head_dim"] != o["head_dim"]:
-        return "value heads wider or narrower than key heads"
-    if o["head_dim"] % 8:
-        return f"head size {o['head_dim']} is not a multiple of 8, which ORT's GroupQueryAttention needs"
-    if o["q"].dtype not in (DType.f32, DType.f16):
-        return f"{o['q'].dtype} activations"
-    if o["blocks"] is not None:
-        return "image tokens that see each other (its causal mask cannot be opened)"
-    return None
+from backends.onnx.quant import accuracy_level
+from backends.onnx.quant_pack import packed_matmul
 
 
 def _lengths(b: Builder, batch, seq, total) -> tuple[str, str, str]:
@@ -79,6 +64,19 @@ def _lengths(b: Builder, batch, seq, total) -> tuple[str, str, str]:
         return seqlens_k, total_len, query
 
     return b.cached(("gqa-lengths", batch, seq, total), make)
+
+
+def packed_qkv(b: Builder, entry: gqa_fuse.Absorbed, out: str) -> str:
+    """The packed projection: MatMul of the shared activation by the q|k|v weight, or one
+    MatMulNBits over the q|k|v codes."""
+    if entry.projections[0].op == "dequant_linear":
+        return packed_matmul(b, list(entry.projections), accuracy_level(entry.projections[0].attrs))
+    weights = tuple(p.inputs[1] for p in entry.projections)
+    rows = sum(w.shape[0] for w in weights)
+    name = b.derived(f"{weights[0].name}+kv.T", weights[0].dtype, (weights[0].shape[1], rows), weights,
+                     gqa_fuse.packed_transposed)
+    packed = b.converted(name, weights[0].dtype, DType.f32)
+    return b.op("MatMul", [b.value(entry.projections[0].inputs[0]), packed], f"{out}/qkv")
 
 
 def lower_attention_ort(b: Builder, node: Node, outs: list[str]) -> None:
@@ -110,7 +108,7 @@ def _gqa_operands(b: Builder, node: Node, fused, hint: str) -> tuple[list, list]
     q, k, v = node.inputs[:3]
     if fused.rope_q:
         q, k = fused.rope_q.inputs[0], fused.rope_k.inputs[0]
-    qkv = ([gqa_fuse.packed_qkv(b, fused, hint), "", ""] if fused.projections else
+    qkv = ([packed_qkv(b, fused, hint), "", ""] if fused.projections else
            [b.value(q), b.value(k), b.value(v)])
     if not fused.rope_q:
         return qkv, ["", "", ""]

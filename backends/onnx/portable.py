@@ -21,6 +21,7 @@ from irc.graph import Node, Param, Value
 from irc.ops.registry import pad_inputs
 
 from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
+from backends.onnx.fits import only_matrix_uses
 from backends.onnx.vision import VISION_LOWERINGS
 
 BINARY = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "maximum": "Max",
@@ -227,18 +228,6 @@ def lower_layer_norm(b: Builder, node: Node, outs: list[str]) -> None:
     x, weight, bias = pad_inputs(node.inputs, 3)
     inputs = [b.value(x), b.weight(weight, dtype=x.dtype)] + ([b.weight(bias, dtype=x.dtype)] if bias else [])
     b.node("LayerNormalization", inputs, outs, axis=-1, epsilon=float(node.attrs["eps"]), stash_type=1)
-
-
-# operands that are a [out, in] weight applied as x @ W.T, per op
-MATRIX_OPERANDS = {"linear": {1}, "swiglu": {1, 2, 3}, "geglu": {1, 2, 3}, "gelu_mlp": {1, 2},
-                   "moe": {1, 6, 7, 8, 9}, "mla_attention": {5, 6, 8, 9, 11, 12},
-                   "mla_absorbed_attention": {5, 6, 8, 9, 11}, "mla_latent_attention": {5, 6, 8, 9, 13}}
-
-
-def only_matrix_uses(param: Value) -> bool:
-    """Is every use of ``param`` a weight applied as x @ W.T? (Then it is stored [in, out].)"""
-    return all(all(i in MATRIX_OPERANDS.get(user.op, ()) for i, v in enumerate(user.inputs) if v is param)
-               for user in param.uses)
 
 
 def linear(b: Builder, x: str, dtype: DType, weight: Value, bias, out: str) -> str:

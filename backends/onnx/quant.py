@@ -54,7 +54,7 @@ from irc.ops.quant import KV_QMAX, block_count, unpack_codes
 
 from backends.onnx import gqa_fuse, quant_embedding, quant_pack
 from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
-from backends.onnx.portable import only_matrix_uses
+from backends.onnx.fits import dequant_parts, matmul_nbits_fits, nbits_refusal, only_matrix_uses
 
 PARTS = ("qweight", "scales", "zero_points")
 # MatMulNBits' activation precision where a node does not set one (quantize{accuracy_level}):
@@ -151,17 +151,12 @@ def dequantized(b: Builder, qweight, scales, zero_points, attrs: dict, *, transp
     return b.cached(("dequantized", qweight.name, transpose), make)
 
 
-def _parts(node: Node, first: int) -> tuple:
-    qweight, scales, zero_points = (list(node.inputs[first:first + 3]) + [None] * 3)[:3]
-    return qweight, scales, zero_points
-
-
 # ---- weights --------------------------------------------------------------------------------
 
 def lower_dequant_linear(b: Builder, node: Node, outs: list[str]) -> None:
     """DequantizeLinear([K, N]) -> MatMul (+ Add)."""
     x, _, _, _, bias = (list(node.inputs) + [None] * 5)[:5]
-    qweight, scales, zero_points = _parts(node, 1)
+    qweight, scales, zero_points = dequant_parts(node, 1)
     if scales.dtype != x.dtype:
         raise BackendError(f"dequant_linear with {scales.dtype} scales and {x.dtype} activations",
                            hint="quantize weights stored in the activations' type")
@@ -172,26 +167,6 @@ def lower_dequant_linear(b: Builder, node: Node, outs: list[str]) -> None:
         b.node("Add", [product, b.weight(bias, dtype=x.dtype)], outs)
 
 
-def matmul_nbits_fits(node: Node):
-    """Why MatMulNBits cannot compute this dequant_linear (None when it can)."""
-    _, _, zero_points = _parts(node, 1)
-    return _nbits_refusal(node.attrs, node.inputs[0].dtype, node.inputs[2].dtype, zero_points)
-
-
-def _nbits_refusal(attrs: dict, x_dtype: DType, scale_dtype: DType, zero_points):
-    block = attrs["block_size"]
-    if block < 16 or block & (block - 1):
-        return f"block_size {block} (MatMulNBits takes a power of two >= 16)"
-    if x_dtype not in (DType.f32, DType.f16) or scale_dtype != x_dtype:
-        return f"{x_dtype} activations with {scale_dtype} scales"
-    if zero_points is not None and zero_points.dtype.is_float:
-        if attrs["bits"] == 8:
-            return "8-bit codes with float zero points (ORT's CPU MatMulNBits refuses them)"
-        if attrs["K"] % block:
-            return "float zero points with a padded last block"
-    return None
-
-
 def matmul_nbits(b: Builder, x: str, dtype: DType, weight: Value, out: str) -> bool:
     """onnx-ort: x @ W.T as one MatMulNBits over the stored codes when W is a 2-D
     ``dequantize`` result MatMulNBits can take (a dense MLP's or MLA's weight that was not
@@ -199,9 +174,9 @@ def matmul_nbits(b: Builder, x: str, dtype: DType, weight: Value, out: str) -> b
     producer = weight.producer
     if b.flavour != "ort" or producer is None or producer.op != "dequantize" or weight.rank != 2:
         return False
-    qweight, scales, zero_points = _parts(producer, 0)
+    qweight, scales, zero_points = dequant_parts(producer, 0)
     a = producer.attrs
-    if _nbits_refusal(a, dtype, scales.dtype, zero_points) is not None:
+    if nbits_refusal(a, dtype, scales.dtype, zero_points) is not None:
         return False
     emit_matmul_nbits(b, x, None, qweight, scales, zero_points, a, weight.shape[0], out)
     return True
@@ -245,7 +220,7 @@ def lower_dequant_linear_ort(b: Builder, node: Node, outs: list[str]) -> None:
         quant_pack.lower_packed(b, group, accuracy_level(node.attrs))
         return
     x, _, _, _, bias = (list(node.inputs) + [None] * 5)[:5]
-    qweight, scales, zero_points = _parts(node, 1)
+    qweight, scales, zero_points = dequant_parts(node, 1)
     emit_matmul_nbits(b, b.value(x), x.rank, qweight, scales, zero_points, node.attrs, node.attrs["N"], outs[0],
                       b.value(bias))
 
@@ -259,7 +234,7 @@ def lower_dequantize(b: Builder, node: Node, outs: list[str]) -> None:
     out = node.outputs[0]
     if reads_only_as_matrix(out):
         return  # each reader takes the transposed form (``transposed_weight``)
-    qweight, scales, zero_points = _parts(node, 0)
+    qweight, scales, zero_points = dequant_parts(node, 0)
     weight = dequantized(b, qweight, scales, zero_points, node.attrs, transpose=False, hint=qweight.name)
     b.node("Identity", [weight], outs)
 
@@ -269,7 +244,7 @@ def transposed_weight(b: Builder, weight: Value) -> str:
     DequantizeLinear for a ``dequantize`` result, else a Transpose (once per value)."""
     producer = weight.producer
     if producer is not None and producer.op == "dequantize" and weight.rank == 2:
-        qweight, scales, zero_points = _parts(producer, 0)
+        qweight, scales, zero_points = dequant_parts(producer, 0)
         return dequantized(b, qweight, scales, zero_points, producer.attrs, transpose=True, hint=qweight.name)
     return b.cached(("transposed", weight.name),
                     lambda: b.op("Transpose", [b.value(weight)], f"{weight.name}.T", perm=[1, 0]))

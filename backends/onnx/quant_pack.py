@@ -46,29 +46,8 @@ from irc.graph import Node
 from irc.ops.quant import pack_codes, packed_width
 
 from backends.onnx.builder import MS_DOMAIN, Builder
+from backends.onnx.fits import dequant_operands, packable
 from backends.onnx.gqa_fuse import absorbed
-
-KEYS = ("K", "bits", "block_size", "accuracy_level")
-
-
-def _operands(node: Node) -> list:
-    return (list(node.inputs) + [None] * 5)[:5]
-
-
-def _signature(node: Node) -> tuple:
-    _, _, scales, zero_points, bias = _operands(node)
-    return (tuple(node.attrs.get(k) for k in KEYS), scales.dtype, None if zero_points is None else zero_points.dtype,
-            bias is not None)
-
-
-def packable(nodes, fits) -> bool:
-    """Can one MatMulNBits over stacked codes compute these dequant_linear nodes? Each fits
-    MatMulNBits (``fits(n)`` is None), and all share K, bits, block size, accuracy level, the
-    scales' dtype, the zero points' (none, u8 or float: then one shared correction) and
-    whether there are biases."""
-    first = _signature(nodes[0])
-    return all(n.op == "dequant_linear" and fits(n) is None and _signature(n) == first for n in nodes)
-
 
 def siblings(b: Builder, node: Node, fits) -> list[Node]:
     """``node`` and the later dequant_linear readers of its activation it packs with, in graph
@@ -97,7 +76,7 @@ def packed_matmul(b: Builder, group: list[Node], accuracy: dict) -> str:
     that order: its output's last axis holds each node's output one after another (float
     zero points: after the shared correction, module docstring)."""
     first = group[0]
-    columns = [_operands(n) for n in group]
+    columns = [dequant_operands(n) for n in group]
     stem = columns[0][1].name[:-len(".qweight")] if columns[0][1].name.endswith(".qweight") else columns[0][1].name
     stem += "+" + "+".join(c[1].name.split(".")[-2] for c in columns[1:])
     zero_points, scales = [c[3] for c in columns], [c[2] for c in columns]

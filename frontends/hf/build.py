@@ -24,6 +24,7 @@ from frontends.dsl import ArgError, Model
 from frontends.hf.config import Arch, Config, dsl_rope
 from frontends.hf.encoder import build_outputs
 from frontends.hf.families import DSL_ARGS, LAYOUTS, checkpoint_source, is_spare
+from frontends.hf.families_common import MLA_NORM_EPS, embedded_inputs
 from frontends.hf.weights import Checkpoint, CheckpointData
 from irc.errors import SpecError
 from irc.graph import Graph
@@ -38,18 +39,6 @@ def build_graph(arch: Arch, cfg: Config) -> Graph:
         if key == "num_experts" and not cfg.has(key):
             key = next((k for k in ("num_local_experts", "n_routed_experts") if cfg.has(k)), key)
         raise SpecError(f"{key}: {err.detail}", location=cfg.where(key), hint=err.hint) from None
-
-
-def embedded_inputs(m: Model, arch: Arch):
-    """The token embeddings (``position_ids`` of as many axes as a multimodal RoPE reads), a
-    VLM's image features merged in (``Arch.image_token``: ``frontends.hf.vlm``)."""
-    if arch.mtp is not None and arch.mtp.draft:  # an MTP head's graph: embedding and h projected (hf.mtp)
-        return arch.mtp.draft(m, arch)
-    axes = {len(spec.rope.mrope["sections"]) for spec in arch.layers if spec.rope and spec.rope.mrope}
-    x = m.embed(m.input_ids(position_axes=max(axes) if axes else None), scale=arch.embedding_scale)
-    if arch.image_token is not None:
-        x = m.merge_image_features(x, arch.image_token, arch.image_blocks, deepstack=arch.deepstack)
-    return x
 
 
 def expand(arch: Arch, origin: str) -> Graph:
@@ -84,9 +73,6 @@ def expand(arch: Arch, origin: str) -> Graph:
         m.logits(m.rms_norm(x, "norm", eps, offset), tied=arch.tied, softcap=arch.final_softcap,
                  scale=arch.logits_scale)
     return m.graph
-
-
-MLA_NORM_EPS = 1e-6  # transformers builds the q_a / kv_a RMS norms with their default eps, whatever rms_norm_eps says
 
 
 def _attention(arch: Arch, layer, spec, h):

@@ -42,6 +42,7 @@ import numpy as np
 
 from frontends.hf import families_llama_like
 from frontends.hf.families_llama_like import _multiplier
+from frontends.hf import families_base
 from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope, int_list, read_rope, string_list
 from frontends.hf.families_aliases import Aliased, _whole_head
 from frontends.hf.families_common import FULL, SLIDING, _arch, _dims, _layer_types, _no, _rope, _silu, _swiglu, _windows
@@ -303,10 +304,8 @@ def _aria_text(cfg: Config, name: str, model_type: str) -> Arch:
 def _deepseek_v3(cfg: Config, name: str, **data):
     """transformers' DeepSeek-V3 family (``frontends.hf.families``) on the file's keys
     overridden by ``data`` (None: left out)."""
-    from frontends.hf.families import FAMILIES  # it imports this module
-
     merged = {k: v for k, v in {**cfg.data, **data}.items() if k not in data or data[k] is not None}
-    return FAMILIES["deepseek_v3"](Aliased(cfg, {"n_routed_experts": ("num_local_experts",)}, merged), name,
+    return families_base.FAMILIES["deepseek_v3"](Aliased(cfg, {"n_routed_experts": ("num_local_experts",)}, merged), name,
                                    "deepseek_v3")
 
 

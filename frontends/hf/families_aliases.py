@@ -50,6 +50,8 @@ from dataclasses import replace
 from typing import Optional
 
 from frontends.hf import families_classic
+from frontends.hf import families_base
+from frontends.hf.layouts import checkpoint_source
 from frontends.hf.config import Arch, Attention, Config, LayerSpec, RopeSpec, read_rope
 from frontends.hf.families_common import FULL, SLIDING, _arch, _dims, _layer_types, _no, _rope, _silu, _swiglu, _windows
 from irc.yamlloc import boolean, positive_int
@@ -182,15 +184,13 @@ def _gpt_sw3(cfg: Config, name: str, model_type: str) -> Arch:
 
 def _sarvam(cfg: Config, name: str, model_type: str) -> Arch:
     """Sarvam-105B: DeepSeek-V3 with SarvamMLAConfig's defaults and translations."""
-    from frontends.hf.families import FAMILIES  # it imports this module
-
     data = {k: v for k, v in cfg.data.items() if k not in ("head_dim", "q_head_dim")}  # transformers drops both
     scaling = data.get("rope_scaling")
     if isinstance(scaling, dict) and "deepseek_yarn" in (scaling.get("type"), scaling.get("rope_type")):
         # SarvamMLAConfig: YaRN, in place of any rope_parameters
         data["rope_scaling"] = {**{k: v for k, v in scaling.items() if k != "type"}, "rope_type": "yarn"}
         data.pop("rope_parameters", None)
-    arch = FAMILIES["deepseek_v3"](Aliased(cfg, ALIASES[model_type], data), name, "deepseek_v3")
+    arch = families_base.FAMILIES["deepseek_v3"](Aliased(cfg, ALIASES[model_type], data), name, "deepseek_v3")
     arch.model_type = model_type
     return arch
 
@@ -254,8 +254,6 @@ def _cwm(cfg: Config, name: str, model_type: str) -> Arch:
 def _exaone_resolve(arch: Arch, param: str, checkpoint):
     """EXAONE's names (``build.attach_weights`` asks; None: the layout's), or Llama's where
     the checkpoint has those instead (transformers renames EXAONE's to Llama's on load)."""
-    from frontends.hf.families import checkpoint_source  # it imports this module
-
     if all(name in checkpoint.files for name in checkpoint_source(arch, param).names()):
         return None
     llama = checkpoint_source(replace(arch, checkpoint="llama"), param)

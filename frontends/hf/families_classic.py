@@ -48,6 +48,8 @@ from functools import partial
 import ml_dtypes
 import numpy as np
 
+from frontends.hf.families_common import embedded_inputs
+from frontends.hf.layouts import checkpoint_source
 from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope, read_rope, rope_dict
 from frontends.hf.families_common import _rope
 from frontends.hf.weights import View
@@ -225,8 +227,6 @@ def expand(form: str, arch: Arch, origin: str):
     of the embeddings with ``embed_norm``, LayerNorms without bias with ``norm_bias`` false
     (MPT); ALiBi slopes and the q/k/v clamp where ``arch.attention`` has them."""
     from frontends.dsl import Model
-    from frontends.hf.build import embedded_inputs
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps, mlp = arch.attention, arch.norm_eps, arch.mlp
     bias = mlp.get("norm_bias", True)
@@ -318,7 +318,6 @@ def _base_model_resolve(arch: Arch, param: str, checkpoint, prefix: str):
     their tensors without ``prefix`` (``transformer.``, ``model.``): the same source under
     the shorter names where the checkpoint has them (``build.attach_weights`` asks; None:
     the layout's names)."""
-    from frontends.hf.families import checkpoint_source
     from frontends.hf.weights import Tensor
 
     source = checkpoint_source(arch, param)

@@ -55,6 +55,7 @@ from __future__ import annotations
 import math
 import os
 
+from frontends.hf.families_common import embedded_inputs
 from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope, read_rope
 from frontends.hf.families_classic import GELU, _neox_rows, neox_rope
 from frontends.hf.families_xglm import _mapped
@@ -132,8 +133,6 @@ def _bitnet_mlp(layer, x, d_ff: int, eps: float):
 def _bitnet_expand(arch: Arch, origin: str):
     """The decoder through the DSL (the module docstring)."""
     from frontends.dsl import Model
-    from frontends.hf.build import embedded_inputs
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps = arch.attention, arch.norm_eps
     with m.at(origin):
@@ -172,8 +171,6 @@ def _ctrl_expand(arch: Arch, origin: str):
     """x = embed·√d + positions; per layer x + attn(ln1(x)), x + mlp(ln2(x)); the final
     LayerNorm and the head with its bias."""
     from frontends.dsl import Model
-    from frontends.hf.build import embedded_inputs
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps, mlp = arch.attention, arch.norm_eps, arch.mlp
     with m.at(origin):
@@ -212,8 +209,6 @@ def _gpt_neox_japanese_expand(arch: Arch, origin: str):
     """Per layer x + attn(ln1(x)) [+ the last layer's dense_bias], x + mlp(ln2(x)); the final
     LayerNorm and the (tied) head."""
     from frontends.dsl import Model
-    from frontends.hf.build import embedded_inputs
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps, mlp = arch.attention, arch.norm_eps, arch.mlp
     with m.at(origin):
@@ -296,8 +291,6 @@ def _modernbert_decoder_expand(arch: Arch, origin: str):
     """x = embed_norm(embed); per layer x + attn(ln1(x)) (layer 0: no norm), x + mlp(ln2(x));
     the final norm; the head's dense, GELU and norm; the decoder (tied, with its bias)."""
     from frontends.dsl import Model
-    from frontends.hf.build import embedded_inputs
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps, mlp = arch.attention, arch.norm_eps, arch.mlp
     bias = mlp["norm_bias"]

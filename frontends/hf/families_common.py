@@ -1,6 +1,7 @@
 """What the Hugging Face families share: their sizes, the Arch they make, the switches they
-refuse, RoPE, per-layer types and windows, the expert count (``frontends.hf.families`` and
-the family modules beside it use these)."""
+refuse, RoPE, per-layer types and windows, the expert count, the decoder's embedded inputs
+(``embedded_inputs``: ``frontends.hf.build`` and the families' own expands) and MLA's norm eps
+(``frontends.hf.families`` and the family modules beside it use these)."""
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -8,6 +9,7 @@ from typing import Callable, Optional
 from frontends.hf.config import (Arch, Attention, Config, LayerSpec, RopeSpec, attention_dims, read_rope, rope_dict,
                                  string_list)
 from irc.yamlloc import boolean, layer_count, positive_int, positive_number
+from frontends.dsl import Model
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 
@@ -85,3 +87,18 @@ def _experts(cfg: Config, *keys: str) -> int:
         if cfg.has(key):
             return cfg.get(key, positive_int)
     return cfg.get(keys[0], positive_int)
+
+
+MLA_NORM_EPS = 1e-6  # transformers builds the q_a / kv_a RMS norms with their default eps, whatever rms_norm_eps says
+
+
+def embedded_inputs(m: Model, arch: Arch):
+    """The token embeddings (``position_ids`` of as many axes as a multimodal RoPE reads), a
+    VLM's image features merged in (``Arch.image_token``: ``frontends.hf.vlm``)."""
+    if arch.mtp is not None and arch.mtp.draft:  # an MTP head's graph: embedding and h projected (hf.mtp)
+        return arch.mtp.draft(m, arch)
+    axes = {len(spec.rope.mrope["sections"]) for spec in arch.layers if spec.rope and spec.rope.mrope}
+    x = m.embed(m.input_ids(position_axes=max(axes) if axes else None), scale=arch.embedding_scale)
+    if arch.image_token is not None:
+        x = m.merge_image_features(x, arch.image_token, arch.image_blocks, deepstack=arch.deepstack)
+    return x

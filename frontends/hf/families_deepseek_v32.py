@@ -36,6 +36,8 @@ from functools import partial
 
 import numpy as np
 
+from frontends.hf.families_common import embedded_inputs
+from frontends.hf import families_base
 from frontends.hf.config import Arch, Config, dsl_rope
 from irc.ops.attention import mla_softmax_scale
 from irc.yamlloc import non_negative_int, positive_int
@@ -67,13 +69,11 @@ LAYOUTS = {"deepseek_v32": {
 
 def _deepseek_v32(cfg: Config, name: str, model_type: str) -> Arch:
     """DeepSeek-V3's reading of the config, plus the indexer's sizes."""
-    from frontends.hf.families import FAMILIES  # it imports this module
-
     for key in ("rope_interleave", "scoring_func", "topk_method", "moe_layer_freq"):
         if cfg.has(key) and cfg.raw(key) != DEFAULTS["deepseek_v32"][key]:  # DeepseekV32Config reads none of them
             raise cfg.unsupported(key, cfg.raw(key), hint="DeepSeek-V3.2's code fixes it to "
                                                           f"{DEFAULTS['deepseek_v32'][key]!r}")
-    arch = FAMILIES["deepseek_v3"](cfg, name, "deepseek_v3")
+    arch = families_base.FAMILIES["deepseek_v3"](cfg, name, "deepseek_v3")
     arch.model_type, arch.checkpoint = model_type, "deepseek_v32"
     n = arch.n_layers
     if arch.attention.mla["q_lora_rank"] is None:
@@ -108,8 +108,6 @@ def expand(indexer: dict, arch: Arch, origin: str):
     """The decoder through the DSL: DeepSeek-V3's (``frontends.hf.build.expand``) with the
     attention of ``sparse_mla``."""
     from frontends.dsl import Model
-    from frontends.hf.build import embedded_inputs
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     eps = arch.norm_eps
     with m.at(origin):

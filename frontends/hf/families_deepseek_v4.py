@@ -71,6 +71,7 @@ from functools import partial
 
 import numpy as np
 
+from frontends.hf.families_common import embedded_inputs
 from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope, read_rope
 from frontends.hf.families_common import _arch, _silu
 from frontends.hf.families_deepseek_v32 import _Ops
@@ -221,8 +222,6 @@ def expand(v4: dict, arch: Arch, origin: str):
     """The decoder through the DSL (module docstring)."""
     from frontends.dsl import Model
     from frontends.dsl_hyper import HyperConnections
-    from frontends.hf.build import embedded_inputs
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     eps = arch.norm_eps
     with m.at(origin):

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from frontends.hf.families_common import embedded_inputs
 from frontends.hf.config import (Arch, Attention, Config, LayerSpec, attention_dims, int_list,
                                  layer_types, read_rope, rope_dict, dsl_rope)
 from irc.yamlloc import boolean, layer_count, non_negative_int, positive_int, positive_number
@@ -141,8 +142,6 @@ def expand(arch: Arch, origin: str):
     """The decoder: x + mixer(input_layernorm(x)), then x + mlp or moe(post_attention_layernorm(x)),
     the mixer a gated DeltaNet or the gated attention."""
     from frontends.dsl import Model
-    from frontends.hf.build import embedded_inputs
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     eps, offset, a = arch.norm_eps, arch.norm_offset, arch.attention
     delta = {k: v for k, v in arch.ssm.items() if k != "kind"}

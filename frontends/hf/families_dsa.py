@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Optional
 
+from frontends.hf.families_common import embedded_inputs
 from frontends.hf.config import Arch, Config, string_list
 from frontends.hf.families_common import _swiglu
 from frontends.hf.families_deepseek_v32 import DEFAULTS as V32_DEFAULTS
@@ -139,8 +140,6 @@ def expand(plan: Plan, arch: Arch, origin: str):
     """The decoder through the DSL: DeepSeek-V3.2's with the plan's per-layer attention; a
     ``gate_rank`` gates the norms before each attention and each MoE (A.X-K2)."""
     from frontends.dsl import Model
-    from frontends.hf.build import embedded_inputs
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     eps, gated = arch.norm_eps, plan.gate_rank is not None
     with m.at(origin):

@@ -49,6 +49,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import partial
 
+from frontends.hf.families_common import embedded_inputs
 from frontends.hf.config import (Arch, Attention, Config, LayerSpec, RopeSpec, dsl_rope, read_rope, rope_dict,
                                  string_list)
 from frontends.hf.families_common import _arch, _dims, _swiglu
@@ -324,8 +325,6 @@ def expand_m3(indexer: dict, sparse: tuple, arch: Arch, origin: str):
     """The decoder through the DSL: Gemma RMSNorms (1 + w), ``block_sparse_attention`` (the
     full layers without an indexer), the MLP GPT-OSS's clamped GLU, dense or as experts."""
     from frontends.dsl import Model
-    from frontends.hf.build import embedded_inputs
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     eps, moe = arch.norm_eps, arch.moe
     with m.at(origin):

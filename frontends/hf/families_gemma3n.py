@@ -45,6 +45,7 @@ from statistics import NormalDist
 from typing import Optional
 
 from frontends.dsl_gemma3n import Gemma3nSpec, gemma3n_graph
+from frontends.hf.families_base import _gemma3_rope
 from frontends.hf.config import Arch, Attention, Config, LayerSpec
 from frontends.hf.families_common import FULL, SLIDING, _dims, _layer_types, _windows
 from frontends.hf.families_gemma_shared import TOWERS, gelu_approximate, kv_sources, text_model
@@ -92,8 +93,6 @@ def sparsity_multipliers(cfg: Config, n: int) -> list[Optional[float]]:
 
 def _gemma3n(cfg: Config, name: str, model_type: str) -> Arch:
     """Gemma-3n's text model (see the module docstring)."""
-    from frontends.hf.families import _gemma3_rope  # the Gemma-3 RoPE reader (that module imports this one)
-
     outer, checkpoint = cfg, "gemma3n"
     if model_type == "gemma3n":
         cfg, checkpoint = text_model(outer, model_type, TEXT, "gemma3n_text", "Gemma-3n"), "gemma3n_multimodal"

@@ -52,6 +52,7 @@ from __future__ import annotations
 import math
 from functools import partial
 
+from frontends.hf.families_common import embedded_inputs
 from frontends.hf.config import Arch, Attention, Config, LayerSpec, RopeSpec
 from frontends.hf.families_classic import (GELU, _arch, _base_model_resolve, _conv1d, _gelu, _gpt2_columns, _heads,
                                            _mlp, _neox_rows)
@@ -195,8 +196,6 @@ def expand(form: str, arch: Arch, origin: str):
     final norm); q/k/v biases with ``qkv_bias``, the output projection's always; the LM head
     without bias."""
     from frontends.dsl import Model
-    from frontends.hf.build import embedded_inputs
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps, mlp = arch.attention, arch.norm_eps, arch.mlp
     post = form == "post_norm"

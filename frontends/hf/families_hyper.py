@@ -51,6 +51,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from frontends.hf.families_common import embedded_inputs
 from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope
 from frontends.hf.families_common import _arch, _no, _rope, _silu, _swiglu
 from frontends.hf.families_deepseek_v32 import _Ops
@@ -202,8 +203,6 @@ def expand(hy: dict, arch: Arch, origin: str):
     """The decoder through the DSL (module docstring)."""
     from frontends.dsl import Model
     from frontends.dsl_hyper import HyperConnections
-    from frontends.hf.build import embedded_inputs
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     eps = arch.norm_eps
     with m.at(origin):

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from frontends.hf.families_common import embedded_inputs
 from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope, int_list, string_list
 from frontends.hf.families_act_2026 import DEFAULTS as ACT_DEFAULTS
 from frontends.hf.families_act_2026 import LAYOUTS as ACT_LAYOUTS
@@ -133,8 +134,6 @@ def expand(plan: dict, arch: Arch, origin: str):
     windowed GQA with RoPE; indexed: ``indexed_attention``), x + post_mlp_norm(mlp or
     moe(mlp_norm(x))); the final RMS norm and the head."""
     from frontends.dsl import Model
-    from frontends.hf.build import embedded_inputs
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps = arch.attention, arch.norm_eps
     shared, pool = {}, None

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from frontends.hf.families_common import embedded_inputs
 from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope, int_list
 from frontends.hf.families_common import _arch, _dims, _layer_types, _no, _rope, _silu
 from frontends.hf.families_gemma_shared import text_model
@@ -112,8 +113,6 @@ def expand(chunks: list, temperature, arch: Arch, origin: str):
     """The decoder through the DSL: pre-norm layers, attention (RoPE layers chunked with plain
     q/k norms; NoPE layers full with the temperature), then the MoE or the dense MLP."""
     from frontends.dsl import Model
-    from frontends.hf.build import embedded_inputs
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps = arch.attention, arch.norm_eps
     with m.at(origin):

@@ -59,6 +59,7 @@ from functools import partial
 from typing import Optional
 
 from frontends.hf import families_llama_like
+from frontends.hf import families_base
 from frontends.hf.config import (Arch, Attention, Config, LayerSpec, RopeSpec, attention_dims, dsl_rope, read_rope,
                                  rope_dict)
 from frontends.hf.families_classic import _neox_rows
@@ -188,10 +189,8 @@ def _glm(cfg: Config, name: str, model_type: str) -> Arch:
 
 def _vaultgemma(cfg: Config, name: str, model_type: str) -> Arch:
     """VaultGemma: Gemma 2 without the sandwich's second norms."""
-    from frontends.hf.families import FAMILIES  # it imports this module
-
     data = {k: v for k, v in cfg.data.items() if k != "use_bidirectional_attention"}  # VaultGemma drops it
-    arch = FAMILIES["gemma2"](Config(data, cfg.path, cfg.text, cfg.defaults), name, model_type)
+    arch = families_base.FAMILIES["gemma2"](Config(data, cfg.path, cfg.text, cfg.defaults), name, model_type)
     arch.sandwich, arch.checkpoint = False, "vaultgemma"
     return arch
 

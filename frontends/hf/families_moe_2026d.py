@@ -43,6 +43,7 @@ from functools import partial
 
 import numpy as np
 
+from frontends.hf.families_common import MLA_NORM_EPS
 from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope, read_rope, rope_dict
 from frontends.hf.families_2026 import _deepseek_v3, _sparse
 from frontends.hf.families_aliases import _whole_head
@@ -244,8 +245,6 @@ def _longcat(cfg: Config, name: str, model_type: str) -> Arch:
 def _longcat_expand(arch: Arch, origin: str):
     """LongCat-Flash's decoder through the DSL: each layer two DSL layers (the module docstring)."""
     from frontends.dsl import Model
-    from frontends.hf.build import MLA_NORM_EPS
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     eps, a, d_ff = arch.norm_eps, arch.attention, arch.mlp["d_ff"]
     with m.at(origin):

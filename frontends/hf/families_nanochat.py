@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from frontends.hf.families_common import embedded_inputs
 from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope
 from frontends.hf.families_common import _arch, _dims, _no, _rope
 from frontends.hf.weights import Checkpoint, Tensor
@@ -48,8 +49,6 @@ def _nanochat(cfg: Config, name: str, model_type: str) -> Arch:
 def expand(arch: Arch, origin: str):
     """The decoder through the DSL (the module docstring)."""
     from frontends.dsl import Model
-    from frontends.hf.build import embedded_inputs
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps = arch.attention, arch.norm_eps
     with m.at(origin):

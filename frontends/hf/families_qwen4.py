@@ -56,6 +56,7 @@ from functools import partial
 
 import numpy as np
 
+from frontends.hf.families_common import embedded_inputs
 from frontends.hf.config import (Arch, Attention, Config, LayerSpec, attention_dims, dsl_rope, read_rope, rope_dict,
                                  string_list)
 from frontends.hf.families_deepseek_v32 import _Ops
@@ -218,8 +219,6 @@ def expand(qsa, hc: dict, ple: dict, arch: Arch, origin: str):
     """The decoder through the DSL (module docstring)."""
     from frontends.dsl import Model
     from frontends.dsl_hyper import GatedHyperConnections
-    from frontends.hf.build import embedded_inputs
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     eps = arch.norm_eps
     delta = {k: v for k, v in arch.ssm.items() if k != "kind"}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from functools import partial
 
+from frontends.hf.families_common import embedded_inputs
 from frontends.hf.config import Arch, Attention, Config, LayerSpec
 from frontends.hf.families_classic import GELU, _base_model_resolve
 from irc.yamlloc import boolean, layer_count, positive_int
@@ -74,8 +75,6 @@ def expand(arch: Arch, origin: str):
     """The decoder through the DSL: x = embed·scale + sinusoidal positions; per layer
     x + attn(ln1(x)), x + mlp(ln2(x)); the final LayerNorm and the (tied) head."""
     from frontends.dsl import Model
-    from frontends.hf.build import embedded_inputs
-
     m = Model(arch.name, vocab=arch.vocab_size, d_model=arch.d_model, dtype=arch.dtype)
     a, eps, mlp = arch.attention, arch.norm_eps, arch.mlp
     with m.at(origin):

@@ -24,14 +24,14 @@ from irc.yamlloc import boolean, positive_int, positive_number
 DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12,
             "num_channels": 3, "patch_size": 16, "hidden_act": "gelu_pytorch_tanh", "layer_norm_eps": 1e-6,
             "vision_use_head": True, "num_patches": 256}
+# config.json hidden_act -> the DSL's GELU form, for every vision tower (frontends.hf.vision too)
+GELU = {"gelu": "none", "gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "quick_gelu": "quick"}
 NAFLEX = ("siglip2_vision_model",)  # the towers frontends.dsl_naflex builds
 
 
 def naflex_spec(cfg: Config) -> VisionSpec:
     """The ``VisionSpec`` of the NaFlex tower config.json describes: ``image_size`` the position
     grid's own image (S·p pixels), no class token, SigLIP's pooler or none."""
-    from frontends.hf.vision import GELU
-
     d = cfg.get("hidden_size", positive_int)
     heads = cfg.get("num_attention_heads", positive_int)
     if d % heads:

@@ -55,6 +55,7 @@ import numpy as np
 
 from frontends.dsl_vision import VisionSpec, build_vit
 from frontends.hf import siglip2
+from frontends.hf.siglip2 import GELU
 from frontends.hf.config import Config, NestedConfig
 from frontends.hf.weights import Checkpoint, Source, Tensor, View, Zeros, attach_sources
 from irc.errors import SpecError
@@ -81,7 +82,6 @@ DEFAULTS = {
 # dual encoder -> its image tower
 TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model", "siglip2": "siglip2_vision_model"}
 FAMILIES = tuple(DEFAULTS)
-GELU = {"gelu": "none", "gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "quick_gelu": "quick"}
 PREFIXES = ("", "vision_model.", "vit.", "dinov2.")
 # irc's param name (a layer's after "layers.{i}.") -> the checkpoint's, per layout
 _VIT_LAYER = {"attn.wq": "attention.attention.query.weight", "attn.bq": "attention.attention.query.bias",

@@ -19,6 +19,7 @@ from irc.ops.delta import OPERANDS as DELTA_OPERANDS
 from irc.ops.registry import by_name
 from irc.ops.ssm import CONV_OPERANDS, SSD_OPERANDS
 from irc.npu.scan import ScanShape
+from passes.npu_tile.work import Work
 
 
 def _present(ops: dict, names) -> tuple:
@@ -53,9 +54,7 @@ SHAPES = {"ssd": ssd_shape, "gated_delta_rule": delta_shape, "causal_conv1d": co
 
 
 def scan_rule(graph, node, sizes):
-    """One scan per sequence of the batch (``Work`` from ``passes.npu_tile.workloads``)."""
-    from passes.npu_tile.workloads import Work
-
+    """One scan per sequence of the batch (a ``Work`` of ``passes.npu_tile.work``)."""
     batch, tokens = sizes.shape(node.inputs[0])[:2]
     shape = SHAPES[node.op](node, tokens)
     attrs = {k: v for k, v in node.attrs.items() if k != "chunk"}

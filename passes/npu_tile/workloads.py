@@ -53,7 +53,6 @@ MoE combine) are not planned and not counted.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Optional
 
 from irc import dims
@@ -65,31 +64,11 @@ from irc.ops.registry import pad_inputs
 from irc.npu.cost import AttentionShape, GemmShape
 from irc.rewrite.epilogue import epilogue_chain
 from passes.npu_tile import recurrent
+from passes.npu_tile.work import Work
 
 # what a tile loop's epilogue reads besides the accumulator: residual tiles and row vectors
 EPILOGUE_OPERANDS = ("tile", "vector")
 GATHERS = ("embedding", "gather")
-
-
-@dataclass
-class Work:
-    name: str
-    node: str
-    op: str
-    role: str
-    shape: object                  # GemmShape | AttentionShape
-    count: int = 1                 # identical instances (KV heads x batch, experts, batch dims)
-    layer: Optional[int] = None
-    fused: list = field(default_factory=list)       # names of the fused elementwise nodes
-    epilogue: list = field(default_factory=list)    # the epilogue steps, for the executor
-    attention: Optional[dict] = None                # group, tokens, past, causal, scale
-    scan: Optional[dict] = None                     # a recurrent layer: op, attrs, operand names
-
-    @property
-    def kind(self) -> str:
-        if isinstance(self.shape, GemmShape):
-            return "gemm"
-        return "attention" if isinstance(self.shape, AttentionShape) else "scan"
 
 
 def extract(graph: Graph, bindings: dict) -> tuple[list[Work], set]:
