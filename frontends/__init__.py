@@ -10,6 +10,8 @@
   weights read lazily from its safetensors files when it has them.
 - ``.gguf``: a llama.cpp GGUF file, or any part of a split set (``-00001-of-00003.gguf``)
   (``frontends.gguf``): exact block formats kept as quantized weights, the rest float.
+- a Hugging Face Hub id, ``owner/name`` or ``owner/name:FILE.gguf``: its snapshot in the
+  hub's cache, fetched when online (``frontends.hub``), then one of the two above.
 
 Every user mistake is a ``SpecError`` naming file:line:col and the offending key.
 """
@@ -20,6 +22,7 @@ import os
 import sys
 from pathlib import Path
 
+from frontends import hub
 from irc.errors import SpecError
 from irc.graph import Graph
 
@@ -29,9 +32,11 @@ def load_spec(path, gguf_weights: str = "blocks") -> Graph:
     (lazy); ``gguf_weights`` is ``frontends.gguf.load_gguf``'s ``weights`` (blocks, exact
     or float), read for a GGUF only (the CLI refuses it for other specs: ``irc_cli.spec``)."""
     path = str(path)
+    if hub.is_id(path):  # owner/name: the local snapshot, at the default branch (the CLI's --revision: irc_cli.spec)
+        path = hub.resolve(path)
     if os.path.isdir(path):
         from frontends.hf import load_hf
-        return load_hf(path)
+        return hub.named(load_hf(path), path)
     suffix = Path(path).suffix.lower()
     if suffix == ".gguf":
         from frontends.gguf import load_gguf

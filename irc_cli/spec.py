@@ -7,7 +7,21 @@ from irc.errors import IRCError
 from irc.graph import Graph
 from irc.parser import read_graph
 
-from frontends import load_spec
+from frontends import hub, load_spec
+
+
+def resolve(args) -> None:
+    """A Hugging Face id in ``args.spec`` (``owner/name``, ``owner/name:FILE.gguf``) made
+    the local folder or GGUF file of its snapshot at ``--revision`` (``frontends.hub``),
+    before a command reads it, so every later step (weights, tokenizer files, messages)
+    sees a local path; one IRCError for an id that does not resolve, or a ``--revision``
+    given with a local path."""
+    spec, revision = getattr(args, "spec", None), getattr(args, "revision", None)
+    if spec is not None and hub.is_id(spec):
+        args.spec = hub.resolve(spec, revision)
+    elif revision is not None:
+        raise IRCError(f"--revision {revision} applies to a Hugging Face id (owner/name), not a local path",
+                       location=spec)
 
 
 def load(path: str, gguf_weights: str = "blocks") -> Graph:
