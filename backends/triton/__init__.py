@@ -43,8 +43,12 @@ ssd (Mamba-2), gated_delta_rule             step kernel for decode (T = 1) and u
                                             (``backends.triton.plan_ssm``)
 patch_embed (a ViT's patch projection)      lowered by lower-patch-embed: reshape and
                                             transpose torch ops, then the matmul kernel
+all_reduce, all_gather, vocab_embedding     torch.distributed calls (a sharded graph: one
+(shard{tp=N})                               process a rank, one weights file a rank;
+                                            ``backends.triton.collective``)
 mla_attention, moe, patch_embed             refused: run mla-absorb / moe-sort /
-                                            lower-patch-embed first
+                                            lower-patch-embed first (a moe with experts
+                                            split across ranks, shard{ep=N}: refused)
 ==========================================  ==============================================
 
 Importing this package imports neither torch nor triton; only emitting (and running the

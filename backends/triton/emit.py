@@ -15,13 +15,18 @@ as RoPE inverse frequencies). The module needs torch and triton, not irc:
   GPU with none present (``triton.compile``), the proof the generated code is real.
 
 It runs on a CUDA GPU, or on CPU through Triton's interpreter (``TRITON_INTERPRET=1`` set
-before the module is imported). Which nodes run as generated kernels and which as torch
-ops is decided by ``backends.triton.plan`` and listed in the module's docstring.
+before the module is imported). A sharded graph (``shard{tp=N}``) is one rank's program: its
+weights are one file per rank, ``model_tt.rank{r}.pt``, and it runs in N processes under
+``torch.distributed`` (``backends.triton.collective``). Beside the module, ``irc_triton.json``
+names it, its world size and the model's eos, context and vocabulary for ``irc run``.
+Which nodes run as generated kernels and which as torch ops is decided by
+``backends.triton.plan`` and listed in the module's docstring.
 """
 from __future__ import annotations
 
 import importlib.util
 import io
+import json
 import keyword
 import os
 import re
@@ -36,8 +41,9 @@ from irc.output import OutputFolder
 from irc.printer import format_node
 from irc.text import interface_lines
 from irc.weights import seed_absent
+from irc.world import Shard, world_size
 
-from backends.triton import fallback
+from backends.triton import collective, fallback
 from backends.triton.plan_ssm import NEW_TOKENS_HELPER
 from backends.triton.kernels import NODES_MARKER, torch_type, wrap_code
 from backends.triton.kernels.elementwise import TANH_HELPER
@@ -121,11 +127,27 @@ def emit_module(graph: Graph, path: str, *, source: str = "") -> None:
     require_torch_triton()
     planner = Planner(graph).run()
     text = module_source(graph, planner, source=source)
-    weights = weights_pt(graph, planner)
     directory, name = os.path.split(os.path.abspath(path))
-    with OutputFolder(directory, primary=name) as out:  # both files or neither
-        out.write(os.path.splitext(name)[0] + ".pt", weights)
+    stem, world = os.path.splitext(name)[0], world_size(graph) or 1
+    files = collective.weight_files(stem, world) if world > 1 else [stem + ".pt"]
+    weights = {file: weights_pt(graph, planner, rank if world > 1 else None) for rank, file in enumerate(files)}
+    with OutputFolder(directory, primary=name) as out:  # every file or none
+        for file, data in weights.items():
+            out.write(file, data)
+        out.write(MANIFEST, manifest(graph, name, world, files))
         out.write(name, text)
+
+
+MANIFEST = "irc_triton.json"
+
+
+def manifest(graph: Graph, name: str, world: int, files: list[str]) -> str:
+    """What ``irc run`` reads from a Triton folder: the module, its world size and weight
+    files, and the model's eos ids, context length and vocabulary size."""
+    meta = graph.meta
+    return json.dumps({"module": name, "world": world, "weights": files, "eos_token_id": meta.get("eos_token_id"),
+                       "context_length": meta.get("max_positions"), "vocab_size": meta.get("vocab_size")},
+                      indent=2) + "\n"
 
 
 def load_module(path: str):
@@ -137,15 +159,20 @@ def load_module(path: str):
     return module
 
 
-def weights_pt(graph: Graph, planner: Planner) -> bytes:
+def weights_pt(graph: Graph, planner: Planner, rank=None) -> bytes:
     """The torch.save bytes of every weight the graph reads (absent ones seeded by name, as
-    the reference interpreter does) and the planner's derived tables."""
+    the reference interpreter does; a sharded graph's: rank ``rank``'s blocks) and the
+    planner's derived tables."""
     import torch
 
     seed_absent(graph)
+    centre = 1.0 - float(graph.meta.get("norm_offset", 0.0) or 0.0)
     tensors = {}
     for param in _weights(graph):
-        array = np.asarray(param.array())
+        if isinstance(param.data, Shard):
+            array = param.data.for_rank(rank, centre=centre)
+        else:
+            array = np.asarray(param.array())
         if array.dtype != param.dtype.numpy or array.shape != param.shape:
             raise BackendError(f"param @{param.name} holds {array.dtype}{list(array.shape)} data but is declared "
                                f"{param.type_str()}", location=f"graph {graph.name}")
@@ -174,8 +201,9 @@ def _weights(graph: Graph) -> list[Param]:
 def module_source(graph: Graph, planner: Planner, *, source: str = "") -> str:
     parts = [_docstring(graph, planner, source),
              "from __future__ import annotations\n\nimport math\nimport os\n\nimport numpy as np\nimport torch\n"
-             "import triton\nimport triton.language as tl",
-             SETTINGS, CONFIGS_TEXT]
+             + ("import torch.distributed as dist\n" if world_size(graph) else "")
+             + "import triton\nimport triton.language as tl",
+             SETTINGS + _world_line(graph), CONFIGS_TEXT]
     parts.append(_rule("kernels"))
     if "tanh_f32" in planner.helpers:
         parts.append(TANH_HELPER)
@@ -188,13 +216,23 @@ def module_source(graph: Graph, planner: Planner, *, source: str = "") -> str:
     helpers = ["to_device", "present_cache", *sorted(h for h in planner.helpers if h in TORCH_HELPERS)]
     parts += [TORCH_HELPERS[h] for h in helpers]
     parts += [fallback.HELPERS[h] for h in sorted(planner.helpers) if h in fallback.HELPERS]
+    parts += [collective.HELPERS[h] for h in collective.HELPERS if h in planner.helpers]
     parts.append(_rule("the graph"))
-    parts += [_load_weights(), _forward(graph, planner), _session(graph), _specs(planner), COMPILE_TEXT,
-              'if __name__ == "__main__":\n'
+    sharded = bool(world_size(graph))
+    parts += [collective.load_weights_text() if sharded else _load_weights(), _forward(graph, planner),
+              _session(graph), _specs(planner), COMPILE_TEXT,
+              'if __name__ == "__main__":\n' + (collective.MAIN_TEXT if sharded else "") +
               "    session = Session(batch=1, capacity=16)\n"
               "    logits = session(torch.tensor([[1, 2, 3]]))[\"logits\"]\n"
-              "    print(\"prefill logits\", tuple(logits.shape), \"device\", DEVICE)"]
+              "    print(\"prefill logits\", tuple(logits.shape), \"device\", DEVICE)"
+              + (collective.MAIN_END if sharded else "")]
     return "\n\n\n".join(part.rstrip("\n") for part in parts) + "\n"
+
+
+def _world_line(graph: Graph) -> str:
+    world = world_size(graph)
+    return f"\n# ranks of the world this module is one rank's program of (shard{{tp={world}}})\nWORLD_SIZE = {world}" \
+        if world else ""
 
 
 def _rule(title: str) -> str:
@@ -426,4 +464,8 @@ COMPILE_TEXT = '''def compile_kernels(capability=90, *, tensor_cores=False, name
 def emit_target(graph: Graph, path: str, options) -> list[str]:
     """``--target triton`` (``backends.TARGETS``); imports torch and triton."""
     emit_module(graph, path, source=options.source)
+    world = world_size(graph)
+    if world:
+        return [f"wrote {path} (one rank's Triton module of a {world}-rank world (+ one .rank{{r}}.pt weights file "
+                f"a rank); run it: irc run {os.path.dirname(path) or '.'} --tp {world})"]
     return [f"wrote {path} (a Triton module: generated kernels + launcher (+ .pt weights))"]

@@ -33,7 +33,7 @@ from irc.graph import Graph, Node, Param, Value
 from irc.printer import format_node
 from irc.text import identifier, shape_text
 
-from backends.triton import fallback, plan_ssm
+from backends.triton import collective, fallback, plan_ssm
 from backends.triton.kernels import Kernel, dequant, elementwise, mla, moe, norm, torch_type
 from backends.triton.plan_attention import AttentionPlanning
 from backends.triton.plan_gemm import LINEAR_OPS, GemmPlanning
@@ -64,8 +64,9 @@ class Planner(GemmPlanning, AttentionPlanning):
         self.launchers: dict[str, str] = {}     # launch helpers shared by several kernels (attention)
         self.weights: dict[str, np.ndarray] = {}  # derived tensors stored beside the params
         self.names: dict[str, str] = {}
-        self.taken: set[str] = {"W", "inputs", "kv_storage", "torch", "triton", "tl", "np", "math", "os",
-                                *fallback.HELPERS, *plan_ssm.LAUNCH_HELPERS}  # no variable shadows a helper
+        self.taken: set[str] = {"W", "inputs", "kv_storage", "torch", "triton", "tl", "np", "math", "os", "dist",
+                                *fallback.HELPERS, *plan_ssm.LAUNCH_HELPERS,
+                                *collective.HELPERS}  # no variable shadows a helper
         self.claimed: dict[int, str] = {}       # node.name -> why it is planned elsewhere
         self.cache_of: dict[str, str] = {}      # value name -> present cache var it was written into
         self.rope_tables: dict[tuple, tuple] = {}
@@ -125,7 +126,9 @@ class Planner(GemmPlanning, AttentionPlanning):
     # ---- the walk ------------------------------------------------------------------------
     def run(self) -> "Planner":
         self.special = {"mla_absorbed_attention": mla.plan_mla, "mla_latent_attention": mla.plan_mla,
-                        **{op: plan_ssm.plan_recurrent for op in plan_ssm.OPS}}
+                        **{op: plan_ssm.plan_recurrent for op in plan_ssm.OPS},
+                        **{op: collective.plan_collective for op in collective.OPS}}
+        collective.check(self.graph)
         for node in self.graph.nodes:
             if node.op in REFUSED_HINTS:
                 raise BackendError(f"the triton target does not take {node.op!r}", location=f"node %{node.name}",
