@@ -19,18 +19,15 @@ from backends import TARGETS, EmitOptions, get_target
 from backends.ir import printed
 from frontends import companion_files, load_notes
 from irc import limits
-from irc.analysis import analyze, memory_against_context, stats_line, visual_token_costs
+from irc.analysis import analyze, memory_against_context, visual_token_costs
 from irc.analysis_mla import mla_forms, trade_lines
 from irc.analysis_shard import shard_lines, shard_summary
-from irc.check import compare_outputs
-from irc.dot import graph_to_dot
 from irc.dtypes import DType
-from irc.errors import BackendError, IRCError, PassError
+from irc.errors import BackendError, IRCError
 from irc.heap import keep_freed_memory
-from irc.interpreter import random_feeds
 from irc.output import Terminated, forget_signals, record_signals
-from irc.passmanager import PASSES, PassManager, parse_pipeline
-from irc.progress import SILENT, Progress
+from irc.passmanager import PASSES
+from irc.progress import Progress
 from irc.text import describe_bytes, format_bytes
 from irc.weights import seed_absent
 from irc_cli import evaluate as eval_cli
@@ -39,86 +36,10 @@ from irc_cli import run as run_cli
 from irc_cli import tile as tile_cli
 from irc_cli import weights as weights_cli
 from irc_cli.help import SPEC_HELP, parser_options
-from irc_cli.spec import load
+from irc_cli.pipeline import QUANTIZE_SHORT, apply_passes, target_options
+from irc_cli.spec import load, resolve
 from irc_cli.speculative_mtp import keep_head, mtp_summary
 
-
-def _apply_passes(graph, args, *, check: bool = False, out=sys.stdout, progress: Progress = SILENT,
-                  eval_tokens=None):
-    pipeline = parse_pipeline(_pipeline_text(args))
-    eval_cli.attach(pipeline, eval_tokens)  # --eval-text: the passes that evaluate a text
-    checker = None
-    if check:
-        seed_absent(graph, args.seed)
-
-        def checker(before, after):  # feeds follow the graph: a pass may change what is cached
-            feeds = random_feeds(before, batch=2, tokens=5, past=3, seed=args.seed)
-            return compare_outputs(before, after, feeds, args.seed)
-
-    def stats(g):
-        return stats_line(g, args.context)
-
-    dump_dir = getattr(args, "dump_dir", None)  # stats and pictures only where dumps will hold them
-    manager = PassManager(pipeline, dump_dir=dump_dir,
-                          print_after_all=getattr(args, "print_after_all", False),
-                          print_after_change=getattr(args, "print_after_change", False),
-                          checker=checker, stats=stats if dump_dir else None, dot=graph_to_dot, out=out,
-                          on_pass=progress.pass_started)
-    with progress.passes(len(pipeline)):
-        manager.run(graph)
-    return manager
-
-
-def _pipeline_text(args) -> str:
-    """The target's prelude (``retype`` for ONNX), ``--passes`` or the default pipeline, then
-    the target's postlude (``last-logits`` for ONNX)."""
-    main = args.passes if args.passes is not None else _default_pipeline(args)
-    main = _with_quantize(main, getattr(args, "quantize", None))
-    if getattr(args, "target", None) is None:
-        return main
-    target, options = get_target(args.target), _target_options(args)
-    return ",".join(part for part in (target.prelude(options), main, target.postlude(options)) if part)
-
-
-QUANTIZE_SHORT = {"int4": "quantize{bits=4}", "int8": "quantize{bits=8}"}
-
-
-def _with_quantize(main: str, short: Optional[str]) -> str:
-    """``--quantize int4|int8``: the pipeline followed by ``quantize`` with its defaults
-    (every weight, embedding table and head included); one error when the pipeline already
-    quantizes (two spellings of one choice)."""
-    if short is None:
-        return main
-    if any(p.name == "quantize" for p in parse_pipeline(main)):
-        raise PassError(f"--quantize {short} and a quantize pass in --passes: give one of them",
-                        hint="options beyond bits go in the pass: --passes \"quantize{bits=4,method=rtn}\"")
-    return ",".join(part for part in (main, QUANTIZE_SHORT[short]) if part)
-
-
-def _default_pipeline(args) -> str:
-    if getattr(args, "target", None) is None:  # show and run: no target, no default pipeline
-        return ""
-    return get_target(args.target).pipeline(_target_options(args))
-
-
-def _target_options(args) -> dict:
-    """The chosen target's own options; one BackendError for an option another target owns.
-    ``--weights`` is every compile's (``irc_cli.weights``); ``none`` only for targets that read it."""
-    target = get_target(args.target)
-    weights_cli.check(getattr(args, "weights", None))
-    if getattr(args, "weights", None) == "none" and "weights" not in target.arguments:
-        owners = [n for n, t in TARGETS.items() if "weights" in t.arguments]
-        raise BackendError(f"--weights none (a shape-only model) applies to {' and '.join(owners)} only, not "
-                           f"--target {args.target}", hint="--weights seeded for random weights on purpose")
-    for name in sorted({a for t in TARGETS.values() for a in t.arguments} - set(target.arguments) - {"weights"}):
-        if getattr(args, name, None) is not None:
-            owners = [n for n, t in TARGETS.items() if name in t.arguments]
-            raise BackendError(f"--{name.replace('_', '-')} applies to {' and '.join(owners)} only, not "
-                               f"--target {args.target}", hint=f"use --target {' or '.join(owners)}")
-    return {name: getattr(args, name, None) for name in target.arguments}
-
-
-# ---- commands --------------------------------------------------------------------------
 
 def cmd_show(args) -> int:
     graph = load(args.spec)
@@ -126,7 +47,7 @@ def cmd_show(args) -> int:
     degrees = ",".join(f"{k}={v}" for k, v in (("tp", args.tp), ("ep", args.ep), ("pp", args.pp)) if v is not None)
     if degrees:  # each rank's share: the shard pass last (irc.analysis_shard)
         args.passes = ",".join(p for p in (args.passes, f"shard{{{degrees}}}") if p)
-    _apply_passes(graph, args)
+    apply_passes(graph, args)
     cache = DType.parse(args.cache_dtype) if args.cache_dtype else None
     shard = shard_summary(graph, args.context, cache) if graph.meta.get("shard") else None
     summary = analyze(graph, context=args.context, cache_dtype=cache)
@@ -135,7 +56,7 @@ def cmd_show(args) -> int:
     costs = _visual_costs(args, summary, cache)
     seen = None
     if "vision" in graph.parts:  # a VLM: its vision model, and what an image costs this decoder
-        _apply_passes(graph.parts["vision"], args)
+        apply_passes(graph.parts["vision"], args)
         seen = analyze(graph.parts["vision"], context=args.context, cache_dtype=cache)
         costs = visual_token_costs(seen["vision"], graph, cache, tokens=seen["vision"]["tokens"])
     words = analyze(graph.parts["text"], context=args.context) if "text" in graph.parts else None  # a dual encoder's
@@ -261,7 +182,7 @@ def cmd_compile(args) -> int:
     record_signals()  # a Ctrl-C swallowed on the way still keeps the output from being committed (irc.output)
     keep_freed_memory()  # weights stream through buffers of tens of MB: reuse them (irc.heap)
     target = get_target(args.target)
-    options = EmitOptions(args.target, args.spec, args.seed, args.context, _target_options(args))
+    options = EmitOptions(args.target, args.spec, args.seed, args.context, target_options(args))
     if target.needs_output and not args.output:
         raise BackendError(f"--target {args.target} writes files: give -o PATH")
     graph = load(args.spec, args.gguf_weights)
@@ -290,14 +211,14 @@ def cmd_compile(args) -> int:
     eval_tokens = eval_cli.tokens(args, graph)
     progress = Progress.for_terminal(sys.stderr, quiet=args.quiet)  # bars on a terminal only
     with report_cli.compile_report(args, graph) as report:  # --report FILE: dumps, then the page
-        manager = _apply_passes(graph, args, check=args.check, out=sys.stdout, progress=progress,
+        manager = apply_passes(graph, args, check=args.check, out=sys.stdout, progress=progress,
                                 eval_tokens=eval_tokens)
         report.write(manager, graph)
     part_lines = []
     for role, part in graph.parts.items():  # a VLM's vision model: the same pipeline, checked the same way
         if args.output and args.target != "ir" and args.weights != "none":
             seed_absent(part, args.seed)
-        done = _apply_passes(part, args, check=args.check, out=io.StringIO())
+        done = apply_passes(part, args, check=args.check, out=io.StringIO())
         checked = _check_lines(done) if args.check else []  # its outputs: the image features
         part_lines += [f"{role} model: {line}" for line in checked + [line for p in done.passes for line in p.headline]]
     if not args.quiet:
@@ -389,6 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p, passes_help="comma-separated passes, e.g. dce,cse", spec_help=SPEC_HELP):
         p.add_argument("spec", metavar="SPEC", help=spec_help)
+        p.add_argument("--revision", default=None, metavar="REV", help="with a Hugging Face id (owner/name) as SPEC: "
+                       "the branch, tag or commit to read [the default branch]")
         p.add_argument("--passes", default=None, help=passes_help)
         p.add_argument("--context", type=int, default=4096,
                        help="context length for FLOPs and KV totals; for the ONNX targets the longest sequence "
@@ -458,6 +381,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         with limits.applied(nodes=getattr(args, "max_nodes", None)):  # --max-nodes (irc.limits)
+            resolve(args)  # a Hugging Face id (and --revision) -> its local snapshot (frontends.hub)
             return args.func(args)
     except IRCError as err:
         if args.debug:

@@ -13,7 +13,9 @@ step's logits where the engine exposes them (the reference interpreter, onnxrunt
   wins: ``irc_npu.json`` (the onnx-npu target) to that target's host loop,
   ``backends.onnx_npu.host.generate``; ``genai_config.json`` to onnxruntime-genai when it is
   installed (``--engine genai``), else onnxruntime with irc's own greedy loop
-  (``--engine ort``). A folder with one ``.onnx`` file and no marker runs in onnxruntime.
+  (``--engine ort``); ``irc_triton.json`` (the triton target) to its module, one process a
+  rank (``irc_cli.run_triton``). A folder with one ``.onnx`` file and no marker runs in
+  onnxruntime.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from irc_cli.speculative_mtp import MTP_FILE, MtpDrafter
 GENAI_CONFIG = "genai_config.json"
 NPU_CONFIG = "irc_npu.json"
 VLM_MANIFEST = "irc_vlm.json"  # backends.onnx.vlm
+TRITON_MANIFEST = "irc_triton.json"  # backends.triton.emit
 
 
 @dataclass
@@ -360,11 +363,18 @@ def _has_genai() -> bool:
     return importlib.util.find_spec("onnxruntime_genai") is not None
 
 
+def triton_folder(folder, prompt, max_new_tokens, eos, clock, engine: str = "auto", speculative=None) -> Result:
+    """The triton target's module, one process a rank (``irc_cli.run_triton``)."""
+    from irc_cli.run_triton import run
+    return Result(*run(folder, prompt, max_new_tokens, eos, clock, engine, speculative))
+
+
 # marker file in the folder -> its runner; the first that is present wins
 FOLDERS: tuple[tuple[str, Callable], ...] = (
     (NPU_CONFIG, npu_host),
     (VLM_MANIFEST, onnx_folder),  # a VLM's three models: irc_cli.run_vlm takes over the runner
     (GENAI_CONFIG, onnx_folder),
+    (TRITON_MANIFEST, triton_folder),
 )
 
 
@@ -409,9 +419,18 @@ def model_path(folder: str) -> str:
     return found[0]
 
 
-def folder_limits(folder: str) -> tuple[set, Optional[int]]:
-    """(eos ids, context length) of a compiled folder: genai_config.json, else generation_config.json."""
+def folder_model(folder: str) -> dict:
+    """genai_config.json's model section, else a Triton folder's irc_triton.json (the same
+    keys: eos_token_id, context_length, vocab_size)."""
     model = genai_config(folder).get("model", {})
+    triton = os.path.join(folder, TRITON_MANIFEST)
+    return model if model or not os.path.isfile(triton) else read_json(triton)
+
+
+def folder_limits(folder: str) -> tuple[set, Optional[int]]:
+    """(eos ids, context length) of a compiled folder: genai_config.json (irc_triton.json),
+    else generation_config.json."""
+    model = folder_model(folder)
     eos = model.get("eos_token_id")
     if eos is None:
         from frontends.hf.generation import generation_meta

@@ -3,6 +3,7 @@
     irc run out/ --prompt "The capital of France is"          # a compiled ONNX folder
     irc run SmolLM2/ --prompt "What is 2+2?" --chat --json     # a Hugging Face folder
     irc run examples/tiny-llama3.yaml --prompt-ids 1,2,3       # token ids, no tokenizer
+    irc run out_tt/ --tp 2 --prompt-ids 1,2,3                  # a Triton folder, shard{tp=2}: 2 processes
 
 The prompt is tokenized with the input's tokenizer (``irc_cli.text``); generation is greedy
 and stops at the model's eos (``irc_cli.engines`` picks the engine). On a terminal the
@@ -19,6 +20,7 @@ from typing import Optional
 
 from irc.errors import IRCError
 from irc_cli import engines, run_vlm, speculative, weights
+from irc_cli.run_triton import check_world
 from irc_cli.speculative_mtp import prepare_graph
 from irc_cli.help import SPEC_HELP, parser_options
 from irc_cli.text import Text, find_text
@@ -46,6 +48,8 @@ def add_parser(subparsers, common) -> None:
                    "(prompt lookup), ngram=K (at most K draft tokens a check) or draft=PATH (a smaller model with the "
                    "same tokenizer: a spec or a compiled folder; irc_cli.speculative); the reference interpreter or "
                    "onnxruntime")
+    p.add_argument("--tp", type=int, metavar="N", help="a Triton folder compiled with shard{tp=N}: its N ranks, a "
+                   "process each (torch.distributed: NCCL on GPUs, gloo on CPU; irc_cli.run_triton)")
     p.add_argument("--json", action="store_true", help="print one JSON object: tokens, text, timing")
     p.add_argument("--logits", action="store_true", help="with --json: the last step's logits too")
     p.add_argument("--quiet", action="store_true", help="no tokens/s line on stderr")
@@ -126,12 +130,16 @@ def _source(args):
         folder, runner = compiled
         if args.passes:
             raise IRCError("--passes applies to specs; this is a compiled folder", location=folder)
+        if args.tp is not None:
+            check_world(args.spec, folder, args.tp)
         eos, context = engines.folder_limits(folder)
-        vocab = engines.genai_config(folder).get("model", {}).get("vocab_size")
+        vocab = engines.folder_model(folder).get("vocab_size")
         return runner, folder, eos, context, vocab, folder
-    from irc_cli.commands import _apply_passes
+    from irc_cli.pipeline import apply_passes
     from irc_cli.spec import load
 
+    if args.tp is not None:
+        check_world(args.spec, None, args.tp)
     if args.engine != "auto":
         raise IRCError(f"--engine {args.engine} runs a compiled ONNX folder; a spec runs in the reference interpreter",
                        hint="compile it first: irc compile SPEC --target onnx -o OUT/model.onnx")
@@ -144,7 +152,7 @@ def _source(args):
     weights.require(args.spec, graph, args.weights)
     if args.speculative and args.speculative.partition("=")[0] == "mtp":
         prepare_graph(graph, args.spec)  # the decoder hands the head its hidden states
-    _apply_passes(graph, args)
+    apply_passes(graph, args)
     eos = graph.meta.get("eos_token_id")
     eos = set(eos) if isinstance(eos, list) else set() if eos is None else {eos}
 
