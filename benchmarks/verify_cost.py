@@ -33,7 +33,8 @@ CASES = {  # name: (twin case of tests.frontends.mtp_twins, settings at real wid
                                           linear_num_value_heads=16, linear_key_head_dim=64,
                                           linear_value_head_dim=64,
                                           layer_types=["linear_attention"] * 3 + ["full_attention"]
-                                          + ["linear_attention"] * 3 + ["full_attention"]), "qwen"),
+                                          + ["linear_attention"] * 3 + ["full_attention"],
+                                          mtp_layer_types=["full_attention"]), "qwen"),
     "deepseek": ("DeepseekV3Config", dict(WIDE, num_hidden_layers=8, num_key_value_heads=16, q_lora_rank=384,
                                           kv_lora_rank=256, qk_nope_head_dim=64, qk_rope_head_dim=32,
                                           v_head_dim=64, n_routed_experts=16, num_experts_per_tok=4,
