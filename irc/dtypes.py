@@ -1,29 +1,38 @@
-"""Element types. bf16 and the 4-bit integers are carried in NumPy through ml_dtypes."""
+"""Element types. bf16 and the 4-bit integers are carried in NumPy through ml_dtypes, imported
+the first time one of them is asked for its NumPy type (importing ml_dtypes takes ~0.6 s here,
+most of an irc command's start, and a YAML or GGUF compile in f32 never needs it)."""
 from __future__ import annotations
 
 import enum
+import importlib
 import math
 
-import ml_dtypes
 import numpy as np
 
 
 class DType(enum.Enum):
-    f32 = ("f32", 32, np.float32)
-    f16 = ("f16", 16, np.float16)
-    bf16 = ("bf16", 16, ml_dtypes.bfloat16)
-    i64 = ("i64", 64, np.int64)
-    i32 = ("i32", 32, np.int32)
-    i8 = ("i8", 8, np.int8)
-    u8 = ("u8", 8, np.uint8)
-    i4 = ("i4", 4, ml_dtypes.int4)
-    u4 = ("u4", 4, ml_dtypes.uint4)
-    bool = ("bool", 8, np.bool_)
+    f32 = ("f32", 32, "float32")
+    f16 = ("f16", 16, "float16")
+    bf16 = ("bf16", 16, "ml_dtypes.bfloat16")
+    i64 = ("i64", 64, "int64")
+    i32 = ("i32", 32, "int32")
+    i8 = ("i8", 8, "int8")
+    u8 = ("u8", 8, "uint8")
+    i4 = ("i4", 4, "ml_dtypes.int4")
+    u4 = ("u4", 4, "ml_dtypes.uint4")
+    bool = ("bool", 8, "bool")
 
-    def __init__(self, text: str, bits: int, numpy_type):
+    def __init__(self, text: str, bits: int, numpy_name: str):
         self.text = text
         self.bits = bits
-        self.numpy = np.dtype(numpy_type)
+        self.numpy_name = numpy_name.rpartition(".")[2]  # NumPy's name of the type: bfloat16, int4, ...
+        self._source = numpy_name
+
+    @property
+    def numpy(self) -> np.dtype:
+        """The NumPy dtype (ml_dtypes' for bf16, i4, u4: imported here, once)."""
+        module, _, name = self._source.rpartition(".")
+        return np.dtype(getattr(importlib.import_module(module), name) if module else name)
 
     def __repr__(self) -> str:
         return f"DType.{self.text}"
@@ -48,13 +57,14 @@ class DType(enum.Enum):
 
     @staticmethod
     def of(array: np.ndarray) -> "DType":
-        for dtype in DType:
-            if dtype.numpy == array.dtype:
-                return dtype
-        raise ValueError(f"no irc dtype for numpy dtype {array.dtype}")
+        dtype = _BY_NUMPY_NAME.get(np.asarray(array).dtype.name) if hasattr(array, "dtype") else None
+        if dtype is None or dtype.numpy != array.dtype:
+            raise ValueError(f"no irc dtype for numpy dtype {array.dtype}")
+        return dtype
 
 
 _BY_TEXT = {d.text: d for d in DType}
+_BY_NUMPY_NAME = {d.numpy_name: d for d in DType}
 
 
 class Sized:

@@ -24,6 +24,8 @@ from irc.world import Shard, full_view, run_world, runs_on, world_size
 class Interpreter:
     def __init__(self, graph: Graph, seed: int = 0):
         self.graph, self.seed = graph, seed
+        for dtype in {v.dtype for v in [*graph.values(), *graph.params.values()]}:
+            dtype.numpy  # bf16 / int4 values: ml_dtypes imported (irc.dtypes), so NumPy knows their names
         seed_absent(graph, seed)
         self._weights: dict = {}
 

@@ -45,7 +45,6 @@ from __future__ import annotations
 import math
 from functools import partial
 
-import ml_dtypes
 import numpy as np
 
 from frontends.hf.families_common import embedded_inputs
@@ -53,6 +52,7 @@ from frontends.hf.layouts import checkpoint_source
 from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope, read_rope, rope_dict
 from frontends.hf.families_common import _rope
 from frontends.hf.weights import View
+from irc.dtypes import DType
 from irc.ops.alibi import bloom_slopes
 from irc.yamlloc import boolean, layer_count, positive_int, positive_number
 
@@ -179,7 +179,7 @@ def _falcon(cfg: Config, name: str, model_type: str) -> Arch:
 def _falcon_alibi(heads: int, head_dim: int) -> tuple:
     """Falcon's ALiBi slopes: BLOOM's rounded to bfloat16 (transformers' ``build_alibi_tensor``
     multiplies in bfloat16), over √head_dim (its bias joins the mask, after the scale)."""
-    rounded = bloom_slopes(heads).astype(ml_dtypes.bfloat16).astype(np.float32)
+    rounded = bloom_slopes(heads).astype(DType.bf16.numpy).astype(np.float32)
     return tuple((rounded / np.float32(math.sqrt(head_dim))).tolist())
 
 

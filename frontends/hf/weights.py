@@ -29,7 +29,6 @@ import json
 import os
 from typing import Callable, Optional
 
-import ml_dtypes
 import numpy as np
 
 from irc.dtypes import DType
@@ -38,8 +37,8 @@ from irc.weights import convert
 
 INDEX = "model.safetensors.index.json"
 DTYPES = {"F32": DType.f32, "F16": DType.f16, "BF16": DType.bf16}
-STORED = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype(ml_dtypes.bfloat16),
-          "I64": np.dtype("<i8"), "I32": np.dtype("<i4")}
+STORED = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "I64": np.dtype("<i8"), "I32": np.dtype("<i4")}
+STORED_LATE = {"BF16": DType.bf16}  # through ml_dtypes, imported when a bf16 tensor is first read (irc.dtypes)
 INTEGERS = {"I64": DType.i64, "I32": DType.i32}  # index tables (read only where a param is integer)
 ITEM_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
               "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
@@ -195,7 +194,7 @@ class Checkpoint:
         entry = self.entry(name)
         self.dtype(name, integer=True)  # refuses other tensors (attach checks an integer one's param)
         shape = list(entry["shape"])
-        item = STORED[entry["dtype"]]
+        item = STORED[entry["dtype"]] if entry["dtype"] in STORED else STORED_LATE[entry["dtype"]].numpy
         row = int(np.prod(shape[1:], dtype=np.int64)) * item.itemsize
         first = 0 if start is None else start
         last = (shape[0] if shape else 1) if stop is None else stop

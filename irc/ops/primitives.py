@@ -243,9 +243,10 @@ def _compare(name: str, reference) -> None:
 _compare("less", _less_reference)
 _compare("equal", _equal_reference)
 
-# irc dtype text -> NumPy dtype name ("bf16" -> "bfloat16"; ml_dtypes, imported by irc.dtypes,
-# makes NumPy read the bf16/int4 names). Plain strings, so references need no DType.
-NUMPY_DTYPES = {dtype.text: dtype.numpy.name for dtype in DType}
+# irc dtype text -> NumPy dtype name ("bf16" -> "bfloat16"; ml_dtypes makes NumPy read the bf16/int4
+# names: the interpreter imports it for a graph that has such values, irc.interpreter). Plain strings,
+# so references need no DType.
+NUMPY_DTYPES = {dtype.text: dtype.numpy_name for dtype in DType}
 
 
 def _cast_infer(inputs, attrs):
