@@ -52,10 +52,8 @@ class Shard:
 
 
 def _pieces(cut: dict) -> list:
-    """(start, size) of the axis's segments (one: the whole axis) and how many blocks each has."""
-    segments = cut.get("segments")
-    if not segments:
-        return [(0, None)]
+    """(start, size) of each of the cut axis's ``segments``."""
+    segments = cut["segments"]
     starts = np.cumsum([0] + list(segments[:-1]))
     return [(int(s), int(n)) for s, n in zip(starts, segments)]
 
@@ -67,7 +65,7 @@ def block(array: np.ndarray, cut: dict, rank: int) -> np.ndarray:
     if not cut.get("segments"):
         size = cut["block"]
         return np.ascontiguousarray(np.take(array, np.arange(index * size, (index + 1) * size), axis=cut["axis"]))
-    ranks = sum(cut["segments"]) // cut["block"] // 1
+    ranks = sum(cut["segments"]) // cut["block"]
     rows = np.concatenate([np.arange(start + index * n // ranks, start + (index + 1) * n // ranks)
                            for start, n in _pieces(cut)])
     return np.ascontiguousarray(np.take(array, rows, axis=cut["axis"]))

@@ -93,7 +93,7 @@ class DraftModel:
 
     def __init__(self, step: Callable, caches: dict):
         self.step, self.caches, self.tokens = step, dict(caches), []
-        self.growing = {name: list(a.shape).index(0) for name, a in caches.items() if 0 in a.shape}
+        self.growing = growing_axes(caches)
         self.states = len(self.growing) < len(caches)
         self.saved = (self.caches, self.tokens)
 
@@ -104,7 +104,7 @@ class DraftModel:
             if self.states:
                 self.caches, self.tokens = self.saved
             else:
-                self.caches = cut(self.caches, _as_outputs(self.caches), self.growing, shared)
+                self.caches = keep_first(self.caches, self.growing, shared)
                 self.tokens = self.tokens[:shared]
         self.saved = (self.caches, self.tokens)
         draft, feed = [], list(sequence[len(self.tokens):])
@@ -121,8 +121,16 @@ class DraftModel:
         return draft
 
 
-def _as_outputs(caches: dict) -> dict:
-    return {"present." + name[len("past_key_values."):]: array for name, array in caches.items()}
+def growing_axes(caches: dict) -> dict:
+    """name -> past axis of each cache that is empty at the start (KV caches, latents); the
+    others are fixed-size states."""
+    return {name: list(array.shape).index(0) for name, array in caches.items() if 0 in array.shape}
+
+
+def keep_first(caches: dict, growing: dict, keep: int) -> dict:
+    """The growing caches cut to their first ``keep`` positions, the states as they are."""
+    return {name: array if name not in growing else np.take(array, np.arange(keep), axis=growing[name])
+            for name, array in caches.items()}
 
 
 def cut(caches: dict, outputs: dict, growing: dict, keep: int) -> dict:
@@ -144,7 +152,7 @@ def speculative_loop(step: Callable, caches: dict, prompt: list, max_new_tokens:
     if positions is not None:
         raise IRCError("--speculative: this model computes its own position ids (a multimodal decoder)",
                        hint="run it without --speculative")
-    growing = {name: list(array.shape).index(0) for name, array in caches.items() if 0 in array.shape}
+    growing = growing_axes(caches)
     states = [name for name in caches if name not in growing]
     report = {"drafter": drafter, "k": k, "proposed": 0, "accepted": 0, "model_calls": 0, "reruns": 0}
     kept_lengths: Counter = Counter()
@@ -205,4 +213,5 @@ def _finish(report: dict, kept_lengths: Counter) -> dict:
     return report
 
 
-__all__ = ["DEFAULT_K", "DRAFTERS", "DraftModel", "MAX_K", "ngram_draft", "parse", "speculative_loop"]
+__all__ = ["DEFAULT_K", "DRAFTERS", "DraftModel", "MAX_K", "cut", "growing_axes", "keep_first", "ngram_draft", "parse",
+           "speculative_loop"]

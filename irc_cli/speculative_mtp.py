@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 
 from irc.errors import IRCError
+from irc_cli.speculative import cut, growing_axes, keep_first
 
 MTP_FILE = "mtp.onnx"  # the head's file beside the decoder: backends.onnx.mtp.MTP_FILE (not imported: onnx)
 HIDDEN, NEXT_HIDDEN = "hidden_states", "hidden_states_out"
@@ -33,10 +34,8 @@ class MtpDrafter:
     ``caches``."""
 
     def __init__(self, step: Callable, caches: dict):
-        from irc_cli.speculative import cut
-
-        self.step, self.cut, self.caches = step, cut, dict(caches)
-        self.growing = {name: list(a.shape).index(0) for name, a in caches.items() if 0 in a.shape}
+        self.step, self.caches = step, dict(caches)
+        self.growing = growing_axes(caches)
         if len(self.growing) < len(caches):
             raise IRCError("--speculative mtp: this head keeps a recurrent state, which its drafts cannot roll back")
         self.held = 0  # cache entries made of kept tokens and the decoder's hidden states: positions 1..held
@@ -54,7 +53,7 @@ class MtpDrafter:
     def __call__(self, sequence: list, k: int) -> list:
         past = self.seen
         assert len(sequence) == past + 1, "the decoder has chosen the token after the positions it ran"
-        self.caches = self.cut(self.caches, _as_outputs(self.caches), self.growing, self.held)
+        self.caches = keep_first(self.caches, self.growing, self.held)
         ids = sequence[self.held + 1:past + 1]
         outputs = self._call(ids, np.stack(self.hidden)[None], self.held)
         self.held, self.hidden = past, []
@@ -70,12 +69,8 @@ class MtpDrafter:
                              "attention_mask": np.ones((1, past + len(ids)), np.int64),
                              "position_ids": np.arange(past + 1, past + 1 + len(ids), dtype=np.int64)[None, :],
                              HIDDEN: hidden, **self.caches})
-        self.caches = self.cut(self.caches, outputs, self.growing, past + len(ids))
+        self.caches = cut(self.caches, outputs, self.growing, past + len(ids))
         return outputs
-
-
-def _as_outputs(caches: dict) -> dict:
-    return {"present." + name[len("past_key_values."):]: array for name, array in caches.items()}
 
 
 def keep_head(graph, wanted: bool, target: str, where: str) -> list:

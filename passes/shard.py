@@ -39,6 +39,8 @@ as it is (unchanged; another N is refused).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from irc import ops
 from irc.build import emit1
 from irc.errors import PassError
@@ -121,22 +123,16 @@ class _Plan:
             raise self.error(node, f"{what} is {size}, which {self.tp} ranks do not divide")
         return size // self.tp
 
-    def cut(self, node: Node, param, axis: int, block: int, rep: int = 1) -> None:
+    def cut(self, node: Node, param, axis: int, block: int, rep: int = 1, segments: Optional[list] = None) -> None:
+        """Cut ``param`` along ``axis``: rank r's ``block`` (shared by ``rep`` ranks); with
+        ``segments``, the axis is blocks of these sizes and r takes its 1/N of each
+        (``irc.world.block``)."""
         if not isinstance(param, Param):
             raise self.error(node, "its weight is computed, not a param: the pass cuts params only")
-        cut = {"axis": axis, "block": block, "rep": rep}
+        cut = {"axis": axis, "block": block, "rep": rep, **({"segments": list(segments)} if segments else {})}
         if self.params.get(param.name, cut) != cut:
             raise self.error(node, f"@{param.name} is read by two nodes that would cut it differently")
         self.params[param.name] = cut
-
-    def cut_segments(self, node: Node, param, cut: dict) -> None:
-        """``cut`` with ``segments``: the axis is blocks of these sizes, rank r taking its 1/N of
-        each (``irc.world.block``)."""
-        if not isinstance(param, Param):
-            raise self.error(node, "its weight is computed, not a param: the pass cuts params only")
-        if self.params.get(param.name, cut) != cut:
-            raise self.error(node, f"@{param.name} is read by two nodes that would cut it differently")
-        self.params[param.name] = dict(cut)
 
     def visit(self, node: Node) -> None:
         if node.op in REFUSED:

@@ -83,10 +83,11 @@ class _Walker:
 
     def conv(self, conv: Node, segments: list) -> None:
         plan, n = self.plan, self.n
-        cut = {"axis": 0, "block": sum(segments) // n, "rep": 1, "segments": segments}
-        plan.cut_segments(conv, conv.inputs[1], cut)
-        if len(conv.inputs) > 2 and conv.inputs[2] is not None:
-            plan.cut_segments(conv, conv.inputs[2], cut)
+        block = sum(segments) // n
+        cut = {"axis": 0, "block": block, "rep": 1, "segments": segments}
+        for param in conv.inputs[1:3]:  # the weight, and the bias where there is one
+            if param is not None:
+                plan.cut(conv, param, 0, block, segments=segments)
         if len(conv.inputs) > 3 and conv.inputs[3] is not None:
             plan.inputs[conv.inputs[3].name] = {**cut, "axis": 1}
             plan.outputs[conv.outputs[1].name] = {**cut, "axis": 1}
@@ -94,7 +95,7 @@ class _Walker:
             self.adjust(user)
         source = conv.inputs[0]
         if source.producer is not None and source.producer.op == "linear":  # Qwen3.5: q | k | v rows
-            plan.cut_segments(source.producer, source.producer.inputs[1], cut)
+            plan.cut(source.producer, source.producer.inputs[1], 0, block, segments=segments)
             self.done.add(id(source.producer))
         else:
             self.back(source)

@@ -16,24 +16,19 @@ from frontends import load_spec
 from frontends.hf.mtp import return_hidden
 from irc.interpreter import generate
 from irc_cli import main
-from irc_cli.speculative import speculative_loop
+from irc_cli.speculative import keep_first, speculative_loop
 from irc_cli.speculative_mtp import MtpDrafter
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.frontends.mtp_twins import build_mtp_twin  # noqa: E402
-from tests.frontends.test_hf_models import built_once  # noqa: E402
+from tests.frontends.mtp_twins import twins_fixture  # noqa: E402,F401 (the twins fixture)
 
 from tests.test_cli_run_speculative import Clock  # noqa: E402
 
 PROMPT = [5, 6, 7, 8, 9, 5, 6]
 NEW = 18
 
-
-@pytest.fixture(scope="module")
-def twins(tmp_path_factory):
-    return built_once(build_mtp_twin, tmp_path_factory)
 
 
 class Forced(MtpDrafter):
@@ -84,8 +79,7 @@ def assert_cache_is_a_fresh_run(graph, head, drafter: MtpDrafter, sequence: list
     fresh = interpreter_engine(head)({"input_ids": ids[:, 1:], "attention_mask": np.ones((1, held), np.int64),
                                       "position_ids": np.arange(1, held + 1)[None],
                                       "hidden_states": decoder["hidden_states"], **empty_caches(head, 1)})
-    kept = drafter.cut(drafter.caches, {"present." + n[16:]: a for n, a in drafter.caches.items()}, drafter.growing,
-                       held)
+    kept = keep_first(drafter.caches, drafter.growing, held)
     for name, array in kept.items():
         np.testing.assert_allclose(array, fresh["present." + name[len("past_key_values."):]], rtol=1e-5, atol=1e-5)
 

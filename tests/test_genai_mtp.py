@@ -16,16 +16,11 @@ og = pytest.importorskip("onnxruntime_genai")
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.frontends.mtp_twins import build_mtp_twin  # noqa: E402
-from tests.frontends.test_hf_models import built_once  # noqa: E402
+from tests.frontends.mtp_twins import twins_fixture  # noqa: E402,F401 (the twins fixture)
 
 PROMPT = [5, 6, 7, 8, 9, 5, 6]
 NEW = 18
 
-
-@pytest.fixture(scope="module")
-def twins(tmp_path_factory):
-    return built_once(build_mtp_twin, tmp_path_factory)
 
 
 def compiled(twins, name, out, *extra) -> str:

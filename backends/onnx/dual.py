@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 
 from irc.errors import BackendError
 from irc.graph import Graph
@@ -20,18 +21,28 @@ TEXT = "text.onnx"
 MANIFEST = "irc_dual.json"
 
 
+@contextmanager
+def two_models(graph: Graph, part: Graph, path: str, part_file: str, roles: tuple, genai: bool = False, **kwargs):
+    """Stage ``graph`` at ``path`` (with ``kwargs``' companion files, a genai_config.json where
+    ``genai``) and ``part`` beside it as ``part_file``, committed together when the block ends;
+    yields (the open folder, both ``Emitted``). ``roles``: their names in the refusal of a
+    ``path`` that takes ``part_file``."""
+    folder, name = os.path.dirname(os.path.abspath(path)), os.path.basename(path)
+    if name == part_file:
+        raise BackendError(f"the {roles[0]} cannot be named {part_file}: the folder writes the {roles[1]} there",
+                           hint="use -o FOLDER/model.onnx")
+    with OutputFolder(folder, primary=name) as out:
+        first = emit_model(graph, path, genai=genai, out=out, **kwargs)
+        kwargs.pop("files", None)
+        yield out, first, emit_model(part, os.path.join(folder, part_file), genai=False, out=out, **kwargs)
+
+
 def emit_dual(graph: Graph, path: str, **kwargs) -> tuple[Emitted, Emitted, list]:
     """Write both towers and the manifest (``kwargs``: ``emit_model``'s, ``files`` going with
     the image tower: its processor and the tokenizer)."""
     text = graph.parts["text"]
-    folder, name = os.path.dirname(os.path.abspath(path)), os.path.basename(path)
-    if name == TEXT:
-        raise BackendError(f"the image tower cannot be named {TEXT}: the folder writes the text tower there",
-                           hint="use -o FOLDER/model.onnx")
-    with OutputFolder(folder, primary=name) as out:
-        image = emit_model(graph, path, genai=False, out=out, **kwargs)
-        kwargs.pop("files", None)
-        words = emit_model(text, os.path.join(folder, TEXT), genai=False, out=out, **kwargs)
+    name = os.path.basename(path)
+    with two_models(graph, text, path, TEXT, ("image tower", "text tower"), **kwargs) as (out, image, words):
         manifest = {"model_type": graph.meta.get("model_type"), "image": name, "text": TEXT,
                     **{key: text.meta[key] for key in ("logit_scale", "logit_bias", "pad_token_id", "pad_to")
                        if key in text.meta}}

@@ -8,13 +8,10 @@ reads; where the decoder gets a ``genai_config.json``, it gains the head's ``mod
 Everything is staged and committed together (``irc.output``)."""
 from __future__ import annotations
 
-import os
-
-from irc.errors import BackendError
 from irc.graph import Graph
-from irc.output import OutputFolder
 
-from backends.onnx.emit import Emitted, emit_model
+from backends.onnx.dual import two_models
+from backends.onnx.emit import Emitted
 from backends.onnx.genai import CONFIG
 from backends.onnx.genai_mtp import add_mtp
 
@@ -24,14 +21,8 @@ MTP_FILE = "mtp.onnx"
 def emit_with_head(graph: Graph, path: str, **kwargs) -> tuple[Emitted, Emitted]:
     """Write the decoder (with ``kwargs``' companion files) and its head."""
     head = graph.parts["mtp"]
-    folder, name = os.path.dirname(os.path.abspath(path)), os.path.basename(path)
-    if name == MTP_FILE:
-        raise BackendError(f"the decoder cannot be named {MTP_FILE}: the folder writes the MTP head there",
-                           hint="use -o FOLDER/model.onnx")
-    with OutputFolder(folder, primary=name) as out:
-        decoder = emit_model(graph, path, out=out, **kwargs)
-        kwargs.pop("files", None)
-        drafter = emit_model(head, os.path.join(folder, MTP_FILE), genai=False, out=out, **kwargs)
+    with two_models(graph, head, path, MTP_FILE, ("decoder", "MTP head"), genai=True, **kwargs) as \
+            (out, decoder, drafter):
         if decoder.genai_config:
             drafter.genai_note = add_mtp(out.stage(CONFIG), head, MTP_FILE)  # said under the head's lines
     return decoder, drafter

@@ -149,6 +149,16 @@ class _Ops:
         return self("rope", [x, positions], rope.attrs(head_dim), name)
 
 
+def _groups(o, t, count: int, heads: int, name: str):
+    """[B, count, ...] -> [B, heads, ...]: head h reads entry h // (heads / count) (repeat_kv)."""
+    if count == heads:
+        return t
+    shape = list(t.shape)
+    grouped = o("expand", [o.view(t, [shape[0], count, 1] + shape[2:], f"{name}_g")],
+                {"shape": [shape[0], count, heads // count] + shape[2:]}, f"{name}_expanded")
+    return o.view(grouped, [shape[0], heads] + shape[2:], f"{name}_heads")
+
+
 @dataclass(frozen=True)
 class Form:
     """Where a DSA kin's MLA departs from DeepSeek-V3.2's (the defaults: nowhere).

@@ -55,7 +55,7 @@ from frontends.hf.config import (Arch, Attention, Config, LayerSpec, RopeSpec, d
 from frontends.hf.families_common import _arch, _dims, _swiglu
 from frontends.hf.families_deepseek_v32 import DEFAULTS as V32_DEFAULTS
 from frontends.hf.families_deepseek_v32 import LAYOUTS as V32_LAYOUTS
-from frontends.hf.families_deepseek_v32 import INDEXER, NEG, Form, _index_past, _Ops
+from frontends.hf.families_deepseek_v32 import INDEXER, NEG, Form, _groups, _index_past, _Ops
 from frontends.hf.families_llama_like import _fused
 from frontends.hf.weights import Rows
 from frontends.hf.families_dsa import Plan, expand
@@ -434,12 +434,3 @@ def _visible(m, o, x, mask, key):
     real = o.view(o("cast", [mask], {"to": "bool"}, "real"), (x.shape[0], 1, 1, key.shape[2]), "real4")
     return o("logical_and", [o.view(causal, (1, 1, x.shape[1], key.shape[2]), "causal4"), real], None, "visible")
 
-
-def _groups(o, t, count: int, heads: int, name: str):
-    """[B, count, ...] -> [B, heads, ...]: head h reads entry h // (heads / count) (repeat_kv)."""
-    if count == heads:
-        return t
-    shape = list(t.shape)
-    grouped = o("expand", [o.view(t, [shape[0], count, 1] + shape[2:], f"{name}_g")],
-                {"shape": [shape[0], count, heads // count] + shape[2:]}, f"{name}_expanded")
-    return o.view(grouped, [shape[0], heads] + shape[2:], f"{name}_heads")

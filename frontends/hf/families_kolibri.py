@@ -46,6 +46,7 @@ from frontends.hf.config import Arch, Attention, Config, LayerSpec, dsl_rope, in
 from frontends.hf.families_act_2026 import DEFAULTS as ACT_DEFAULTS
 from frontends.hf.families_act_2026 import LAYOUTS as ACT_LAYOUTS
 from frontends.hf.families_common import _arch, _dims, _experts, _rope
+from frontends.hf.families_deepseek_v32 import _groups
 from frontends.hf.families_deepseek_v32 import _Ops as _LayerOps
 from irc.yamlloc import boolean, non_negative_int, positive_int
 
@@ -214,15 +215,6 @@ def indexed_attention(m, layer, x, arch: Arch, plan: dict, shared: dict, pool):
     layer._note_attention("gqa", heads, kv_heads, dim, dim, None, None, None, None, qk_norm=True)
     return o("linear", [out, m.param(f"{p}attn.wo", (d, heads * dim))], None, "attn_out"), pool
 
-
-def _groups(o, t, count: int, heads: int, name: str):
-    """[B, count, S, D] -> [B, heads, S, D]: head h reads entry h // (heads / count) (repeat_kv)."""
-    if count == heads:
-        return t
-    shape = list(t.shape)
-    grouped = o("expand", [o.view(t, [shape[0], count, 1] + shape[2:], f"{name}_g")],
-                {"shape": [shape[0], count, heads // count] + shape[2:]}, f"{name}_expanded")
-    return o.view(grouped, [shape[0], heads] + shape[2:], f"{name}_heads")
 
 
 def select(m, o, x, q, key, plan: dict, pool):

@@ -13,12 +13,13 @@ import json
 import os
 
 import numpy as np
+import pytest
 import torch
 import transformers
 from safetensors.numpy import load_file, save_file
 from transformers.modeling_layers import MtpModel
 
-from tests.frontends.test_hf_models import MLA, SMALL, randomize, save_twin, twin_seed
+from tests.frontends.test_hf_models import MLA, SMALL, built_once, randomize, save_twin, twin_seed
 
 FC_NAMES = {"enorm": "mtp.pre_fc_norm_embedding.weight", "hnorm": "mtp.pre_fc_norm_hidden.weight",
             "eh_proj": "mtp.fc.weight", "post_norm": "mtp.norm.weight"}
@@ -69,6 +70,12 @@ CASES = {  # name: (config class, settings, form (FORMS)); each also gets num_mt
     "qwen3.5-dense": ("Qwen3_5TextConfig", dict(QWEN, mtp_layer_types=["full_attention"]), "qwen"),
     "qwen3-next": ("Qwen3NextConfig", dict(QWEN, **EXPERTS, mtp_layer_types=["full_attention"]), "qwen"),
 }
+
+
+@pytest.fixture(scope="module", name="twins")
+def twins_fixture(tmp_path_factory):
+    """name -> (transformers model, its MtpModel, folder), each built once per module."""
+    return built_once(build_mtp_twin, tmp_path_factory)
 
 
 def build_mtp_twin(name: str, folder):

@@ -15,13 +15,9 @@ from irc.interpreter import Interpreter
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.frontends.mtp_twins import CASES, build_mtp_twin, hf_head, hf_hidden  # noqa: E402
-from tests.frontends.test_hf_models import TOLERANCE, built_once, relative_error  # noqa: E402
+from tests.frontends.mtp_twins import CASES, hf_head, hf_hidden, twins_fixture  # noqa: E402,F401 (the twins fixture)
+from tests.frontends.test_hf_models import TOLERANCE, relative_error  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def twins(tmp_path_factory):
-    return built_once(build_mtp_twin, tmp_path_factory)
 
 
 def empty_caches(graph, batch: int = 1) -> dict:
