@@ -11,11 +11,22 @@ all-reduces and the logits' all-gather (a ring: 2 (N - 1) / N and (N - 1) / N of
 irc's activations are f32, so the payloads are 4 bytes an element). Structure only: no
 weights are read. DeepSeek-V3 runs absorbed (``mla-absorb``: the latent cache serving
 engines keep) and with ``ep`` = N (whole experts, E / N a rank).
+
+Then, for the record (not a goal: a CPU is not where tensor parallelism pays), the wall time of
+a decode step on this CPU of a small Llama (d 512, 8 layers, 8 / 2 heads, ffn 1408, vocab
+32000, random weights) as one ONNX model in onnxruntime (tp 1) and as two rank models
+(``shard{tp=2}``, ``--target onnx-ort``) in two processes whose all-reduces go through
+torch.distributed's gloo (``tests/backends/onnx_world.py``: each rank's model cut at its
+collectives, the pieces run by onnxruntime), one intra-op thread a process; medians of
+``STEPS`` greedy steps after a 64-token prompt (``--no-gloo`` skips it).
 """
 from __future__ import annotations
 
+import argparse
 import os
+import statistics
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -69,12 +80,72 @@ def row(label: str, spec: str, pipeline: str) -> str:
             f"{seconds:.1f} s |")
 
 
+SMALL = """
+model:
+  name: small-llama
+  vocab_size: 32000
+  d_model: 512
+  n_layers: 8
+  norm: {kind: rms, eps: 1.0e-5}
+  attention: {kind: gqa, n_heads: 8, n_kv_heads: 2, head_dim: 64, rope: {base: 10000, convention: half}}
+  mlp: {kind: swiglu, d_ff: 1408}
+"""
+STEPS, PROMPT = 32, 64
+
+
+def gloo_rows() -> list:
+    """(label, median ms a step, steps) at tp 1 and tp 2 (module docstring)."""
+    os.environ.update(ORT_THREADS="1", WORLD_STEPS=str(STEPS))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "backends"))
+    import numpy as np
+    import onnx_world
+    import passes  # noqa: F401
+    from backends.onnx.emit import emit_model
+    from backends.onnx.shard import emit_sharded
+    from frontends.yaml_spec import loads
+    from irc.interpreter import random_feeds
+    from irc.passmanager import PassManager, parse_pipeline
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        graph = loads(SMALL)
+        feeds = random_feeds(graph, batch=1, tokens=PROMPT, seed=0)
+        feeds = {k: v for k, v in feeds.items() if not k.startswith("past_key_values.")}
+        feeds.update({v.name: np.zeros((1, 2, 0, 64), np.float32) for v in graph.inputs
+                      if v.name.startswith("past_key_values.")})
+        whole = emit_model(graph, os.path.join(tmp, "whole", "model.onnx"), target="onnx-ort", genai=False)
+        for threads in (1, 2):
+            os.environ["ORT_THREADS"] = str(threads)
+            runner = onnx_world.Runner(whole.path)
+            _, tokens = onnx_world.greedy(runner, feeds, steps=STEPS)
+            rows.append((f"tp 1 (one process, {threads} thread{'s' * (threads > 1)})",
+                         statistics.median(runner.times) * 1e3, tokens))
+        os.environ["ORT_THREADS"] = "1"
+        PassManager(parse_pipeline("shard{tp=2}")).run(graph)
+        emit_sharded(graph, os.path.join(tmp, "tp2", "model.onnx"), target="onnx-ort")
+        results = onnx_world.run_world(os.path.join(tmp, "gloo.store"), [os.path.join(tmp, "tp2")], [feeds], 2)[0]
+        step = [max(a, b) for a, b in zip(results[0]["times"], results[1]["times"])]
+        rows.append(("tp 2 (two processes, 1 thread each, gloo)", statistics.median(step) * 1e3,
+                     results[0]["tokens"].tolist()))
+    return rows
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-gloo", action="store_true", help="skip the CPU decode-step timing")
+    args = parser.parse_args()
     print("| model | passes | params/rank | weights GiB/rank | KV B/token/rank (irc) | KV (seeds' rule) | ranks "
           "per KV entry | all-reduces/step | all-reduce MiB/token sent | all-gather KiB/token sent | analysis |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for case in CASES:
         print(row(*case), flush=True)
+    if args.no_gloo:
+        return
+    rows = gloo_rows()
+    print(f"\nSmall Llama (d 512, 8 layers), decode step after a {PROMPT}-token prompt, median of {STEPS} steps, "
+          "this CPU:\n\n| world | ms / step | tokens/s | same tokens as tp 1 |\n|---|---|---|---|")
+    for label, ms, tokens in rows:
+        print(f"| {label} | {ms:.2f} | {1e3 / ms:.0f} | {tokens == rows[0][2]} |")
 
 
 if __name__ == "__main__":

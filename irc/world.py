@@ -4,7 +4,10 @@ The shard pass (``passes/shard.py``) leaves one rank's program and, in
 ``graph.meta["shard"]``, how each sharded param, input and output is cut: ``{"axis", "block",
 "rep"}`` — rank r holds elements [i x block, (i + 1) x block) of the full tensor along
 ``axis``, i = r // rep (``rep`` > 1 where ranks share a block: KV heads replicated when there
-are fewer than ranks). A sharded param's data is a ``Shard`` of the full weight.
+are fewer than ranks). An axis made of concatenated ``segments`` (a fused projection's
+z | x | B | C | dt rows, a convolution's x | B | C channels) is cut segment by segment, rank r
+taking its share of each; ``ways`` (with ``world``) where the segments split differently (B and C
+replicated beside heads cut N ways). A sharded param's data is a ``Shard`` of the full weight.
 
 ``run_world(graph, feeds)`` takes the unsharded graph's feeds (full caches), cuts each rank's
 inputs, runs every rank's program in its own thread (``irc.ops.collective.CONTEXT`` tells the
@@ -61,27 +64,45 @@ def _pieces(cut: dict) -> list:
 def block(array: np.ndarray, cut: dict, rank: int) -> np.ndarray:
     """Rank ``rank``'s block of ``array`` (module docstring); with ``segments``, its share of
     each segment, joined."""
-    index = rank // cut.get("rep", 1)
     if not cut.get("segments"):
-        size = cut["block"]
+        size, index = cut["block"], rank // cut.get("rep", 1)
         return np.ascontiguousarray(np.take(array, np.arange(index * size, (index + 1) * size), axis=cut["axis"]))
-    ranks = sum(cut["segments"]) // cut["block"]
-    rows = np.concatenate([np.arange(start + index * n // ranks, start + (index + 1) * n // ranks)
-                           for start, n in _pieces(cut)])
-    return np.ascontiguousarray(np.take(array, rows, axis=cut["axis"]))
+    rows = [np.arange(start + index * n // ways, start + (index + 1) * n // ways)
+            for (start, n), ways, index in zip(_pieces(cut), _ways(cut), _indices(cut, rank))]
+    return np.ascontiguousarray(np.take(array, np.concatenate(rows), axis=cut["axis"]))
+
+
+def _ways(cut: dict) -> list:
+    """Into how many blocks each segment is cut: ``ways`` where the segments differ (Mamba-2's
+    B and C groups replicated beside heads split N ways), else the same for all."""
+    return list(cut.get("ways") or [sum(cut["segments"]) // cut["block"]] * len(cut["segments"]))
+
+
+def _indices(cut: dict, rank: int) -> list:
+    """The block of each segment that ``rank`` holds."""
+    if cut.get("ways"):
+        return [rank // (cut["world"] // ways) for ways in cut["ways"]]
+    return [rank // cut.get("rep", 1)] * len(cut["segments"])
 
 
 def join(parts: list, cut: dict) -> np.ndarray:
     """The full tensor from every rank's block (one rank per block)."""
-    owners = parts[::cut.get("rep", 1)]
     if not cut.get("segments"):
-        return np.concatenate(owners, axis=cut["axis"])
-    ranks, axis, pieces, offset = len(owners), cut["axis"], [], 0
-    for _, n in _pieces(cut):
-        share = n // ranks
-        pieces += [np.take(part, np.arange(offset, offset + share), axis=axis) for part in owners]
+        return np.concatenate(parts[::cut.get("rep", 1)], axis=cut["axis"])
+    axis, pieces, offset = cut["axis"], [], 0
+    step = [len(parts) // ways for ways in cut["ways"]] if cut.get("ways") else [cut.get("rep", 1)] * len(_ways(cut))
+    for (_, n), ways, every in zip(_pieces(cut), _ways(cut), step):
+        share = n // ways
+        pieces += [np.take(part, np.arange(offset, offset + share), axis=axis) for part in parts[::every]]
         offset += share
     return np.concatenate(pieces, axis=axis)
+
+
+def full_size(cut: dict, world: int) -> int:
+    """The length of a cut axis in the unsharded tensor."""
+    if cut.get("segments"):
+        return sum(cut["segments"])
+    return cut["block"] * world // cut.get("rep", 1)
 
 
 class World:
@@ -125,7 +146,7 @@ def full_view(graph: Graph, values) -> list:
             viewed.append(value)
             continue
         shape = list(value.shape)
-        shape[cut["axis"]] = cut["block"] * spec["tp"] // cut.get("rep", 1)
+        shape[cut["axis"]] = full_size(cut, spec["tp"])
         viewed.append(Value(value.name, value.dtype, shape))
     return viewed
 
@@ -189,4 +210,4 @@ def run_world(interpreter, feeds: Mapping[str, np.ndarray]) -> dict:
     return joined
 
 
-__all__ = ["KEY", "Shard", "World", "block", "full_view", "join", "run_world", "runs_on", "world_size"]
+__all__ = ["KEY", "Shard", "World", "block", "full_size", "full_view", "join", "run_world", "runs_on", "world_size"]

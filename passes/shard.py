@@ -20,16 +20,22 @@ Every rank runs the same graph on its own blocks of the weights (``irc.world``):
 - the embedding vocabulary-parallel (``vocab_embedding``: each rank its block of rows, zero
   elsewhere, then ``all_reduce``) and the LM head column-parallel over the vocabulary, then
   ``all_gather`` of the logits (a tied head reads the embedding's block);
+- GELU MLPs (``gelu_mlp``) and linear -> element-wise -> linear chains (Nemotron-H's squared
+  ReLU, Phi's and GPT-2's MLPs) column- then row-parallel, ``all_reduce``;
+- attention's per-head operands (GPT-OSS's sinks, ALiBi's slopes) by heads;
 - gated DeltaNet (Qwen3-Next, Qwen3.5) by key heads, the convolution's channels and the states
   with them (``passes/shard_delta.py``), then ``all_reduce``;
+- Mamba-2 (``ssd``) by heads, B and C by groups or replicated, the gated norm's sum of squares
+  all-reduced where its group spans ranks, and LFM2's short convolution by channels
+  (``passes/shard_ssm.py``), then ``all_reduce``;
 - everything else (norms, residual adds, RoPE) replicated: every rank computes it on the same
   values.
 
 Refused, naming the node: layers whose weights the pass does not yet split (Kimi's delta rule,
-state-space
-and linear-attention mixers, sorted experts, identity experts, a bias on the experts' down
-projections), attention with sinks or ALiBi, a norm across heads between a projection and the attention (per-head
-q/k norms are fine), and a dimension N does not divide.
+Mamba-1's selective scan, lightning attention, RWKV, RG-LRU, mLSTM, sorted experts, identity
+experts, a bias on the experts' down projections), block-sparse attention, a norm across
+heads between a projection and the attention (per-head q/k norms are fine), and a dimension
+N does not divide.
 
 Guarantees: run as a world (``irc.world.run_world``: the reference interpreter runs every
 sharded graph so), the graph gives the unsharded graph's outputs from its feeds, caches
@@ -41,6 +47,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
 from irc import ops
 from irc.build import emit1
 from irc.errors import PassError
@@ -49,7 +57,9 @@ from irc.passmanager import Pass, register_pass
 from irc.world import KEY, Shard
 from passes import shard_pipeline
 from passes.shard_delta import plan_delta
+from passes.shard_ssm import plan_short_conv, plan_ssd
 
+ELEMENTWISE = ("maximum", "mul", "add", "gelu", "silu", "tanh", "sigmoid", "softcap")  # one operand, constants beside
 THROUGH = ("rope", "reshape", "rms_norm", "slice")  # per-head ops between a projection and the attention
 REFUSED = ("moe_sorted", "kimi_delta_rule", "mamba",
            "mamba2", "selective_scan", "gated_delta", "lightning_attention", "rwkv", "rglru", "mlstm",
@@ -94,7 +104,8 @@ class ShardPass(Pass):
             plan.visit(node)
         plan.apply()
         reinfer(graph)
-        whole = [p for p in graph.params.values() if p.name not in plan.params and len(p.shape) >= 2]
+        whole = [p for p in graph.params.values()
+                 if p.name not in plan.params and p.name not in plan.replicated and len(p.shape) >= 2]
         if whole:  # matrices every rank holds whole: correct, but not spread
             plan.notes.append(f"shard: {sum(p.numel for p in whole):,} parameters in {len(whole)} matrices stay whole "
                               f"on every rank (no tensor-parallel form for them yet), e.g. @{whole[0].name}")
@@ -112,6 +123,8 @@ class _Plan:
         self.attrs: list = []  # (node, attrs) to set
         self.after: list = []  # (node, collective op, attrs, bias to add after it)
         self.embeddings: list = []
+        self.replicated: set = set()  # params every rank holds whole by design (routers, MLA's latent projections)
+        self.edits: list = []  # graph -> None, run once the params are cut (a norm across ranks rewritten)
         self.notes: list = []
         self.seen: set = set()  # per-head steps re-aimed already
 
@@ -123,13 +136,14 @@ class _Plan:
             raise self.error(node, f"{what} is {size}, which {self.tp} ranks do not divide")
         return size // self.tp
 
-    def cut(self, node: Node, param, axis: int, block: int, rep: int = 1, segments: Optional[list] = None) -> None:
+    def cut(self, node: Node, param, axis: int, block: int, rep: int = 1, segments: Optional[list] = None,
+            **ways) -> None:
         """Cut ``param`` along ``axis``: rank r's ``block`` (shared by ``rep`` ranks); with
-        ``segments``, the axis is blocks of these sizes and r takes its 1/N of each
-        (``irc.world.block``)."""
+        ``segments``, the axis is blocks of these sizes and r takes its 1/N of each (or of
+        ``ways``, with ``world``: ``irc.world.block``)."""
         if not isinstance(param, Param):
             raise self.error(node, "its weight is computed, not a param: the pass cuts params only")
-        cut = {"axis": axis, "block": block, "rep": rep, **({"segments": list(segments)} if segments else {})}
+        cut = {"axis": axis, "block": block, "rep": rep, **({"segments": list(segments)} if segments else {}), **ways}
         if self.params.get(param.name, cut) != cut:
             raise self.error(node, f"@{param.name} is read by two nodes that would cut it differently")
         self.params[param.name] = cut
@@ -153,6 +167,20 @@ class _Plan:
             self.moe(node)
         elif node.op == "gated_delta_rule":
             plan_delta(self, node)
+        elif node.op == "ssd":
+            plan_ssd(self, node)
+        elif node.op == "causal_conv1d" and plan_short_conv(self, node):
+            pass
+        elif node.op == "gelu_mlp":
+            ops_ = dict(zip(ops.get_op("gelu_mlp").operand_names(len(node.inputs)), node.inputs))
+            block = self.divide(node, ops_["w_up"].shape[0], "the MLP's width (d_ff)")
+            self.cut(node, ops_["w_up"], 0, block)
+            if ops_.get("b_up") is not None:
+                self.cut(node, ops_["b_up"], 0, block)
+            self.cut(node, ops_["w_down"], 1, block)
+            self.after.append((node, "all_reduce", {"world": self.tp}, ops_.get("b_down")))
+        elif node.op == "linear" and id(node) not in self.seen and self.mlp_chain(node):
+            pass
         elif node.op == "embedding":
             table = node.inputs[1]
             self.cut(node, table, 0, self.divide(node, table.shape[0], "the vocabulary (embedding rows)"))
@@ -163,6 +191,37 @@ class _Plan:
             if len(node.inputs) > 2 and node.inputs[2] is not None:
                 self.cut(node, node.inputs[2], 0, weight.shape[0] // self.tp)
             self.after.append((node, "all_gather", {"world": self.tp, "axis": -1}, None))
+
+    def mlp_chain(self, up: Node) -> bool:
+        """linear -> element-wise ops of one operand (relu², GELU; constants beside) -> linear,
+        each read once (Nemotron-H's and Phi's MLPs, vision projectors): the first
+        column-parallel, the second row-parallel, then ``all_reduce``. False where the pattern
+        does not hold."""
+        value, width = up.outputs[0], up.inputs[1].shape[0]
+        while True:
+            users = self.graph.users(value)
+            if len(users) != 1 or value in self.graph.outputs:
+                return False
+            step = users[0]
+            if step.op == "linear":
+                break
+            others = [v for v in step.inputs if v is not value]
+            if step.op not in ELEMENTWISE or any(v is None or v.shape != () for v in others):
+                return False
+            value = step.outputs[0]
+        down = step
+        if not isinstance(up.inputs[1], Param) or not isinstance(down.inputs[1], Param) or down.inputs[0] is not value:
+            return False
+        if width % self.tp:  # left whole (and counted in the note)
+            return False
+        block = width // self.tp
+        self.cut(up, up.inputs[1], 0, block)
+        if len(up.inputs) > 2 and up.inputs[2] is not None:
+            self.cut(up, up.inputs[2], 0, block)
+        self.cut(down, down.inputs[1], 1, block)
+        self.seen.add(id(down))
+        self.after.append((down, "all_reduce", {"world": self.tp}, down.inputs[2] if len(down.inputs) > 2 else None))
+        return True
 
     def mla(self, node: Node) -> None:
         """MLA: the heads split, the latent projections (q_a, kv_a and their norms) replicated;
@@ -177,6 +236,7 @@ class _Plan:
         heads = self.divide(node, a["heads"], "the attention heads")
         nope, rope_dim, v_dim, rank = a["qk_nope_head_dim"], a["qk_rope_head_dim"], a["v_head_dim"], a["kv_lora_rank"]
         absorbed = node.op == "mla_absorbed_attention"
+        self.replicated.update(ops_[name].name for name in ("q_a", "kv_a") if ops_.get(name) is not None)
         query = next(n for n in ("q_b", "wq", "q_b_absorbed", "wq_absorbed") if ops_.get(n) is not None)
         self.cut(node, ops_[query], 0, heads * ((rank if absorbed else nope) + rope_dim))
         wo = "wo_absorbed" if absorbed else "wo"
@@ -201,6 +261,7 @@ class _Plan:
         if a["identity_experts"] or ops_.get("b_down") is not None:
             what = "identity experts" if a["identity_experts"] else "a bias on the experts' down projection"
             raise self.error(node, f"a MoE with {what} would add it on every rank: no tensor-parallel form yet")
+        self.replicated.add(ops_["router"].name)
         if self.expert_parallel:  # whole experts, E / N a rank (irc.ops.moe's expert_shards)
             block = self.divide(node, a["experts"], "the experts")
             for name in ("w_gate", "w_up", "w_down", "b_gate", "b_up"):
@@ -233,10 +294,13 @@ class _Plan:
     def attention(self, node: Node) -> None:
         a = node.attrs
         names = ops.get_op("attention").operand_names(len(node.inputs))
-        extra = [n for n, v in zip(names, node.inputs) if n in ("sinks", "blocks", "alibi") and v is not None]
-        if extra:
-            raise self.error(node, f"attention with {extra[0]} has no tensor-parallel form in irc yet")
+        operands = {n: v for n, v in zip(names, node.inputs) if v is not None}
+        if "blocks" in operands:
+            raise self.error(node, "attention with blocks has no tensor-parallel form in irc yet")
         heads = self.divide(node, a["heads"], "the query heads")
+        for name in ("sinks", "alibi"):  # a value per query head: the rank's heads'
+            if name in operands:
+                self.per_head(node, operands[name], heads)
         kv, rep = self.kv_split(node, a["kv_heads"])
         head_dim, v_dim = a["head_dim"], a["v_head_dim"] or a["head_dim"]
         full = (a["heads"], a["kv_heads"], a["kv_heads"])
@@ -261,6 +325,19 @@ class _Plan:
         bias = out[0].inputs[2] if len(out[0].inputs) > 2 else None
         self.after.append((out[0], "all_reduce", {"world": self.tp}, bias))
         self.attrs.append((node, {"heads": heads, "kv_heads": kv}))
+
+    def per_head(self, node: Node, value: Value, local: int) -> None:
+        """Cut a [heads] operand (GPT-OSS's sinks, ALiBi's slopes) by heads; a constant becomes a
+        param first, so that each rank can hold its block."""
+        if value.producer is not None and value.producer.op == "constant":
+            data = np.asarray(ops.get_op("constant").reference([], value.producer.attrs)[0], dtype=value.dtype.numpy)
+            param = Param(f"{node.name}.{value.name.rsplit('.', 1)[-1]}", value.dtype, value.shape, data)
+            self.graph.params[param.name] = param
+            self.graph.replace_all_uses(value, param)
+            if not self.graph.users(value):
+                self.graph.remove(value.producer)
+            value = param
+        self.cut(node, value, 0, local)
 
     def gate(self, node: Node, value: Value, heads: int, local: int, dim: int) -> None:
         """The output gate's path back to the query's projection: its reshapes re-aimed."""
@@ -328,6 +405,10 @@ class _Plan:
             node.attrs = {**node.attrs, **attrs}
         for node in self.embeddings:
             self.vocab_parallel(node)
+        if self.edits:
+            reinfer(g)  # the edits emit nodes on the rank's shapes
+        for edit in self.edits:
+            edit(g)
         for node, op, attrs, bias in self.after:
             self.collective(node, op, attrs, bias)
 
@@ -347,7 +428,7 @@ class _Plan:
         out = node.outputs[0]
         users, outputs = list(out.uses), [v is out for v in g.outputs]
         if bias is not None:
-            node.set_input(2, None)
+            node.set_input(next(i for i, v in enumerate(node.inputs) if v is bias), None)
         after = g.nodes[g.nodes.index(node) + 1] if node is not g.nodes[-1] else None
         done = emit1(g, op, [out], attrs, f"{out.name}.{op}", before=after, origin=node.origin)
         if bias is not None:

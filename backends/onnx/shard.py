@@ -155,7 +155,9 @@ def launch_note(graph: Graph, files: list[str]) -> dict:
         "ranks": [{"rank": r, "model": file} for r, file in enumerate(files)],
         "inputs": spec.get("inputs", {}), "outputs": spec.get("outputs", {}),
         "cuts": "rank r feeds (and gets back) elements [i*block, (i+1)*block) of a cut tensor along axis, "
-                "i = r // rep; everything else whole, the same on every rank",
+                "i = r // rep; with segments (an axis of concatenated blocks of these sizes), its share of each "
+                "segment, joined: 1/ways[s] of segment s, block r // (world / ways[s]) (ways: N for every "
+                "segment where absent); everything else whole, the same on every rank",
         "runtime": "onnxruntime built with CUDA and NCCL (build.sh --use_cuda --enable_nccl, --use_mpi for mpirun); "
                    "onnxruntime.has_collective_ops() is True there. Each process: InferenceSession(its rank's "
                    "model, providers=['CUDAExecutionProvider'], provider_options=[{'device_id': str(local rank)}])",

@@ -2,9 +2,12 @@
 (torch.multiprocessing, gloo through a file store) that loads its rank's model, cuts it at its
 com.microsoft AllReduce / AllGather nodes, runs the pieces in onnxruntime's CPU provider and
 does each collective with torch.distributed between them. Kept light (numpy, onnx,
-onnxruntime, torch: no irc) so the processes start fast; one world runs several models."""
+onnxruntime, torch: no irc but ``irc.world.block``) so the processes start fast; one world runs
+several models. ``ORT_THREADS`` sets each session's intra-op threads (benchmarks/shard.py's
+timing); each greedy step's wall time is kept beside its tokens."""
 import json
 import os
+import time
 
 import numpy as np
 import onnx
@@ -69,7 +72,9 @@ class Runner:
                 initializer=[self.inits[name] for name in sorted(used & set(self.inits))])
             model = onnx.helper.make_model(graph, opset_imports=self.model.opset_import)
             model.ir_version = self.model.ir_version
-            session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = int(os.environ.get("ORT_THREADS", "0"))
+            session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
             self.sessions[index] = (session, inputs, outputs)
         return self.sessions[index]
 
@@ -85,12 +90,14 @@ class Runner:
         return {name: env[name] for name in self.outputs}
 
 
-def greedy(runner: Runner, feeds: dict, cut=lambda name, array: array) -> tuple[dict, list]:
-    """The first step's outputs and ``STEPS`` greedy tokens after it, the cache fed back."""
+def greedy(runner: Runner, feeds: dict, cut=lambda name, array: array, steps: int = STEPS) -> tuple[dict, list]:
+    """The first step's outputs and ``steps`` greedy tokens after it, the cache fed back (each
+    step's seconds in ``runner.times``)."""
     first = outputs = runner.run({name: cut(name, feeds[name]) for name in runner.inputs})
-    tokens = []
+    tokens, runner.times = [], []
     past = feeds["attention_mask"].shape[1]
-    for _ in range(STEPS):
+    for _ in range(steps):
+        started = time.perf_counter()
         ids = outputs["logits"][:, -1].argmax(-1)[:, None].astype(np.int64)
         tokens.append(ids[:, 0].tolist())
         step = {"input_ids": ids, "attention_mask": np.ones((ids.shape[0], past + 1), np.int64),
@@ -98,13 +105,15 @@ def greedy(runner: Runner, feeds: dict, cut=lambda name, array: array) -> tuple[
         step.update({name: outputs[name.replace("past_key_values.", "present.")] for name in runner.inputs
                      if name.startswith("past_key_values.")})
         outputs, past = runner.run(step), past + 1
+        runner.times.append(time.perf_counter() - started)
     return first, tokens
 
 
 def block(array: np.ndarray, cut: dict, rank: int) -> np.ndarray:
     """Rank ``rank``'s block of a cut input, as irc_shard.json describes it (irc.world.block)."""
-    start = rank // cut.get("rep", 1) * cut["block"]
-    return np.take(array, np.arange(start, start + cut["block"]), axis=cut["axis"])
+    from irc.world import block as world_block
+
+    return world_block(array, cut, rank)
 
 
 def exchange(node: onnx.NodeProto, array: np.ndarray) -> np.ndarray:
@@ -131,8 +140,10 @@ def rank_main(rank: int, store: str, folders: list, feeds: list) -> None:
         for folder, note, fed in zip(folders, notes, feeds):
             runner = Runner(os.path.join(folder, note["ranks"][rank]["model"]), exchange)
             cuts = note["inputs"]
-            first, tokens = greedy(runner, fed, lambda n, a: block(a, cuts[n], rank) if n in cuts else a)
-            np.savez(os.path.join(folder, f"result{rank}.npz"), tokens=np.array(tokens), **first)
+            first, tokens = greedy(runner, fed, lambda n, a: block(a, cuts[n], rank) if n in cuts else a,
+                                   int(os.environ.get("WORLD_STEPS", STEPS)))
+            np.savez(os.path.join(folder, f"result{rank}.npz"), tokens=np.array(tokens), times=np.array(runner.times),
+                     **first)
     finally:
         dist.destroy_process_group()
 

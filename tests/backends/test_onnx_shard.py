@@ -27,7 +27,10 @@ onnx_world = pytest.importorskip("onnx_world")  # tests/backends/onnx_world.py (
 TP = 2
 CASES = {"llama3-tp2": ("examples/tiny-llama3.yaml", 1), "mixtral-tp2": ("examples/tiny-mixtral-8x7b.yaml", 1),
          "mixtral-ep2": ("examples/tiny-mixtral-8x7b.yaml", TP),
-         "gemma2-tp2": ("examples/tiny-gemma2-9b.yaml", 1)}  # embedding scale, tied head, softcaps
+         "gemma2-tp2": ("examples/tiny-gemma2-9b.yaml", 1),  # embedding scale, tied head, softcaps
+         # Mamba-2 by heads (B and C replicated, the gated norm's sum of squares all-reduced) beside
+         # attention and a squared-ReLU MLP
+         "nemotron-h-tp2": ("examples/tiny-nemotron-h-8b.yaml", 1), "mamba2-tp2": ("examples/tiny-mamba2-2.7b.yaml", 1)}
 
 
 def compile_case(spec: str, tp: int, ep: int, folder) -> tuple:

@@ -21,7 +21,12 @@ from passes.shard import ShardPass
 SPECS = {"llama3": "examples/tiny-llama3.yaml", "qwen2-bias": "examples/tiny-qwen2-7b.yaml",
          "gemma2-geglu-softcap-window": "examples/tiny-gemma2-9b.yaml", "mistral-window": "examples/tiny-mistral-7b.yaml",
          "mixtral-moe": "examples/tiny-mixtral-8x7b.yaml", "glm-4.5-air-moe-shared": "examples/tiny-glm-4.5-air.yaml",
-         "deepseek-v3-mla-moe": "examples/tiny-deepseek-v3.yaml", "deepseek-v2-mla": "examples/tiny-deepseek-v2.yaml"}
+         "deepseek-v3-mla-moe": "examples/tiny-deepseek-v3.yaml", "deepseek-v2-mla": "examples/tiny-deepseek-v2.yaml",
+         "mamba2-one-group-norm-across-ranks": "examples/tiny-mamba2-2.7b.yaml",
+         "nemotron-h-groups-relu2-mlp": "examples/tiny-nemotron-h-8b.yaml",
+         "falcon-h1-mup-scales": "examples/tiny-falcon-h1-7b.yaml", "lfm2-short-conv": "examples/tiny-lfm2-1.2b.yaml",
+         "bloom-alibi": "examples/tiny-bloom-7b1.yaml", "phi-2-gelu-mlp": "examples/tiny-phi-2.yaml",
+         "granite-4-hybrid-moe": "examples/tiny-granite-4.0-h-small.yaml"}
 MQA = """
 model:
   name: tiny-mqa
@@ -112,13 +117,49 @@ def test_refusals_name_the_node_and_the_dimension():
 
 
 def test_layers_without_a_split_stay_whole_and_are_said():
-    """Mamba-2's mixer (primitives: in_proj, convolution, SSD, out_proj) runs whole on every
-    rank: still the unsharded outputs, and the note counts what stays whole."""
-    graph = load("examples/tiny-mamba2-2.7b.yaml")
+    """A CLIP tower's patch embedding and quick-GELU MLPs (x · sigmoid(1.702 x) reads its input
+    twice: no column / row form) run whole on every rank: still the unsharded outputs, and the
+    note counts what stays whole (routers and MLA's latent projections, replicated by design,
+    are not counted)."""
+    graph = load("examples/tiny-clip-vit-large-patch14-336.yaml")
     shard = ShardPass(tp=2)
     sharded, _ = apply_pass(shard, graph)
-    assert compare_outputs(graph, sharded, random_feeds(graph, batch=1, tokens=4, past=0)) <= 1e-5
-    assert any("stay whole on every rank" in note and "ssm" in note for note in shard.notes)
+    assert compare_outputs(graph, sharded, random_feeds(graph, batch=1, seed=2)) <= 1e-5
+    assert any("stay whole on every rank" in note and "patch_embed" in note for note in shard.notes)
+    deepseek = ShardPass(tp=2)
+    apply_pass(deepseek, load(SPECS["deepseek-v3-mla-moe"]))
+    assert not [note for note in deepseek.notes if "stay whole" in note]
+
+
+def test_mamba2_splits_by_heads_with_its_groups_replicated():
+    """Mamba-2 with one group of B and C at tp 4: heads, states and the norm's weight split,
+    B and C (and their conv channels and state) on every rank, the gated norm over all d_inner
+    features summed across ranks (one more all-reduce a layer, of one float a token)."""
+    graph = load(SPECS["mamba2-one-group-norm-across-ranks"])
+    shard = ShardPass(tp=4)
+    sharded, _ = apply_pass(shard, graph)
+    ssd = next(n for n in sharded.nodes if n.op == "ssd")
+    assert (ssd.attrs["heads"], ssd.attrs.get("groups", 1)) == (2, 1)
+    assert any("replicated on 4 ranks" in note for note in shard.notes)
+    summary, full = shard_summary(sharded), analyze(graph)
+    d_inner, bc, state = 128, 16, 16
+    conv, scan = (d_inner // 4 + 2 * bc) * 3, 8 // 4 * state * 16  # conv kernel - 1 columns; heads x N x P
+    assert summary["state_bytes_per_sequence_per_rank"] == 2 * 4 * (conv + scan)
+    assert full["state_bytes_per_sequence"] == 2 * 4 * ((d_inner + 2 * bc) * 3 + 8 * state * 16)
+    reduce = summary["collectives"]["all_reduce"]
+    assert reduce["count"] == 2 * 2 + 1  # norm + out_proj a layer, the embedding
+    assert not [n for n in sharded.nodes if n.op == "gated_rms_norm"]
+    assert generate(sharded, [3, 17, 42], 8)[0] == generate(graph, [3, 17, 42], 8)[0]
+
+
+def test_norm_groups_spanning_some_ranks_meet_in_their_slots():
+    """Nemotron-H's two norm groups at tp 4: each spans two ranks; each rank's sum of squares
+    goes to its group's slot of a [B, T, 2] all-reduce (a one-hot row a rank)."""
+    graph = load(SPECS["nemotron-h-groups-relu2-mlp"])
+    sharded, _ = apply_pass(ShardPass(tp=4), graph)
+    onehots = [p for p in sharded.params.values() if p.name.endswith("group_of_rank")]
+    assert onehots and all(p.shape == (2,) for p in onehots)
+    assert compare_outputs(graph, sharded, random_feeds(graph, batch=2, tokens=3, past=2, seed=7)) <= 1e-5
 
 
 def show_json(capsys, *argv) -> dict:
@@ -238,6 +279,30 @@ def test_gated_deltanet_splits_by_key_heads(delta_twins, name):
     assert compare_outputs(graph, sharded, random_feeds(graph, batch=2, tokens=5, past=3, seed=6)) <= 1e-5
     assert any(n.op == "gated_delta_rule" and n.attrs["key_heads"] == 1 for n in sharded.nodes)
     assert not [note for note in shard.notes if "stay whole" in note and "ssm" in note]
+
+
+@pytest.fixture(scope="module")
+def ssm_twins(tmp_path_factory):
+    pytest.importorskip("transformers")
+    from tests.frontends.test_hf_models import built_once
+    from tests.frontends.test_hf_ssm import build_case
+    return built_once(build_case, tmp_path_factory)  # name -> (model, folder)
+
+
+@pytest.mark.parametrize("name, tp", [("mamba2-groups", 2), ("mamba2-groups", 4), ("mamba2-one-group-no-conv-bias", 4),
+                                      ("bamba-partial-rotary", 2), ("granite-moe-shared-rope-multipliers", 2),
+                                      ("nemotron-h-pattern", 2), ("nemotron-h-mlp-bias-one-group", 4)])
+def test_mamba2_twins_split_by_heads(ssm_twins, name, tp):
+    """transformers' Mamba-2, Bamba, Granite-4 and Nemotron-H twins (their checkpoints' weights):
+    the scan's heads, the convolution's channels, the states and Nemotron's squared-ReLU MLP
+    split; the unsharded logits, caches and states; no matrix left whole."""
+    from frontends import load_spec
+
+    graph = load_spec(str(ssm_twins(name)[1]))
+    shard = ShardPass(tp=tp)
+    sharded, _ = apply_pass(shard, graph)
+    assert compare_outputs(graph, sharded, random_feeds(graph, batch=2, tokens=5, past=3, seed=8)) <= 1e-5
+    assert not [note for note in shard.notes if "stay whole" in note]
 
 
 def test_moe_sort_leaves_expert_parallel_moe_and_says_why():
