@@ -7,7 +7,8 @@ The shard pass (``passes/shard.py``) leaves one rank's program and, in
 are fewer than ranks). An axis made of concatenated ``segments`` (a fused projection's
 z | x | B | C | dt rows, a convolution's x | B | C channels) is cut segment by segment, rank r
 taking its share of each; ``ways`` (with ``world``) where the segments split differently (B and C
-replicated beside heads cut N ways). A sharded param's data is a ``Shard`` of the full weight.
+replicated beside heads cut N ways). A block with ``owner`` is that rank's alone, zeros on the
+others (a bias the ranks' partial sums would otherwise add N times). A sharded param's data is a ``Shard`` of the full weight.
 
 ``run_world(graph, feeds)`` takes the unsharded graph's feeds (full caches), cuts each rank's
 inputs, runs every rank's program in its own thread (``irc.ops.collective.CONTEXT`` tells the
@@ -64,6 +65,8 @@ def _pieces(cut: dict) -> list:
 def block(array: np.ndarray, cut: dict, rank: int) -> np.ndarray:
     """Rank ``rank``'s block of ``array`` (module docstring); with ``segments``, its share of
     each segment, joined."""
+    if "owner" in cut and rank != cut["owner"]:  # held by one rank (a bias added once), zeros elsewhere
+        return np.zeros_like(block(array, {k: v for k, v in cut.items() if k != "owner"}, rank))
     if not cut.get("segments"):
         size, index = cut["block"], rank // cut.get("rep", 1)
         return np.ascontiguousarray(np.take(array, np.arange(index * size, (index + 1) * size), axis=cut["axis"]))

@@ -13,7 +13,8 @@ Every rank runs the same graph on its own blocks of the weights (``irc.world``):
 - MLA: the heads split, the latent projections replicated; as stored the cache is per head and
   splits too, in the latent forms ``mla-absorb`` makes every rank holds the latent cache whole;
 - mixtures of experts: every expert's width split the same way (the router replicated, each
-  rank routing every token), the shared expert too, then ``all_reduce``; with ``ep`` = N, whole
+  rank routing every token; a bias on the down projections held by rank 0, zeros elsewhere,
+  so it is added once), the shared expert too, then ``all_reduce``; with ``ep`` = N, whole
   experts instead, E / N a rank (``moe``'s ``expert_shards``: each rank adds its experts'
   share of every token, an all-reduce combining them where a serving engine would send
   tokens to their experts and back with two all-to-alls), the shared expert still split by width;
@@ -33,9 +34,10 @@ Every rank runs the same graph on its own blocks of the weights (``irc.world``):
 
 Refused, naming the node: layers whose weights the pass does not yet split (Kimi's delta rule,
 Mamba-1's selective scan, lightning attention, RWKV, RG-LRU, mLSTM, sorted experts, identity
-experts, a bias on the experts' down projections), block-sparse attention, a norm across
-heads between a projection and the attention (per-head q/k norms are fine), and a dimension
-N does not divide.
+experts), block-sparse attention, a norm across
+heads between a projection and the attention other than one over all of them (per-head q/k
+norms are kept; OLMo-2's over all heads is summed across ranks, ``passes/shard_norm.py``), and
+a dimension N does not divide.
 
 Guarantees: run as a world (``irc.world.run_world``: the reference interpreter runs every
 sharded graph so), the graph gives the unsharded graph's outputs from its feeds, caches
@@ -57,6 +59,7 @@ from irc.passmanager import Pass, register_pass
 from irc.world import KEY, Shard
 from passes import shard_pipeline
 from passes.shard_delta import plan_delta
+from passes.shard_norm import world_norm
 from passes.shard_ssm import plan_short_conv, plan_ssd
 
 ELEMENTWISE = ("maximum", "mul", "add", "gelu", "silu", "tanh", "sigmoid", "softcap")  # one operand, constants beside
@@ -258,13 +261,13 @@ class _Plan:
         sum of every expert's output, as a dense MLP's do; the shared expert likewise."""
         a = node.attrs
         ops_ = dict(zip(ops.get_op("moe").operand_names(len(node.inputs)), node.inputs))
-        if a["identity_experts"] or ops_.get("b_down") is not None:
-            what = "identity experts" if a["identity_experts"] else "a bias on the experts' down projection"
-            raise self.error(node, f"a MoE with {what} would add it on every rank: no tensor-parallel form yet")
+        if a["identity_experts"]:
+            raise self.error(node, "a MoE with identity experts would add them on every rank: no tensor-parallel "
+                                   "form yet")
         self.replicated.add(ops_["router"].name)
         if self.expert_parallel:  # whole experts, E / N a rank (irc.ops.moe's expert_shards)
             block = self.divide(node, a["experts"], "the experts")
-            for name in ("w_gate", "w_up", "w_down", "b_gate", "b_up"):
+            for name in ("w_gate", "w_up", "w_down", "b_gate", "b_up", "b_down"):
                 if ops_.get(name) is not None:
                     self.cut(node, ops_[name], 0, block)
             self.attrs.append((node, {"expert_shards": self.tp}))
@@ -273,6 +276,8 @@ class _Plan:
             for name, axis in (("w_gate", 1), ("w_up", 1), ("w_down", 2), ("b_gate", 1), ("b_up", 1)):
                 if ops_.get(name) is not None:
                     self.cut(node, ops_[name], axis, block)
+            if ops_.get("b_down") is not None:  # GPT-OSS: added once, by rank 0 (zeros on the others)
+                self.cut(node, ops_["b_down"], 0, a["experts"], self.tp, owner=0)
         if ops_.get("shared_up") is not None:
             shared = self.divide(node, ops_["shared_up"].shape[0], "the shared expert's width")
             for name, axis in (("shared_gate", 0), ("shared_up", 0), ("shared_down", 1)):
@@ -350,7 +355,8 @@ class _Plan:
 
     def reaim(self, node: Node, step: Node, heads: int, local: int, dim: int) -> None:
         """A per-head op on the way to a projection: a reshape's head count or width the rank's
-        share; a slice within heads kept; a per-head norm kept (one across heads refused)."""
+        share; a slice within heads kept; a per-head norm kept, one over all heads summed across
+        ranks (``passes/shard_norm.py``), any other across heads refused."""
         self.seen.add(id(step))
         if step.op == "reshape":
             sizes = {heads: local, heads * dim: local * dim}
@@ -359,7 +365,11 @@ class _Plan:
         elif step.op == "slice" and step.inputs[0].rank != 4:
             raise self.error(node, f"%{step.name} slices across heads: no tensor-parallel form")
         elif step.op == "rms_norm" and step.inputs[1] is not None and step.inputs[1].shape != (dim,):
-            raise self.error(node, f"%{step.name} normalises across heads: no tensor-parallel form")
+            if step.inputs[1].shape != (heads * dim,):
+                raise self.error(node, f"%{step.name} normalises across heads: no tensor-parallel form")
+            # OLMo-2's q / k norm over all heads: the rank's heads' gains, the sum of squares all-reduced
+            self.cut(step, step.inputs[1], 0, local * dim, self.tp * local // heads)
+            self.edits.append(lambda graph: world_norm(graph, step, self.tp, self.tp * local * dim))
 
     def kv_split(self, node: Node, kv_heads: int) -> tuple[int, int]:
         """(KV heads per rank, ranks per KV head)."""

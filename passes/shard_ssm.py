@@ -26,14 +26,9 @@ ranks neither dividing the other, and anything else between the projection and t
 """
 from __future__ import annotations
 
-import numpy as np
-
-from irc.build import emit1
-from irc.dtypes import DType
 from irc.errors import PassError
-from irc.graph import Graph, Node, Param, Value
-from irc.rewrite.edit import cast_to, constant, replace_node
-from irc.world import Shard
+from irc.graph import Node, Param, Value
+from passes.shard_norm import world_norm
 
 
 class _Segments:
@@ -206,55 +201,11 @@ def _plan_norm(plan, node: Node, d_inner: int) -> tuple:
                 raise plan.error(norm, f"its {groups} groups of {size} features and {n} ranks of {d_inner // n}: "
                                        "a group would span parts of ranks")
             plan.attrs.append((norm, {"group_size": None}))  # a rank's features, until world_norm replaces it
-            plan.edits.append(lambda graph: world_norm(graph, norm, n, size, groups, plan.params))
+            plan.edits.append(lambda graph: world_norm(graph, norm, n, size, groups, plan.params))  # noqa: B023
     out = plan.graph.users(norm.outputs[0])
     if len(out) != 1 or out[0].op != "linear":
         raise plan.error(node, "its gated output is not read by one out_proj (linear)")
     return gate, out[0]
 
 
-def world_norm(graph: Graph, node: Node, world: int, size: int, groups: int, cuts: dict) -> None:
-    """``gated_rms_norm`` whose groups of ``size`` features each span world / groups ranks: its
-    primitives in float32, the sum of squares all-reduced (with several groups, each rank's sum
-    placed in its group's slot by a one-hot row of its own, ``<norm>.group_of_rank``, and read
-    back from there)."""
-    y, z, w = node.inputs
-    name, eps, before_gate = node.outputs[0].name, node.attrs["eps"], node.attrs["norm_before_gate"]
-    f32 = DType.parse("f32")
-
-    def op(kind: str, inputs: list, role: str, attrs=None) -> Value:
-        return emit1(graph, kind, inputs, attrs, f"{name}.{role}", before=node, origin=node.origin)
-
-    y32, z32, weight = (cast_to(graph, v, f32, f"{name}.{role}32", before=node) for v, role in ((y, "y"), (z, "z"),
-                                                                                                (w, "weight")))
-    gate = op("silu", [z32], "gate")
-    x = y32 if before_gate else op("mul", [y32, gate], "gated")
-    squares = op("reduce_sum", [op("mul", [x, x], "squares")], "local_sum", {"axes": [-1], "keepdims": True})
-    if groups > 1:
-        onehot = _group_of_rank(graph, w.name.rsplit(".", 1)[0] + ".group_of_rank", world, groups, cuts)
-        squares = op("mul", [squares, onehot], "slot")
-    total = op("all_reduce", [squares], "sum", {"world": world})
-    if groups > 1:
-        total = op("reduce_sum", [op("mul", [total, onehot], "own")], "group_sum", {"axes": [-1], "keepdims": True})
-    mean = op("mul", [total, constant(graph, 1.0 / size, f32, f"{name}.inv_features", before=node)], "mean")
-    inv = op("rsqrt", [op("add", [mean, constant(graph, float(eps), f32, f"{name}.eps", before=node)], "var")],
-             "inv_rms")
-    out = op("mul", [op("mul", [x, inv], "normed"), weight], "scaled")
-    if before_gate:
-        out = op("mul", [out, gate], "gated_out")
-    replace_node(graph, node, [cast_to(graph, out, y.dtype, f"{name}.out", before=node)])
-
-
-def _group_of_rank(graph: Graph, name: str, world: int, groups: int, cuts: dict) -> Param:
-    """A param whose rank-r block is the one-hot row of the norm group r's features are in."""
-    full = np.zeros((world, groups), np.float32)
-    full[np.arange(world), np.arange(world) // (world // groups)] = 1.0
-    cut = {"axis": 0, "block": groups, "rep": 1}
-    f32 = DType.parse("f32")
-    param = Param(name, f32, (groups,), Shard(full.reshape(-1), name, (world * groups,), f32, cut))
-    graph.params[name] = param
-    cuts[name] = cut
-    return param
-
-
-__all__ = ["plan_short_conv", "plan_ssd", "world_norm"]
+__all__ = ["plan_short_conv", "plan_ssd"]

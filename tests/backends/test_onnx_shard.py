@@ -30,7 +30,9 @@ CASES = {"llama3-tp2": ("examples/tiny-llama3.yaml", 1), "mixtral-tp2": ("exampl
          "gemma2-tp2": ("examples/tiny-gemma2-9b.yaml", 1),  # embedding scale, tied head, softcaps
          # Mamba-2 by heads (B and C replicated, the gated norm's sum of squares all-reduced) beside
          # attention and a squared-ReLU MLP
-         "nemotron-h-tp2": ("examples/tiny-nemotron-h-8b.yaml", 1), "mamba2-tp2": ("examples/tiny-mamba2-2.7b.yaml", 1)}
+         "nemotron-h-tp2": ("examples/tiny-nemotron-h-8b.yaml", 1), "mamba2-tp2": ("examples/tiny-mamba2-2.7b.yaml", 1),
+         # sinks by heads, the experts' down bias on rank 0; q / k norms over all heads summed across ranks
+         "gpt-oss-tp2": ("examples/tiny-gpt-oss-20b.yaml", 1), "olmo2-tp2": ("examples/tiny-olmo-2-7b.yaml", 1)}
 
 
 def compile_case(spec: str, tp: int, ep: int, folder) -> tuple:

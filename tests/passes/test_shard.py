@@ -26,7 +26,9 @@ SPECS = {"llama3": "examples/tiny-llama3.yaml", "qwen2-bias": "examples/tiny-qwe
          "nemotron-h-groups-relu2-mlp": "examples/tiny-nemotron-h-8b.yaml",
          "falcon-h1-mup-scales": "examples/tiny-falcon-h1-7b.yaml", "lfm2-short-conv": "examples/tiny-lfm2-1.2b.yaml",
          "bloom-alibi": "examples/tiny-bloom-7b1.yaml", "phi-2-gelu-mlp": "examples/tiny-phi-2.yaml",
-         "granite-4-hybrid-moe": "examples/tiny-granite-4.0-h-small.yaml"}
+         "granite-4-hybrid-moe": "examples/tiny-granite-4.0-h-small.yaml",
+         "olmo-2-qk-norm-over-all-heads": "examples/tiny-olmo-2-7b.yaml", "minimax-m2-moe": "examples/tiny-minimax-m2.yaml",
+         "gpt-oss-sinks-expert-bias": "examples/tiny-gpt-oss-20b.yaml"}
 MQA = """
 model:
   name: tiny-mqa
@@ -70,7 +72,8 @@ def test_world_equals_the_unsharded_graph(name, tp):
     assert compare_outputs(graph, sharded, feeds) <= 1e-5
 
 
-@pytest.mark.parametrize("name", ["mixtral-moe", "glm-4.5-air-moe-shared", "deepseek-v3-mla-moe"])
+@pytest.mark.parametrize("name", ["mixtral-moe", "glm-4.5-air-moe-shared", "deepseek-v3-mla-moe",
+                                  "gpt-oss-sinks-expert-bias"])
 def test_expert_parallel_equals_the_unsharded_graph(name):
     """ep = tp: whole experts spread over the ranks (the shared expert split by width)."""
     graph = load(SPECS[name])
@@ -149,6 +152,29 @@ def test_mamba2_splits_by_heads_with_its_groups_replicated():
     reduce = summary["collectives"]["all_reduce"]
     assert reduce["count"] == 2 * 2 + 1  # norm + out_proj a layer, the embedding
     assert not [n for n in sharded.nodes if n.op == "gated_rms_norm"]
+    assert generate(sharded, [3, 17, 42], 8)[0] == generate(graph, [3, 17, 42], 8)[0]
+
+
+def test_a_bias_on_split_experts_is_added_by_one_rank():
+    """GPT-OSS's expert down-projection bias with the experts split by width: rank 0 holds it,
+    the others zeros, so the all-reduce adds it once."""
+    from irc.world import block
+
+    graph = load(SPECS["gpt-oss-sinks-expert-bias"])
+    sharded, _ = apply_pass(ShardPass(tp=2), graph)
+    name = next(n for n in sharded.params if n.endswith("b_down"))
+    shard = sharded.params[name].data
+    assert np.array_equal(shard.for_rank(0), shard.full()) and not shard.for_rank(1).any()
+    assert block(np.arange(4.0), {"axis": 0, "block": 4, "rep": 2, "owner": 0}, 1).tolist() == [0.0] * 4
+
+
+def test_a_qk_norm_over_all_heads_is_summed_across_ranks():
+    """OLMo-2 normalises q and k over all heads: each rank's heads' gains, the sum of squares
+    all-reduced (two more all-reduces a layer), no rms_norm of the full width left."""
+    graph = load(SPECS["olmo-2-qk-norm-over-all-heads"])
+    sharded, _ = apply_pass(ShardPass(tp=2), graph)
+    layers = graph.meta["n_layers"]
+    assert shard_summary(sharded)["collectives"]["all_reduce"]["count"] == 4 * layers + 1
     assert generate(sharded, [3, 17, 42], 8)[0] == generate(graph, [3, 17, 42], 8)[0]
 
 
