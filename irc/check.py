@@ -113,6 +113,12 @@ def compare_own_caches(before: Graph, after: Graph, feeds: Optional[Mapping[str,
     Outputs are matched by name; a different set of names is an infinite error. Batch and
     token counts come from ``feeds`` (bound against ``before``) or default to the check
     sizes.
+
+    A pass that fixes an input (``fix-image-grid``: one image size) leaves a specialised
+    input (same name and dtype, its symbolic dims now numbers) and may drop one it bound to a
+    value (``after.meta["bound_inputs"]``: the image grid). ``before`` then runs on
+    ``after``'s array of the one and the bound value of the other, so both compute the same
+    thing.
     """
     sizes = bind_symbols(before, feeds) if feeds is not None else {}
     batch, tokens = sizes.get("B", CHECK_BATCH), sizes.get("T", CHECK_TOKENS)
@@ -124,6 +130,10 @@ def compare_own_caches(before: Graph, after: Graph, feeds: Optional[Mapping[str,
     moved = {present_name(name) for name in set(old) | set(new) if name not in shared}
 
     pair = _own_feeds(graphs, shared, batch, tokens, 0, sizes, seed)
+    fixed = _fixed_inputs(before, after, pair[1])
+    shared |= set(fixed)
+    moved = {present_name(name) for name in set(old) | set(new) if name not in shared}
+    pair[0].update(fixed)
     outputs = [_run_named(g, f, seed) for g, f in zip(graphs, pair)]
     error = _named_error(outputs[0], outputs[1], moved)
     if any(caches) and all(present_name(c.name) in out for cs, out in zip(caches, outputs) for c in cs):
@@ -134,6 +144,23 @@ def compare_own_caches(before: Graph, after: Graph, feeds: Optional[Mapping[str,
         outputs = [_run_named(g, f, seed) for g, f in zip(graphs, pair)]
         error = max(error, _named_error(outputs[0], outputs[1], moved))
     return error
+
+
+def _fixed_inputs(before: Graph, after: Graph, feeds: dict) -> dict:
+    """``before``'s feeds for the inputs a pass fixed (``compare_own_caches``): a specialised
+    input gets ``after``'s array, a dropped one its bound value."""
+    new = {v.name: v for v in after.inputs}
+    bound = after.meta.get("bound_inputs") or {}
+    fixed = {}
+    for value in before.inputs:
+        twin = new.get(value.name)
+        if twin is None and value.name in bound:
+            fixed[value.name] = np.asarray(bound[value.name], dtype=value.dtype.numpy)
+        elif (twin is not None and twin.dtype == value.dtype and twin.shape != value.shape
+              and len(twin.shape) == len(value.shape) and all(isinstance(d, int) for d in twin.shape)
+              and all(isinstance(a, str) or a == b for a, b in zip(value.shape, twin.shape))):
+            fixed[value.name] = feeds[value.name]
+    return fixed
 
 
 def _signature(graph: Graph) -> dict:

@@ -46,6 +46,7 @@ class FixImageGrid(LoweringPass):
         super().run(graph)
         graph.inputs = [v for v in graph.inputs if v.name != GRID]
         vision["fixed_grid"] = self.grid[0].tolist()
+        graph.meta["bound_inputs"] = {**graph.meta.get("bound_inputs", {}), GRID: self.grid.tolist()}
         return True
 
     def lowering(self, node: Node):

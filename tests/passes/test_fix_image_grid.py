@@ -51,3 +51,15 @@ def test_fold_and_dce_after_it_leave_a_static_vit():
 
 def test_a_graph_without_an_image_grid_is_unchanged(tiny_llama):
     assert_unchanged(FixImageGrid(), tiny_llama)
+
+
+def test_the_numeric_check_feeds_the_original_the_bound_grid():
+    """--check compares the tower fed the grid the pass bound (``meta["bound_inputs"]``) and the
+    fixed tower's pixel values with the fixed one: equal (it reported an infinite error when
+    each got its own random inputs)."""
+    from irc.check import compare_outputs
+
+    manager = PassManager(parse_pipeline("fix-image-grid"), checker=compare_outputs)
+    fixed = manager.run(tower())
+    assert fixed.meta["bound_inputs"] == {"image_grid_thw": [[1, 4, 4]]}
+    assert manager.records[0].check_error == 0.0
