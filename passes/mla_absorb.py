@@ -129,6 +129,14 @@ class MlaAbsorb(LoweringPass):
         if not isinstance(self.config["fold_weights"], bool):
             raise PassError(f"pass mla-absorb: fold_weights must be true or false, got {self.config['fold_weights']!r}")
 
+    def precondition(self, graph: Graph):
+        sharded = (graph.meta.get("shard") or {}).get("params", {})
+        cut = next((v.name for n in graph.nodes if n.op == "mla_attention" for v in n.inputs
+                    if isinstance(v, Param) and v.name in sharded), None)
+        if cut is not None:  # the absorbed weights are products of whole kv_b rows
+            return f"@{cut} is already cut across ranks by shard; run mla-absorb before shard"
+        return None
+
     def run(self, graph: Graph) -> bool:
         sources = [v for n in graph.nodes if n.op == "mla_attention" for v in n.inputs if isinstance(v, Param)]
         changed = super().run(graph)

@@ -32,7 +32,9 @@ from irc_cli import main  # noqa: E402
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TOLERANCE = 1e-4
 MODELS = {"llama3": "dce,cse,shard{tp=2}", "mixtral-8x7b": "dce,cse,shard{tp=2},moe-sort",  # MoE: split by width
-          "mamba2-2.7b": "dce,cse,shard{tp=2}"}  # Mamba-2 by heads, the gated norm summed across ranks
+          "mamba2-2.7b": "dce,cse,shard{tp=2}",  # Mamba-2 by heads, the gated norm summed across ranks
+          "deepseek-v3": "dce,cse,mla-absorb,shard{tp=2},moe-sort",  # latent cache whole on each rank
+          "qwen3-next-80b-a3b": "dce,cse,shard{tp=2},moe-sort"}  # gated DeltaNet by key heads, gated attention
 
 
 def spec(name: str) -> str:

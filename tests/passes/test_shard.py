@@ -155,6 +155,15 @@ def test_mamba2_splits_by_heads_with_its_groups_replicated():
     assert generate(sharded, [3, 17, 42], 8)[0] == generate(graph, [3, 17, 42], 8)[0]
 
 
+def test_mla_absorb_after_shard_says_to_run_it_first():
+    from passes.mla_absorb import MlaAbsorb
+
+    sharded, _ = apply_pass(ShardPass(tp=2), load(SPECS["deepseek-v3-mla-moe"]))
+    with pytest.raises(PassError, match=r"mla-absorb cannot run: @layers.0.attn.q_b is already cut across ranks by shard; run mla-absorb before"):
+        from irc.passmanager import PassManager
+        PassManager([MlaAbsorb()]).run(sharded)
+
+
 def test_a_bias_on_split_experts_is_added_by_one_rank():
     """GPT-OSS's expert down-projection bias with the experts split by width: rank 0 holds it,
     the others zeros, so the all-reduce adds it once."""
