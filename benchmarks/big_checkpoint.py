@@ -57,7 +57,8 @@ from typing import Optional
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from common import ROOT, write_tokenizer
+
 CONFIG = os.path.join(ROOT, "examples", "hf", "llama3-8b", "config.json")
 SHARDS = 4
 POOL = 1 << 24          # bf16 values in the random pool (32 MiB)
@@ -115,19 +116,6 @@ def _write_shard(path: str, tensors: list, pool: np.ndarray, rng: np.random.Gene
                 f.write(memoryview(pool[start:start + n]))
                 count -= n
     return offset
-
-
-def write_tokenizer(folder: str, vocab: int) -> None:
-    """A word-level tokenizer over ``vocab`` tokens ``t0``..``t{vocab-1}`` (tokenizer.json +
-    tokenizer_config.json): what the builder needs to find and genai to run."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    tokenizer = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.save(os.path.join(folder, "tokenizer.json"))
-    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
-        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "t1", "eos_token": "t2",
-                   "pad_token": "t0", "unk_token": "t0"}, f)
 
 
 def write_checkpoint(folder: str, layers: int, seed: int = 0, overrides: Optional[dict] = None) -> str:

@@ -16,12 +16,12 @@ Measurements: compile wall time (median of ``--compile-rounds``, interleaved) an
 the last position's logits in plain ONNX Runtime (empty caches) against transformers,
 max |Δ| / max |ref|, for one unpadded 128-token prompt and a batch of two left-padded to 128
 (each row against transformers running it alone); genai's 16 greedy tokens against
-transformers'; and, in onnxruntime-genai's generate loop (``benchmarks/cpu_speed.py``'s
-``one_round``: a fresh load per round, warm-up, ``--rounds`` interleaved rounds, medians),
-prefill of 128 and 1,024 tokens, decode tokens/s after the 128-token prompt (16 steps) and
-after a 2,048-token prompt (8 steps). A tool that fails at a step gets its error in that
-step's cells. ``--quick`` builds a tiny twin (d 64) and runs one round of each: a check that
-the script works, not a measurement.
+transformers'; and, in onnxruntime-genai's generate loop (``common.genai_round``, as
+``benchmarks/cpu_speed.py`` times it: a fresh load per round, warm-up, ``--rounds``
+interleaved rounds, medians), prefill of 128 and 1,024 tokens, decode tokens/s after the
+128-token prompt (16 steps) and after a 2,048-token prompt (8 steps). A tool that fails at a
+step gets its error in that step's cells. ``--quick`` builds a tiny twin (d 64) and runs one
+round of each: a check that the script works, not a measurement.
 """
 from __future__ import annotations
 
@@ -35,12 +35,8 @@ import tempfile
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from cpu_speed import LONG_NEW, SHORT_NEW, generate, one_round  # noqa: E402
-from int4_real import set_threads  # noqa: E402
-from onnx_vs_peers import median, timed_process  # noqa: E402
+from common import (LONG_NEW, SHORT_NEW, cpu_session, genai_generate, genai_round, interleaved, markdown_table,
+                    median, set_threads, timed_process)
 
 PROMPT, SHORT, GREEDY = 128, 96, 16
 IRC_INT4 = "quantize{bits=4,group=32}"
@@ -83,18 +79,19 @@ def commands(hf: str, work: str) -> dict:
 def compile_all(hf: str, work: str, rounds: int) -> tuple[dict, dict, dict]:
     """({tool: median seconds}, {tool: error line or ""}, {tool: folder}), compiles interleaved.
     A compile that exits 0 without a genai_config.json is a failure too."""
-    argv, times, errors = commands(hf, work), {tool: [] for tool in TOOLS}, {}
-    for _ in range(rounds):
-        for tool in TOOLS:
-            command, folder = argv[tool]
-            shutil.rmtree(folder, ignore_errors=True)
-            seconds, error = timed_process(command, cwd=work)
-            if not error and not os.path.exists(os.path.join(folder, "genai_config.json")):
-                error = "no genai_config.json written"
-            times[tool].append(seconds)
-            errors[tool] = error
-    return ({tool: median(values) for tool, values in times.items()}, errors,
-            {tool: folder for tool, (_, folder) in argv.items()})
+    argv = commands(hf, work)
+
+    def compile_one(tool: str) -> tuple[float, str]:
+        command, folder = argv[tool]
+        shutil.rmtree(folder, ignore_errors=True)
+        seconds, error = timed_process(command, cwd=work)
+        if not error and not os.path.exists(os.path.join(folder, "genai_config.json")):
+            error = "no genai_config.json written"
+        return seconds, error
+
+    runs = interleaved({tool: lambda tool=tool: compile_one(tool) for tool in TOOLS}, rounds)
+    return ({tool: median([seconds for seconds, _ in done]) for tool, done in runs.items()},
+            {tool: done[-1][1] for tool, done in runs.items()}, {tool: folder for tool, (_, folder) in argv.items()})
 
 
 # ---- logits in plain ONNX Runtime --------------------------------------------------------
@@ -115,13 +112,7 @@ def disk_bytes(folder: str) -> int:
 
 
 def session(folder: str, part: str, threads: int):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    options.log_severity_level = 3
-    path = os.path.join(folder, genai_model(folder)[part].get("filename", "model.onnx"))
-    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return cpu_session(os.path.join(folder, genai_model(folder)[part].get("filename", "model.onnx")), threads)
 
 
 def prefill_feeds(sess, ids: np.ndarray, mask: np.ndarray, head_size: int) -> dict:
@@ -229,14 +220,14 @@ def genai_failure(folder: str, prompt: np.ndarray) -> str:
     import onnxruntime_genai as og
 
     try:
-        generate(og.Model(folder), prompt, 2)
+        genai_generate(og.Model(folder), prompt, 2)
         return ""
     except Exception as err:  # noqa: BLE001 - a tool's failure is a table cell
         return "genai failed: " + first_line(err, 70)
 
 
 def speeds(folders: dict, prompts: dict, rounds: int) -> tuple[dict, dict]:
-    """({tool: {phase: median}}, {tool: error}): ``one_round`` per tool, rounds interleaved;
+    """({tool: {phase: median}}, {tool: error}): ``genai_round`` per tool, rounds interleaved;
     a prefill phase in seconds, a decode phase as the median step's seconds."""
     runs = {tool: {phase: [] for phase in PHASES} for tool in folders}
     failed = {}
@@ -245,7 +236,7 @@ def speeds(folders: dict, prompts: dict, rounds: int) -> tuple[dict, dict]:
             if tool in failed:
                 continue
             try:
-                got = one_round(folder, prompts, list(PHASES))
+                got = genai_round(folder, prompts, list(PHASES))
             except Exception as err:  # noqa: BLE001 - a tool's failure is a table cell
                 failed[tool] = "genai failed: " + first_line(err, 70)
                 continue
@@ -323,10 +314,8 @@ def compare(args, make_twin, title: str, prefix: str) -> None:
           f"({args.compile_rounds} for compile){' (--quick: a tiny twin, timings meaningless)' if args.quick else ''}"
           f"; logits: max |Δ| / max |ref| of the last position vs transformers (fp32); decode: {SHORT_NEW} steps "
           f"after {PROMPT} tokens, {LONG_NEW} after 2,048; irc int4 = --passes \"{IRC_INT4}\"")
-    print("| metric | " + " | ".join(TOOLS) + " |")
-    print("|---|" + "---|" * len(TOOLS))
-    for column in COLUMNS:
-        print(f"| {column} | " + " | ".join(table.get(tool, {}).get(column, "-") for tool in TOOLS) + " |")
+    markdown_table(("metric", *TOOLS), [(column, *(table.get(tool, {}).get(column, "-") for tool in TOOLS))
+                                        for column in COLUMNS])
     for line in ratios(speed):
         print(line)
     print(f"(work folder: {work})")

@@ -20,8 +20,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from common import ROOT
 
 from frontends import load_spec  # noqa: E402
 from irc.passmanager import PassManager, parse_pipeline  # noqa: E402

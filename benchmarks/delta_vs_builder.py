@@ -20,13 +20,9 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from big_checkpoint import write_tokenizer  # noqa: E402
-from builder_compare import arguments, compare  # noqa: E402
+from builder_compare import arguments, compare
+from common import write_tokenizer
 
 TEXT = dict(vocab_size=32000, hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2,
             head_dim=64, intermediate_size=1408, linear_num_key_heads=4, linear_num_value_heads=8,

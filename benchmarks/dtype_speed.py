@@ -22,20 +22,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-import passes  # noqa: E402,F401
-from backends.onnx.emit import emit_model  # noqa: E402
-from backends.onnx.runtime import empty_caches, left_padded  # noqa: E402
+from common import compile_graph, interleaved
+from backends.onnx.runtime import left_padded  # noqa: E402
 from frontends import load_spec  # noqa: E402
-from irc.passmanager import PassManager, parse_pipeline  # noqa: E402
 
 VARIANTS = {"f32": "retype{dtype=f32},dce,cse", "bf16 weights, f32 math": "dce,cse",
             "f16": "retype{dtype=f16},dce,cse", "bf16": "retype{dtype=bf16},dce,cse"}
@@ -43,9 +37,7 @@ PROMPT, NEW = 128, 64
 
 
 def compile_variant(folder: str, pipeline: str, out: str) -> str:
-    graph = load_spec(folder)
-    PassManager(parse_pipeline(pipeline)).run(graph)
-    return emit_model(graph, os.path.join(out, "model.onnx"), target="onnx-ort").path
+    return compile_graph(load_spec(folder), os.path.join(out, "model.onnx"), pipeline, target="onnx-ort").path
 
 
 def session(path: str, threads: int):
@@ -107,10 +99,8 @@ def main() -> None:
             sessions[name] = session(path, args.threads)
         except Exception as err:  # noqa: BLE001  (ORT refuses the model: say why in the table)
             rows[name] = {"note": str(err).splitlines()[0][:80]}
-    results = {name: [] for name in sessions}
-    for _ in range(args.rounds):
-        for name, (sess, _) in sessions.items():
-            results[name].append(decode(sess, prompt))
+    results = interleaved({name: lambda sess=sess: decode(sess, prompt) for name, (sess, _) in sessions.items()},
+                          args.rounds)
     reference = results["f32"][0][2] if "f32" in results else None
     print(f"{'model':<24} {'MB':>8} {'load ms':>8} {'prefill ms':>11} {'decode tok/s':>13} {'max|dlogit|':>12}")
     for name, path in paths.items():

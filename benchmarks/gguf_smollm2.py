@@ -27,7 +27,7 @@ from collections import Counter
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import common  # noqa: E402,F401  (puts the repository on sys.path)
 
 from backends.onnx import emit, runtime  # noqa: E402
 from frontends.gguf import build  # noqa: E402

@@ -14,7 +14,7 @@ Per model (``MODELS``: SmolLM2-135M-Instruct Q4_1 with its Q8_0 tied table, from
 Decode tok/s (1 / the median step of 64 new tokens after a 128-token prompt) and prefill ms
 through onnxruntime-genai's generate loop on ``--threads`` threads, medians over ``--rounds``
 interleaved rounds (A B C ... A B C ...), each model loaded afresh and dropped after its run
-(``int4_real.GenaiStepper``), holding ``flock /tmp/bench.lock`` while timing (compiles and the
+(``common.GenaiStepper``), holding ``flock /tmp/bench.lock`` while timing (compiles and the
 quality runs take no lock). Then ``--quality``: perplexity and top-1 agreement over the
 first 512 tokens of the seed text for the GGUF as irc reads it now (in process, every
 position's logits) against the file's own values in float32 (``weights="float"``, the
@@ -38,14 +38,8 @@ import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
-
-from int4_real import NEW, PROMPT, GenaiStepper, set_threads, timed_rounds  # noqa: E402
-from onnx_vs_peers import ROOT, median, timed_process  # noqa: E402
-from quantize_onnx import disk_bytes  # noqa: E402
-from real_model import SEED_TEXT  # noqa: E402
+from common import NEW, PROMPT, ROOT, GenaiStepper, disk_bytes, median, set_threads, timed_process, timed_rounds
+from real_model import SEED_TEXT
 
 MODELS = {
     "smollm2": ("/work/cache/smollm2/gguf/SmolLM2-135M-Instruct.Q4_1.gguf", "/work/cache/smollm2/hf-f32"),

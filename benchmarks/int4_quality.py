@@ -15,7 +15,7 @@ Instruct (``real_model``), Gemma-3-270M (``real_gemma3``), Qwen2.5-Coder-0.5B-In
 - ``builder int4``: ``python -m onnxruntime_genai.models.builder -i HF -o OUT -p int4 -e cpu``;
 - for the best irc method (the one passing the verdict with the lowest mean perplexity,
   else the lowest mean perplexity), group 64 and 128, and a copy of its g32 model at
-  ``accuracy_level`` 0 (same codes, ``int4_real.with_level``).
+  ``accuracy_level`` 0 (same codes, ``int4_builds.with_level``).
 
 Every model is compiled with ``--logits all`` (logits [B, T, V]) so one prefill scores a
 whole text; onnxruntime-genai's generate loop reads the last position, so greedy decoding
@@ -46,6 +46,13 @@ Verdict, per model: the irc methods (g32) that are no worse than the builder on 
 column (MB <= 1.05x the builder's, each perplexity <=, top-1 >=, greedy >=) and never
 degenerate where fp32 is not (0 in brackets).
 
+Default verdict (issue 44: quality at the same bytes), per model: the rows whose greedy is
+above the builder's, that never degenerate where fp32 is not, at <= ``BYTES_RATIO`` (1.10)
+times the builder's MB, <= 1.00x where the builder keeps the embedding table float
+(``builder_table_float``: a float initializer of vocabulary rows in its model). The "x bld"
+column is MB over the builder's. The rows of a mixed-precision recipe are methods with
+options, ``--methods ort:mixed=q4_k_m`` ("irc ort:mixed=q4_k_m g32").
+
 ORT sessions use ``--threads`` intra-op threads and are loaded one at a time; each model's
 evaluation holds ``flock(LOCK)`` so timing jobs elsewhere are not disturbed. Compiled models
 live under ``--workdir`` in a folder named by a digest of the command line; a folder is
@@ -69,17 +76,15 @@ import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+from common import ROOT, disk_bytes, set_threads
+from int4_builds import build, irc_argv, ort_logits, prepare_model, with_level
 
-from int4_builds import build, irc_argv  # noqa: E402
-from int4_real import ort_logits, prepare_model, set_threads, with_level  # noqa: E402
-from onnx_vs_peers import ROOT  # noqa: E402
-from quantize_onnx import disk_bytes  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 SEEDS = os.path.join(os.path.dirname(ROOT), "shared", "seeds")
 EVAL_TEXTS = (os.path.join(SEEDS, "001_03b3848d8222c4ff.txt"), os.path.join(SEEDS, "004_966d6c578af5acc0.txt"))
 EVAL_TOKENS, NEW_TOKENS, REPEAT_RUN, DIGIT_RUN = 512, 16, 8, 10
+BYTES_RATIO = 1.10  # the default verdict's byte allowance over the builder (1.00 where it keeps the table float)
 METHODS = ("rtn", "ort", "mse", "imatrix", "gptq", "awq")
 PROMPTS = os.path.join(HERE, "prompts_int4.json")
 LOCK = "/tmp/bench.lock"
@@ -313,6 +318,23 @@ def no_worse(row: dict, builder: dict) -> bool:
             and row["top1"] >= builder["top1"] and row["greedy"] >= builder["greedy"] and row["new_degenerate"] == 0)
 
 
+def builder_table_float(folder: str, vocab: int) -> bool:
+    """Whether the builder's model holds a float initializer with ``vocab`` rows (its table kept float)."""
+    import onnx
+
+    model = onnx.load(os.path.join(folder, "model.onnx"), load_external_data=False)
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+    return any(i.data_type in floats and len(i.dims) == 2 and vocab in i.dims for i in model.graph.initializer)
+
+
+def meets_default(row: dict, builder: dict, table_float: bool) -> bool:
+    """The default verdict (module docstring) of one row against the builder's."""
+    if "note" in row or "note" in builder:
+        return False
+    limit = 1.0 if table_float else BYTES_RATIO
+    return row["greedy"] > builder["greedy"] and row["new_degenerate"] == 0 and row["MB"] <= limit * builder["MB"]
+
+
 def best_method(scores: dict, methods: list) -> str | None:
     """The method passing the verdict with the lowest mean perplexity, else the lowest mean perplexity."""
     rows = {m: scores[f"irc {m} g32"] for m in methods if "note" not in scores.get(f"irc {m} g32", {"note": ""})}
@@ -359,7 +381,15 @@ def run_model(model: str, args, rebuild: set) -> dict:
         levels.update({name: level_of(folder) for name, (folder, _) in extra.items() if folder})
     scores, levels = merge_saved(work, old, scores, levels, check)
     return {"hf": hf, "scores": scores, "check": check, "best": best_method(scores, args.methods),
-            "levels": levels, "data": data}
+            "levels": levels, "data": data, "table_float": table_float(rows.get("builder int4"), hf)}
+
+
+def table_float(built: tuple | None, hf: str) -> bool | None:
+    """``builder_table_float`` of the builder's folder (None: not built now)."""
+    if not built or not built[0]:
+        return None
+    with open(os.path.join(hf, "config.json")) as f:
+        return builder_table_float(built[0], json.load(f)["vocab_size"])
 
 
 def saved_result(model: str, args, rebuild: set) -> dict:
@@ -370,8 +400,11 @@ def saved_result(model: str, args, rebuild: set) -> dict:
         raise SystemExit(f"no saved scores for {model} under {args.workdir}")
     times = sorted({row.get("measured", "?") for row in old["scores"].values()})
     print(f"{model}: saved scores, measured {', '.join(times)}")
+    builder = [os.path.join(args.workdir, model, d) for d in sorted(os.listdir(os.path.join(args.workdir, model)))
+               if d.startswith("builder-int4-") and os.path.exists(os.path.join(args.workdir, model, d, ".done"))]
     return {"hf": hf, "scores": old["scores"], "check": old["check"], "best": best_method(old["scores"], args.methods),
-            "levels": old["levels"], "data": model_data(hf, model)}
+            "levels": old["levels"], "data": model_data(hf, model),
+            "table_float": table_float((builder[-1], "") if builder else None, hf)}
 
 
 def load_saved(work: str) -> dict | None:
@@ -415,14 +448,25 @@ def report(results: dict, methods: list) -> None:
     print(f"\nint4 quality: MB on disk; perplexity on the first {EVAL_TOKENS} tokens of A = {EVAL_TEXTS[0]} and "
           f"B = {EVAL_TEXTS[1]}; top-1 agreement with irc fp32 over both; greedy = prompts (of 32) whose first "
           f"{NEW_TOKENS} greedy tokens equal fp32's; prefix = mean leading tokens equal to fp32's; degen = degenerate outputs (in brackets: where fp32's is not)")
-    print(f"  {'model':<11} {'row':<24} {'acc':>4} {'MB':>8} {'ppl A':>8} {'ppl B':>8} {'top-1':>7} {'greedy':>7} "
-          f"{'prefix':>6} {'degen':>8}")
+    print(f"  {'model':<11} {'row':<32} {'acc':>4} {'x bld':>5} {'MB':>8} {'ppl A':>8} {'ppl B':>8} {'top-1':>7} "
+          f"{'greedy':>7} {'prefix':>6} {'degen':>8}")
     canonical = ["irc fp32", *(f"irc {m} g32" for m in METHODS), "builder int4"]
     for model, result in results.items():
         names = sorted(result["scores"], key=lambda n: canonical.index(n) if n in canonical else len(canonical))
+        builder_mb = result["scores"].get("builder int4", {}).get("MB")
         for name in names:
             row = result["scores"][name]
-            print(f"  {model:<11} {name:<24} {result['levels'].get(name, '-'):>4} {summary(row)}")
+            ratio = f"{row['MB'] / builder_mb:5.2f}" if builder_mb and "MB" in row else "    -"
+            print(f"  {model:<11} {name:<32} {result['levels'].get(name, '-'):>4} {ratio} {summary(row)}")
+    print()
+    for model, result in results.items():
+        builder = result["scores"].get("builder int4", {"note": "not run"})
+        good = [name for name, row in result["scores"].items() if name.startswith("irc ") and name != "irc fp32"
+                and meets_default(row, builder, bool(result["table_float"]))]
+        limit = 1.0 if result["table_float"] else BYTES_RATIO
+        print(f"default verdict {model} (greedy > builder's {builder.get('greedy', '-')}, no new degenerate, MB <= "
+              f"{limit:.2f}x the builder's{', which keeps the table float' if result['table_float'] else ''}): "
+              f"{', '.join(good) or 'none'}")
     print()
     for model, result in results.items():
         builder = result["scores"]["builder int4"]

@@ -41,40 +41,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-from int4_builds import CALIBRATION, build as cached_build, irc_argv  # noqa: E402
-from onnx_vs_peers import ROOT, median, timed_process  # noqa: E402
-from quantize_onnx import disk_bytes  # noqa: E402
-from real_model import SEED_TEXT, eval_tokens  # noqa: E402
+from common import (NEW, PROMPT, ROOT, GenaiStepper, TorchStepper, disk_bytes, median, set_threads,  # noqa: F401
+                    timed_process, timed_rounds)
+from int4_builds import CALIBRATION, MODELS, build as cached_build, irc_argv, ort_logits, prepare_model, with_level
+from real_model import SEED_TEXT, eval_tokens
 
 METHODS = ("rtn", "mse", "imatrix")
 CALIBRATED = ("imatrix", "gptq")
-MODELS = {"smollm2": "SmolLM2-135M-Instruct", "gemma3": "Gemma-3-270M", "qwen-coder": "Qwen2.5-Coder-0.5B-Instruct"}
 LEVELS = (0, 1, 2, 4)
-PROMPT, NEW = 128, 64
-
-
-def prepare_model(model: str) -> str:
-    """The float32 Hugging Face folder of ``model`` (a key of ``MODELS``), made on first use."""
-    if model == "smollm2":
-        from real_model import prepare
-        return prepare()["f32"]
-    if model == "gemma3":
-        from real_gemma3 import prepare
-        return prepare()
-    if model == "qwen-coder":
-        from real_qwen_coder import prepare
-        return prepare()
-    raise SystemExit(f"unknown model {model!r}: one of {', '.join(MODELS)}")
 
 
 def pipeline(method: str, hf: str) -> str:
@@ -109,63 +89,6 @@ def build(work: str, hf: str, methods: list) -> dict:
         seconds, note = timed_process(argv, ROOT)
         built[name] = (folder, seconds, note)
     return built
-
-
-def with_level(folder: str, level: int, threads: int) -> str:
-    """A sibling folder whose model.onnx sets ``accuracy_level`` on every MatMulNBits (none for
-    0); the external data and tokenizer are hard links to ``folder``'s (ONNX Runtime refuses
-    external data that resolves outside the model's folder, as a symbolic link does)."""
-    import onnx
-
-    out = f"{folder}-acc{level}"
-    shutil.rmtree(out, ignore_errors=True)
-    os.makedirs(out)
-    for name in os.listdir(folder):
-        if name not in ("model.onnx", "genai_config.json"):
-            os.link(os.path.join(folder, name), os.path.join(out, name))
-    shutil.copy(os.path.join(folder, "genai_config.json"), out)
-    model = onnx.load(os.path.join(folder, "model.onnx"), load_external_data=False)
-    for node in model.graph.node:
-        if node.op_type == "MatMulNBits":
-            for attribute in [a for a in node.attribute if a.name == "accuracy_level"]:
-                node.attribute.remove(attribute)
-            if level:
-                node.attribute.append(onnx.helper.make_attribute("accuracy_level", level))
-    onnx.save(model, os.path.join(out, "model.onnx"))
-    set_threads(out, threads)
-    return out
-
-
-def set_threads(folder: str, threads: int) -> None:
-    path = os.path.join(folder, "genai_config.json")
-    with open(path) as f:
-        config = json.load(f)
-    options = config["model"]["decoder"].setdefault("session_options", {})
-    options["intra_op_num_threads"], options["inter_op_num_threads"] = threads, 1
-    with open(path, "w") as f:
-        json.dump(config, f, indent=4)
-
-
-def ort_logits(folder: str, ids: list, threads: int, head_dim: int = 64) -> np.ndarray:
-    """Logits [T, V] of one prefill over ``ids`` through plain ONNX Runtime (empty caches;
-    ``head_dim`` where a cache input leaves it symbolic, as the builder's do)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    options.log_severity_level = 3
-    session = ort.InferenceSession(os.path.join(folder, "model.onnx"), options, providers=["CPUExecutionProvider"])
-    t = len(ids)
-    feeds = {"input_ids": np.asarray([ids], np.int64), "attention_mask": np.ones((1, t), np.int64),
-             "position_ids": np.arange(t, dtype=np.int64)[None]}
-    types = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
-    for i in session.get_inputs():
-        if i.name.startswith("past_key_values"):
-            shape = [1, i.shape[1], 0, i.shape[3] if isinstance(i.shape[3], int) else head_dim]
-            feeds[i.name] = np.zeros(shape, types[i.type])
-    names = {i.name for i in session.get_inputs()}
-    logits = session.run(["logits"], {k: v for k, v in feeds.items() if k in names})[0]
-    return np.asarray(logits[0], np.float32)
 
 
 def quality(logits: np.ndarray, ids: list, reference_top: np.ndarray) -> tuple:
@@ -286,57 +209,6 @@ def head_dim(hf: str) -> int:
     return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
 
 
-class GenaiStepper:
-    """onnxruntime-genai's generate loop, one call at a time: ``start`` appends the prompt
-    (the prefill), ``step`` generates one token; each returns its seconds."""
-
-    def __init__(self, model):
-        self.model, self.generator = model, None
-
-    def start(self, prompt: np.ndarray) -> float:
-        import onnxruntime_genai as og
-
-        params = og.GeneratorParams(self.model)
-        params.set_search_options(max_length=prompt.shape[1] + NEW + 1, do_sample=False)
-        self.generator = og.Generator(self.model, params)
-        begin = time.perf_counter()
-        self.generator.append_tokens(prompt.astype(np.int32))
-        return time.perf_counter() - begin
-
-    def step(self) -> float:
-        begin = time.perf_counter()
-        self.generator.generate_next_token()
-        return time.perf_counter() - begin
-
-
-class TorchStepper:
-    """transformers eager with its KV cache, greedy, one forward at a time."""
-
-    def __init__(self, model):
-        import inspect
-
-        self.model, self.out = model, None
-        self.keyword = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-    def start(self, prompt: np.ndarray) -> float:
-        import torch
-
-        with torch.inference_mode():
-            begin = time.perf_counter()
-            self.out = self.model(torch.from_numpy(prompt), use_cache=True)
-            return time.perf_counter() - begin
-
-    def step(self) -> float:
-        import torch
-
-        with torch.inference_mode():
-            begin = time.perf_counter()
-            token = self.out.logits[:, -1].argmax(-1, keepdim=True)
-            past = getattr(self.out, "cache", None) or self.out.past_key_values
-            self.out = self.model(token, use_cache=True, **{self.keyword: past})
-            return time.perf_counter() - begin
-
-
 def measure_decode(rows: dict, reference, prompt: np.ndarray, rounds: int) -> dict:
     """{name: (prefill seconds per round, decode step seconds)} of transformers' fp32 model
     and each genai folder of ``rows`` (``timed_rounds``)."""
@@ -349,27 +221,6 @@ def measure_decode(rows: dict, reference, prompt: np.ndarray, rounds: int) -> di
         return GenaiStepper(model), model
 
     return timed_rounds(open_stepper, ["transformers fp32", *rows], prompt, rounds)
-
-
-def timed_rounds(open_stepper, names: list, prompt: np.ndarray, rounds: int) -> dict:
-    """{name: (prefill seconds per round, decode step seconds)}: every round runs each name
-    in turn (A B C ... A B C ...), ``open_stepper(name)`` -> (stepper, model) loading it
-    afresh, dropped after its run, so no idle session's spinning thread pool competes with
-    the one being timed; a warm-up prefill and 4 steps first (a session's first run allocates)."""
-    import gc
-
-    timings = {name: ([], []) for name in names}
-    for _ in range(rounds):
-        for name in names:
-            stepper, model = open_stepper(name)
-            stepper.start(prompt)
-            for _ in range(4):
-                stepper.step()
-            timings[name][0].append(stepper.start(prompt))
-            timings[name][1].extend(stepper.step() for _ in range(NEW))
-            del stepper, model
-            gc.collect()
-    return timings
 
 
 def report(rows: dict, built: dict, scores: dict, timings: dict, hf: str, title: str) -> None:

@@ -16,14 +16,8 @@ mobius-onnx fp32. ``--quick`` runs a d-64 twin once: a check that the script wor
 """
 from __future__ import annotations
 
-import os
-import sys
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from big_checkpoint import write_tokenizer  # noqa: E402
-from builder_compare import arguments, compare  # noqa: E402
+from builder_compare import arguments, compare
+from common import write_tokenizer
 
 TWIN = dict(vocab_size=32000, hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2,
             intermediate_size=2112, block_multiple_of=128, conv_L_cache=3, max_position_embeddings=4096,

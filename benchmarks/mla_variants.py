@@ -30,8 +30,7 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from common import compile_graph, interleaved, median_seconds, text_table
 
 SPEC = """model:
   name: deepseek-v2-lite-{layers}l
@@ -61,11 +60,8 @@ FORMS = {"un-absorbed": "", "runtime": "mla-absorb", "folded": "mla-absorb{fold_
 
 def build(form: str, layers: int, directory: str):
     """(graph after the form's pass and the onnx-ort pipeline, model path)."""
-    import passes  # noqa: F401  (registers the passes)
-    from backends.onnx.emit import emit_model
     from backends.onnx.targets import DEFAULT_OPSET, TARGETS
     from frontends import load_spec
-    from irc.passmanager import PassManager, parse_pipeline
     from irc.weights import seed_absent
 
     spec = os.path.join(directory, "spec.yaml")
@@ -74,9 +70,8 @@ def build(form: str, layers: int, directory: str):
     graph = load_spec(spec)
     seed_absent(graph)
     pipeline = ",".join(p for p in (FORMS[form], TARGETS["onnx-ort"].pipeline(DEFAULT_OPSET)) if p)
-    PassManager(parse_pipeline(pipeline)).run(graph)
     path = os.path.join(directory, f"{form}.onnx")
-    emit_model(graph, path, target="onnx-ort", genai=False)
+    compile_graph(graph, path, pipeline, target="onnx-ort", genai=False)
     return graph, path
 
 
@@ -100,14 +95,7 @@ def time_steps(path: str, feeds: dict, steps: int) -> float:
     session = ort_session(path, 2)
     names = {i.name for i in session.get_inputs()}
     feeds = {k: v for k, v in feeds.items() if k in names}
-    session.run(None, feeds)  # warm-up
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - start)
-    del session
-    return statistics.median(times)
+    return median_seconds(lambda: session.run(None, feeds), steps)  # the session goes with the return
 
 
 def main() -> None:
@@ -130,11 +118,8 @@ def main() -> None:
         numbers = {f["form"]: f for f in trade["forms"]}
         rng = np.random.default_rng(0)
         feeds = {(form, c): decode_feeds(built[form][0], c, rng) for form in FORMS for c in contexts}
-        samples = {(form, c): [] for form in FORMS for c in contexts}
-        for _ in range(args.rounds):
-            for c in contexts:
-                for form in FORMS:
-                    samples[form, c].append(time_steps(built[form][1], feeds[form, c], args.steps))
+        samples = interleaved({(form, c): lambda form=form, c=c: time_steps(built[form][1], feeds[form, c], args.steps)
+                               for c in contexts for form in FORMS}, args.rounds)
         sizes = {form: os.path.getsize(path) + sum(os.path.getsize(os.path.join(directory, n))
                                                    for n in os.listdir(directory) if n.startswith(f"{form}.onnx."))
                  for form, (_, path) in built.items()}
@@ -151,9 +136,7 @@ def main() -> None:
             rows.append((form, f"{f['params']:,}", size(sizes[form]), f"{c:,}", f"{t * 1e3:.1f}", f"{t / base:.2f}x",
                          count(f["flops_per_token"][c]), size(f["kv_bytes_per_token"]),
                          size(f["bytes_per_token"][c])))
-    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
-    for row in [header] + rows:
-        print("  ".join(str(v).rjust(w) if i else str(v).ljust(w) for i, (v, w) in enumerate(zip(row, widths))))
+    text_table(header, rows)
 
 
 if __name__ == "__main__":

@@ -18,16 +18,12 @@ max relative difference, the load imbalance (max / mean tokens per expert) and t
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
+from common import interleaved
 from irc.ops.moe import moe_dense, route  # noqa: E402
 from irc.ops.moe_sorted import dispatch, moe_sorted, tile_padding  # noqa: E402
 
@@ -57,15 +53,14 @@ def cell(experts: int, top_k: int, tokens: int, d: int, f: int, repeat: int) -> 
     first_dense, dense = timed(moe_dense, x, router, w_gate, w_up, w_down, **routing)
     _, ours = timed(moe_sorted, x, router, w_gate, w_up, w_down, **routing)
     pairs = repeat * 3 if first_dense < 0.01 else repeat if first_dense < 1.0 else max(2, repeat // 2)
-    dense_times, sorted_times = [], []
-    for _ in range(pairs):  # interleaved, so drift hits both alike
-        dense_times.append(timed(moe_dense, x, router, w_gate, w_up, w_down, **routing)[0])
-        sorted_times.append(timed(moe_sorted, x, router, w_gate, w_up, w_down, **routing)[0])
+    forms = {"dense": moe_dense, "sorted": moe_sorted}
+    times = interleaved({name: lambda fn=fn: timed(fn, x, router, w_gate, w_up, w_down, **routing)[0]
+                         for name, fn in forms.items()}, pairs)  # interleaved, so drift hits both alike
     expert_ids, _ = route(x, router, **routing)
     counts = np.bincount(expert_ids.reshape(-1), minlength=experts)
     indptr = dispatch(expert_ids, experts)[2]
     scale = float(np.abs(dense).max()) or 1.0
-    return {"dense": statistics.median(dense_times), "sorted": statistics.median(sorted_times),
+    return {"dense": statistics.median(times["dense"]), "sorted": statistics.median(times["sorted"]),
             "error": float(np.abs(ours - dense).max()) / scale, "imbalance": counts.max() / counts.mean(),
             "padding": tile_padding(np.diff(indptr), TILE), "pairs": tokens * top_k}
 

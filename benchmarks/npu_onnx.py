@@ -35,8 +35,7 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from common import ROOT
 
 import passes  # noqa: E402,F401
 from backends.onnx_npu import qnn  # noqa: E402

@@ -20,11 +20,9 @@ import argparse
 import glob
 import os
 import statistics
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from common import ROOT
 
 from passes.npu_tile.plan import dumps, machine_of, naive_record, plan_graph  # noqa: E402
 from irc.text import format_bytes as _bytes, format_seconds as _seconds  # noqa: E402

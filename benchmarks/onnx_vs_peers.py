@@ -22,29 +22,20 @@ interleaved (A B C A B C ...) and medians reported: the host's second core is no
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
+from common import (NEW, PROMPT, ROOT, SMALL, TorchStepper, genai_generate, interleaved, make_hf_folder, median,
+                    ort_run, set_threads, timed_process, work_folder)
 from backends.onnx.emit import emit_model  # noqa: E402
 from backends.onnx.runtime import empty_caches, ort_engine  # noqa: E402
 from frontends import load_spec  # noqa: E402
 from irc.check import relative_error  # noqa: E402
 
-SMALL = dict(vocab_size=32000, hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2,
-             intermediate_size=1408, max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=10000.0,
-             tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-PROMPT, NEW = 128, 64
 TORCH_EXPORT = """
 import sys, torch
 from transformers import LlamaForCausalLM
@@ -56,36 +47,7 @@ torch.onnx.export(model, (torch.randint(0, 32000, (1, 16)),), sys.argv[2], dynam
 """
 
 
-# ---- set-up ----------------------------------------------------------------------------
-
-def make_hf_folder(directory: str):
-    """The small Llama with seeded random weights, saved with a word-level tokenizer."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(**SMALL)).eval()
-    model.save_pretrained(directory)
-    tokenizer = Tokenizer(models.WordLevel({f"t{i}": i for i in range(SMALL["vocab_size"])}, unk_token="t0"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.save(os.path.join(directory, "tokenizer.json"))
-    with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
-        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "t1", "eos_token": "t2",
-                   "pad_token": "t0", "unk_token": "t0"}, f)
-    return model
-
-
 # ---- (a) compile time ------------------------------------------------------------------
-
-def timed_process(argv: list, cwd: str) -> tuple[float, str]:
-    start = time.perf_counter()
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if done.returncode:
-        return float("nan"), (done.stderr.strip().splitlines() or ["failed"])[-1][:100]
-    return seconds, ""
-
 
 def compile_times(work: str, rounds: int) -> dict:
     hf = os.path.join(work, "hf")
@@ -104,85 +66,24 @@ def compile_times(work: str, rounds: int) -> dict:
     }
     for d in ("c-irc-ort", "c-irc", "torch"):
         os.makedirs(os.path.join(work, d), exist_ok=True)
-    times = {name: [] for name in tools}
-    notes = {name: "" for name in tools}
-    for _ in range(rounds):
-        for name, argv in tools.items():
-            seconds, note = timed_process(argv, ROOT)
-            times[name].append(seconds)
-            notes[name] = notes[name] or note
-    return {name: (times[name], notes[name]) for name in tools}
+    runs = interleaved({name: lambda argv=argv: timed_process(argv, ROOT) for name, argv in tools.items()}, rounds)
+    return {name: ([seconds for seconds, _ in done], next((note for _, note in done if note), ""))
+            for name, done in runs.items()}
 
 
 # ---- (b) latency -----------------------------------------------------------------------
 
-def ort_run(engine, caches: dict, prompt: np.ndarray, new: int) -> tuple[float, list, np.ndarray]:
-    """(prefill seconds, seconds of each of ``new`` decode steps, prefill logits) driving an
-    ORT session with the genai signature (position_ids reach the models that take them)."""
-    feeds = {"input_ids": prompt, "attention_mask": np.ones_like(prompt), **caches,
-             "position_ids": np.arange(prompt.shape[1], dtype=np.int64)[None]}
-    start = time.perf_counter()
-    out = engine(feeds)
-    prefill = time.perf_counter() - start
-    logits = out["logits"]
-    total, steps = prompt.shape[1], []
-    for _ in range(new):
-        start = time.perf_counter()
-        token = np.argmax(out["logits"][:, -1], axis=-1)[:, None].astype(np.int64)
-        total += 1
-        feeds = {"input_ids": token, "attention_mask": np.ones((1, total), np.int64),
-                 "position_ids": np.array([[total - 1]], np.int64),
-                 **{k: out["present." + k[len("past_key_values."):]] for k in caches}}
-        out = engine(feeds)
-        steps.append(time.perf_counter() - start)
-    return prefill, steps, logits
-
-
 def genai_run(model, prompt: np.ndarray, new: int) -> tuple[float, list, None]:
-    import onnxruntime_genai as og
-
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=prompt.shape[1] + new + 1, do_sample=False)
-    generator = og.Generator(model, params)
-    start = time.perf_counter()
-    generator.append_tokens(prompt.astype(np.int32))
-    prefill, steps = time.perf_counter() - start, []
-    for _ in range(new):
-        start = time.perf_counter()
-        generator.generate_next_token()
-        steps.append(time.perf_counter() - start)
+    prefill, steps = genai_generate(model, prompt, new)
     return prefill, steps, None
 
 
 def torch_run(model, prompt: np.ndarray, new: int) -> tuple[float, list, np.ndarray]:
-    """Eager forward passes with the model's KV cache (``cache`` in transformers 5.x)."""
-    import inspect
-
-    import torch
-
-    keyword = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    with torch.inference_mode():
-        ids = torch.from_numpy(prompt)
-        start = time.perf_counter()
-        out = model(ids, use_cache=True)
-        prefill = time.perf_counter() - start
-        logits, steps = out.logits.numpy().copy(), []
-        for _ in range(new):
-            start = time.perf_counter()
-            token = out.logits[:, -1].argmax(-1, keepdim=True)
-            past = getattr(out, "cache", None) or out.past_key_values
-            out = model(token, use_cache=True, **{keyword: past})
-            steps.append(time.perf_counter() - start)
-        return prefill, steps, logits
-
-
-def set_genai_threads(directory: str, threads: int) -> None:
-    path = os.path.join(directory, "genai_config.json")
-    with open(path) as f:
-        config = json.load(f)
-    config["model"]["decoder"]["session_options"]["intra_op_num_threads"] = threads
-    with open(path, "w") as f:
-        json.dump(config, f, indent=4)
+    """Eager forward passes with the model's KV cache (``common.TorchStepper``)."""
+    stepper = TorchStepper(model)
+    prefill = stepper.start(prompt)
+    logits = stepper.out.logits.numpy().copy()
+    return prefill, [stepper.step() for _ in range(new)], logits
 
 
 def latency(work: str, model, graph, threads: int, rounds: int, bandwidth: "ReadBandwidth") -> dict:
@@ -195,12 +96,12 @@ def latency(work: str, model, graph, threads: int, rounds: int, bandwidth: "Read
     runs = {}
     for name in ("irc-ort", "irc"):
         path = os.path.join(work, name, "model.onnx")
-        set_genai_threads(os.path.dirname(path), threads)
+        set_threads(os.path.dirname(path), threads, inter_op=None)
         engine = ort_engine(path, threads)
         runs[f"irc onnx{'-ort' if name == 'irc-ort' else ''} (ORT)"] = (ort_run, engine, caches)
     builder = os.path.join(work, "builder", "model.onnx")
     if os.path.exists(builder):
-        set_genai_threads(os.path.dirname(builder), threads)
+        set_threads(os.path.dirname(builder), threads, inter_op=None)
         runs["genai builder (ORT)"] = (ort_run, ort_engine(builder, threads), caches)
     runs["irc onnx-ort (genai loop)"] = (genai_run, og.Model(os.path.join(work, "irc-ort")), None)
     runs["irc onnx (genai loop)"] = (genai_run, og.Model(os.path.join(work, "irc")), None)
@@ -264,11 +165,6 @@ def bytes_per_token(graph) -> int:
 
 # ---- main ------------------------------------------------------------------------------
 
-def median(values) -> float:
-    values = [v for v in values if v == v]
-    return statistics.median(values) if values else float("nan")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved latency rounds")
@@ -276,9 +172,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
-    work = args.workdir or tempfile.mkdtemp(prefix="irc-onnx-bench-")
-    os.makedirs(work, exist_ok=True)
-    print(f"work directory: {work}")
+    work = work_folder(args.workdir, "irc-onnx-bench-")
     model = make_hf_folder(os.path.join(work, "hf"))
 
     compiled = compile_times(work, args.compile_rounds)

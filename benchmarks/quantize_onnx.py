@@ -1,4 +1,4 @@
-"""int4 ONNX models of the "small" Llama (``onnx_vs_peers.SMALL``): irc's against
+"""int4 ONNX models of the "small" Llama (``common.SMALL``): irc's against
 onnxruntime-genai's builder. Prints tables and never asserts on time.
 
 - whole-process compile time (one run each) of
@@ -11,7 +11,7 @@ onnxruntime-genai's builder. Prints tables and never asserts on time.
 - per model: bytes on disk (model.onnx + external data), ratio to the same tool's fp32
   model, prefill ms of a 128-token prompt (median of interleaved rounds), decode tokens/s
   (64 new tokens, 1 / the median step time over all rounds), 2 threads, all driven by
-  ``onnx_vs_peers.ort_run``; the prefill logits' relative error against the fp32
+  ``common.ort_run``; the prefill logits' relative error against the fp32
   transformers model, and top-1 agreement over the 64 decoded positions with the
   reference's greedy tokens fed back (teacher-forced, through the KV cache).
 
@@ -30,15 +30,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-from onnx_vs_peers import (NEW, PROMPT, ROOT, SMALL, make_hf_folder, median, ort_run,  # noqa: E402
-                           timed_process)
+from common import (NEW, PROMPT, ROOT, SMALL, cpu_session, disk_bytes, interleaved, make_hf_folder, median, ort_run,
+                    timed_process, work_folder)
 from backends.onnx.runtime import empty_caches  # noqa: E402
 from frontends import load_spec  # noqa: E402
 from irc.check import relative_error  # noqa: E402
@@ -51,29 +47,11 @@ PASSES_HEAD = "lower-mlp,quantize{bits=4,group=32,lm_head=true},dce"  # the buil
 def engine(path: str, threads: int, qdq_level: str | None):
     """An ORT CPU session as an engine; ``qdq_level`` sets
     ``session.qdq_matmulnbits_accuracy_level`` (None: ORT's default)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    if qdq_level is not None:
-        options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", qdq_level)
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    config = {} if qdq_level is None else {"session.qdq_matmulnbits_accuracy_level": qdq_level}
+    session = cpu_session(path, threads, config)
     names = [o.name for o in session.get_outputs()]
     inputs = {i.name for i in session.get_inputs()}
     return lambda feeds: dict(zip(names, session.run(None, {k: v for k, v in feeds.items() if k in inputs})))
-
-
-def disk_bytes(directory: str) -> int:
-    """model.onnx plus the external data files it references."""
-    import onnx
-    from onnx.external_data_helper import _get_all_tensors
-
-    path = os.path.join(directory, "model.onnx")
-    model = onnx.load(path, load_external_data=False)
-    files = {e.value for t in _get_all_tensors(model) for e in t.external_data if e.key == "location"}
-    return os.path.getsize(path) + sum(os.path.getsize(os.path.join(directory, f)) for f in files)
 
 
 def op_summary(path: str) -> str:
@@ -130,9 +108,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
-    work = args.workdir or tempfile.mkdtemp(prefix="irc-quant-onnx-")
-    os.makedirs(work, exist_ok=True)
-    print(f"work directory: {work}")
+    work = work_folder(args.workdir, "irc-quant-onnx-")
     hf = os.path.join(work, "hf")
     model = make_hf_folder(hf)
 
@@ -219,14 +195,12 @@ def main() -> None:
         picks = forced(run, caches, prompt, reference_tokens)
         quality[label] = (relative_error(logits.reshape(reference_logits.shape), reference_logits),
                           float(np.mean(picks == reference_tokens)))
-    timings = {label: ([], []) for label in engines}
-    for label, run in engines.items():  # warm-up
+    for run in engines.values():  # warm-up
         ort_run(run, caches, prompt, 4)
-    for _ in range(args.rounds):
-        for label, run in engines.items():
-            prefill, steps, _ = ort_run(run, caches, prompt, NEW)
-            timings[label][0].append(prefill)
-            timings[label][1].extend(steps)
+    runs = interleaved({label: lambda run=run: ort_run(run, caches, prompt, NEW)[:2] for label, run in engines.items()},
+                       args.rounds)
+    timings = {label: ([prefill for prefill, _ in done], [s for _, steps in done for s in steps])
+               for label, done in runs.items()}
 
     fp32 = {"irc": disk_bytes(d("irc-fp32")) if built["irc-fp32"] else float("nan"),
             "builder": disk_bytes(d("builder-fp32")) if built["builder-fp32"] else float("nan")}

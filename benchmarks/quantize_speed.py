@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import threading
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import common  # noqa: E402,F401  (puts the repository on sys.path)
 
 from irc.ops.quant import quantize_blocks  # noqa: E402
 from passes.quantize_search import search_blocks  # noqa: E402

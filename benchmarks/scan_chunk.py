@@ -32,8 +32,7 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from common import markdown_table, median_seconds
 
 THREADS = 2
 DECODE_STEPS = 8
@@ -101,12 +100,8 @@ def feeds(graph, tokens: int, seed: int) -> dict:
 
 
 def timed(run, inputs: dict, steps: int) -> float:
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        run(inputs)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    """Median seconds of ``steps`` calls (no warm-up: ``measure`` warmed every engine)."""
+    return median_seconds(lambda: run(inputs), steps, warmup=0)
 
 
 def measure(make_graph, tokens: list, sizes: list, rounds: int, directory: str, tag: str) -> dict:
@@ -144,13 +139,8 @@ def table(title: str, samples: dict) -> None:
         cells += [f"{statistics.median(base[p]) / statistics.median(by_phase[p]):.2f}" for p in phases
                   if p != "decode"]
         rows.append((engine, variant, *cells))
-    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     print(title)
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for row in rows:
-        print("| " + " | ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths)))
-              + " |")
+    markdown_table(header, rows, left=2)
     print()
 
 

@@ -15,11 +15,9 @@ genai's statistics; genai stops at the folder's eos, so its token counts can dif
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import common  # noqa: E402,F401  (puts the repository on sys.path)
 
 OPEN = {"story": "Write a short story about a robot who learns to paint.",
         "explain": "Explain in a few sentences why the sky is blue."}

@@ -36,15 +36,11 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import tempfile
-import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
+from common import interleaved, markdown_table, median_seconds
 from backends.onnx import ssm as onnx_ssm  # noqa: E402
 from backends.onnx.emit import emit_model  # noqa: E402
 from backends.onnx.runtime import ort_session  # noqa: E402
@@ -110,31 +106,25 @@ def feeds_for(session, graph, tokens: int, past: int, rng) -> dict:
 
 
 def timed(session, feeds, repeats: int) -> float:
-    session.run(None, feeds)  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    """Median ms of ``repeats`` runs after one warm-up."""
+    return median_seconds(lambda: session.run(None, feeds), repeats) * 1e3
+
+
+def one_round(graph, path: str, prefill, contexts, rng) -> dict:
+    """{("prefill", T) | ("decode", S): ms} in a fresh session of ``path``."""
+    session = ort_session(path, THREADS)
+    out = {("prefill", t): timed(session, feeds_for(session, graph, t, 0, rng), 1 if t >= 4096 else 2)
+           for t in prefill}
+    out.update({("decode", s): timed(session, feeds_for(session, graph, 1, s - 1, rng), 5) for s in contexts})
+    return out
 
 
 def measure(models: dict, rounds: int, prefill, contexts) -> dict:
     """name -> {("prefill", T) | ("decode", S): [ms per round]}, rounds interleaved."""
-    results = {name: {} for name in models}
     rng = np.random.default_rng(0)
-    for round_ in range(rounds):
-        for name, (graph, path) in models.items():
-            session = ort_session(path, THREADS)
-            for t in prefill:
-                ms = timed(session, feeds_for(session, graph, t, 0, rng), 1 if t >= 4096 else 2)
-                results[name].setdefault(("prefill", t), []).append(ms)
-            for s in contexts:
-                ms = timed(session, feeds_for(session, graph, 1, s - 1, rng), 5)
-                results[name].setdefault(("decode", s), []).append(ms)
-            del session
-        print(f"  round {round_ + 1}/{rounds} done", file=sys.stderr)
-    return results
+    runs = interleaved({name: lambda graph=graph, path=path: one_round(graph, path, prefill, contexts, rng)
+                        for name, (graph, path) in models.items()}, rounds, progress="  ")
+    return {name: {key: [cells[key] for cells in done] for key in done[0]} for name, done in runs.items()}
 
 
 def main() -> None:
@@ -160,27 +150,25 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     print(f"\nonnx-ort, batch 1, {THREADS} threads, median of {rounds} interleaved round(s)\n")
-    print("| model | params | " + " | ".join(f"prefill {t}" for t in prefill) + " | "
-          + " | ".join(f"decode @{s}" for s in contexts) + " |")
-    print("|---|---|" + "---|" * (len(prefill) + len(contexts)))
+    table = []
     for name, rows in results.items():
         params = summaries.get(name.split(" ")[0], (None,))[0]
-        cells = [f"{statistics.median(rows[('prefill', t)]):.1f} ms" for t in prefill]
-        cells += [f"{statistics.median(rows[('decode', s)]):.2f} ms" for s in contexts]
-        print(f"| {name} | {params['params_total'] / 1e6:.0f} M | " + " | ".join(cells) + " |")
+        table.append((name, f"{params['params_total'] / 1e6:.0f} M",
+                      *(f"{statistics.median(rows[('prefill', t)]):.1f} ms" for t in prefill),
+                      *(f"{statistics.median(rows[('decode', s)]):.2f} ms" for s in contexts)))
+    markdown_table(("model", "params", *(f"prefill {t}" for t in prefill), *(f"decode @{s}" for s in contexts)), table)
     print("\nmemory per sequence (KV cache at f32 + states), irc's accounting\n")
-    print("| model | " + " | ".join(f"@{s}" for s in CONTEXTS) + " | of which state |")
-    print("|---|" + "---|" * (len(CONTEXTS) + 1))
-    for name, (summary, memory) in summaries.items():
-        print(f"| {name} | " + " | ".join(format_bytes(r["total_bytes"]) for r in memory)
-              + f" | {format_bytes(summary['state_bytes_per_sequence'])} |")
+    markdown_table(("model", *(f"@{s}" for s in CONTEXTS), "of which state"),
+                   [(name, *(format_bytes(r["total_bytes"]) for r in memory),
+                     format_bytes(summary["state_bytes_per_sequence"]))
+                    for name, (summary, memory) in summaries.items()])
     scan, fused = results["mamba2-130m (Scan ssd)"], results["mamba2-130m"]
     print("\nMamba-2 ssd lowering on onnx-ort: com.microsoft LinearAttention vs standard-op Scan\n")
-    print("| phase | LinearAttention | Scan | Scan / LinearAttention |")
-    print("|---|---|---|---|")
-    for key in [("prefill", t) for t in prefill] + [("decode", s) for s in contexts]:
-        a, b = statistics.median(fused[key]), statistics.median(scan[key])
-        print(f"| {key[0]} {key[1]} | {a:.2f} ms | {b:.2f} ms | {b / a:.2f}x |")
+    pairs = {key: (statistics.median(fused[key]), statistics.median(scan[key]))
+             for key in [("prefill", t) for t in prefill] + [("decode", s) for s in contexts]}
+    markdown_table(("phase", "LinearAttention", "Scan", "Scan / LinearAttention"),
+                   [(f"{key[0]} {key[1]}", f"{a:.2f} ms", f"{b:.2f} ms", f"{b / a:.2f}x")
+                    for key, (a, b) in pairs.items()])
 
 
 if __name__ == "__main__":

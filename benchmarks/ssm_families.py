@@ -32,10 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from common import markdown_table, verdict
 
-TOLERANCE = 1e-4
 NEW = 16
 
 
@@ -54,10 +52,6 @@ def last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     errors = [line for line in lines if "Error" in line or "not supported" in line or "not currently" in line]
     return ((errors or lines or ["?"])[-1])[:90].replace("|", "/")
-
-
-def verdict(error: float, same_tokens: bool = True) -> str:
-    return "exact" if error <= TOLERANCE and same_tokens else f"wrong ({error:.1e}{'' if same_tokens else ', tokens'})"
 
 
 def hf_reference(model, torch):
@@ -183,11 +177,9 @@ def table(found: dict, only: str = "") -> None:
                                 os.path.join(tmp, "builder"), ids, mask, want)
             rows.append((name, model.config.model_type, *cells, mobius, builder))
             print(f"  {name} done", file=sys.stderr)
-    print("\n| twin | model_type | irc interpreter | irc onnx | irc onnx-ort | genai (irc onnx-ort folder) "
-          "| mobius-onnx 0.1.0 | genai builder 0.18 |")
-    print("|---|---|---|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print()
+    markdown_table(("twin", "model_type", "irc interpreter", "irc onnx", "irc onnx-ort", "genai (irc onnx-ort folder)",
+                    "mobius-onnx 0.1.0", "genai builder 0.18"), rows)
 
 
 def main() -> None:

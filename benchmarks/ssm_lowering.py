@@ -31,8 +31,7 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from common import compile_graph, median_seconds, text_table
 
 VOCAB = 50288
 PHASES = {"prefill 128": (128, 0), "prefill 1024": (1024, 0), "decode": (1, 128)}  # (T, P)
@@ -76,13 +75,10 @@ def variants() -> dict:
 
 
 def build(graph, lowerings, path: str) -> None:
-    import passes  # noqa: F401  (registers the passes)
-    from backends.onnx.emit import emit_model
     from backends.onnx.targets import whole_pipeline
-    from irc.passmanager import PassManager, parse_pipeline
 
-    PassManager(parse_pipeline(whole_pipeline("onnx-ort", {}))).run(graph)
-    emit_model(graph, path, target="onnx-ort", weights="seeded", genai=False, lowerings=lowerings)
+    compile_graph(graph, path, whole_pipeline("onnx-ort", {}), target="onnx-ort", weights="seeded", genai=False,
+                  lowerings=lowerings)
 
 
 def feeds(graph, tokens: int, past: int, rng) -> dict:
@@ -116,12 +112,8 @@ def measure(family: str, make_graph, rounds: int, directory: str) -> dict:
         for phase, (tokens, _) in PHASES.items():
             order = list(sessions) if round_ % 2 == 0 else list(reversed(sessions))
             for name in order:
-                times = []
-                for _ in range(DECODE_STEPS if tokens == 1 else 1):
-                    start = time.perf_counter()
-                    sessions[name].run(None, inputs[phase])
-                    times.append(time.perf_counter() - start)
-                samples[name][phase].append(statistics.median(times))
+                run = functools.partial(sessions[name].run, None, inputs[phase])
+                samples[name][phase].append(median_seconds(run, DECODE_STEPS if tokens == 1 else 1, warmup=0))
     return samples
 
 
@@ -135,10 +127,8 @@ def table(title: str, samples: dict) -> None:
     ratios = {p: [b / a for a, b in zip(samples[first][p], samples[second][p])] for p in PHASES}
     rows.append((f"{second} / {first}", *(f"{statistics.median(r):.2f}x ({min(r):.2f}-{max(r):.2f})"
                                           for r in ratios.values())))
-    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     print(title)
-    for row in [header] + rows:
-        print("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths))))
+    text_table(header, rows)
     print()
 
 

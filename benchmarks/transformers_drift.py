@@ -25,7 +25,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from common import ROOT
 EXTRAS = ".[dev,hf,triton,text,npu,vision]"
 
 

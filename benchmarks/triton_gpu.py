@@ -43,8 +43,7 @@ from functools import partial
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from common import ROOT
 
 # datasheet peaks, dense 16-bit tensor-core TFLOP/s and HBM GB/s, by device name fragment
 PEAKS = {"H200": (989.0, 4800.0), "H100": (989.0, 3350.0), "A100": (312.0, 2039.0), "L40S": (362.0, 864.0)}

@@ -18,11 +18,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
-import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from common import seconds  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -83,9 +81,8 @@ def inputs(ids: list, past: int, caches: dict, d: int, head: bool) -> dict:
 
 
 def timed(step, feeds) -> float:
-    started = time.perf_counter()
-    step(feeds)
-    return (time.perf_counter() - started) * 1e3
+    """Milliseconds of one call."""
+    return seconds(lambda: step(feeds)) * 1e3
 
 
 def measure(folder: str, d: int, past: int, ks: list, rounds: int) -> dict:

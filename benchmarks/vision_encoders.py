@@ -25,12 +25,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from common import ROOT, interleaved, seconds
+
 sys.path.insert(0, os.path.join(ROOT, "tests", "frontends"))
 
 EXAMPLES = {"clip-vit-large-patch14-336": "CLIPVisionModel", "siglip-so400m-patch14-384": "SiglipVisionModel",
@@ -101,18 +100,14 @@ def timing(rounds: int, layers: int, only: str) -> None:
             ort_session = session(compile_folder(folder, "onnx-ort", os.path.join(folder, "out")))
             size = config["image_size"]
             pixels = np.random.default_rng(0).standard_normal((1, config["num_channels"], size, size)).astype(np.float32)
-            irc_times, torch_times = [], []
+            runs = {"irc": lambda: ort_session.run(None, {"pixel_values": pixels}),
+                    "torch": lambda: model(pixel_values=torch.from_numpy(pixels))}
             with torch.no_grad():
-                ort_session.run(None, {"pixel_values": pixels})
-                model(pixel_values=torch.from_numpy(pixels))
-                for _ in range(rounds):  # interleaved: the second core's speed drifts
-                    start = time.perf_counter()
-                    ort_session.run(None, {"pixel_values": pixels})
-                    irc_times.append(time.perf_counter() - start)
-                    start = time.perf_counter()
-                    model(pixel_values=torch.from_numpy(pixels))
-                    torch_times.append(time.perf_counter() - start)
-        irc_ms, torch_ms = 1e3 * statistics.median(irc_times), 1e3 * statistics.median(torch_times)
+                for run in runs.values():  # warm-up
+                    run()
+                # interleaved: the second core's speed drifts
+                times = interleaved({name: lambda run=run: seconds(run) for name, run in runs.items()}, rounds)
+        irc_ms, torch_ms = 1e3 * statistics.median(times["irc"]), 1e3 * statistics.median(times["torch"])
         kv = summary["tokens"] * KV_BYTES_PER_TOKEN_LAYER
         print(f"{name:<28} {config['num_hidden_layers']:>6} {summary['patches']:>7} "
               f"{summary['flops_per_image'] / 1e9:>9.1f} {kv / 2**20:>12.2f} MiB {irc_ms:>10.0f} {torch_ms:>9.0f} "

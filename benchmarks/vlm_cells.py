@@ -1,22 +1,16 @@
-"""The cells and timings that ``vlm_twins.py`` and ``vlm_mllama.py`` share: a verdict against
-transformers, a tool's last error line, empty decoder caches, irc's two ONNX targets, the
-builder's cell, and the vision latency row."""
+"""The cells and timings that ``vlm_twins.py`` and ``vlm_mllama.py`` share (their verdict
+against transformers is ``common.verdict``): a tool's last error line, empty decoder caches,
+irc's two ONNX targets, the builder's cell, and the vision latency row."""
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
-TOLERANCE = 1e-4
-
-
-def verdict(error: float) -> str:
-    return "exact" if error <= TOLERANCE else f"wrong ({error:.1e})"
+from common import compile_graph, median_seconds
 
 
 def last_line(text: str) -> str:
@@ -66,34 +60,25 @@ def onnx_files(out: str) -> str:
 
 
 def median_ms(run, rounds: int = 5) -> float:
-    run()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+    """Median ms of ``rounds`` calls of ``run()`` after one warm-up."""
+    return 1000 * median_seconds(run, rounds)
 
 
 def irc_vision_ms(folder: str, feeds: dict, rounds: int = 5) -> tuple:
     """The folder's vision model: its FLOPs per image (irc's analysis) and irc ``onnx-ort``'s
     median ms in ONNX Runtime (2 threads) on ``feeds``."""
     from backends import get_target
-    from backends.onnx.emit import emit_model
     from backends.onnx.runtime import ort_session
     from frontends import load_spec
     from irc.analysis import analyze
-    from irc.passmanager import PassManager, parse_pipeline
-    import passes  # noqa: F401  (registers the passes)
 
     spec = get_target("onnx-ort")
     vision = load_spec(folder).parts["vision"]
     flops = analyze(vision)["vision"]["flops_per_image"]
-    PassManager(parse_pipeline(",".join(p for p in (spec.prelude({}), spec.pipeline({}), spec.postlude({})) if p))
-                ).run(vision)
+    pipeline = ",".join(p for p in (spec.prelude({}), spec.pipeline({}), spec.postlude({})) if p)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "vision.onnx")
-        emit_model(vision, path, target="onnx-ort", genai=False)
+        compile_graph(vision, path, pipeline, target="onnx-ort", genai=False)
         session = ort_session(path, threads=2)
         return flops, median_ms(lambda: session.run(None, feeds), rounds)
 

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vlm_cells import (builder_cell, empty_states, irc_onnx_cells, irc_vision_ms, last_line, latency_row,
-                       median_ms, verdict)
+from common import verdict
+from vlm_cells import builder_cell, empty_states, irc_onnx_cells, irc_vision_ms, last_line, latency_row, median_ms
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROUNDS = 3  # the latency row's median (a run takes minutes)

@@ -52,11 +52,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from vlm_cells import (builder_cell, empty_states, irc_onnx_cells, irc_vision_ms, last_line,  # noqa: E402
-                       latency_row, median_ms, onnx_files, verdict)
+from common import ROOT, markdown_table, verdict
+from vlm_cells import (builder_cell, empty_states, irc_onnx_cells, irc_vision_ms, last_line, latency_row, median_ms,
+                       onnx_files)
 
 
 def three_models(paths: dict, ids, pixel_values, want, extra: dict = None) -> str:
@@ -154,11 +152,9 @@ def twins_table(only: str) -> None:
             rows.append([name, *cells, mobius_cell(folder, tmp, ids, pixel_values, want), builder_cell(folder, tmp)])
             print(f"  {name} done", file=sys.stderr)
     rows += qwen_table(only) + any_size_table(only) + mllama_rows(only)
-    print("\n| twin | irc interpreter | irc onnx | irc onnx-ort | genai 0.18 (irc onnx-ort folder) | mobius-onnx 0.1.0 "
-          "| genai builder 0.18 |")
-    print("|---|---|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print()
+    markdown_table(("twin", "irc interpreter", "irc onnx", "irc onnx-ort", "genai 0.18 (irc onnx-ort folder)",
+                    "mobius-onnx 0.1.0", "genai builder 0.18"), rows)
 
 
 def qwen_models(paths: dict, ids, pixel_values, grids, want) -> str:
@@ -274,10 +270,9 @@ def latency_table(only: str) -> None:
 
     torch.set_num_threads(2)
     rows = [row(name) for name, row in LATENCY.items() if only in ("all", "") or name in only.split(",")]
-    print("\n| vision model | GFLOPs/image | irc onnx-ort, ORT (ms) | PyTorch eager (ms) | irc speed-up |")
-    print("|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print()
+    markdown_table(("vision model", "GFLOPs/image", "irc onnx-ort, ORT (ms)", "PyTorch eager (ms)", "irc speed-up"),
+                   rows)
 
 
 def llava_latency(name: str) -> tuple:
