@@ -1,12 +1,12 @@
-"""DeepSeek-V3.2 (``frontends.hf.families_deepseek_v32``) against transformers 5.25: tiny
-random twins whose ``index_topk`` is below the prompt length (so the lightning indexer's
-selection changes the logits: checked) give transformers' logits on a left-padded batch
-(and on each row alone) and its 16-token greedy continuation through the reference
-interpreter, and through ONNX Runtime on both ONNX targets (the batch decoded left-padded,
-the indexer's key cache fed back); the Triton interpreter and the NumPy emitter agree with
-the reference interpreter; onnx-npu's host loop gives transformers' greedy tokens; the full-size example
-(DeepSeek-V3.2-Exp's config) counts what transformers builds on the meta device; and the
-settings irc does not implement are refused at their key."""
+"""DeepSeek-V3.2 (``frontends.hf.families_deepseek_v32``) against transformers 5.25: tiny random
+twins whose ``index_topk`` is below the prompt length (so the lightning indexer's selection
+changes the logits: checked), rows of the twin harness (test_hf_twins.py: transformers' logits
+on a left-padded batch and on each row alone, its 16-token greedy continuation through the
+reference interpreter, and through ONNX Runtime on both ONNX targets with the batch decoded
+left-padded), the indexer's key cache fed back as a graph input; the Triton interpreter and the
+NumPy emitter agree with the reference interpreter; onnx-npu's host loop gives transformers'
+greedy tokens; the full-size example (DeepSeek-V3.2-Exp's config) counts what transformers
+builds on the meta device; and the settings irc does not implement are refused at their key."""
 import json
 from pathlib import Path
 
@@ -15,9 +15,9 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from tests.frontends.test_hf_models import (MLA, NEW_TOKENS, SMALL, TOLERANCE, YARN, assert_greedy_matches,
-                                            assert_onnx_target_matches, assert_rows_match, built_once,
-                                            hf_greedy_tokens, hf_logits, prompts, randomize, relative_error, save_twin)
+from tests.frontends.test_hf_models import (MLA, NEW_TOKENS, SMALL, TOLERANCE, YARN, hf_greedy_tokens, hf_logits,
+                                            prompts, relative_error)
+from tests.frontends.twins import build as build_twin, built, check_numpy_and_triton, family
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -33,16 +33,16 @@ CASES = {  # name: overrides of SMALL (prompts are 11 and 6 tokens long)
 }
 
 
+TWINS = family("DeepseekV32Config", SMALL, CASES, context=None)
+
+
 def build(name: str, folder, **changes):
-    config = transformers.DeepseekV32Config(**{**SMALL, **CASES[name], **changes})
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=sorted(CASES).index(name), norm_centre=1.0)
-    return save_twin(model, folder)
+    return build_twin(TWINS[name], folder, **changes)
 
 
 @pytest.fixture(scope="module")
 def twins(tmp_path_factory):
-    return built_once(build, tmp_path_factory)
+    return built(TWINS, tmp_path_factory)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -78,35 +78,15 @@ def test_no_visible_keys_tie_at_the_kth_place(twins, monkeypatch, name):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_logits_match_on_a_left_padded_batch_and_each_row_alone(twins, name):
-    model, folder = twins(name)
-    assert_rows_match(load_spec(folder), model)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_generation_matches(twins, name):
-    model, folder = twins(name)
-    assert_greedy_matches(load_spec(folder), model, prompts()[0][0].tolist())
-
-
-@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_onnx_runtime_matches_transformers(twins, tmp_path, name, target):
-    model, folder = twins(name)
+def test_the_indexer_key_cache_is_a_graph_input(twins, name):
+    _, folder = twins(name)
     graph = load_spec(folder)
     assert [v.name for v in graph.inputs if v.name.endswith("index_key")][:1] == ["past_key_values.0.index_key"]
-    assert_onnx_target_matches(model, graph, tmp_path, target)
 
 
 def test_triton_and_numpy_targets_match_the_reference(twins, tmp_path):
-    from tests.frontends.test_hf_targets import (test_numpy_module_matches_the_reference_exactly,
-                                                 test_triton_prefill_matches_the_reference)
-
     name = "deepseek-v32-topk4"
-    folder = twins(name)[1]
-    test_numpy_module_matches_the_reference_exactly(lambda _: folder, tmp_path / "np", name)
-    (tmp_path / "tt").mkdir()
-    test_triton_prefill_matches_the_reference(lambda _: folder, tmp_path / "tt", name)
+    check_numpy_and_triton(twins(name)[1], tmp_path, name)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

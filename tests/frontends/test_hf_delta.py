@@ -1,9 +1,10 @@
 """The gated-DeltaNet families (Qwen3-Next, Qwen3.5 dense and MoE; Qwen3.5 as it ships, with
-its vision tower, is a VLM: ``test_hf_qwen_vl``) against transformers on tiny random twins: logits on a
-left-padded batch of two (each row held against the row run alone), 16 greedy tokens
-through the reference interpreter; both ONNX targets in ONNX Runtime (prefill logits and 16
-greedy tokens per row, the conv and recurrent states and the KV caches fed back); and
-onnxruntime-genai 0.18 generating transformers' tokens from the folder irc writes. Then the
+its vision tower, is a VLM: ``test_hf_qwen_vl``) against transformers on tiny random twins, rows
+of the twin harness (test_hf_twins.py: logits on a left-padded batch of two, each row held
+against the row run alone, 16 greedy tokens through the reference interpreter; both ONNX
+targets in ONNX Runtime, prefill logits and 16 greedy tokens per row, the conv and recurrent
+states and the KV caches fed back; and onnxruntime-genai 0.18 generating transformers' tokens
+from the folder irc writes); a long prompt through the portable chunked form. Then the
 refusals: one SpecError naming config.json and the key."""
 import json
 from pathlib import Path
@@ -13,11 +14,10 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from irc.interpreter import generate
-from tests.frontends.test_hf_models import NEW_TOKENS, TOLERANCE, assert_ort_run_matches, built_once, irc_logits, \
-    prompts, randomize, relative_error
+from tests.frontends.refusals import pointed_line, refused
+from tests.frontends.test_hf_models import TOLERANCE, relative_error
 from tests.frontends.test_hf_ssm import unpadded_logits
-from tests.frontends.test_hf_ssm_onnx import genai_greedy, hf_greedy  # noqa: F401 (hf_greedy: a fixture)
+from tests.frontends.twins import STATES, STATES_ONNX, built, family
 
 try:
     import torch
@@ -45,56 +45,20 @@ CASES = {  # name: (config class, its settings)
 }
 
 
-def build_case(name: str, folder):
-    class_name, settings = CASES[name]
-    config = getattr(transformers, class_name)(**settings)
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=sorted(CASES).index(name), norm_centre=0.0)  # Qwen's norms are (1 + w)
+def sharpen(model, name: str) -> None:
     generator = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for key, p in model.named_parameters():
             if key.endswith("linear_attn.norm.weight"):  # the gated norm is plain w
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=generator))
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    model.save_pretrained(folder)
-    return model, folder
+
+
+TWINS = family(None, {}, CASES, checks=(STATES, STATES_ONNX), norm_centre=0.0, tweak=sharpen)  # norms: (1 + w)
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    return built_once(build_case, tmp_path_factory)
-
-@needs_torch
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_interpreter_matches_transformers(models, hf_greedy, name):
-    model, folder = models(name)
-    graph = load_spec(folder)
-    ids, mask, positions = prompts()
-    real = mask.astype(bool)
-    got, want = irc_logits(graph, ids, mask, positions), unpadded_logits(model, ids, mask)
-    assert relative_error(got[real], want[real]) <= TOLERANCE
-    tokens, _ = generate(graph, ids[0].tolist(), NEW_TOKENS)
-    assert tokens == hf_greedy(name)[0].tolist()
-
-
-@needs_torch
-@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_onnx_and_genai_match_transformers(models, hf_greedy, tmp_path, name, target):
-    """Both rows through ONNX Runtime (irc's greedy loop), then onnxruntime-genai on the
-    same folder: its RecurrentState finds each DeltaNet layer's conv and recurrent state
-    beside the attention layers' KV caches."""
-    from backends.onnx import emit
-
-    model, folder = models(name)
-    graph = load_spec(folder)
-    path = str(tmp_path / "model.onnx")
-    emitted = emit.emit_model(graph, path, target=target, context=64)
-    assert_ort_run_matches(path, graph, unpadded_logits(model, *prompts()[:2]), hf_greedy(name))
-    og = pytest.importorskip("onnxruntime_genai")
-    assert emitted.genai_config, emitted.genai_note
-    assert genai_greedy(og, tmp_path, prompts()[0][0], NEW_TOKENS) == hf_greedy(name)[0].tolist()
+    return built(TWINS, tmp_path_factory)
 
 
 @needs_torch
@@ -192,13 +156,7 @@ def test_the_base_config_builds_and_derives_the_layer_kinds(tmp_path):
 @pytest.mark.parametrize("name", sorted(REFUSALS))
 def test_a_bad_setting_is_one_error_naming_config_json_and_the_key(tmp_path, name):
     changes, key, fragment = REFUSALS[name]
-    folder = folder_with(tmp_path, {**BASE, **changes})
-    with pytest.raises(SpecError) as caught:
-        load_spec(folder)
-    message = str(caught.value)
-    assert f"{folder / 'config.json'}:" in message and f"{key}: " in message and fragment in message, message
-    line = int(message.split("config.json:")[1].split(":")[0])
-    assert f'"{key}"' in (folder / "config.json").read_text().splitlines()[line - 1]
+    assert f'"{key}"' in pointed_line(tmp_path, refused(tmp_path, key, fragment, {**BASE, **changes}))
 
 
 def test_a_multimodal_config_names_its_text_config(tmp_path):

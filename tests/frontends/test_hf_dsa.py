@@ -1,10 +1,11 @@
 """DeepSeek-V3.2's sparse-attention kin (``frontends.hf.families_dsa``) against transformers
 5.25, held as DeepSeek-V3.2's twins are (``test_hf_deepseek_v32``): tiny random twins whose
 ``index_topk`` is below the prompt length (the selection changes transformers' logits:
-checked, and no two visible keys tie at the boundary of a selection) give transformers'
-logits on a left-padded batch and on each row alone and its 16-token greedy continuation
-through the reference interpreter, and through ONNX Runtime on both ONNX targets (the batch
-decoded left-padded, the indexers' key caches fed back), the Triton interpreter and the NumPy
+checked, and no two visible keys tie at the boundary of a selection), rows of the twin
+harness (test_hf_twins.py: transformers' logits on a left-padded batch and on each row alone
+and its 16-token greedy continuation through the reference interpreter, and through ONNX
+Runtime on both ONNX targets, the batch decoded left-padded, the indexers' key caches fed
+back), the Triton interpreter and the NumPy
 emitter agreeing with the reference interpreter on dots3's and MiniMax-M3's twins, onnx-npu
 refusing MiniMax-M3's block selection by name; GLM-5's "shared" layers have no
 indexer and no index-key cache; dots3's full-attention layers (``use_dsa: false``) match too;
@@ -16,10 +17,9 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from tests.frontends.test_hf_models import (MLA, NEW_TOKENS, SMALL, TOLERANCE, assert_greedy_matches,
-                                            assert_logits_match, assert_onnx_target_matches, assert_rows_match,
-                                            built_once, hf_logits, irc_logits, prompts, randomize, relative_error,
-                                            save_twin)
+from tests.frontends.test_hf_models import (MLA, NEW_TOKENS, SMALL, TOLERANCE, hf_logits, irc_logits, prompts,
+                                            relative_error)
+from tests.frontends.twins import GREEDY, LOGITS, ONNX, build as build_twin, built, check_numpy_and_triton, family
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -51,17 +51,18 @@ EVERY_KEY = {"minimax-m3-blocks5-top2": dict(index_topk_blocks=64)}  # the same 
 M3 = "minimax-m3-blocks5-top2"  # transformers' own M3 differs between a left-padded row and the row alone
 
 
+# M3: 1 + w norms; only the padded batch (see M3 above), and its batch decoded as the runtime feeds it
+TWINS = family(None, SMALL, CASES, context=None, rows={M3: dict(
+    norm_centre=0.0, checks=(LOGITS, GREEDY, ONNX), batch_tokens=lambda model: padded_greedy(model, *prompts()))})
+
+
 def build(name: str, folder, **changes):
-    kind, overrides = CASES[name]
-    config = getattr(transformers, kind)(**{**SMALL, **overrides, **changes})
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=sorted(CASES).index(name), norm_centre=0.0 if name == M3 else 1.0)  # M3: 1 + w norms
-    return save_twin(model, folder)
+    return build_twin(TWINS[name], folder, **changes)
 
 
 @pytest.fixture(scope="module")
 def twins(tmp_path_factory):
-    return built_once(build, tmp_path_factory)
+    return built(TWINS, tmp_path_factory)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -99,26 +100,6 @@ def test_no_visible_keys_tie_at_the_kth_place(twins, monkeypatch, name):
     assert all(row[k - 1] > row[k] for row in rows if len(row) > k)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_logits_match_on_a_left_padded_batch_and_each_row_alone(twins, name):
-    model, folder = twins(name)
-    (assert_logits_match if name == M3 else assert_rows_match)(load_spec(folder), model)  # M3: see M3 above
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_generation_matches(twins, name):
-    model, folder = twins(name)
-    assert_greedy_matches(load_spec(folder), model, prompts()[0][0].tolist())
-
-
-@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_onnx_runtime_matches_transformers(twins, tmp_path, name, target):
-    model, folder = twins(name)
-    tokens = padded_greedy(model, *prompts()) if name == M3 else None
-    assert_onnx_target_matches(model, load_spec(folder), tmp_path, target, tokens)
-
-
 def padded_greedy(model, ids, mask, positions) -> np.ndarray:
     """transformers' greedy decode of the left-padded batch with the runtime's positions (0 on
     the padding, as ``backends.onnx.runtime`` feeds them): generate puts 1 there, and M3's
@@ -141,13 +122,7 @@ def padded_greedy(model, ids, mask, positions) -> np.ndarray:
 
 @pytest.mark.parametrize("name", ["dots3-note-swa-topk4", M3])
 def test_triton_and_numpy_targets_match_the_reference(twins, tmp_path, name):
-    from tests.frontends.test_hf_targets import (test_numpy_module_matches_the_reference_exactly,
-                                                 test_triton_prefill_matches_the_reference)
-
-    folder = twins(name)[1]
-    test_numpy_module_matches_the_reference_exactly(lambda _: folder, tmp_path / "np", name)
-    (tmp_path / "tt").mkdir()
-    test_triton_prefill_matches_the_reference(lambda _: folder, tmp_path / "tt", name)
+    check_numpy_and_triton(twins(name)[1], tmp_path, name)
 
 
 def test_onnx_npu_refuses_the_block_selection_by_name(twins, tmp_path, capsys):

@@ -1,12 +1,11 @@
-"""Gemma-3n from Hugging Face against transformers 5.24: tiny random Gemma3nForCausalLM
-twins (AltUp with 3 or 2 streams and a non-zero active stream, LAuReL, per-layer embeddings
-with a per-layer table smaller than the vocabulary, KV-sharing layers, activation sparsity,
-per-layer MLP widths, local/global windows and RoPE) saved with save_pretrained, on a
-left-padded batch of two (each row against transformers' padded batch and against the row
-run alone), 16 greedy tokens through the reference interpreter, both ONNX targets,
-onnxruntime-genai and ``irc run``; the multimodal checkpoint layout (text model under
-``model.language_model.``, towers left aside); the full-size E4B structure and its KV
-cache; config.json mistakes."""
+"""Gemma-3n from Hugging Face against transformers 5.24: tiny random Gemma3nForCausalLM twins
+(AltUp with 3 or 2 streams and a non-zero active stream, LAuReL, per-layer embeddings with a
+per-layer table smaller than the vocabulary, KV-sharing layers, activation sparsity, per-layer
+MLP widths, local/global windows and RoPE), rows of the twin harness (test_hf_twins.py: the
+left-padded batch and each row alone, 16 greedy tokens, both ONNX targets, each emitted alike
+twice); onnxruntime-genai and ``irc run``; the multimodal checkpoint layout (text model under
+``model.language_model.``, towers left aside); the full-size E4B structure and its KV cache;
+config.json mistakes."""
 import json
 
 import numpy as np
@@ -14,9 +13,9 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_ort_run_matches,  # noqa: F401
-                                            assert_rows_match, built_once, hf_batch_greedy, hf_greedy_tokens,
-                                            hf_logits, irc_logits, prompts, randomize, relative_error, save_twin)
+from tests.frontends.refusals import pointed_line, refused
+from tests.frontends.test_hf_models import NEW_TOKENS, assert_rows_match, hf_greedy_tokens, prompts
+from tests.frontends.twins import built, family
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -39,22 +38,12 @@ CASES = {
 SHARED = "gemma3n-shared-sparse"
 
 
-def build_case(name: str, folder):
-    config = transformers.Gemma3nTextConfig(**{**SMALL, **CASES[name]})
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=sorted(CASES).index(name), norm_centre=1.0)  # plain norm weights, not 1 + w
-    return save_twin(model, folder)
+TWINS = family("Gemma3nTextConfig", SMALL, CASES, emits_alike=True)  # norm centre 1: plain weights, not 1 + w
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    return built_once(build_case, tmp_path_factory)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_logits_match_the_padded_batch_and_each_row_alone(models, name):
-    model, folder = models(name)
-    assert_rows_match(load_spec(folder), model)
+    return built(TWINS, tmp_path_factory)
 
 
 def test_the_twin_exercises_sharing_sparsity_windows_and_the_per_layer_table(models):
@@ -87,32 +76,6 @@ def test_an_unapplied_output_scale_is_left_aside(models):
     assert "model.layers.0.altup.correct_output_scale" in Checkpoint.find(str(folder)).files
     assert not any(name.endswith("correct_output_scale") for name in graph.params)
     assert "layers.0.altup.correct_output_scale" in load_spec(models(SHARED)[1]).params
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_generation_matches(models, name):
-    from irc.interpreter import generate
-
-    model, folder = models(name)
-    prompt = prompts()[0][0].tolist()
-    tokens, _ = generate(load_spec(folder), prompt, NEW_TOKENS)
-    assert tokens == hf_greedy_tokens(model, prompt)
-
-
-@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_onnx_runtime_matches_transformers(models, hf_batch_greedy, tmp_path, name, target):
-    pytest.importorskip("onnxruntime")
-    from backends.onnx import emit
-
-    model, folder = models(name)
-    graph = load_spec(folder)
-    path = str(tmp_path / "model.onnx")
-    emit.emit_model(graph, path, target=target, genai=False, context=64)
-    assert_ort_run_matches(path, graph, hf_logits(model, *prompts()), hf_batch_greedy(name))
-    again = tmp_path / "again.onnx"
-    emit.emit_model(load_spec(folder), str(again), target=target, genai=False, context=64)
-    assert again.read_bytes() == (tmp_path / "model.onnx").read_bytes()
 
 
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
@@ -246,14 +209,7 @@ def test_bad_configs_name_the_key(tmp_path, capsys, config, key, fragment):
     writes nothing."""
     from irc_cli import main
 
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config, indent=2))
-    with pytest.raises(SpecError) as err:
-        load_spec(tmp_path)
-    message = str(err.value)
-    assert f"{path}:" in message and f"{key}: " in message and fragment in message, message
-    line = int(message.split("config.json:")[1].split(":")[0])
-    assert f'"{key.split(".")[-1]}"' in path.read_text().splitlines()[line - 1]
+    assert f'"{key.split(".")[-1]}"' in pointed_line(tmp_path, refused(tmp_path, key, fragment, config))
     out = tmp_path / "out"
     assert main(["compile", str(tmp_path), "--target", "onnx", "-o", str(out / "model.onnx")]) == 2
     assert fragment in capsys.readouterr().err and not out.exists()

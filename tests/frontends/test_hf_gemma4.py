@@ -1,11 +1,10 @@
 """Gemma-4 (gemma4_text, and the multimodal gemma4's text model) from Hugging Face against
 transformers 5.24: tiny random twins (per-layer head dims, k = v full layers, KV-shared
 layers with double-wide MLPs, per-layer embeddings, proportional RoPE, v norms, layer
-scalars, soft-capped logits, the MoE beside the MLP) saved with save_pretrained — the
-``Gemma4ForCausalLM`` layout and the ``Gemma4ForConditionalGeneration`` one — on a
-left-padded batch of two (each row also against the row run alone), 16 greedy tokens
-through the reference interpreter, both ONNX targets, onnxruntime-genai where genai can
-allocate the caches and ``irc run`` where it cannot, the static onnx-npu form and the
+scalars, soft-capped logits, the MoE beside the MLP) — the ``Gemma4ForCausalLM`` layout and
+the ``Gemma4ForConditionalGeneration`` one — rows of the twin harness (test_hf_twins.py: the
+left-padded batch and each row alone, 16 greedy tokens, both ONNX targets where genai cannot
+allocate the caches, onnxruntime-genai where it can); ``irc run`` where genai cannot, the static onnx-npu form and the
 Triton target in its interpreter; the full-size structures' parameter counts; config.json
 mistakes."""
 import json
@@ -15,11 +14,9 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_greedy_matches,  # noqa: F401
-                                            assert_ort_run_matches, assert_rows_match, built_once,
-                                            hf_batch_greedy, hf_logits, irc_logits, prompts, randomize,
-                                            relative_error, save_twin)
-from tests.frontends.test_hf_ssm_onnx import assert_genai_generates, emit_genai_folder
+from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, hf_batch_greedy, hf_logits,  # noqa: F401
+                                            irc_logits, prompts, relative_error)
+from tests.frontends.twins import GENAI, GREEDY, ROWS, built, causal_lm, family
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -58,18 +55,17 @@ CASES = {  # name: (config class, overrides of SMALL); Gemma4Config: the multimo
 }
 
 
-def build_case(name: str, folder):
-    class_name, overrides = CASES[name]
-    text = {k: v for k, v in {**SMALL, **overrides}.items() if v is not None}
+def make(class_name: str, text: dict):
+    text = {k: v for k, v in text.items() if v is not None}
     if class_name == "Gemma4Config":
         config = transformers.Gemma4Config(text_config=text, vision_config=None, audio_config=None)
-        model = transformers.Gemma4ForConditionalGeneration(config).eval()
-    else:
-        if class_name == "Gemma4UnifiedTextConfig":
-            text = {k: v for k, v in text.items() if "per_layer_input" not in k}
-        config = getattr(transformers, class_name)(**text)
-        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=sorted(CASES).index(name), norm_centre=1.0)
+        return transformers.Gemma4ForConditionalGeneration(config).eval()
+    if class_name == "Gemma4UnifiedTextConfig":
+        text = {k: v for k, v in text.items() if "per_layer_input" not in k}
+    return causal_lm(class_name, text)
+
+
+def sharpen(model, name: str) -> None:
     generator = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for key, buffer in model.named_buffers():
@@ -80,18 +76,19 @@ def build_case(name: str, folder):
                 p.copy_(3.0 + torch.randn(p.shape, generator=generator))
             elif key.endswith("per_expert_scale"):
                 p.copy_(0.5 + torch.rand(p.shape, generator=generator))
-    return save_twin(model, folder)
+
+
+# ONNX where the cache layouts differ (genai refuses them), genai where they are one (KV-shared
+# layers included: they have no cache for genai to allocate, so its config counts the 2 of 4
+# layers that hold one, as for Gemma-3n)
+TWINS = family(None, SMALL, CASES, make=make, tweak=sharpen, genai_refused="different cache layouts", rows={
+    "gemma4-unified-text": dict(checks=(ROWS, GREEDY)),
+    "gemma4-uniform-kv-shared": dict(checks=(ROWS, GREEDY, GENAI), genai_layers=2)})
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    return built_once(build_case, tmp_path_factory)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_logits_match_the_padded_batch_and_each_row_alone(models, name):
-    model, folder = models(name)
-    assert_rows_match(load_spec(folder), model)
+    return built(TWINS, tmp_path_factory)
 
 
 def test_the_twins_exercise_the_gemma4_parts(models):
@@ -110,41 +107,6 @@ def test_the_twins_exercise_the_gemma4_parts(models):
     assert [n.inputs[4].name for n in attention][4:] == ["past_key_values.2.key", "past_key_values.3.key"]
     scalars = [float(p) for p in model.model.layers[0].layer_scalar]
     assert scalars != [1.0]
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_generation_matches(models, name):
-    model, folder = models(name)
-    prompt = prompts()[0][0].tolist()
-    assert_greedy_matches(load_spec(folder), model, prompt, NEW_TOKENS)
-
-
-@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-@pytest.mark.parametrize("name", ["gemma4-k-eq-v-untied", "gemma4-moe-k-eq-v", "gemma4-multimodal",
-                                  "gemma4-ple-kv-shared-wide"])
-def test_onnx_runtime_matches_transformers(models, hf_batch_greedy, tmp_path, name, target):
-    pytest.importorskip("onnxruntime")
-    from backends.onnx import emit
-
-    model, folder = models(name)
-    graph = load_spec(folder)
-    path = str(tmp_path / "model.onnx")
-    emitted = emit.emit_model(graph, path, target=target, context=64)
-    assert emitted.genai_config is None and "different cache layouts" in emitted.genai_note
-    assert_ort_run_matches(path, graph, hf_logits(model, *prompts()), hf_batch_greedy(name))
-
-
-@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-def test_genai_generates_transformers_tokens(models, hf_batch_greedy, tmp_path, target):
-    """onnxruntime-genai 0.18 on a twin whose caches share one layout (KV-shared layers
-    included: they have no cache for genai to allocate, so its config counts the 2 of 4
-    layers that hold one, as for Gemma-3n)."""
-    name = "gemma4-uniform-kv-shared"
-    _, folder = models(name)
-    emit_genai_folder(load_spec(folder), tmp_path, target)
-    config = json.loads((tmp_path / "genai_config.json").read_text())
-    assert config["model"]["decoder"]["num_hidden_layers"] == 2
-    assert_genai_generates(tmp_path, hf_batch_greedy(name)[0].tolist())
 
 
 def irc_run(folder, *options) -> list:

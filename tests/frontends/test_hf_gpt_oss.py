@@ -1,8 +1,8 @@
 """GPT-OSS from Hugging Face against transformers 5.24: tiny random models (sinks, q/k/v/o
-biases, alternating sliding/full layers, YaRN, the biased clamped-SwiGLU MoE) saved with
-save_pretrained, on a left-padded batch of two (each row against transformers' padded batch
-and against the row run alone), 16 greedy tokens through the reference interpreter, both
-ONNX targets and onnxruntime-genai; the full-size structure; config.json mistakes."""
+biases, alternating sliding/full layers, YaRN, the biased clamped-SwiGLU MoE) rows of
+the twin harness (test_hf_twins.py: the left-padded batch and each row alone, 16 greedy
+tokens, both ONNX targets and onnxruntime-genai); the features are live; onnx-ort's MoE; the
+full-size structure; config.json mistakes."""
 import json
 
 import numpy as np
@@ -10,11 +10,9 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_greedy_matches,  # noqa: F401
-                                            assert_ort_run_matches, assert_rows_match, built_once,
-                                            hf_batch_greedy, hf_logits, irc_logits, prompts, randomize,
-                                            relative_error, save_twin)
-from tests.frontends.test_hf_ssm_onnx import assert_genai_generates, emit_genai_folder
+from tests.frontends.refusals import pointed_line, refused
+from tests.frontends.test_hf_models import prompts
+from tests.frontends.twins import CHECKS, GENAI, built, family, twin_build
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -22,38 +20,32 @@ transformers = pytest.importorskip("transformers")
 SMALL = dict(vocab_size=128, hidden_size=32, intermediate_size=16, num_hidden_layers=3, num_attention_heads=4,
              num_key_value_heads=2, head_dim=8, num_local_experts=4, num_experts_per_tok=2, sliding_window=4,
              max_position_embeddings=64, pad_token_id=0)
-CASES = {  # name: (overrides of SMALL, scale of the expert gate/up weights: large enough that the clamps bite)
-    "gpt-oss-alternating-yarn": (dict(rope_parameters={
+CASES = {  # name: overrides of SMALL
+    "gpt-oss-alternating-yarn": dict(rope_parameters={
         "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16,
-        "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}), 3.0),
-    "gpt-oss-mqa-no-bias-types-top1": (dict(attention_bias=False, num_key_value_heads=1, num_experts_per_tok=1,
-                                            layer_types=["full_attention", "sliding_attention", "sliding_attention"],
-                                            swiglu_limit=2.0, swiglu_alpha=1.2, sliding_window=3), 1.0),
+        "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}),
+    "gpt-oss-mqa-no-bias-types-top1": dict(attention_bias=False, num_key_value_heads=1, num_experts_per_tok=1,
+                                           layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+                                           swiglu_limit=2.0, swiglu_alpha=1.2, sliding_window=3),
 }
+SCALES = {"gpt-oss-alternating-yarn": 3.0}  # of the expert gate/up weights: large enough that the clamps bite
 
 
-def build(name: str, folder):
-    overrides, scale = CASES[name]
-    config = transformers.GptOssConfig(**{**SMALL, **overrides})
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=sorted(CASES).index(name), norm_centre=1.0)
+def sharpen(model, name: str) -> None:
     with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.sinks.mul_(10.0)  # sinks of order 1-2: they move the softmax
-            layer.mlp.experts.gate_up_proj.mul_(scale)
-    return save_twin(model, folder)
+            layer.mlp.experts.gate_up_proj.mul_(SCALES.get(name, 1.0))
+
+
+TWINS = family("GptOssConfig", SMALL, CASES, tweak=sharpen,
+               rows={"gpt-oss-alternating-yarn": dict(checks=CHECKS + (GENAI,))})
+build = twin_build(TWINS)
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    return built_once(build, tmp_path_factory)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_logits_match_the_padded_batch_and_each_row_alone(models, name):
-    model, folder = models(name)
-    graph = load_spec(folder)
-    assert_rows_match(graph, model)
+    return built(TWINS, tmp_path_factory)
 
 
 def test_the_twins_exercise_sinks_windows_and_clamps(models):
@@ -74,26 +66,6 @@ def test_the_twins_exercise_sinks_windows_and_clamps(models):
     assert (gate_up[..., ::2] > 7).any() and (gate_up[..., 1::2].abs() > 7).any()
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_generation_matches(models, name):
-    model, folder = models(name)
-    prompt = prompts()[0][0].tolist()
-    assert_greedy_matches(load_spec(folder), model, prompt, NEW_TOKENS)
-
-
-@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])  # onnx-ort: GroupQueryAttention's head_sink
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_onnx_runtime_matches_transformers(models, hf_batch_greedy, tmp_path, name, target):
-    pytest.importorskip("onnxruntime")
-    from backends.onnx import emit
-
-    model, folder = models(name)
-    graph = load_spec(folder)
-    path = str(tmp_path / "model.onnx")
-    emit.emit_model(graph, path, target=target, genai=False, context=64)
-    assert_ort_run_matches(path, graph, hf_logits(model, *prompts()), hf_batch_greedy(name))
-
-
 def test_onnx_ort_runs_the_moe_as_com_microsoft_moe(models, tmp_path):
     import onnx
 
@@ -104,15 +76,6 @@ def test_onnx_ort_runs_the_moe_as_com_microsoft_moe(models, tmp_path):
     emit.emit_model(load_spec(folder), str(path), target="onnx-ort", genai=False, context=64)
     kinds = [node.op_type for node in onnx.load(str(path)).graph.node]
     assert kinds.count("MoE") == SMALL["num_hidden_layers"]
-
-
-@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-def test_genai_generates_transformers_tokens(models, hf_batch_greedy, tmp_path, target):
-    """onnxruntime-genai 0.18 on both targets' folders."""
-    name = "gpt-oss-alternating-yarn"
-    _, folder = models(name)
-    emit_genai_folder(load_spec(folder), tmp_path, target)
-    assert_genai_generates(tmp_path, hf_batch_greedy(name)[0].tolist())
 
 
 def test_gpt_oss_20b_structure_compiles_without_weights(tmp_path):
@@ -147,14 +110,7 @@ BAD = [  # (config.json, the key named, a fragment of the message)
 
 @pytest.mark.parametrize("config, key, fragment", BAD)
 def test_bad_configs_name_the_key(tmp_path, config, key, fragment):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config, indent=2))
-    with pytest.raises(SpecError) as err:
-        load_spec(tmp_path)
-    message = str(err.value)
-    assert f"{path}:" in message and f"{key}: " in message and fragment in message, message
-    line = int(message.split("config.json:")[1].split(":")[0])
-    assert f'"{key}"' in path.read_text().splitlines()[line - 1]
+    assert f'"{key}"' in pointed_line(tmp_path, refused(tmp_path, key, fragment, config))
 
 
 def test_mxfp4_checkpoints_are_refused_naming_quantization_config(models, tmp_path):

@@ -1,25 +1,21 @@
 """``frontends.hf.families_hybrid2`` (OLMo-Hybrid, LFM3) and ``families_hybrid3`` (Lara-Mini,
-Ling-3's BailingHybrid) against transformers on tiny random twins: logits on a left-padded batch
-of two (each row held against the row run alone), 16 greedy tokens through the reference
-interpreter; both ONNX targets in ONNX Runtime (prefill logits and 16 greedy tokens per row,
-the conv and recurrent states and the KV caches fed back) and onnxruntime-genai 0.18 on the
-folder irc writes (Ling: genai's refusal of MLA's two cache widths); a long prompt through the
-portable chunked form. Then the refusals: one SpecError naming config.json and the key; and
-the ``log`` op Ling's safe forget gate needs, against NumPy on the reference, both ONNX
-targets and the Triton fallback."""
+Ling-3's BailingHybrid) against transformers on tiny random twins, rows of the twin harness
+(test_hf_twins.py: logits on a left-padded batch of two, each row held against the row run
+alone, 16 greedy tokens through the reference interpreter; both ONNX targets in ONNX Runtime,
+prefill logits and 16 greedy tokens per row, the conv and recurrent states and the KV caches
+fed back, and onnxruntime-genai 0.18 on the folder irc writes; Ling: genai's refusal of MLA's
+two cache widths); a long prompt through the portable chunked form. Then the refusals: one
+SpecError naming config.json and the key; and the ``log`` op Ling's safe forget gate needs,
+against NumPy on the reference, both ONNX targets and the Triton fallback."""
 import json
 
 import numpy as np
 import pytest
 
 from frontends import load_spec
-from irc.errors import SpecError
-from irc.interpreter import generate
+from tests.frontends.refusals import refused
 from tests.frontends.test_hf_delta import assert_long_prompt_matches
-from tests.frontends.test_hf_models import NEW_TOKENS, TOLERANCE, assert_ort_run_matches, built_once, irc_logits, \
-    prompts, randomize, relative_error
-from tests.frontends.test_hf_ssm import unpadded_logits
-from tests.frontends.test_hf_ssm_onnx import genai_greedy, hf_greedy, until_eos  # noqa: F401 (hf_greedy: a fixture)
+from tests.frontends.twins import STATES, STATES_ONNX, built, family
 
 try:
     import torch
@@ -81,58 +77,26 @@ CASES = {  # name: (config class, its settings, the centre of its norm weights)
 }
 
 
-def build_case(name: str, folder):
-    class_name, settings, centre = CASES[name]
-    config = getattr(transformers, class_name)(**settings)
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=sorted(CASES).index(name), norm_centre=centre)
+def sharpen(model, name: str) -> None:
     generator = torch.Generator().manual_seed(11)
     with torch.no_grad():
         for key, buffer in model.named_buffers():
             if key.endswith("e_score_correction_bias"):  # DeepSeek-V3's selection bias, a buffer
                 buffer.copy_(0.1 * torch.randn(buffer.shape, generator=generator))
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    model.save_pretrained(folder)
-    return model, folder
+
+
+# Ling: MLA's caches (keys nope + rope wide, values v) have two widths genai cannot allocate;
+# the others' genai stops at the folder's eos (or pad)
+REFUSED = "different cache layouts"
+TWINS = family(None, {}, {name: case[:2] for name, case in CASES.items()}, checks=(STATES, STATES_ONNX),
+               tweak=sharpen, genai_until_eos=True,
+               rows={name: dict(norm_centre=case[2], genai_refused=REFUSED if name.startswith("ling") else None)
+                     for name, case in CASES.items()})
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    return built_once(build_case, tmp_path_factory)
-
-
-@needs_torch
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_interpreter_matches_transformers(models, hf_greedy, name):
-    model, folder = models(name)
-    graph = load_spec(folder)
-    ids, mask, positions = prompts()
-    real = mask.astype(bool)
-    got, want = irc_logits(graph, ids, mask, positions), unpadded_logits(model, ids, mask)
-    assert relative_error(got[real], want[real]) <= TOLERANCE
-    tokens, _ = generate(graph, ids[0].tolist(), NEW_TOKENS)
-    assert tokens == hf_greedy(name)[0].tolist()
-
-
-@needs_torch
-@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_onnx_and_genai_match_transformers(models, hf_greedy, tmp_path, name, target):
-    from backends.onnx import emit
-
-    model, folder = models(name)
-    graph = load_spec(folder)
-    path = str(tmp_path / "model.onnx")
-    emitted = emit.emit_model(graph, path, target=target, context=64)
-    assert_ort_run_matches(path, graph, unpadded_logits(model, *prompts()[:2]), hf_greedy(name))
-    if name.startswith("ling"):  # MLA's caches: keys nope + rope wide, values v, two widths genai cannot allocate
-        assert emitted.genai_config is None and "different cache layouts" in emitted.genai_note
-        return
-    og = pytest.importorskip("onnxruntime_genai")
-    assert emitted.genai_config, emitted.genai_note
-    want = until_eos(hf_greedy(name)[0].tolist(), tmp_path)  # genai stops at the folder's eos (or pad)
-    assert genai_greedy(og, tmp_path, prompts()[0][0], NEW_TOKENS) == want
+    return built(TWINS, tmp_path_factory)
 
 
 @needs_torch
@@ -208,11 +172,7 @@ def test_without_layer_types_the_config_class_pattern_holds(tmp_path, model_type
 @pytest.mark.parametrize("name", sorted(REFUSALS))
 def test_a_bad_setting_is_one_error_naming_config_json_and_the_key(tmp_path, name):
     model_type, changes, key, fragment = REFUSALS[name]
-    (tmp_path / "config.json").write_text(json.dumps({**BASE[model_type], **changes}, indent=2))
-    with pytest.raises(SpecError) as caught:
-        load_spec(tmp_path)
-    message = str(caught.value)
-    assert f"{tmp_path / 'config.json'}:" in message and f"{key}: " in message and fragment in message, message
+    refused(tmp_path, key, fragment, {**BASE[model_type], **changes})
 
 
 # ---- the log op (Ling's safe forget gate: the inverse softplus) ----------------------------------

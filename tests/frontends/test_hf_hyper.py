@@ -11,6 +11,7 @@ import pytest
 from frontends import load_spec
 from tests.frontends.test_hf_models import (CASES, SMALL, TOLERANCE, hf_logits, models, prompts,  # noqa: F401
                                             randomize, relative_error)
+from tests.frontends.twins import check_numpy_and_triton
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -112,14 +113,8 @@ def test_no_visible_keys_tie_at_the_kth_place(models, monkeypatch, name):  # noq
 
 
 def test_triton_and_numpy_targets_match_the_reference(models, tmp_path):  # noqa: F811
-    from tests.frontends.test_hf_targets import (test_numpy_module_matches_the_reference_exactly,
-                                                 test_triton_prefill_matches_the_reference)
-
     name = "hy-v4-three-streams-shared-indexer"
-    folder = models(name)[1]
-    test_numpy_module_matches_the_reference_exactly(lambda _: folder, tmp_path / "np", name)
-    (tmp_path / "tt").mkdir()
-    test_triton_prefill_matches_the_reference(lambda _: folder, tmp_path / "tt", name)
+    check_numpy_and_triton(models(name)[1], tmp_path, name)
 
 
 def test_onnx_npu_refuses_the_sorted_experts_by_name(models, tmp_path, capsys):  # noqa: F811

@@ -1,17 +1,17 @@
 """Kolibri-1.1 (``frontends.hf.families_kolibri``) against transformers 5.25: tiny random twins
 whose selection budget (``index_topk`` + local + sink tokens) and ``index_pool_size`` are below
-the prompt lengths (11 and 6 tokens; both selections change transformers' logits: checked)
-give transformers' logits on a left-padded batch and on each row alone and its 16-token
-greedy continuation (the pool and the selection then working over up to 27 keys) through the
-reference interpreter, and through ONNX Runtime on both ONNX targets (the batch decoded
-left-padded); the NumPy emitter and the Triton interpreter agree with the reference
-interpreter; onnx-npu refuses the NVFP4 rounding by name. transformers breaks ties of the
-routing scores towards the lower index (its ``top_k_mask`` keeps the k-th value's ties
-lowest index first, not in torch.topk's order), as ``topk_mask`` does, so exact ties (relu
-zeros) need no check here. Layers reading another layer's keys and values have no k/v
-weights and no cache; holes in the attention mask keep the later keys' positions; the
-default layer layout is derived as Kolibri1_1Config derives it; the settings transformers
-rejects are refused at their key."""
+the prompt lengths (11 and 6 tokens; both selections change transformers' logits: checked),
+rows of the twin harness (test_hf_twins.py: transformers' logits on a left-padded batch and on
+each row alone, its 16-token greedy continuation, the pool and the selection then working over
+up to 27 keys, through the reference interpreter, and through ONNX Runtime on both ONNX targets
+with the batch decoded left-padded); holes in the mask; the NumPy emitter and the Triton
+interpreter agree with the reference interpreter; onnx-npu refuses the NVFP4 rounding by name.
+transformers breaks ties of the routing scores towards the lower index (its ``top_k_mask``
+keeps the k-th value's ties lowest index first, not in torch.topk's order), as ``topk_mask``
+does, so exact ties (relu zeros) need no check here. Layers reading another layer's keys and
+values have no k/v weights and no cache; holes in the attention mask keep the later keys'
+positions; the default layer layout is derived as Kolibri1_1Config derives it; the settings
+transformers rejects are refused at their key."""
 import json
 
 import numpy as np
@@ -19,9 +19,8 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from tests.frontends.test_hf_models import (SMALL, TOLERANCE, assert_greedy_matches, assert_onnx_target_matches,
-                                            assert_rows_match, built_once, hf_logits, irc_logits, prompts, randomize,
-                                            relative_error, save_twin)
+from tests.frontends.test_hf_models import SMALL, TOLERANCE, hf_logits, irc_logits, prompts, relative_error
+from tests.frontends.twins import build as build_twin, built, check_numpy_and_triton, family
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -47,17 +46,16 @@ EVERY_KEY = dict(index_topk=64, index_pool_size=64)  # the same weights, no sele
 NO_POOL = dict(index_pool_size=64)  # the same weights, every visible key in the pool
 
 
+TWINS = family(None, SMALL, CASES, context=None)
+
+
 def build(name: str, folder, **changes):
-    kind, overrides = CASES[name]
-    config = getattr(transformers, kind)(**{**SMALL, **overrides, **changes})
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=sorted(CASES).index(name), norm_centre=1.0)
-    return save_twin(model, folder)
+    return build_twin(TWINS[name], folder, **changes)
 
 
 @pytest.fixture(scope="module")
 def twins(tmp_path_factory):
-    return built_once(build, tmp_path_factory)
+    return built(TWINS, tmp_path_factory)
 
 
 @pytest.mark.parametrize("changes", [EVERY_KEY, NO_POOL], ids=["selection", "pool"])
@@ -69,12 +67,6 @@ def test_the_selection_and_the_pool_change_transformers_logits(twins, tmp_path, 
     real = mask.astype(bool)
     sparse, wider = hf_logits(model, ids, mask, positions), hf_logits(other, ids, mask, positions)
     assert relative_error(sparse[real], wider[real]) > 100 * TOLERANCE
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_logits_match_on_a_left_padded_batch_and_each_row_alone(twins, name):
-    model, folder = twins(name)
-    assert_rows_match(load_spec(folder), model)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -90,28 +82,9 @@ def test_masked_keys_between_keep_their_positions(twins, name):
     assert relative_error(got[real], want[real]) <= TOLERANCE
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_generation_matches(twins, name):
-    model, folder = twins(name)
-    assert_greedy_matches(load_spec(folder), model, prompts()[0][0].tolist())
-
-
-@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_onnx_runtime_matches_transformers(twins, tmp_path, name, target):
-    model, folder = twins(name)
-    assert_onnx_target_matches(model, load_spec(folder), tmp_path, target)
-
-
 def test_triton_and_numpy_targets_match_the_reference(twins, tmp_path):
-    from tests.frontends.test_hf_targets import (test_numpy_module_matches_the_reference_exactly,
-                                                 test_triton_prefill_matches_the_reference)
-
     name = "kolibri1-1-shared-kv-pool-blocks2"
-    folder = twins(name)[1]
-    test_numpy_module_matches_the_reference_exactly(lambda _: folder, tmp_path / "np", name)
-    (tmp_path / "tt").mkdir()
-    test_triton_prefill_matches_the_reference(lambda _: folder, tmp_path / "tt", name)
+    check_numpy_and_triton(twins(name)[1], tmp_path, name)
 
 
 def test_onnx_npu_refuses_the_nvfp4_rounding_by_name(twins, tmp_path, capsys):

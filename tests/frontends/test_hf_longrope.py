@@ -7,9 +7,9 @@ and crosses n during the 16 greedy steps (transformers' generate drops the cache
 runs the whole sequence again: ``irc.ops.rope.cache_refresh_length``); "prefill-long"
 (n = 8, partial rotary, an explicit attention factor) is past n already in the prefill,
 the 6-token row included (one choice for the batch); "gqa-rotary" (head_dim 16, n = 12)
-takes onnx-ort's GroupQueryAttention rotary path. Each runs through the reference
-interpreter, both ONNX targets (left-padded batch of two + 16 greedy steps), and the
-onnxruntime-genai folder; the rope op is held against a direct transcription of HF's
+takes onnx-ort's GroupQueryAttention rotary path. Each is a row of the twin harness
+(test_hf_twins.py: the reference interpreter, both ONNX targets with a left-padded batch of
+two + 16 greedy steps) and runs the onnxruntime-genai folder; the rope op is held against a direct transcription of HF's
 formula; bad settings are SpecErrors naming config.json and the key."""
 import json
 
@@ -20,8 +20,8 @@ from irc.errors import SpecError
 from irc.interpreter import generate
 from frontends import load_spec
 
-from test_hf_models import NEW_TOKENS, TOLERANCE, built_once, hf_logits, irc_logits, prompts, randomize, \
-    relative_error
+from test_hf_models import NEW_TOKENS, TOLERANCE, hf_logits, irc_logits, prompts, relative_error
+from tests.frontends.twins import GREEDY, LOGITS, ONNX, built, family
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -51,19 +51,12 @@ SMALL = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_la
              eos_token_id=127)
 
 
-def build(name: str, folder):
-    config = transformers.Phi3Config(**{**SMALL, **CASES[name]})
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=11 + sorted(CASES).index(name), norm_centre=1.0)
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    model.save_pretrained(folder)
-    return model, folder
+TWINS = family("Phi3Config", SMALL, CASES, first_seed=11, checks=(LOGITS, GREEDY, ONNX))
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    return built_once(build, tmp_path_factory)
+    return built(TWINS, tmp_path_factory)
 
 
 def hf_greedy(model, ids, mask):
@@ -71,54 +64,6 @@ def hf_greedy(model, ids, mask):
         out = model.generate(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
                              max_new_tokens=NEW_TOKENS, do_sample=False)
     return out[:, ids.shape[1]:].numpy()
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_prefill_logits_match_on_a_left_padded_batch(models, name):
-    model, folder = models(name)
-    ids, mask, positions = prompts()
-    got, want = irc_logits(load_spec(folder), ids, mask, positions), hf_logits(model, ids, mask, positions)
-    real = mask.astype(bool)
-    assert relative_error(got[real], want[real]) <= TOLERANCE
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_generation_matches(models, name):
-    model, folder = models(name)
-    prompt = prompts()[0][0]
-    tokens, _ = generate(load_spec(folder), prompt.tolist(), NEW_TOKENS)
-    assert tokens == hf_greedy(model, prompt[None], np.ones((1, len(prompt)), np.int64))[0].tolist()
-
-
-@pytest.fixture(scope="module")
-def hf_batch(models):
-    """name -> transformers' greedy tokens [2, 16] for the left-padded batch."""
-    done = {}
-
-    def get(name):
-        if name not in done:
-            ids, mask, _ = prompts()
-            done[name] = hf_greedy(models(name)[0], ids, mask)
-        return done[name]
-
-    return get
-
-
-@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_onnx_runtime_matches_transformers(models, hf_batch, tmp_path, name, target):
-    from backends.onnx import emit, runtime
-
-    model, folder = models(name)
-    graph = load_spec(folder)
-    path = str(tmp_path / "model.onnx")
-    emit.emit_model(graph, path, target=target, genai=False, context=64)
-    ids, mask, positions = prompts()
-    result = runtime.greedy(runtime.ort_engine(path), graph, [ids[0].tolist(), ids[1][mask[1] == 1].tolist()],
-                            NEW_TOKENS)
-    real = mask.astype(bool)
-    assert relative_error(result["prefill"]["logits"][real], hf_logits(model, ids, mask, positions)[real]) <= TOLERANCE
-    np.testing.assert_array_equal(result["tokens"], hf_batch(name))
 
 
 def graph_tokens_without_refresh(graph, prompt, monkeypatch) -> list:

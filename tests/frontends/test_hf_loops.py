@@ -1,11 +1,12 @@
 """The recurrent-depth families (``frontends.hf.families_loops``) and Zamba's details against
 transformers: Dory's tiny twins (their nGPT scales drawn near their initial values, as trained
-ones are: drawn like every other vector, (s · 2.4 / 0.0177)² saturates every gate) give
-transformers' logits on a left-padded batch and its 16 greedy tokens through the reference
-interpreter and both ONNX targets; the unrolled graphs share each layer's weights between
-its invocations and give each invocation its own KV cache (Dory's "last_loop" mode: one per
-layer, the earlier loops reading it); a Zamba with in_proj biases holds each padded row
-against the row run alone; and config.json mistakes name their key."""
+ones are: drawn like every other vector, (s · 2.4 / 0.0177)² saturates every gate), rows of the
+twin harness (test_hf_twins.py: transformers' logits on a left-padded batch and its 16 greedy
+tokens through the reference interpreter and both ONNX targets), and genai's tokens; the
+unrolled graphs share each layer's weights between its invocations and give each invocation its
+own KV cache (Dory's "last_loop" mode: one per layer, the earlier loops reading it); a Zamba
+with in_proj biases holds each padded row against the row run alone; and config.json mistakes
+name their key."""
 import json
 
 import numpy as np
@@ -13,10 +14,10 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from tests.frontends.test_hf_models import (NEW_TOKENS, SMALL, TOLERANCE, assert_greedy_matches, assert_ort_run_matches,
-                                            built_once, hf_logits, irc_logits, prompts, randomize, relative_error,
-                                            save_twin)
+from tests.frontends.test_hf_models import (NEW_TOKENS, SMALL, TOLERANCE, assert_greedy_matches, irc_logits, prompts,
+                                            relative_error)
 from tests.frontends.test_hf_ssm import unpadded_logits
+from tests.frontends.twins import GREEDY, LOGITS, ONNX, Twin, built, family
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -38,53 +39,21 @@ ZAMBA_BIAS = ("ZambaConfig", dict(SMALL, num_hidden_layers=3, n_mamba_heads=2, m
                                   layers_block_type=["hybrid", "mamba", "hybrid"], pad_token_id=0, eos_token_id=0))
 
 
-def build_case(name: str, folder):
-    class_name, settings = CASES[name] if name in CASES else ZAMBA_BIAS
-    config = getattr(transformers, class_name)(**settings)
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=sorted(CASES).index(name) if name in CASES else 7, norm_centre=1.0)
+def ngpt_scales(model, name: str) -> None:
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for key, p in model.named_parameters():
             if key.rsplit(".", 1)[-1] in NGPT_SCALES:
-                p.copy_(config.initializer_range * (1 + 0.2 * torch.randn(p.shape, generator=generator)))
-    return save_twin(model, folder)
+                p.copy_(model.config.initializer_range * (1 + 0.2 * torch.randn(p.shape, generator=generator)))
+
+
+TWINS = {**family(None, {}, CASES, checks=(LOGITS, GREEDY, ONNX), context=None, tweak=ngpt_scales),
+         "zamba-biases": Twin(*ZAMBA_BIAS, seed=7, name="zamba-biases", checks=(), tweak=ngpt_scales)}
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    return built_once(build_case, tmp_path_factory)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_logits_match_on_a_left_padded_batch(models, name):
-    model, folder = models(name)
-    ids, mask, positions = prompts()
-    got, want = irc_logits(load_spec(folder), ids, mask, positions), hf_logits(model, ids, mask, positions)
-    real = mask.astype(bool)
-    assert relative_error(got[real], want[real]) <= TOLERANCE
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_generation_matches(models, name):
-    model, folder = models(name)
-    assert_greedy_matches(load_spec(folder), model, prompts()[0][0].tolist(), NEW_TOKENS)
-
-
-@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_onnx_runtime_matches_transformers(models, tmp_path, name, target):
-    from backends.onnx import emit
-
-    model, folder = models(name)
-    graph = load_spec(folder)
-    ids, mask, positions = prompts()
-    with torch.no_grad():
-        out = model.generate(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), max_new_tokens=NEW_TOKENS,
-                             do_sample=False)
-    path = str(tmp_path / "model.onnx")
-    emit.emit_model(graph, path, target=target, genai=False)
-    assert_ort_run_matches(path, graph, hf_logits(model, ids, mask, positions), out[:, ids.shape[1]:].numpy())
+    return built(TWINS, tmp_path_factory)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

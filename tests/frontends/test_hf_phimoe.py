@@ -1,10 +1,9 @@
 """Phi-3.5-MoE (``phimoe``) from Hugging Face against transformers 5.24: tiny random models
 (LayerNorms with bias, q/k/v/o and LM-head biases, a window, the sparsemixer-routed MoE,
-default RoPE and Phi-MoE's reading of LongRoPE) saved with save_pretrained, on a left-padded
-batch of two (each row against transformers' padded batch and against the row run alone),
-16 greedy tokens through the reference interpreter, both ONNX targets and onnxruntime-genai;
-moe-sort on a twin; the YAML and DSL forms; the full-size parameter count; config.json
-mistakes."""
+default RoPE and Phi-MoE's reading of LongRoPE), rows of the twin harness (test_hf_twins.py:
+the left-padded batch and each row alone, 16 greedy tokens, both ONNX targets and
+onnxruntime-genai); the routing is live; onnx-ort's standard-op routing; moe-sort on a twin;
+the YAML and DSL forms; the full-size parameter count; config.json mistakes."""
 import json
 
 import numpy as np
@@ -12,11 +11,9 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_greedy_matches,  # noqa: F401
-                                            assert_ort_run_matches, assert_rows_match, built_once,
-                                            hf_batch_greedy, hf_logits, irc_logits, prompts, randomize,
-                                            relative_error, save_twin)
-from tests.frontends.test_hf_ssm_onnx import assert_genai_generates, emit_genai_folder
+from tests.frontends.refusals import pointed_line, refused
+from tests.frontends.test_hf_models import TOLERANCE, hf_logits, irc_logits, prompts, relative_error
+from tests.frontends.twins import CHECKS, GENAI, built, family
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -37,24 +34,12 @@ CASES = {  # name: overrides of SMALL
                                    rope_parameters=LONGROPE),
 }
 
-
-def build_case(name: str, folder):
-    config = transformers.PhimoeConfig(**{**SMALL, **CASES[name]})
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=sorted(CASES).index(name), norm_centre=1.0)
-    return save_twin(model, folder)
+TWINS = family("PhimoeConfig", SMALL, CASES, rows={"phimoe-biases-window-wide-mixer": dict(checks=CHECKS + (GENAI,))})
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    return built_once(build_case, tmp_path_factory)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_logits_match_the_padded_batch_and_each_row_alone(models, name):
-    model, folder = models(name)
-    graph = load_spec(folder)
-    assert_rows_match(graph, model)
+    return built(TWINS, tmp_path_factory)
 
 
 def router_logits(model, ids, mask) -> np.ndarray:
@@ -88,26 +73,6 @@ def test_the_twins_exercise_the_mixers_mask_and_softmax(models):
         assert (weights[:, 0] < 1 - 1e-6).any() == (eps > 0.01), name
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_generation_matches(models, name):
-    model, folder = models(name)
-    prompt = prompts()[0][0].tolist()
-    assert_greedy_matches(load_spec(folder), model, prompt, NEW_TOKENS)
-
-
-@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_onnx_runtime_matches_transformers(models, hf_batch_greedy, tmp_path, name, target):
-    pytest.importorskip("onnxruntime")
-    from backends.onnx import emit
-
-    model, folder = models(name)
-    graph = load_spec(folder)
-    path = str(tmp_path / "model.onnx")
-    emit.emit_model(graph, path, target=target, genai=False, context=64)
-    assert_ort_run_matches(path, graph, hf_logits(model, *prompts()), hf_batch_greedy(name))
-
-
 def test_onnx_ort_routes_in_standard_ops_not_com_microsoft_moe(models, tmp_path):
     """ORT 1.32's MoE ignores ``use_sparse_mixer`` on CPU (tests/ops/test_moe_sparsemixer.py),
     so onnx-ort writes the routing and experts in standard ops: two ArgMax rounds a layer."""
@@ -120,15 +85,6 @@ def test_onnx_ort_routes_in_standard_ops_not_com_microsoft_moe(models, tmp_path)
     emit.emit_model(load_spec(folder), str(path), target="onnx-ort", genai=False, context=64)
     kinds = [node.op_type for node in onnx.load(str(path)).graph.node]
     assert "MoE" not in kinds and kinds.count("ArgMax") == 2 * SMALL["num_hidden_layers"]
-
-
-@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-def test_genai_generates_transformers_tokens(models, hf_batch_greedy, tmp_path, target):
-    """onnxruntime-genai 0.18 runs both targets' folders and stops at eos."""
-    name = "phimoe-biases-window-wide-mixer"
-    _, folder = models(name)
-    emit_genai_folder(load_spec(folder), tmp_path, target)
-    assert_genai_generates(tmp_path, hf_batch_greedy(name)[0].tolist())
 
 
 def test_moe_sort_on_the_twin_equals_the_reference(models):
@@ -306,14 +262,8 @@ BAD = [  # (config.json, the key named, a fragment of the message)
 
 @pytest.mark.parametrize("config, key, fragment", BAD)
 def test_bad_configs_name_the_key(tmp_path, config, key, fragment):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config, indent=2))
-    with pytest.raises(SpecError) as err:
-        load_spec(tmp_path)
-    message = str(err.value)
-    assert f"{path}:" in message and f"{key}: " in message and fragment in message, message
-    line = int(message.split("config.json:")[1].split(":")[0])
-    assert any(f'"{part}"' in path.read_text().splitlines()[line - 1] for part in key.split("."))
+    line = pointed_line(tmp_path, refused(tmp_path, key, fragment, config))
+    assert any(f'"{part}"' in line for part in key.split("."))
 
 
 def test_the_cli_exits_2_and_writes_nothing(tmp_path, capsys):

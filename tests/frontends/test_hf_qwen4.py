@@ -1,15 +1,13 @@
-"""Qwen4-Exp (``frontends.hf.families_qwen4``: qwen4_exp_text, and the multimodal qwen4_exp's
-text model) against transformers 5.25: tiny random twins (gated hyper-connected streams,
-gated DeltaNet and QSA-indexed attention layers, experts on every layer, hashed n-gram
-per-layer embeddings) saved with
-save_pretrained — the ``Qwen4ExpForCausalLM`` layout and the
-``Qwen4ExpForConditionalGeneration`` one — on a left-padded batch of two (each row also
-against the row run alone), 16 greedy tokens through the reference interpreter and both ONNX
-targets, the Triton target in its interpreter and the NumPy emitter; the gated
-hyper-connection equals transformers' module; the selection and the n-grams' cut at eos are
-live, the block scores free of ties at the selection's boundary; the hash constants are the
-buffers transformers saves, the table read from its shards; fused experts read alike; onnx-npu
-refuses the indexer by name; config.json mistakes."""
+"""Qwen4-Exp (``frontends.hf.families_qwen4``: qwen4_exp_text, and the multimodal qwen4_exp's text
+model) against transformers 5.25: tiny random twins (gated hyper-connected streams, gated
+DeltaNet and QSA-indexed attention layers, experts on every layer, hashed n-gram per-layer
+embeddings) — the ``Qwen4ExpForCausalLM`` layout and the ``Qwen4ExpForConditionalGeneration``
+one — rows of the twin harness (test_hf_twins.py: the left-padded batch and each row alone, 16
+greedy tokens, both ONNX targets); the Triton target in its interpreter and the NumPy emitter;
+the gated hyper-connection equals transformers' module; the selection and the n-grams' cut at
+eos are live, the block scores free of ties at the selection's boundary; the hash constants are
+the buffers transformers saves, the table read from its shards; fused experts read alike;
+onnx-npu refuses the indexer by name; config.json mistakes."""
 import json
 
 import numpy as np
@@ -17,10 +15,8 @@ import pytest
 
 from frontends import load_spec
 from irc.errors import SpecError
-from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_greedy_matches,  # noqa: F401
-                                            assert_ort_run_matches, assert_rows_match, built_once,
-                                            hf_batch_greedy, hf_logits, irc_logits, prompts, randomize,
-                                            relative_error, save_twin)
+from tests.frontends.test_hf_models import TOLERANCE, hf_logits, irc_logits, prompts, relative_error
+from tests.frontends.twins import built, causal_lm, check_numpy_and_triton, family, model_of
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -53,62 +49,28 @@ CASES = {  # name: (config class, overrides of SMALL); Qwen4ExpConfig: the multi
 }
 
 
-def _model(name: str, **changes):
-    class_name, overrides = CASES[name]
-    text = {**SMALL, **overrides, **changes}
+def make(class_name: str, text: dict):
     if class_name == "Qwen4ExpConfig":
         config = transformers.Qwen4ExpConfig(text_config=text, vision_config=VISION)
-        model = transformers.Qwen4ExpForConditionalGeneration(config).eval()
-    else:
-        config = getattr(transformers, class_name)(**text)
-        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=sorted(CASES).index(name), norm_centre=1.0)
-    return model
+        return transformers.Qwen4ExpForConditionalGeneration(config).eval()
+    return causal_lm(class_name, text)
 
 
-def build_case(name: str, folder):
-    return save_twin(_model(name), folder)
+TWINS = family(None, SMALL, CASES, make=make, context=None)
+
+
+def _model(name: str, **changes):
+    return model_of(TWINS[name], **changes)
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    return built_once(build_case, tmp_path_factory)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_logits_match_the_padded_batch_and_each_row_alone(models, name):
-    model, folder = models(name)
-    assert_rows_match(load_spec(folder), model)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_generation_matches(models, name):
-    model, folder = models(name)
-    assert_greedy_matches(load_spec(folder), model, prompts()[0][0].tolist(), NEW_TOKENS)
-
-
-@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_onnx_runtime_matches_transformers(models, hf_batch_greedy, tmp_path, name, target):
-    pytest.importorskip("onnxruntime")
-    from backends.onnx import emit
-
-    model, folder = models(name)
-    graph = load_spec(folder)
-    path = str(tmp_path / "model.onnx")
-    emit.emit_model(graph, path, target=target, genai=False)
-    assert_ort_run_matches(path, graph, hf_logits(model, *prompts()), hf_batch_greedy(name))
+    return built(TWINS, tmp_path_factory)
 
 
 def test_triton_and_numpy_targets_match_the_reference(models, tmp_path):
-    from tests.frontends.test_hf_targets import (test_numpy_module_matches_the_reference_exactly,
-                                                 test_triton_prefill_matches_the_reference)
-
     name = "qwen4-exp-three-streams-blocks-of-3-half-rope-ple"
-    folder = models(name)[1]
-    test_numpy_module_matches_the_reference_exactly(lambda _: folder, tmp_path / "np", name)
-    (tmp_path / "tt").mkdir()
-    test_triton_prefill_matches_the_reference(lambda _: folder, tmp_path / "tt", name)
+    check_numpy_and_triton(models(name)[1], tmp_path, name)
 
 
 def test_the_gated_hyper_connection_equals_transformers_module():

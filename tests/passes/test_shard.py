@@ -296,9 +296,9 @@ def test_hf_twins_sharded_equal_their_unsharded_graphs(twins, name, degrees):
 @pytest.fixture(scope="module")
 def delta_twins(tmp_path_factory):
     pytest.importorskip("transformers")
-    from tests.frontends.test_hf_delta import build_case
-    from tests.frontends.test_hf_models import built_once
-    return built_once(build_case, tmp_path_factory)  # name -> (model, folder)
+    from tests.frontends.test_hf_delta import TWINS
+    from tests.frontends.twins import built
+    return built(TWINS, tmp_path_factory)  # name -> (model, folder)
 
 
 @pytest.mark.parametrize("name", ["qwen3-next-moe", "qwen3.5-dense", "qwen3.5-moe"])

@@ -1,0 +1,29 @@
+"""config.json mistakes as the HF frontend reports them: one SpecError whose message names
+the file (with the key's line where the key is written), the key and what is wrong. No
+transformers needed."""
+import json
+from typing import Optional
+
+import pytest
+
+from frontends import load_spec
+from irc.errors import SpecError
+
+
+def refused(folder, key: str, fragment: str, config: Optional[dict] = None) -> str:
+    """``load_spec(folder)`` refused with one SpecError naming ``folder``'s config.json (written
+    first from ``config`` where given), ``key`` and ``fragment``: the message."""
+    path = folder / "config.json"
+    if config is not None:
+        path.write_text(json.dumps(config, indent=2))
+    with pytest.raises(SpecError) as err:
+        load_spec(folder)
+    message = str(err.value)
+    assert f"{path}:" in message and f"{key}: " in message and fragment in message, message
+    return message
+
+
+def pointed_line(folder, message: str) -> str:
+    """The line of ``folder``'s config.json that ``message`` points at."""
+    line = int(message.split("config.json:")[1].split(":")[0])
+    return (folder / "config.json").read_text().splitlines()[line - 1]
