@@ -39,9 +39,10 @@ from backends.onnx.runtime import empty_caches  # noqa: E402
 from frontends import load_spec  # noqa: E402
 from irc.check import relative_error  # noqa: E402
 
-PASSES = "lower-mlp,quantize{bits=4,group=32},dce"
-PASSES_EMB = "lower-mlp,quantize{bits=4,group=32,embeddings=true},dce"
-PASSES_HEAD = "lower-mlp,quantize{bits=4,group=32,lm_head=true},dce"  # the builder's choice: head int4, table float
+PASSES = "lower-mlp,quantize{bits=4,group=32,embeddings=false},dce"  # the layers' weights only
+PASSES_EMB = "lower-mlp,quantize{bits=4,group=32,embeddings=true},dce"  # irc's default: table and head too
+PASSES_HEAD = ("lower-mlp,quantize{bits=4,group=32,embeddings=false,lm_head=true},dce")  # the builder's choice: head
+# int4, table float
 
 
 def engine(path: str, threads: int, qdq_level: str | None):
@@ -112,7 +113,7 @@ def main() -> None:
     hf = os.path.join(work, "hf")
     model = make_hf_folder(hf)
 
-    irc = [sys.executable, "-m", "irc_cli", "compile", hf]
+    irc = [sys.executable, "-m", "irc_cli", "compile", hf, "--logits", "all"]  # every position, as the builder's
     builder = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf, "-e", "cpu",
                "-c", os.path.join(work, "builder-cache")]
     jobs = {  # directory: argv
@@ -129,7 +130,7 @@ def main() -> None:
     for name, argv in jobs.items():
         out = os.path.join(work, name)
         os.makedirs(out, exist_ok=True)  # irc compile does not create the -o directory
-        argv = argv + (["-o", os.path.join(out, "model.onnx")] if argv[2] == "irc" else ["-o", out])
+        argv = argv + (["-o", os.path.join(out, "model.onnx")] if argv[2] == "irc_cli" else ["-o", out])
         seconds, note = timed_process(argv, ROOT)
         ok = os.path.exists(os.path.join(out, "model.onnx")) and not note
         built[name] = ok
