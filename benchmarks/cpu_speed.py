@@ -60,7 +60,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-from int4_real import set_threads  # noqa: E402  (one genai_config edit for every benchmark)
+from common import genai_generate, genai_round, median, set_threads  # noqa: E402
 
 THREADS = 2
 SHORT_NEW, LONG_NEW = 16, 8
@@ -150,41 +150,12 @@ def prompt_ids(hf: str, count: int) -> np.ndarray:
     return np.asarray([ids[:count]], np.int32)
 
 
-def generate(model, prompt: np.ndarray, new: int) -> tuple[float, list]:
-    """(prefill seconds, decode step seconds) through the genai generate loop."""
-    import onnxruntime_genai as og
-
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=prompt.shape[1] + new + 1, do_sample=False)
-    generator = og.Generator(model, params)
-    start = time.perf_counter()
-    generator.append_tokens(prompt)
-    prefill, steps = time.perf_counter() - start, []
-    for _ in range(new):
-        start = time.perf_counter()
-        generator.generate_next_token()
-        steps.append(time.perf_counter() - start)
-    return prefill, steps
+generate = genai_generate  # (prefill seconds, decode step seconds) through the genai generate loop
 
 
 def one_round(folder: str, prompts: dict, phases: list) -> dict:
     """{phase: seconds (prefill) or [step seconds] (decode)} for one fresh load of ``folder``."""
-    import gc
-
-    import onnxruntime_genai as og
-
-    model = og.Model(folder)
-    generate(model, prompts[128][:, :16], 2)  # warm-up
-    got = {}
-    if "prefill 128" in phases or "decode short" in phases:
-        got["prefill 128"], got["decode short"] = generate(model, prompts[128], SHORT_NEW)
-    if "prefill 1024" in phases:
-        got["prefill 1024"] = generate(model, prompts[1024], 1)[0]
-    if "decode 2048" in phases:
-        got["decode 2048"] = generate(model, prompts[2048], LONG_NEW)[1]
-    del model
-    gc.collect()
-    return got
+    return genai_round(folder, prompts, phases, SHORT_NEW, LONG_NEW)
 
 
 def measure(builds: dict, prompts: dict, phases: list, rounds: int, long_tools: set) -> dict:
@@ -291,11 +262,6 @@ def op_shares(folder: str, ids: np.ndarray, head_dim: int, runs: int = 3) -> lis
 
 
 # ---- report ----------------------------------------------------------------------------
-
-def median(values) -> float:
-    values = [v for v in values if v == v]
-    return statistics.median(values) if values else float("nan")
-
 
 def summarize(results: dict) -> dict:
     """{tool: {phase: prefill ms or decode tok/s}}: the median over rounds."""
