@@ -346,11 +346,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="weight-only quantization after the pipeline: int4 is quantize{bits=4} (every weight, "
                            "the embedding table and head included, block 32), int8 quantize{bits=8}; other "
                            "options go in --passes")
-    comp.add_argument("--gguf-weights", default="blocks", choices=("blocks", "exact", "int4", "float"),
-                      help="a GGUF's block formats: blocks keeps those a fast kernel holds as codes (Q5/Q6 as "
-                           "4-bit codes, lossy, noted), exact keeps every one as the file's codes (accuracy level "
-                           "0, slow), int4 makes Q8_0 4-bit codes too (irc int4's speed, lossy, noted), float "
-                           "dequantizes all [blocks]")
+    comp.add_argument("--gguf-weights", default="blocks", choices=("blocks", "blocks4", "exact", "int4", "float"),
+                      help="a GGUF's block formats: blocks keeps every block's values as the file's codes (Q5/Q6/Q8 "
+                           "as 8-bit codes; int8 activations, accuracy level 4), blocks4 makes Q5/Q6 4-bit codes "
+                           "(smaller, lossy, noted), int4 makes Q8_0 4-bit codes too (irc int4's size, lossy, "
+                           "noted), exact keeps the file's codes at accuracy level 0 (float activations, slow), "
+                           "float dequantizes all [blocks]")
     comp.add_argument("--part", choices=("vision", "decoder", "text"), default=None,
                       help="compile one part of a model alone: a VLM's vision model or its decoder (image_features "
                            "in), a dual encoder's text tower (for the targets that write one model: numpy, triton, "

@@ -72,11 +72,9 @@ def nbits_refusal(attrs: dict, x_dtype: DType, scale_dtype: DType, zero_points):
         return f"block_size {block} (MatMulNBits takes a power of two >= 16)"
     if x_dtype not in (DType.f32, DType.f16) or scale_dtype != x_dtype:
         return f"{x_dtype} activations with {scale_dtype} scales"
-    if zero_points is not None and zero_points.dtype.is_float:
-        if attrs["bits"] == 8:
-            return "8-bit codes with float zero points (ORT's CPU MatMulNBits refuses them)"
-        if attrs["K"] % block:
-            return "float zero points with a padded last block"
+    # float zero points (4- or 8-bit codes): u8 codes plus a correction (backends.onnx.quant_pack)
+    if zero_points is not None and zero_points.dtype.is_float and attrs["K"] % block:
+        return "float zero points with a padded last block"
     return None
 
 

@@ -23,8 +23,9 @@ Weights (codes and scales in MatMulNBits' layout, ``irc.ops.quant``):
   is dropped (DequantizeLinear takes ceil(K / block_size) scales along the axis).
 - Float zero points (one per block in the scales' type, ``frontends.gguf``'s Q4_1 and
   K-quants): on onnx-ort, 4-bit codes take MatMulNBits with the nearest u8 codes plus an exact
-  correction for the fractions, shared by packed weights (``backends.onnx.quant_pack``); ORT
-  1.32's CPU kernel refuses them with 8-bit codes, which take the portable form. DequantizeLinear cannot, so
+  correction for the fractions, shared by packed weights (``backends.onnx.quant_pack``); 8-bit
+  codes (a GGUF's Q5_1 / Q5_K) the same way (ORT 1.32's CPU kernel refuses float zero points
+  with 8-bit codes, not u8 ones). DequantizeLinear cannot, so
   the portable form computes what the reference does, (Cast(codes) - zero point) * scale
   per block, with codes, scales and zero points stored blocked ([nb, bs, N] and [nb, 1, N],
   or [..., N, nb, bs] and [..., N, nb, 1]), then Reshape (and Slice off a padded last

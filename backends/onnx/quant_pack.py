@@ -15,8 +15,9 @@ or float) and whether there are biases (``packable``); the first node in graph o
 others handled. Projections a GroupQueryAttention reads packed (``backends.onnx.gqa_fuse``'s
 ``pack-qkv``: q, k and v as its packed query, no Split) are not grouped here.
 
-Float zero points (a GGUF's Q4_1 and K-quant minima, 4-bit codes): ORT 1.32's CPU MatMulNBits
-takes them, but then dequantizes the whole weight on every call (6-13 ms where u8 zero points
+Float zero points (a GGUF's Q4_1 and K-quant minima, 4-bit codes; Q5_1 / Q5_K, 8-bit codes):
+ORT 1.32's CPU MatMulNBits takes them with 4-bit codes (and refuses them with 8-bit codes), but
+then dequantizes the whole weight on every call (6-13 ms where u8 zero points
 take 0.1 ms for a 4864 x 896 weight at one token, ``benchmarks/gguf_speed.py --kernels``). So
 the kernel gets zi, the nearest code to each zero point zp, as u8 zero points, and the rest
 is added back exactly: x @ ((q - zp) * s).T = MatMulNBits(x, q, s, zi) - blocksums(x) @

@@ -23,12 +23,13 @@ multi-token-prediction head a file's nextn block holds as ``graph.parts["mtp"]``
 ``frontends.hf.mtp`` does from a checkpoint.
 
 ``weights``: ``"blocks"`` (default) keeps the block formats ``blocks`` expresses quantized,
-in the forms ``forms`` gives them (the file's codes where a fast ONNX Runtime kernel holds
-them, Q8_0 as its 8-bit codes, Q5_0 / Q6_K / Q5_1 / Q5_K re-expressed as 4-bit codes, lossy;
-MatMulNBits at accuracy level 4)
-and dequantizes the rest to float32; ``"exact"`` keeps every such format as the file's codes
-and asks for float activations (accuracy level 0: exact products, slow 8-bit kernels); ``"int4"``
-re-expresses Q8_0 as 4-bit codes too (every projection 4-bit: irc's int4 speed, lossy, noted);
+every block's values as the file has them (``forms``: 4-bit types as 4-bit codes; Q5_0, Q5_1,
+Q5_K, Q6_K and Q8_0 as 8-bit codes under the file's scales; MatMulNBits at accuracy level 4,
+int8 activations) and dequantizes the rest to float32; ``"blocks4"`` re-expresses Q5_0 / Q6_K /
+Q5_1 / Q5_K as 4-bit codes (lossy, noted: the default before 2026-12-07); ``"exact"`` keeps
+the file's codes and asks for float activations (accuracy level 0: exact products, slow 8-bit
+kernels); ``"int4"`` re-expresses Q8_0 as 4-bit codes too (every projection 4-bit: irc's int4
+size, lossy, noted);
 ``"float"`` dequantizes everything (the numbers transformers' GGUF
 loader computes); ``None`` builds the structure alone (params absent). The graph is
 float32 and named after the file; ``meta`` carries the tokenizer's special token ids
@@ -52,7 +53,7 @@ from irc.graph import Graph
 
 __all__ = ["load_gguf", "is_gguf", "tokenizer_files", "GGUFFile"]
 
-WEIGHTS = ("blocks", "exact", "int4", "float", None)
+WEIGHTS = ("blocks", "blocks4", "exact", "int4", "float", None)
 # DSL argument -> the GGUF key (after the architecture prefix) a refusal should name
 GGUF_KEYS = {"n": "block_count", "vocab": "vocab_size", "d_model": "embedding_length", "heads": "attention.head_count",
              "kv_heads": "attention.head_count_kv", "head_dim": "attention.key_length",
@@ -92,8 +93,8 @@ def build(gguf: GGUFFile, weights="blocks") -> Graph:
     arch = describe(gguf, graph_name(gguf.path))
     mtp.read_head(gguf, arch)  # the file's multi-token-prediction block: frontends.gguf.mtp
     attach = None if weights is None or not gguf.tensors else {
-        "keep_blocks": weights in ("blocks", "exact", "int4"), "exact_forms": weights == "exact",
-        "four_bit": weights == "int4"}
+        "keep_blocks": weights in ("blocks", "blocks4", "exact", "int4"), "exact_forms": weights == "exact",
+        "four_bit": weights == "int4", "lossy": weights == "blocks4"}
     try:
         graph = expand(arch, gguf.path)
         if arch.mtp is not None:

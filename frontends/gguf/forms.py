@@ -1,45 +1,51 @@
 """How each GGUF block type is held in the compiled model: the block codes as they are
-(``frontends.gguf.blocks``), or re-expressed as 4-bit codes where the 8-bit form has no
-fast kernel to match irc's own int4.
+(``frontends.gguf.blocks``), every block's values kept, or (asked for) re-expressed as 4-bit
+codes, lossy, for irc's int4 size.
 
 Measured on ONNX Runtime 1.32's CPU MatMulNBits, one token times a 4864 x 896 weight on 2
-threads (``benchmarks/gguf_speed.py --kernels``, 2026-12-01): 4-bit codes 0.10 ms at accuracy
-level 4 (int8 activations), symmetric or with u8 zero points alike, and 0.3-0.5 ms at level 0;
-8-bit codes 0.12-0.28 ms at level 4 but 12-31 ms at level 0 (the kernel dequantizes the whole
-weight on every call); float zero points 6-13 ms at either level (the same whole-weight path),
-which is why ``backends.onnx.quant_pack`` gives the kernel u8 zero points and adds the
-fractions back with one small correction per activation (exact up to float rounding). So every
-weight runs at level 4, the level irc's int4 uses (``backends.onnx.quant.ORT_ACCURACY_LEVEL``):
-the weights stay the file's, the activations are rounded to int8 per block inside the kernel.
+threads (``benchmarks/gguf_speed.py --kernels``' models, 2026-12-01; levels 1-3 2026-12-07): 4-bit codes
+0.09-0.10 ms at accuracy level 4 (int8 activations), symmetric or with u8 zero points alike,
+and 0.3-0.5 ms at levels 0-3 (float activations); 8-bit codes 0.06-0.28 ms at level 4 (as fast
+as 4-bit codes while a weight sits in cache; a 151936 x 896 head, read from memory, 23-32 ms
+against 15-20) but 12-40 ms at levels 0-3 (the kernel dequantizes the whole weight on every
+call); float zero points 6-13 ms at either level (the same whole-weight path), which is why
+``backends.onnx.quant_pack`` gives the kernel u8 zero points and adds the fractions back with
+one small correction per activation (exact up to float rounding). So every weight runs at
+level 4, the level irc's int4 uses (``backends.onnx.quant.ORT_ACCURACY_LEVEL``): the weights
+stay the file's, the activations are rounded to int8 per block inside the kernel, as
+llama.cpp's own CPU kernels round them (Q8_0 / Q8_1 / Q8_K activation blocks).
 
-``form(ggml type)`` -> ``Form``:
+``form(ggml type)`` -> ``Form`` (``weights="blocks"``, the default: every block's values):
 
 =========  ===================================================================================
-Q4_0       4-bit codes, symmetric: exact
+Q4_0,Q3_K  4-bit codes, symmetric (Q3_K block 16): exact
 Q4_1,      4-bit codes, float zero points: exact up to float rounding (``blocks``); the ONNX
 Q4_K,Q2_K  backend adds the zero points' fractions back as a correction
-Q3_K       4-bit codes, block 16, symmetric: exact
-Q8_0       8-bit codes, symmetric: exact. The 8-bit kernel at level 4 reads twice the bytes of
-           4-bit codes (a 49152 x 576 head: 3.9 ms of CPU time against 1.8 ms), but as 4-bit
-           codes SmolLM2's tied Q8_0 table and head moved perplexity from 85.06 to 97.8 and
-           top-1 agreement with the file's float values from 95.7% to 77.1% (Qwen2.5-Coder-0.5B's
-           head and attn_v: 70.2 to 72.4, 84.3% to 82.6%), so it stays as the file has it
-Q5_0,Q6_K  ``requantize``: 4-bit codes with u8 zero points over the same blocks. A block whose
-           integer levels (with 0) span at most 16 values is exact; any other is rounded to
-           16 levels over its range (lossy: ``benchmarks/gguf_speed.py --quality`` prints the
-           error per kind)
-Q5_1,Q5_K  ``requantize`` too, every block rounded (their float zero points leave no integer
-           levels). As the file's codes they are 8-bit with float zero points, which ORT's
-           MatMulNBits refuses: the ONNX model would hold a float weight (float MatMul)
+Q5_0,Q6_K  8-bit codes, symmetric, under the file's per-block scale (Q5_0: q5 + 112, Q6_K:
+Q8_0       q6 + 96, block 16): exact, bit for bit
+Q5_1,Q5_K  8-bit codes, float zero points: exact up to float rounding, the same correction
+           as Q4_1 / Q4_K (ORT's kernel takes u8 zero points, the fractions are added back)
 =========  ===================================================================================
 
-``four_bit=True`` (``load_gguf(..., weights="int4")``, ``irc compile --gguf-weights int4``) re-expresses
-Q8_0 too, every projection in 4-bit codes: irc's int4 size and speed, at the cost above.
-``exact_forms=True`` (``load_gguf(..., weights="exact")``) keeps those as the file's 8-bit codes
-and asks for accuracy level 0: the products are those of the file's weights in
-float32, at the 8-bit kernel's level-0 speed (the whole weight dequantized per call). A
-table read only by ``embedding`` (not tied to a head) keeps the file's codes in any case:
-a lookup reads a few rows whatever their form (``dequant_embedding``, GatherBlockQuantized).
+``lossy=True`` (``load_gguf(..., weights="blocks4")``, ``irc compile --gguf-weights
+blocks4``; the default before 2026-12-07) re-expresses Q5_0, Q6_K, Q5_1 and Q5_K as 4-bit
+codes with u8 zero points over the same blocks (``requantize``): a block whose integer levels
+(with 0) span at most 16 values is exact, any other is rounded to 16 levels over its range,
+and Q5_1 / Q5_K blocks are all rounded (their float zero points leave no integer levels).
+What it costs (``benchmarks/gguf_faithful.py``, 2026-12-07, top-1 agreement with the file's
+values over 512 tokens, perplexity, model bytes): Gemma-3-270M Q4_K_M 95.3% / 75.58 / 304 MB
+kept, 74.8% / 91.99 / 267 MB as 4-bit codes (the file's values: 75.07); Qwen2.5-Coder-0.5B
+Q4_K_M 97.1% / 65.58 / 698 MB kept, 84.3% / 70.16 / 552 MB (65.70). What the kept form still
+differs by is the int8 activations: at level 0 (``exact``) both agree 100%, at level 0-3
+speeds no 8-bit kernel can afford. ``four_bit=True`` (``weights="int4"``) re-expresses Q8_0
+too, every projection in 4-bit codes: irc's int4 size and speed, at the cost above (as 4-bit
+codes SmolLM2's tied Q8_0 table and head moved perplexity from 85.06 to 97.8 and top-1
+agreement with the file's float values from 95.7% to 77.1%). ``exact_forms=True``
+(``weights="exact"``) keeps the file's codes and asks for accuracy level 0: the products are
+those of the file's weights in float32, at the 8-bit kernel's level-0 speed (the whole weight
+dequantized per call). A table read only by ``embedding`` (not tied to a head) keeps the
+file's codes in any case: a lookup reads a few rows whatever their form
+(``dequant_embedding``, GatherBlockQuantized).
 """
 from __future__ import annotations
 
@@ -53,7 +59,7 @@ from irc.ops.quant import pack_codes, unpack_codes
 
 ACCURACY_LEVEL = 4  # MatMulNBits' int8 activations: the fast kernels for 4-bit and 8-bit codes (module docstring)
 EXACT_LEVEL = 0  # float activations: weights="exact" computes with the file's weights exactly (8-bit codes: slow)
-REQUANTIZED = (T.Q5_0, T.Q6_K, T.Q5_1, T.Q5_K)
+REQUANTIZED = (T.Q5_0, T.Q6_K, T.Q5_1, T.Q5_K)  # re-expressed as 4-bit codes with lossy=True (blocks4)
 
 
 @dataclass(frozen=True)
@@ -73,11 +79,13 @@ class Form:
         return f"{self.bits}-bit codes, block {self.block}, {zero} ({how})"
 
 
-def form(ggml_type: T, exact_forms: bool = False, four_bit: bool = False) -> Form:
-    """The ``Form`` a block type of ``blocks.EXACT`` takes (module docstring); ``four_bit``
-    (``weights="int4"``) re-expresses Q8_0 as well, so every type is 4-bit codes."""
+def form(ggml_type: T, exact_forms: bool = False, four_bit: bool = False, lossy: bool = False) -> Form:
+    """The ``Form`` a block type of ``blocks.EXACT`` takes (module docstring): the file's
+    codes, unless ``lossy`` (``weights="blocks4"``: ``REQUANTIZED`` as 4-bit codes) or
+    ``four_bit`` (``weights="int4"``: every type as 4-bit codes) asks otherwise;
+    ``exact_forms``: the file's codes whatever they ask."""
     scheme = EXACT[ggml_type]
-    if not exact_forms and (ggml_type in REQUANTIZED or four_bit and scheme.bits > 4):
+    if not exact_forms and (lossy and ggml_type in REQUANTIZED or four_bit and scheme.bits > 4):
         return Form(4, scheme.block, "u8", False)
     return Form(scheme.bits, scheme.block, "float" if scheme.float_zero else "none", True)
 

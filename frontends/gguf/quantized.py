@@ -1,12 +1,12 @@
 """Giving a float graph's params their GGUF data: block codes where the format has a form
 (``frontends.gguf.forms``), dequantized floats elsewhere.
 
-``attach_weights(graph, arch, gguf, keep_blocks, exact_forms, four_bit)`` checks every param against
+``attach_weights(graph, arch, gguf, keep_blocks, exact_forms, four_bit, lossy)`` checks every param against
 its GGUF tensor (present, readable type, shape as the hyperparameters say), sets lazy data,
 and refuses GGUF tensors the model has no place for. With ``keep_blocks``, a param of rank
 >= 2 stored in a format of ``frontends.gguf.blocks.EXACT`` is replaced by
 ``@<name>.qweight``, ``@<name>.scales`` and (for forms with zero points) ``@<name>.zero_points``
-(float, or u8 for a requantized form), each lazily repacked from the GGUF blocks, and its
+(float, or u8 for a requantized form: ``lossy`` / ``four_bit``), each lazily repacked from the GGUF blocks, and its
 readers change as the ``quantize`` pass changes them: ``linear(x, W, b)`` becomes
 ``dequant_linear(x, qweight, scales, zero_points?, b)`` (MatMulNBits at accuracy level 4, or
 0 with ``exact_forms``), ``embedding(ids, W)`` becomes ``dequant_embedding`` (only the
@@ -40,7 +40,8 @@ PARTS = ("qweight", "scales", "zero_points")
 
 
 def attach_weights(graph: Graph, arch: Arch, gguf: GGUFFile, keep_blocks: bool = True,
-                   exact_forms: bool = False, four_bit: bool = False, layout=None) -> list[str]:
+                   exact_forms: bool = False, four_bit: bool = False, lossy: bool = False,
+                   layout=None) -> list[str]:
     """Point every param at the file (module docstring); returns the notes. ``layout``: the
     names of a graph of part of the file (an MTP head's, ``frontends.gguf.mtp``), whose
     tensors left over are not checked."""
@@ -63,7 +64,7 @@ def attach_weights(graph: Graph, arch: Arch, gguf: GGUFFile, keep_blocks: bool =
         used.update(source.names())
         kind = gguf.tensor(source.names()[0]).ggml_type
         if keep_blocks and param.rank >= 2 and source.exact(gguf):
-            key = (kind, *use_blocks(graph, param, gguf, source, exact_forms, four_bit))
+            key = (kind, *use_blocks(graph, param, gguf, source, exact_forms, four_bit, lossy))
             kept[key] += 1
             samples.setdefault(key, source)
             continue
@@ -132,7 +133,7 @@ def unfold_gated(graph: Graph, node: Node) -> Value:
 
 
 def use_blocks(graph: Graph, param: Param, gguf: GGUFFile, source, exact_forms: bool = False,
-               four_bit: bool = False) -> tuple:
+               four_bit: bool = False, lossy: bool = False) -> tuple:
     """Replace ``param`` by its blocks in their form (``frontends.gguf.forms``) and rewire its
     readers (module docstring); returns (the form, whether lookups are its only readers)."""
     level = {"accuracy_level": EXACT_LEVEL if exact_forms else ACCURACY_LEVEL}
@@ -140,7 +141,7 @@ def use_blocks(graph: Graph, param: Param, gguf: GGUFFile, source, exact_forms: 
         unfold_gated(graph, node)
     lookups_only = all(node.op == "embedding" for node in graph.users(param))
     # a lookup costs the same in any form: the file's codes
-    held = form(gguf.tensor(source.name).ggml_type, exact_forms or lookups_only, four_bit)
+    held = form(gguf.tensor(source.name).ggml_type, exact_forms or lookups_only, four_bit, lossy)
     *lead, n, k = param.shape
     nb = k // held.block
     shapes = {"qweight": (DType.u8, (*lead, n, nb, held.block * held.bits // 8)),

@@ -120,8 +120,7 @@ def test_onnx_targets_compute_the_reference(qtype, tmp_path):
         emit_model(graph, path, target=target, genai=False)
         onnx.checker.check_model(path, full_check=True)
         counts = Counter(n.op_type for n in onnx.load(path).graph.node)
-        float_zero_8bit = EXACT[qtype].float_zero and EXACT[qtype].bits == 8
-        assert counts["MatMulNBits"] == (1 if target == "onnx-ort" and not float_zero_8bit else 0)
+        assert counts["MatMulNBits"] == (1 if target == "onnx-ort" else 0)  # 8-bit float zero points too
         out = ort_engine(path)({"x": x})
         np.testing.assert_array_equal(out["w"].view(np.uint32), ref["w"].view(np.uint32))
         assert np.max(np.abs(out["y"] - ref["y"])) <= 1e-5 * np.max(np.abs(ref["y"]))
