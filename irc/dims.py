@@ -56,8 +56,25 @@ def _format(poly: _Poly) -> Dim:
     return "+".join(terms)
 
 
+# text -> its canonical form, and -> its terms: shape inference and the cost analysis ask for
+# the same few dims thousands of times in a compile (at most _KEPT texts are kept)
+_CANONICAL: dict = {}
+_TERMS: dict = {}
+_KEPT = 1 << 16
+
+
 def canonical(dim: Dim) -> Dim:
     """Canonical form of ``dim``; raises ValueError on malformed text or negative ints."""
+    kind = type(dim)
+    if kind is int and dim >= 0:  # a plain int is its own form (not bool: its type is bool)
+        return dim
+    if kind is str:
+        found = _CANONICAL.get(dim)
+        if found is None:
+            found = _format(_parse(dim))  # a malformed text raises and is not kept
+            if len(_CANONICAL) < _KEPT:
+                _CANONICAL[dim] = found
+        return found
     if isinstance(dim, int) and not isinstance(dim, bool) and dim < 0:
         raise ValueError(f"negative dimension {dim}")
     return _format(_parse(dim))
@@ -94,8 +111,13 @@ def evaluate(dim: Dim, bindings: Mapping[str, int]) -> int:
     """The int value of ``dim`` with every symbol bound; KeyError names a missing one."""
     if isinstance(dim, int):
         return dim
+    terms = _TERMS.get(dim)
+    if terms is None:
+        terms = tuple(_parse(dim).items())
+        if len(_TERMS) < _KEPT:
+            _TERMS[dim] = terms
     total = 0
-    for monomial, coeff in _parse(dim).items():
+    for monomial, coeff in terms:
         value = coeff
         for s in monomial:
             if s not in bindings:

@@ -89,6 +89,7 @@ class OpDef:
     # N*K weights, their scales for none); None: the param's own element count
     logical_elements: Optional[Callable[[dict, str, tuple], int]] = None
     _slots: list = field(default_factory=list, repr=False)
+    _counts: Optional[tuple] = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         for i, spec in enumerate(self.operands):
@@ -108,14 +109,22 @@ class OpDef:
             names += [f"{base}{i}" for i in range(count - len(names))]
         return names
 
+    def _arity(self) -> tuple:
+        """(operands, fixed operands, required operands), worked out once per operands tuple:
+        the verifier asks after every pass for every node."""
+        known = self._counts
+        if known is None or known[0] is not self.operands:
+            fixed = [s for s in self.operands if not s.startswith("*")]
+            known = self._counts = (self.operands, len(fixed), sum(1 for s in fixed if not s.endswith("?")))
+        return known
+
     def check_arity(self, count: int) -> None:
-        fixed = [s for s in self.operands if not s.startswith("*")]
-        required = sum(1 for s in fixed if not s.endswith("?"))
+        _, fixed, required = self._arity()
         if self.variadic:
-            if count < len(fixed) + 1:
-                raise ShapeError(f"{self.name} takes at least {len(fixed) + 1} operands, got {count}")
-        elif not required <= count <= len(fixed):
-            want = str(len(fixed)) if required == len(fixed) else f"{required} to {len(fixed)}"
+            if count < fixed + 1:
+                raise ShapeError(f"{self.name} takes at least {fixed + 1} operands, got {count}")
+        elif not required <= count <= fixed:
+            want = str(fixed) if required == fixed else f"{required} to {fixed}"
             raise ShapeError(f"{self.name} takes {want} operands, got {count}")
 
     def check_inputs(self, inputs: list) -> None:
