@@ -50,7 +50,8 @@ Default verdict (issue 44: quality at the same bytes), per model: the rows whose
 above the builder's, that never degenerate where fp32 is not, at <= ``BYTES_RATIO`` (1.10)
 times the builder's MB, <= 1.00x where the builder keeps the embedding table float
 (``builder_table_float``: a float initializer of vocabulary rows in its model). The "x bld"
-column is MB over the builder's. The rows of a mixed-precision recipe are methods with
+column is MB over the builder's. Where the builder fails (Gemma-3: its rope config), ``irc ort
+g32`` stands in for it: the builder's own codes (``passes.quantize_ort``) at the same layout. The rows of a mixed-precision recipe are methods with
 options, ``--methods ort:mixed=q4_k_m`` ("irc ort:mixed=q4_k_m g32").
 
 ORT sessions use ``--threads`` intra-op threads and are loaded one at a time; each model's
@@ -60,7 +61,7 @@ complete when its ``.done`` file exists (the command and its seconds). An edited
 is not noticed: ``--rebuild`` names rows to compile afresh (``int4``: every irc int4 row).
 
     python benchmarks/int4_quality.py [--models smollm2,gemma3,qwen-coder] [--workdir DIR]
-        [--methods rtn,ort,mse,imatrix,gptq,awq] [--threads 2] [--rebuild irc-gptq-g32,...]
+        [--methods rtn,ort,mse,imatrix,gptq,awq,ort:mixed=q4_k_m] [--threads 2] [--rebuild irc-gptq-g32,...]
         [--no-extra] [--compile-only] [--only 'irc gptq g32,irc ort g32'] [--report-only]
 """
 from __future__ import annotations
@@ -85,7 +86,7 @@ SEEDS = os.path.join(os.path.dirname(ROOT), "shared", "seeds")
 EVAL_TEXTS = (os.path.join(SEEDS, "001_03b3848d8222c4ff.txt"), os.path.join(SEEDS, "004_966d6c578af5acc0.txt"))
 EVAL_TOKENS, NEW_TOKENS, REPEAT_RUN, DIGIT_RUN = 512, 16, 8, 10
 BYTES_RATIO = 1.10  # the default verdict's byte allowance over the builder (1.00 where it keeps the table float)
-METHODS = ("rtn", "ort", "mse", "imatrix", "gptq", "awq")
+METHODS = ("rtn", "ort", "mse", "imatrix", "gptq", "awq", "ort:mixed=q4_k_m")
 PROMPTS = os.path.join(HERE, "prompts_int4.json")
 LOCK = "/tmp/bench.lock"
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<eos>")  # an output ends after the first
@@ -318,13 +319,13 @@ def no_worse(row: dict, builder: dict) -> bool:
             and row["top1"] >= builder["top1"] and row["greedy"] >= builder["greedy"] and row["new_degenerate"] == 0)
 
 
-def builder_table_float(folder: str, vocab: int) -> bool:
-    """Whether the builder's model holds a float initializer with ``vocab`` rows (its table kept float)."""
+def builder_table_float(folder: str, vocab: int, hidden: int) -> bool:
+    """Whether the builder's model holds a float [vocab, hidden] initializer (its table kept float)."""
     import onnx
 
     model = onnx.load(os.path.join(folder, "model.onnx"), load_external_data=False)
     floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
-    return any(i.data_type in floats and len(i.dims) == 2 and vocab in i.dims for i in model.graph.initializer)
+    return any(i.data_type in floats and sorted(i.dims) == sorted([vocab, hidden]) for i in model.graph.initializer)
 
 
 def meets_default(row: dict, builder: dict, table_float: bool) -> bool:
@@ -389,7 +390,8 @@ def table_float(built: tuple | None, hf: str) -> bool | None:
     if not built or not built[0]:
         return None
     with open(os.path.join(hf, "config.json")) as f:
-        return builder_table_float(built[0], json.load(f)["vocab_size"])
+        config = json.load(f)
+    return builder_table_float(built[0], config["vocab_size"], config["hidden_size"])
 
 
 def saved_result(model: str, args, rebuild: set) -> dict:
@@ -448,24 +450,27 @@ def report(results: dict, methods: list) -> None:
     print(f"\nint4 quality: MB on disk; perplexity on the first {EVAL_TOKENS} tokens of A = {EVAL_TEXTS[0]} and "
           f"B = {EVAL_TEXTS[1]}; top-1 agreement with irc fp32 over both; greedy = prompts (of 32) whose first "
           f"{NEW_TOKENS} greedy tokens equal fp32's; prefix = mean leading tokens equal to fp32's; degen = degenerate outputs (in brackets: where fp32's is not)")
-    print(f"  {'model':<11} {'row':<32} {'acc':>4} {'x bld':>5} {'MB':>8} {'ppl A':>8} {'ppl B':>8} {'top-1':>7} "
+    print(f"  {'model':<11} {'row':<44} {'acc':>4} {'x bld':>5} {'MB':>8} {'ppl A':>8} {'ppl B':>8} {'top-1':>7} "
           f"{'greedy':>7} {'prefix':>6} {'degen':>8}")
     canonical = ["irc fp32", *(f"irc {m} g32" for m in METHODS), "builder int4"]
     for model, result in results.items():
         names = sorted(result["scores"], key=lambda n: canonical.index(n) if n in canonical else len(canonical))
-        builder_mb = result["scores"].get("builder int4", {}).get("MB")
+        builder_mb = result["scores"].get("builder int4", {}).get("MB") or \
+            result["scores"].get("irc ort g32", {}).get("MB")
         for name in names:
             row = result["scores"][name]
             ratio = f"{row['MB'] / builder_mb:5.2f}" if builder_mb and "MB" in row else "    -"
-            print(f"  {model:<11} {name:<32} {result['levels'].get(name, '-'):>4} {ratio} {summary(row)}")
+            print(f"  {model:<11} {name:<44} {result['levels'].get(name, '-'):>4} {ratio} {summary(row)}")
     print()
     for model, result in results.items():
-        builder = result["scores"].get("builder int4", {"note": "not run"})
+        builder, against = result["scores"].get("builder int4", {"note": "not run"}), "builder's"
+        if "note" in builder and "note" not in result["scores"].get("irc ort g32", {"note": ""}):
+            builder, against = result["scores"]["irc ort g32"], "irc ort g32's (the builder failed)"
         good = [name for name, row in result["scores"].items() if name.startswith("irc ") and name != "irc fp32"
                 and meets_default(row, builder, bool(result["table_float"]))]
         limit = 1.0 if result["table_float"] else BYTES_RATIO
-        print(f"default verdict {model} (greedy > builder's {builder.get('greedy', '-')}, no new degenerate, MB <= "
-              f"{limit:.2f}x the builder's{', which keeps the table float' if result['table_float'] else ''}): "
+        print(f"default verdict {model} (greedy > {against} {builder.get('greedy', '-')}, no new degenerate, MB <= "
+              f"{limit:.2f}x{', the builder keeps the table float' if result['table_float'] else ''}): "
               f"{', '.join(good) or 'none'}")
     print()
     for model, result in results.items():

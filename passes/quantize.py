@@ -23,6 +23,7 @@ from passes.quantize_gptq import SpilledWeight, calibrated_codes
 from passes.quantize_delta import DELTA_OPERANDS, delta_rows, recurrence_params, split_rows
 from passes.quantize_kv import CACHE_OPERANDS, cache_refusal, quantize_caches
 from passes.quantize_methods import CALIBRATED, METHODS, QuantizedWeight, is_embedding_or_head, quantized_params
+from passes.quantize_mixed import RECIPES, more_bits, wide_lines
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +109,15 @@ class Quantize(Pass):
     codes), so "int4" is int4 throughout, as onnxruntime-genai's builder's int4 is;
     ``embeddings=false`` keeps both float, and then ``lm_head=true`` quantizes an untied
     head alone (with a head tied to the table that contradicts itself: PassError);
-    ``kv_cache`` (default false). After a run, ``headline`` says how many weights became
-    codes and their size, and which tensors stayed float, their size and why.
+    ``kv_cache`` (default false). ``mixed``: which weights of a 4-bit quantization take 8
+    bits, a named recipe (``passes.quantize_mixed``): ``none`` (every weight at ``bits``),
+    ``q4_k_m`` (llama.cpp's Q4_K_M choice at 8 bits: an untied LM head, and the value and MLP
+    down projections of the first and last eighth of the layers and every third between; a
+    tied table+head stays 4-bit), ``q4_k_m_tied`` (the tied table+head at 8 bits too); each
+    weight's bits and block are its nodes' attributes (MatMulNBits takes either width), and
+    at ``bits=8`` nothing mixes. After a run, ``headline`` says how many weights became
+    codes at each width and their size, which took 8 bits and why, and which tensors stayed
+    float, their size and why.
 
     Always float: norm weights, routers, biases and every param that some reader takes in an
     operand outside ``WEIGHT_OPERANDS`` (a param is quantized for all its readers or none).
@@ -142,7 +150,7 @@ class Quantize(Pass):
     options = {"bits": 4, "group": None, "symmetric": True, "method": DEFAULT_METHOD, "accuracy_level": None,
                "embeddings": True, "lm_head": False, "kv_cache": False, "weights": True,
                "calibration": None, "tokenizer": None, "calibration_tokens": 1024, "recurrent": False,
-               "recurrent_state": False, "positions": 4096, "act_order": False}
+               "recurrent_state": False, "positions": 4096, "act_order": False, "mixed": "none"}
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -158,6 +166,8 @@ class Quantize(Pass):
         for key in ("symmetric", "embeddings", "lm_head", "kv_cache", "weights", "recurrent", "act_order"):
             if not isinstance(c[key], bool):
                 raise PassError(f"pass quantize: {key} must be true or false, got {c[key]!r}")
+        if c["mixed"] not in RECIPES:
+            raise PassError(f"pass quantize: unknown mixed recipe {c['mixed']!r}", hint=f"one of {', '.join(RECIPES)}")
         if c["method"] not in METHODS:
             raise PassError(f"pass quantize: unknown method {c['method']!r}", hint=f"one of {', '.join(METHODS)}")
         if c["accuracy_level"] not in ACCURACY_LEVELS:
@@ -180,6 +190,7 @@ class Quantize(Pass):
         self.notes: list[str] = []
         self.headline: list[str] = []  # what the compile prints: codes written, what stayed float and its MB
         self.reasons: dict[str, str] = {}
+        self.wide: dict[str, str] = {}  # param name -> why it takes 8 bits (the mixed recipe)
         self.kept: list[dict] = []
         self.eval_tokens: Optional[list[int]] = None
         self.float_graph: Optional[Graph] = None
@@ -191,19 +202,25 @@ class Quantize(Pass):
         (the ONNX targets' ``last-logits``) neither change it nor break it."""
         self.eval_tokens = list(tokens)
 
-    def block_size(self, k: int) -> int:
+    def bits_of(self, name: str) -> int:
+        """The bits of param ``name``: 8 where the ``mixed`` recipe chose it, else ``bits``."""
+        return 8 if name in self.wide else self.config["bits"]
+
+    def block_size(self, k: int, bits: Optional[int] = None) -> int:
         """The block along the input dim for a weight with ``k`` inputs: ``group``, but never
         wider than the smallest power of two >= max(k, 16) (a wider block holds only padding
-        and quantizes the same); per channel, ``k`` (rounded up to even for 4 bits)."""
-        bits, group = self.config["bits"], self.config["group"]
+        and quantizes the same); per channel, ``k`` (rounded up to even for 4 bits). With
+        ``group`` null: 32 for a 4-bit quantization (its 8-bit weights of a ``mixed`` recipe
+        too), per channel for an 8-bit one."""
+        bits, group = bits or self.config["bits"], self.config["group"]
         if group is None:
-            group = 32 if bits == 4 else "channel"
+            group = 32 if self.config["bits"] == 4 else "channel"
         if group == "channel":
             return k + (k % 2 if bits == 4 else 0)
         return min(group, 1 << (max(k, 16) - 1).bit_length())
 
     def run(self, graph: Graph) -> bool:
-        self.notes, self.kept, self.headline, self.reasons = [], [], [], {}
+        self.notes, self.kept, self.headline, self.reasons, self.wide = [], [], [], {}, {}
         changed = False
         if self.config["weights"]:
             self.check_head(graph)
@@ -220,13 +237,13 @@ class Quantize(Pass):
             self.float_graph, self.last_report = (graph.clone() if chosen else None), None
             for param, ranges in splits.items():
                 chosen.update(self.split(graph, param, ranges))
+            self.wide = more_bits(graph, list(chosen), self.config["mixed"], self.config["bits"])
             stats = self.calibrate(graph, list(chosen))
             for param, uses in chosen.items():
                 self.quantize_param(graph, param, uses, stats.get(param.name))
                 changed = True
-            blocks = sorted({self.block_size(p.shape[-1]) for p in chosen})
             self.headline = float_summary(graph, [p.name for p in chosen], self.reasons, self.config,
-                                          blocks) if chosen else []
+                                          self.blocks(chosen), self.wide) if chosen else []
         changed |= self.quantize_caches(graph)
         for note in self.notes:
             log.debug(note)
@@ -343,12 +360,12 @@ class Quantize(Pass):
                             "that seeds absent weights")
         names = [p.name for p in params]
         if c["method"] == "awq":  # scales searched and folded into the params now; codes are ort's
-            _, skipped, notes = awq_fold(graph, tokens, params, c, self.block_size)
+            _, skipped, notes = awq_fold(graph, tokens, params, {**c, "bits_of": self.bits_of}, self.block_size)
             self.notes += notes + [f"quantize: awq leaves @{name} unscaled (ort codes): {why}"
                                    for name, why in sorted(skipped.items())]
             return {}
         if c["method"] == "gptq":  # codes chosen now, layer by layer, and kept on disk
-            stats = calibrated_codes(graph, tokens, params, c, self.block_size)
+            stats = calibrated_codes(graph, tokens, params, c, self.block_size, self.bits_of)
         else:
             stats = importance(graph, tokens, set(names))
         for name in unobserved(stats, names):
@@ -374,13 +391,13 @@ class Quantize(Pass):
 
     def quantize_param(self, graph: Graph, param: Param, uses: list, stats) -> None:
         c = self.config
-        k = param.shape[-1]
-        block = self.block_size(k)
+        k, bits = param.shape[-1], self.bits_of(param.name)
+        block = self.block_size(k, bits)
         method = c["method"] if stats is not None or c["method"] not in CALIBRATED or c["method"] == "awq" else "mse"
         weight = stats if isinstance(stats, SpilledWeight) else \
-            QuantizedWeight(param, c["bits"], block, c["symmetric"], method, stats)
+            QuantizedWeight(param, bits, block, c["symmetric"], method, stats)
         parts = quantized_params(graph, weight)
-        attrs = {"K": k, "bits": c["bits"], "block_size": block}
+        attrs = {"K": k, "bits": bits, "block_size": block}
         level = {} if c["accuracy_level"] is None else {"accuracy_level": c["accuracy_level"]}
         dense: Optional[Value] = None
         for node, index in uses:
@@ -403,6 +420,14 @@ class Quantize(Pass):
                 node.set_input(index, dense)
         del graph.params[param.name]
 
+    def blocks(self, params) -> dict:
+        """{bits: [block sizes used]} over the quantized ``params``."""
+        used: dict = {}
+        for p in params:
+            bits = self.bits_of(p.name)
+            used.setdefault(bits, set()).add(self.block_size(p.shape[-1], bits))
+        return {bits: sorted(sizes) for bits, sizes in sorted(used.items())}
+
     def report(self, graph: Graph) -> dict:
         """Per-tensor SQNR (this method's and RTN's) and, after ``evaluate_on``, perplexity
         and top-1 agreement against the float graph (``irc.quant_report.pass_report``); kept
@@ -414,18 +439,29 @@ class Quantize(Pass):
         return self.last_report
 
 
-def float_summary(graph: Graph, quantized: list, reasons: dict, config: dict, blocks: list,
+def float_summary(graph: Graph, quantized: list, reasons: dict, config: dict, blocks: dict, wide: dict,
                   listed: int = 4) -> list[str]:
-    """The compile's lines on what ``quantize`` did: how many weights became codes (in blocks
-    of ``blocks``, the sizes used) and their MB, and what stayed float: the largest float
-    matrices by name with their MB and why (``listed`` of them, the rest counted), then the
-    vectors (norms, biases) in one sum."""
-    sources = set(quantized)
-    parts = [p for p in graph.params.values() if p.name.rsplit(".", 1)[0] in sources
-             and p.name.rsplit(".", 1)[-1] in ("qweight", "scales", "zero_points")]
-    block = f"block {blocks[0]}" if len(blocks) == 1 else f"blocks {', '.join(map(str, blocks))}"
-    lines = [f"quantize: int{config['bits']} codes ({block}, {config['method']}) for {len(quantized)} weights, "
-             f"{format_bytes(sum(p.nbytes for p in parts))}"]
+    """The compile's lines on what ``quantize`` did: how many weights became codes per bit
+    width (in blocks of ``blocks[bits]``, the sizes used) and their MB, which took 8 bits under
+    the ``mixed`` recipe and why (``wide``: the head by name, the layer projections counted),
+    and what stayed float: the largest float matrices by name with their MB and why
+    (``listed`` of them, the rest counted), then the vectors (norms, biases) in one sum."""
+    def parts_of(names) -> list:
+        return [p for p in graph.params.values() if p.name.rsplit(".", 1)[0] in names
+                and p.name.rsplit(".", 1)[-1] in ("qweight", "scales", "zero_points")]
+
+    def block(sizes) -> str:
+        return f"block {sizes[0]}" if len(sizes) == 1 else f"blocks {', '.join(map(str, sizes))}"
+
+    parts = parts_of(set(quantized))
+    narrow = [n for n in quantized if n not in wide]
+    lines = [f"quantize: int{config['bits']} codes ({block(blocks[config['bits']])}, {config['method']}) for "
+             f"{len(narrow)} weights, {format_bytes(sum(p.nbytes for p in parts_of(set(narrow))))}"
+             if narrow else f"quantize: no int{config['bits']} codes"]
+    if wide:
+        lines[0] += (f"; int8 ({block(blocks[8])}) for {len(wide)} more, "
+                     f"{format_bytes(sum(p.nbytes for p in parts_of(set(wide))))} (mixed={config['mixed']})")
+        lines += wide_lines(wide)
     floats = [p for p in graph.params.values() if p.dtype.is_float and p not in parts]
     matrices = sorted((p for p in floats if p.rank >= 2), key=lambda p: (-p.nbytes, p.name))
     vectors = [p for p in floats if p.rank < 2]

@@ -309,9 +309,10 @@ def _scale_group(group: Group, x: np.ndarray, config: dict, block_size, notes: l
 
 def _clip_weight(weight: Param, x: np.ndarray, config: dict, block_size, notes: list) -> None:
     """Search ``weight``'s clip on its input ``x`` [T, K] (already / s) and apply it when any block shrinks."""
-    block = block_size(weight.shape[-1])
+    bits = config.get("bits_of", lambda name: config["bits"])(weight.name)
+    block = block_size(weight.shape[-1], bits)
     choice, (before, after) = search_clip(x, partial(read_rows, weight), weight.shape[0], weight.dtype,
-                                          bits=config["bits"], block_size=block, symmetric=config["symmetric"])
+                                          bits=bits, block_size=block, symmetric=config["symmetric"])
     if choice.any():
         apply_clip(weight, choice, block)
     notes.append(f"quantize: awq clip @{weight.name}: {np.mean(choice > 0):.0%} of blocks shrunk, output error "

@@ -445,10 +445,12 @@ class SpilledWeight:
                 f"{'symmetric' if self.symmetric else 'asymmetric'}, gptq")
 
 
-def calibrated_codes(graph, tokens: list, params: list, config: dict, block_size) -> dict:
+def calibrated_codes(graph, tokens: list, params: list, config: dict, block_size, bits_of=None) -> dict:
     """{name: SpilledWeight} of GPTQ with sequential Hessians
     (``passes.quantize_calibrate.sequential_hessians``) for the observed weights among
-    ``params``; ``config`` the pass's options, ``block_size(k)`` its block rule. PassError
+    ``params``; ``config`` the pass's options, ``block_size(k, bits)`` its block rule,
+    ``bits_of(name)`` each weight's bits (default ``config["bits"]``: weights sharing one
+    Hessian at different bits run apart, on copies of it). PassError
     when the text gives fewer than ``calibration_tokens`` tokens (the count asked for: a
     Hessian of fewer rows has lower rank than asked, and a silent shortfall would hide it),
     or when a Hessian cannot be factored."""
@@ -460,21 +462,26 @@ def calibrated_codes(graph, tokens: list, params: list, config: dict, block_size
                         hint=f"give a longer text, or calibration_tokens={len(tokens)}")
     by_name = {p.name: p for p in params}
     directory = SpillDirectory()
-    bits, symmetric = config["bits"], config["symmetric"]
+    symmetric = config["symmetric"]
+    bits_of = bits_of or (lambda name: config["bits"])
 
     def quantize(names: list, hessian: np.ndarray) -> dict:
-        params = [by_name[name] for name in names]
-        block = block_size(params[0].shape[-1])
-        spilled = [SpilledWeight(p, directory, bits, block, symmetric) for p in params]
-        sources = [(partial(read_rows, p), p.shape[0], p.dtype.numpy.name) for p in params]
-        try:
-            for index, start, parts in gptq_chunks(sources, hessian, bits=bits, block_size=block,
-                                                   symmetric=symmetric, act_order=config["act_order"],
-                                                   overwrite_hessian=True):
-                spilled[index].write(start, parts)
-        except ValueError as err:
-            raise PassError(f"quantize: GPTQ of @{names[0]}: {err}", location=config["calibration"]) from None
-        return dict(zip(names, spilled))
+        widths = sorted({bits_of(name) for name in names})
+        done = {}
+        for i, bits in enumerate(widths):
+            params = [by_name[name] for name in names if bits_of(name) == bits]
+            block = block_size(params[0].shape[-1], bits)
+            spilled = [SpilledWeight(p, directory, bits, block, symmetric) for p in params]
+            sources = [(partial(read_rows, p), p.shape[0], p.dtype.numpy.name) for p in params]
+            try:
+                for index, start, parts in gptq_chunks(sources, hessian if i == len(widths) - 1 else hessian.copy(),
+                                                       bits=bits, block_size=block, symmetric=symmetric,
+                                                       act_order=config["act_order"], overwrite_hessian=True):
+                    spilled[index].write(start, parts)
+            except ValueError as err:
+                raise PassError(f"quantize: GPTQ of @{params[0].name}: {err}", location=config["calibration"]) from None
+            done.update({p.name: w for p, w in zip(params, spilled)})
+        return done
 
     return sequential_hessians(graph, tokens, set(by_name), quantize)
 

@@ -193,7 +193,7 @@ def test_the_default_option_set_is_pinned():
     target (4 on onnx-ort). Changing a default is a decision: change this test with it."""
     c = Quantize(bits=4).config
     assert (c["group"], c["symmetric"], c["method"], c["embeddings"], c["lm_head"], c["kv_cache"],
-            c["accuracy_level"]) == (None, True, "ort", True, False, False, None)
+            c["accuracy_level"], c["mixed"]) == (None, True, "ort", True, False, False, None, "none")
     assert Quantize(bits=4).block_size(4096) == 32 and Quantize(bits=8).block_size(4096) == 4096
     g = example("tiny-gemma2-9b")
     after, _ = apply_pass(Quantize(bits=4), g)
