@@ -8,7 +8,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from irc.ops.quant import dequantize_blocks, quantize_blocks, unpack_codes
 import passes.quantize_ort as quantize_ort
@@ -22,6 +22,8 @@ from test_onnx_models import PROMPTS  # noqa: E402
 
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 HALF_ULP = {"float32": 0.0, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}  # relative rounding of a stored scale
+# ... and absolute, where a tiny scale is subnormal in its dtype (half the smallest subnormal)
+HALF_SUBNORMAL = {name: float(ml_dtypes.finfo(t).smallest_subnormal) / 2 for name, t in DTYPES.items()}
 
 
 def weights(seed, lead, n, k, magnitude, offset, ties, zero_group, dtype, block):
@@ -82,6 +84,7 @@ def test_many_kernel_calls_give_the_bytes_of_one(monkeypatch):
 @given(bits=st.sampled_from([4, 8]), symmetric=st.booleans(), block=st.sampled_from([16, 32, 48, 128]),
        n=st.integers(1, 5), k=st.integers(1, 300), seed=st.integers(0, 2 ** 16), offset=st.sampled_from([0.0, 0.4]),
        dtype=st.sampled_from(sorted(DTYPES)))
+@example(bits=8, symmetric=True, block=16, n=5, k=1, seed=43291, offset=0.0, dtype="float16")  # a subnormal scale
 def test_dequantized_weights_are_within_the_schemes_error(bits, symmetric, block, n, k, seed, offset, dtype):
     """Each weight within half a step of its value inside the code range (plus what lies
     beyond it: the clipped side of a symmetric group), plus what rounding the stored scale to
@@ -100,13 +103,15 @@ def test_dequantized_weights_are_within_the_schemes_error(bits, symmetric, block
     padded[:, :k] = w.astype(np.float64)
     exact = padded.reshape(n, nb, block)
     beyond = np.maximum(0, np.maximum(low - exact, exact - high))
-    bound = s * (0.5 + 1e-5) + beyond + np.abs(q - z) * s * HALF_ULP[dtype] * 1.001 + 1e-6 * np.abs(exact)
+    rounding = np.maximum(s * HALF_ULP[dtype], HALF_SUBNORMAL[dtype]) * 1.001  # of the stored scale
+    bound = s * (0.5 + 1e-5) + beyond + np.abs(q - z) * rounding + 1e-6 * np.abs(exact)
     approx = dequantize_blocks(qweight, scales, zeros, bits=bits, block_size=block, k=nb * block).astype(np.float64)
     error = np.abs(approx.reshape(n, nb, block) - exact)
     assert np.all(error <= bound)
     np.testing.assert_array_equal(approx[:, k:], 0.0)
-    if symmetric:  # only the side opposite the largest weight's sign clips, by up to a step
-        assert np.all(beyond <= s * (1 + 1e-3))
+    if symmetric:  # only the side opposite the largest weight's sign clips, by up to a step (and the
+        # extreme weight by the scale's rounding times its code's distance, where the scale is subnormal)
+        assert np.all(beyond <= s * (1 + 1e-3) + 2.0 ** (bits - 1) * np.maximum(rounding - s * HALF_ULP[dtype] * 1.001, 0))
 
 
 @pytest.mark.parametrize("bits", [4, 8])
