@@ -16,7 +16,8 @@ from gguf_convert_2026 import write_converted
 from irc.errors import SpecError
 from test_gguf_decoders import assert_same_graph_as_hf
 from test_hf_models import (NEW_TOKENS, SMALL, assert_greedy_matches, assert_logits_match, assert_ort_run_matches,
-                            build_case, hf_logits, prompts, randomize, relative_error, save_twin)
+                            build_case, hf_logits, prompts, relative_error, save_twin)
+from twin_fixtures import once_fixture, random_twin
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -77,26 +78,17 @@ ONNX = ("exaone4-post-norms-nope-global", "glm4-moe-qk-norm-all-moe", "hunyuan-m
 
 def _local(name: str, folder):
     class_name, overrides, _, _ = LOCAL[name]
-    config = getattr(transformers, class_name)(**{**SMALL, **overrides})
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=ALL.index(name), norm_centre=1.0)
-    return save_twin(model, folder)
+    return save_twin(random_twin(class_name, {**SMALL, **overrides}, ALL.index(name)), folder)
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    """name -> (transformers model, HF folder, GGUF path), each built once."""
-    built = {}
+def gguf_twin(name: str, folder):
+    """(transformers model, HF folder, GGUF path)."""
+    model, hf_folder = _local(name, folder) if name in LOCAL else build_case(name, folder)
+    arch, mtp = LOCAL[name][2:] if name in LOCAL else CASES[name]
+    return model, hf_folder, write_converted(folder / f"{name}.gguf", model, arch, mtp=mtp)
 
-    def get(name):
-        if name not in built:
-            folder = tmp_path_factory.mktemp(name)
-            model, hf_folder = _local(name, folder) if name in LOCAL else build_case(name, folder)
-            arch, mtp = LOCAL[name][2:] if name in LOCAL else CASES[name]
-            built[name] = model, hf_folder, write_converted(folder / f"{name}.gguf", model, arch, mtp=mtp)
-        return built[name]
 
-    return get
+models = once_fixture(gguf_twin)
 
 
 @pytest.mark.parametrize("name", ALL)

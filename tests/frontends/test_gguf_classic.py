@@ -18,8 +18,9 @@ from frontends.gguf.families import describe
 from frontends.gguf.reader import GGUFFile
 from gguf_writer import write_classic
 from irc.errors import SpecError
-from test_hf_models import (SMALL, TOLERANCE, assert_greedy_matches, build_case, built_once, hf_logits, irc_logits,
-                            prompts, relative_error)
+from test_hf_models import (SMALL, TOLERANCE, assert_greedy_matches, build_case, hf_logits, irc_logits, prompts,
+                            relative_error)
+from twin_fixtures import once_fixture
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -36,9 +37,7 @@ def build(name: str, folder):
     return model, hf_folder, write_classic(folder / f"{name}.gguf", model, CASES[name])
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return built_once(build, tmp_path_factory)
+models = once_fixture(build)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -20,7 +20,8 @@ from gguf_convert import converted, mxfp4_checkpoint, mxfp4_round_experts, mxfp4
 from irc.interpreter import generate
 from test_hf_kimi import SMALL as KIMI_BASE
 from test_hf_models import (NEW_TOKENS, SMALL, TOLERANCE, assert_greedy_matches, assert_ort_run_matches, build_case,
-                            hf_logits, irc_logits, prompts, randomize, relative_error, save_twin)
+                            hf_logits, irc_logits, prompts, relative_error, save_twin)
+from twin_fixtures import once_fixture, random_twin
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -55,56 +56,39 @@ GENAI = ("falcon-40b-new-arch-biases", "gpt-oss-mxfp4-experts")
 
 def _local(name: str, folder):
     class_name, overrides, _ = LOCAL[name]
-    config = getattr(transformers, class_name)(**{**SMALL, **overrides})
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=ALL.index(name), norm_centre=1.0)
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    model.save_pretrained(folder)
-    return model, folder
+    return save_twin(random_twin(class_name, {**SMALL, **overrides}, ALL.index(name)), folder)
 
 
 def _gpt_oss(name: str, folder):
     from test_hf_gpt_oss import SMALL as OSS_SMALL
 
     overrides, scale, mxfp4 = GPT_OSS[name]
-    config = transformers.GptOssConfig(**{**OSS_SMALL, **overrides, "bos_token_id": 1, "eos_token_id": 2})
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=ALL.index(name), norm_centre=1.0)
+    model = random_twin("GptOssConfig", {**OSS_SMALL, **overrides, "bos_token_id": 1, "eos_token_id": 2},
+                        ALL.index(name))
     with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.sinks.mul_(10.0)
             layer.mlp.experts.gate_up_proj.mul_(scale)
     if mxfp4:
         mxfp4_round_experts(model)
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    model.save_pretrained(folder)
-    return model, folder, mxfp4
+    return (*save_twin(model, folder), mxfp4)
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    """name -> (transformers model, HF folder, GGUF path), each built once."""
-    built = {}
+def gguf_twin(name: str, folder):
+    """(transformers model, HF folder, GGUF path)."""
+    if name in GPT_OSS:
+        model, hf_folder, mxfp4 = _gpt_oss(name, folder)
+        arch = "gpt-oss"
+    elif name in LOCAL:
+        model, hf_folder = _local(name, folder)
+        arch, mxfp4 = LOCAL[name][2], False
+    else:
+        model, hf_folder = build_case(name, folder)
+        arch, mxfp4 = CASES[name], False
+    return model, hf_folder, write_converted(folder / f"{name}.gguf", model, arch, mxfp4=mxfp4, tokens=True)
 
-    def get(name):
-        if name not in built:
-            folder = tmp_path_factory.mktemp(name)
-            if name in GPT_OSS:
-                model, hf_folder, mxfp4 = _gpt_oss(name, folder)
-                arch = "gpt-oss"
-            elif name in LOCAL:
-                model, hf_folder = _local(name, folder)
-                arch, mxfp4 = LOCAL[name][2], False
-            else:
-                model, hf_folder = build_case(name, folder)
-                arch, mxfp4 = CASES[name], False
-            built[name] = model, hf_folder, write_converted(folder / f"{name}.gguf", model, arch, mxfp4=mxfp4,
-                                                            tokens=True)
-        return built[name]
 
-    return get
+models = once_fixture(gguf_twin)
 
 
 @pytest.fixture(scope="module")
@@ -321,23 +305,15 @@ KIMI = {  # name: settings (what the converter can say: leading dense layers, re
 }
 
 
-@pytest.fixture(scope="module")
-def kimi(tmp_path_factory):
+def kimi_twin(name: str, folder):
+    """(transformers model, HF folder, GGUF path)."""
     from gguf_convert import write_kimi
 
-    built = {}
+    model, _ = save_twin(random_twin("KimiLinearConfig", KIMI[name], sorted(KIMI).index(name)), folder)
+    return model, folder, write_kimi(folder / f"{name}.gguf", model, folder)
 
-    def get(name):
-        if name not in built:
-            folder = tmp_path_factory.mktemp(name)
-            config = transformers.KimiLinearConfig(**KIMI[name])
-            model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-            randomize(model, seed=sorted(KIMI).index(name), norm_centre=1.0)
-            save_twin(model, folder)
-            built[name] = model, folder, write_kimi(folder / f"{name}.gguf", model, folder)
-        return built[name]
 
-    return get
+kimi = once_fixture(kimi_twin, "kimi")
 
 
 @pytest.mark.parametrize("name", sorted(KIMI))

@@ -17,8 +17,9 @@ from frontends import load_spec
 from frontends.gguf import load_gguf
 from frontends.gguf.blocks import EXACT
 from gguf_writer import write_model
-from test_hf_models import (MLA, SMALL, TOLERANCE, assert_greedy_matches, assert_logits_match, built_once, irc_logits,
-                            prompts, randomize, relative_error)
+from test_hf_models import (MLA, SMALL, TOLERANCE, assert_greedy_matches, assert_logits_match, irc_logits, prompts,
+                            relative_error)
+from twin_fixtures import once_fixture, random_twin
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -76,17 +77,12 @@ CASES = {  # name: (config class, overrides of SMALL, GGUF architecture, write_m
 
 def build_case(name: str, folder):
     class_name, overrides, arch, options = CASES[name]
-    config = getattr(transformers, class_name)(**{**SMALL, **overrides})
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=sorted(CASES).index(name), norm_centre=0.0 if "gemma" in name else 1.0)
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
+    model = random_twin(class_name, {**SMALL, **overrides}, sorted(CASES).index(name),
+                        norm_centre=0.0 if "gemma" in name else 1.0)
     return model, write_model(folder / f"{name}.gguf", model, arch, **options)
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return built_once(build_case, tmp_path_factory)
+models = once_fixture(build_case)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -17,6 +17,7 @@ from gguf_convert_gemma import gemma3n_converted, gemma3n_keys, write_gemma3n
 from test_gguf_decoders import (assert_blocks_match_float, assert_compiles_to_the_same_bytes, assert_gguf_twin_matches,
                                 refused)
 from test_hf_models import NEW_TOKENS, TOLERANCE, hf_logits, irc_logits, prompts, randomize, relative_error, save_twin
+from twin_fixtures import once_fixture, random_twin
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -40,22 +41,14 @@ PADDED = dict(vocab_size_per_layer_input=100)  # a per-layer table smaller than 
 ALL = sorted(GEMMA3N)
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    """name -> (transformers model, HF folder, GGUF path), each built once."""
-    built = {}
+def gemma3n_twin(name: str, folder):
+    """(transformers model, HF folder, GGUF path)."""
+    model, _ = save_twin(random_twin("Gemma3nTextConfig", {**SMALL, **GEMMA3N[name]}, ALL.index(name)),
+                         folder)  # plain norm weights, not 1 + w
+    return model, folder, write_gemma3n(folder / f"{name}.gguf", model)
 
-    def get(name):
-        if name not in built:
-            folder = tmp_path_factory.mktemp(name)
-            config = transformers.Gemma3nTextConfig(**{**SMALL, **GEMMA3N[name]})
-            model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-            randomize(model, seed=ALL.index(name), norm_centre=1.0)  # plain norm weights, not 1 + w
-            save_twin(model, folder)
-            built[name] = model, folder, write_gemma3n(folder / f"{name}.gguf", model)
-        return built[name]
 
-    return get
+models = once_fixture(gemma3n_twin)
 
 
 def hf_batch_greedy(model) -> np.ndarray:
@@ -177,33 +170,26 @@ GEMMA4 = {  # name: (overrides of G4_SMALL, num_global_key_value_heads as the Hu
 }
 
 
-@pytest.fixture(scope="module")
-def gemma4(tmp_path_factory):
+def gemma4_twin(name: str, folder):
+    """(transformers model, HF folder, GGUF path)."""
     from gguf_convert_gemma import gemma4_converted, gemma4_keys
     from gguf_writer import write_file
 
-    built = {}
+    overrides, global_kv = GEMMA4[name]
+    model = random_twin("Gemma4TextConfig", {**G4_SMALL, **overrides}, sorted(GEMMA4).index(name))
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for key, buffer in model.named_buffers():
+            if key.endswith("layer_scalar"):  # a checkpoint buffer, ones by default
+                buffer.copy_(0.5 + torch.rand(buffer.shape, generator=generator))
+    save_twin(model, folder)
+    head = {**G4_SMALL, **overrides}["global_head_dim"]
+    path = write_file(folder / f"{name}.gguf", "gemma4", gemma4_keys(model.config, head, global_kv),
+                      gemma4_converted(model, head))
+    return model, folder, path
 
-    def get(name):
-        if name not in built:
-            folder = tmp_path_factory.mktemp(name)
-            overrides, global_kv = GEMMA4[name]
-            config = transformers.Gemma4TextConfig(**{**G4_SMALL, **overrides})
-            model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-            randomize(model, seed=sorted(GEMMA4).index(name), norm_centre=1.0)
-            generator = torch.Generator().manual_seed(7)
-            with torch.no_grad():
-                for key, buffer in model.named_buffers():
-                    if key.endswith("layer_scalar"):  # a checkpoint buffer, ones by default
-                        buffer.copy_(0.5 + torch.rand(buffer.shape, generator=generator))
-            save_twin(model, folder)
-            head = {**G4_SMALL, **overrides}["global_head_dim"]
-            path = write_file(folder / f"{name}.gguf", "gemma4", gemma4_keys(model.config, head, global_kv),
-                              gemma4_converted(model, head))
-            built[name] = model, folder, path
-        return built[name]
 
-    return get
+gemma4 = once_fixture(gemma4_twin, "gemma4")
 
 
 @pytest.mark.parametrize("name", sorted(GEMMA4))

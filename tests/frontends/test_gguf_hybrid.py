@@ -20,9 +20,9 @@ from frontends.gguf import load_gguf
 from gguf_writer import falcon_h1_folded, hybrid_converted, hybrid_keys, write_file, write_hybrid
 from irc.errors import SpecError
 from test_gguf_ssm import as_float32
-from test_hf_models import (TOLERANCE, assert_greedy_matches, built_once, hf_logits, irc_logits, prompts, randomize,
-                            relative_error)
+from test_hf_models import TOLERANCE, assert_greedy_matches, hf_logits, irc_logits, prompts, relative_error
 from test_hf_ssm import unpadded_logits
+from twin_fixtures import once_fixture, random_twin
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -57,19 +57,13 @@ def build_case(name: str, folder):
     class_name, settings = module.CASES[base]
     if module is hf_ssm:
         settings = {**hf_ssm.SMALL, **settings}
-    config = getattr(transformers, class_name)(**{**settings, **overrides})
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=sorted(CASES).index(name), norm_centre=1.0)
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
+    model = random_twin(class_name, {**settings, **overrides}, sorted(CASES).index(name))
     model.save_pretrained(folder / "hf")
     getattr(module, "ON_DISK", {}).get(base, lambda _: None)(folder / "hf")
     return model, folder / "hf", write_hybrid(folder / f"{name}.gguf", model, folder / "hf", arch)
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return built_once(build_case, tmp_path_factory)
+models = once_fixture(build_case)
 
 
 def has_in_proj_bias(model) -> bool:

@@ -14,8 +14,9 @@ from frontends import load_spec
 from frontends.gguf import load_gguf
 from gguf_writer import linear_converted, linear_keys, write_file, write_linear
 from irc.errors import SpecError
-from test_hf_models import TOLERANCE, assert_greedy_matches, built_once, irc_logits, prompts, randomize, relative_error
+from test_hf_models import TOLERANCE, assert_greedy_matches, irc_logits, prompts, relative_error
 from test_hf_ssm import unpadded_logits
+from twin_fixtures import once_fixture, random_twin
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -53,9 +54,8 @@ CASES = {  # name: (config class, settings, GGUF architecture, an older Qwen3-Ne
 
 def build_case(name: str, folder):
     class_name, settings, arch, fused = CASES[name]
-    config = getattr(transformers, class_name)(**settings)
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    randomize(model, seed=sorted(CASES).index(name), norm_centre=1.0 if arch.startswith("lfm2") else 0.0)
+    model = random_twin(class_name, settings, sorted(CASES).index(name),
+                        norm_centre=1.0 if arch.startswith("lfm2") else 0.0)
     generator = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for key, p in model.named_parameters():
@@ -64,14 +64,10 @@ def build_case(name: str, folder):
         for key, b in model.named_buffers():
             if key.endswith("expert_bias"):  # large enough to change which experts are chosen
                 b.copy_(torch.randn(b.shape, generator=generator))
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
     return model, write_linear(folder / f"{name}.gguf", model, arch, fused=fused)
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return built_once(build_case, tmp_path_factory)
+models = once_fixture(build_case)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -22,7 +22,8 @@ import pytest
 from frontends import load_spec
 from gguf_writer import write_file
 from test_gguf_decoders import assert_blocks_match_float, assert_gguf_twin_matches, refused
-from test_hf_models import NEW_TOKENS, prompts, randomize, save_twin
+from test_hf_models import NEW_TOKENS, prompts, save_twin
+from twin_fixtures import once_fixture, random_twin
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -87,24 +88,14 @@ def phimoe_converted(config, folder) -> dict:
     return {name: np.ascontiguousarray(data, dtype=np.float32) for name, data in out.items()}
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    """name -> (transformers model, HF folder, GGUF path), each built once."""
-    built = {}
+def phimoe_twin(name: str, folder):
+    """(transformers model, HF folder, GGUF path)."""
+    model, _ = save_twin(random_twin("PhimoeConfig", {**SMALL, **CASES[name]}, ALL.index(name)), folder)
+    return model, folder, write_file(folder / f"{name}.gguf", "phimoe", phimoe_keys(model.config),
+                                     phimoe_converted(model.config, folder))
 
-    def get(name):
-        if name not in built:
-            folder = tmp_path_factory.mktemp(name)
-            config = transformers.PhimoeConfig(**{**SMALL, **CASES[name]})
-            model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-            randomize(model, seed=ALL.index(name), norm_centre=1.0)
-            save_twin(model, folder)
-            path = write_file(folder / f"{name}.gguf", "phimoe", phimoe_keys(model.config),
-                              phimoe_converted(model.config, folder))
-            built[name] = model, folder, path
-        return built[name]
 
-    return get
+models = once_fixture(phimoe_twin)
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -15,9 +15,9 @@ from frontends.gguf import load_gguf
 from gguf_writer import converted, ssm_keys, write_file, write_model
 from irc.errors import SpecError
 from irc.interpreter import generate
-from test_hf_models import (TOLERANCE, assert_greedy_matches, built_once, hf_logits, irc_logits, prompts, randomize,
-                            relative_error)
+from test_hf_models import TOLERANCE, assert_greedy_matches, hf_logits, irc_logits, prompts, relative_error
 from test_hf_ssm import SMALL, unpadded_logits
+from twin_fixtures import once_fixture, random_twin
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -44,17 +44,11 @@ CASES = {  # name: (config class, overrides of test_hf_ssm.SMALL, GGUF architect
 
 def build_case(name: str, folder):
     class_name, overrides, arch = CASES[name]
-    config = getattr(transformers, class_name)(**{**SMALL, **overrides})
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    randomize(model, seed=sorted(CASES).index(name), norm_centre=1.0)
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
+    model = random_twin(class_name, {**SMALL, **overrides}, sorted(CASES).index(name), eager=False)
     return model, write_model(folder / f"{name}.gguf", model, arch)
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return built_once(build_case, tmp_path_factory)
+models = once_fixture(build_case)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -17,7 +17,7 @@ from irc.errors import SpecError
 from tests.frontends.refusals import pointed_line, refused
 from tests.frontends.test_hf_models import TOLERANCE, relative_error
 from tests.frontends.test_hf_ssm import unpadded_logits
-from tests.frontends.twins import STATES, STATES_ONNX, built, family
+from tests.frontends.twins import STATES, STATES_ONNX, family, models_fixture
 
 try:
     import torch
@@ -56,9 +56,7 @@ def sharpen(model, name: str) -> None:
 TWINS = family(None, {}, CASES, checks=(STATES, STATES_ONNX), norm_centre=0.0, tweak=sharpen)  # norms: (1 + w)
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return built(TWINS, tmp_path_factory)
+models = models_fixture(TWINS)
 
 
 @needs_torch

@@ -15,7 +15,7 @@ from frontends import load_spec
 from irc.errors import SpecError
 from tests.frontends.refusals import pointed_line, refused
 from tests.frontends.test_hf_models import NEW_TOKENS, assert_rows_match, hf_greedy_tokens, prompts
-from tests.frontends.twins import built, family
+from tests.frontends.twins import family, models_fixture
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -41,9 +41,7 @@ SHARED = "gemma3n-shared-sparse"
 TWINS = family("Gemma3nTextConfig", SMALL, CASES, emits_alike=True)  # norm centre 1: plain weights, not 1 + w
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return built(TWINS, tmp_path_factory)
+models = models_fixture(TWINS)
 
 
 def test_the_twin_exercises_sharing_sparsity_windows_and_the_per_layer_table(models):

@@ -16,7 +16,7 @@ from frontends import load_spec
 from irc.errors import SpecError
 from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, hf_batch_greedy, hf_logits,  # noqa: F401
                                             irc_logits, prompts, relative_error)
-from tests.frontends.twins import GENAI, GREEDY, ROWS, built, causal_lm, family
+from tests.frontends.twins import GENAI, GREEDY, ROWS, causal_lm, family, models_fixture
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -86,9 +86,7 @@ TWINS = family(None, SMALL, CASES, make=make, tweak=sharpen, genai_refused="diff
     "gemma4-uniform-kv-shared": dict(checks=(ROWS, GREEDY, GENAI), genai_layers=2)})
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return built(TWINS, tmp_path_factory)
+models = models_fixture(TWINS)
 
 
 def test_the_twins_exercise_the_gemma4_parts(models):

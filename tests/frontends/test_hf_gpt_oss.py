@@ -12,7 +12,7 @@ from frontends import load_spec
 from irc.errors import SpecError
 from tests.frontends.refusals import pointed_line, refused
 from tests.frontends.test_hf_models import prompts
-from tests.frontends.twins import CHECKS, GENAI, built, family, twin_build
+from tests.frontends.twins import CHECKS, GENAI, family, models_fixture, twin_build
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -43,9 +43,7 @@ TWINS = family("GptOssConfig", SMALL, CASES, tweak=sharpen,
 build = twin_build(TWINS)
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return built(TWINS, tmp_path_factory)
+models = models_fixture(TWINS)
 
 
 def test_the_twins_exercise_sinks_windows_and_clamps(models):

@@ -3,12 +3,10 @@ random models, saved with save_pretrained and loaded with load_spec(folder), giv
 logits on a left-padded batch of two uneven prompts (each padded row also held against the
 row run alone) and the same 16-token greedy continuation through the reference interpreter
 (KV caches and Mamba-2 states fed back)."""
-import json
-
 import pytest
 
 from frontends import load_spec
-from irc.errors import SpecError
+from tests.frontends.refusals import refused_change
 from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_greedy_matches, built_once, hf_logits,
                                             irc_logits, prompts, randomize, relative_error)
 from tests.frontends.test_hf_ssm import unpadded_logits
@@ -120,13 +118,7 @@ def test_falcon_h1_layer_carries_key_value_and_both_states(models):
     ("ssm_multipliers", [1.0, 2.0], "ssm_multipliers: expected a list of 5 numbers"),
 ])
 def test_falcon_h1_refusals_name_the_key(models, tmp_path, key, value, message):
-    _, folder = models("falcon-h1-multipliers")
-    config = json.loads((folder / "config.json").read_text())
-    config[key] = value
-    (tmp_path / "config.json").write_text(json.dumps(config, indent=2))
-    with pytest.raises(SpecError, match=message) as err:
-        load_spec(tmp_path)
-    assert "config.json" in str(err.value)
+    refused_change(models("falcon-h1-multipliers")[1], tmp_path, key, value, message)
 
 
 @pytest.mark.parametrize("key, value, message", [
@@ -136,10 +128,4 @@ def test_falcon_h1_refusals_name_the_key(models, tmp_path, key, value, message):
     ("tie_word_embeddings", False, "tie_word_embeddings: false is not supported"),
 ])
 def test_zamba2_refusals_name_the_key(models, tmp_path, key, value, message):
-    _, folder = models("zamba2-one-block-adapters-rope")
-    config = json.loads((folder / "config.json").read_text())
-    config[key] = value
-    (tmp_path / "config.json").write_text(json.dumps(config, indent=2))
-    with pytest.raises(SpecError, match=message) as err:
-        load_spec(tmp_path)
-    assert "config.json" in str(err.value)
+    refused_change(models("zamba2-one-block-adapters-rope")[1], tmp_path, key, value, message)

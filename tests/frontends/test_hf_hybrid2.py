@@ -15,7 +15,7 @@ import pytest
 from frontends import load_spec
 from tests.frontends.refusals import refused
 from tests.frontends.test_hf_delta import assert_long_prompt_matches
-from tests.frontends.twins import STATES, STATES_ONNX, built, family
+from tests.frontends.twins import STATES, STATES_ONNX, family, models_fixture
 
 try:
     import torch
@@ -94,9 +94,7 @@ TWINS = family(None, {}, {name: case[:2] for name, case in CASES.items()}, check
                      for name, case in CASES.items()})
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return built(TWINS, tmp_path_factory)
+models = models_fixture(TWINS)
 
 
 @needs_torch

@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 
 from frontends import load_spec
-from irc.check import relative_error
 from irc.errors import SpecError
-from irc.interpreter import run
 from irc_cli import main
-from tests.frontends.test_hf_models import built_once
 from tests.frontends.test_hf_vlm import decoder_feeds, randomized
+from tests.frontends.twin_fixtures import once_fixture
+from tests.frontends.vlm_checks import assert_features_and_logits_match, assert_folder_matches, folder_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -41,9 +40,7 @@ def build(name: str, folder):
     return model, str(folder)
 
 
-@pytest.fixture(scope="module")
-def twins(tmp_path_factory):
-    return built_once(build, tmp_path_factory)
+twins = once_fixture(build, "twins")
 
 
 def packed_rows(model, size) -> np.ndarray:
@@ -77,27 +74,18 @@ def test_interpreter_matches_transformers(twins, size):
     vision = graph.parts["vision"]
     assert [(v.name, v.shape) for v in vision.inputs] == [("pixel_values", ("B", 3, 16, 16)), ("image_rows", ("I",))]
     rows, pixels, ids, want_features, want_logits = case(model, size)
-    features = run(vision, {"pixel_values": pixels, "image_rows": rows})["image_features"]
-    assert relative_error(features, want_features) <= TOLERANCE
-    logits = run(graph, decoder_feeds(graph, ids, features))["logits"]
-    assert relative_error(logits, want_logits) <= TOLERANCE
+    assert_features_and_logits_match(graph, {"pixel_values": pixels, "image_rows": rows},
+                                     lambda features: decoder_feeds(graph, ids, features), want_features, want_logits)
 
 
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
 def test_onnx_folder_matches_transformers(twins, tmp_path, target):
-    from irc_cli.run_vlm import FolderModel
-
     model, folder = twins("llava_next")
-    out = tmp_path / "out"
-    assert main(["compile", folder, "--target", target, "-o", str(out / "model.onnx"), "--quiet"]) == 0
-    vlm = FolderModel(str(out))
+    vlm, graph = folder_model(folder, tmp_path, target), load_spec(folder)
     for size in SIZES:
         rows, pixels, ids, want_features, want_logits = case(model, size, seed=1)
-        features = vlm.features(pixels, rows)
-        assert relative_error(features, want_features) <= TOLERANCE, size
-        feeds = {k: v for k, v in decoder_feeds(load_spec(folder), ids, features).items() if k != "image_features"}
-        logits = vlm.step(feeds, features)["logits"]
-        assert relative_error(logits[:, -1], want_logits[:, -1]) <= TOLERANCE, size
+        assert_folder_matches(vlm, graph, decoder_feeds, ids, vlm.features(pixels, rows), want_features, want_logits,
+                              size)
 
 
 def test_irc_run_splits_an_image_as_the_processor_does(twins, tmp_path, capsys):

@@ -21,7 +21,7 @@ from irc.interpreter import generate
 from frontends import load_spec
 
 from test_hf_models import NEW_TOKENS, TOLERANCE, hf_logits, irc_logits, prompts, relative_error
-from tests.frontends.twins import GREEDY, LOGITS, ONNX, built, family
+from tests.frontends.twins import GREEDY, LOGITS, ONNX, family, models_fixture
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -54,9 +54,7 @@ SMALL = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_la
 TWINS = family("Phi3Config", SMALL, CASES, first_seed=11, checks=(LOGITS, GREEDY, ONNX))
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return built(TWINS, tmp_path_factory)
+models = models_fixture(TWINS)
 
 
 def hf_greedy(model, ids, mask):

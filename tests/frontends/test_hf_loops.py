@@ -17,7 +17,7 @@ from irc.errors import SpecError
 from tests.frontends.test_hf_models import (NEW_TOKENS, SMALL, TOLERANCE, assert_greedy_matches, irc_logits, prompts,
                                             relative_error)
 from tests.frontends.test_hf_ssm import unpadded_logits
-from tests.frontends.twins import GREEDY, LOGITS, ONNX, Twin, built, family
+from tests.frontends.twins import GREEDY, LOGITS, ONNX, Twin, family, models_fixture
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -51,9 +51,7 @@ TWINS = {**family(None, {}, CASES, checks=(LOGITS, GREEDY, ONNX), context=None, 
          "zamba-biases": Twin(*ZAMBA_BIAS, seed=7, name="zamba-biases", checks=(), tweak=ngpt_scales)}
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return built(TWINS, tmp_path_factory)
+models = models_fixture(TWINS)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from frontends import load_spec
-from irc.check import relative_error
-from irc.interpreter import run
 from irc_cli import main
-from tests.frontends.test_hf_models import built_once
 from tests.frontends.test_hf_vlm import Clock, decoder_feeds, randomized
+from tests.frontends.twin_fixtures import once_fixture
+from tests.frontends.vlm_checks import (assert_features_and_logits_match, assert_folder_matches, compile_folder,
+                                        folder_model)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -38,9 +38,7 @@ def build(name: str, folder):
     return model, str(folder)
 
 
-@pytest.fixture(scope="module")
-def twins(tmp_path_factory):
-    return built_once(build, tmp_path_factory)
+twins = once_fixture(build, "twins")
 
 
 def laid_out(rows: int, columns: int) -> list:
@@ -66,41 +64,30 @@ def test_interpreter_matches_transformers(twins, size):
     vision = graph.parts["vision"]
     assert [(v.name, v.shape) for v in vision.inputs] == [("pixel_values", ("B", 3, "8*Y", "8*X"))]
     pixels, ids, want_features, want_logits = case(model, size)
-    features = run(vision, {"pixel_values": pixels})["image_features"]
-    assert relative_error(features, want_features) <= TOLERANCE
-    logits = run(graph, decoder_feeds(graph, ids, features))["logits"]
-    assert relative_error(logits, want_logits) <= TOLERANCE
+    assert_features_and_logits_match(graph, {"pixel_values": pixels},
+                                     lambda features: decoder_feeds(graph, ids, features), want_features, want_logits)
 
 
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
 def test_onnx_folder_matches_transformers(twins, tmp_path, target):
-    from irc_cli.run_vlm import FolderModel
-
     model, folder = twins("mistral3")
-    out = tmp_path / "out"
-    assert main(["compile", folder, "--target", target, "-o", str(out / "model.onnx"), "--quiet"]) == 0
-    vlm = FolderModel(str(out))
+    vlm, graph = folder_model(folder, tmp_path, target), load_spec(folder)
     for size in SIZES:
         pixels, ids, want_features, want_logits = case(model, size, seed=1)
-        features = vlm.features(pixels)
-        assert relative_error(features, want_features) <= TOLERANCE, size
-        feeds = {k: v for k, v in decoder_feeds(load_spec(folder), ids, features).items() if k != "image_features"}
-        logits = vlm.step(feeds, features)["logits"]
-        assert relative_error(logits[:, -1], want_logits[:, -1]) <= TOLERANCE, size
+        assert_folder_matches(vlm, graph, decoder_feeds, ids, vlm.features(pixels), want_features, want_logits, size)
 
 
 def test_onnx_folder_generates_transformers_tokens(twins, tmp_path):
     from irc_cli.run_vlm import FolderModel, runner
 
     model, folder = twins("mistral3")
-    out = tmp_path / "out"
-    assert main(["compile", folder, "--target", "onnx-ort", "-o", str(out / "model.onnx"), "--quiet"]) == 0
+    out = compile_folder(folder, tmp_path / "out", "onnx-ort")
     pixels, ids, _, _ = case(model, SIZES[0])
     with torch.no_grad():
         want = model.generate(input_ids=torch.from_numpy(ids), pixel_values=torch.from_numpy(pixels),
                               image_sizes=torch.tensor([SIZES[0]]), attention_mask=torch.ones_like(torch.from_numpy(ids)),
                               max_new_tokens=16, min_new_tokens=16, do_sample=False)[0, ids.shape[1]:].tolist()
-    got = runner(FolderModel(str(out)), pixels, (2, 3))(str(out), ids[0].tolist(), 16, set(), Clock(), engine="ort")
+    got = runner(FolderModel(out), pixels, (2, 3))(out, ids[0].tolist(), 16, set(), Clock(), engine="ort")
     assert got.tokens == want
 
 

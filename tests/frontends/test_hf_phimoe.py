@@ -13,7 +13,7 @@ from frontends import load_spec
 from irc.errors import SpecError
 from tests.frontends.refusals import pointed_line, refused
 from tests.frontends.test_hf_models import TOLERANCE, hf_logits, irc_logits, prompts, relative_error
-from tests.frontends.twins import CHECKS, GENAI, built, family
+from tests.frontends.twins import CHECKS, GENAI, family, models_fixture
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -37,9 +37,7 @@ CASES = {  # name: overrides of SMALL
 TWINS = family("PhimoeConfig", SMALL, CASES, rows={"phimoe-biases-window-wide-mixer": dict(checks=CHECKS + (GENAI,))})
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return built(TWINS, tmp_path_factory)
+models = models_fixture(TWINS)
 
 
 def router_logits(model, ids, mask) -> np.ndarray:

@@ -16,7 +16,7 @@ import pytest
 from frontends import load_spec
 from irc.errors import SpecError
 from tests.frontends.test_hf_models import TOLERANCE, hf_logits, irc_logits, prompts, relative_error
-from tests.frontends.twins import built, causal_lm, check_numpy_and_triton, family, model_of
+from tests.frontends.twins import causal_lm, check_numpy_and_triton, family, model_of, models_fixture
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -63,9 +63,7 @@ def _model(name: str, **changes):
     return model_of(TWINS[name], **changes)
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return built(TWINS, tmp_path_factory)
+models = models_fixture(TWINS)
 
 
 def test_triton_and_numpy_targets_match_the_reference(models, tmp_path):

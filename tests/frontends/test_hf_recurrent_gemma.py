@@ -1,6 +1,7 @@
 """RecurrentGemma (``frontends.hf.families_recurrent_gemma``) against transformers'
-``RecurrentGemmaForCausalLM``: tiny random twins saved with save_pretrained and loaded with
-load_spec(folder) give transformers' logits and its 16 greedy tokens (the conv and RG-LRU
+``RecurrentGemmaForCausalLM``: tiny random twins (rows of the twin harness, test_hf_twins.py:
+unpadded rows and an equal-length batch as ``unmasked`` holds them) saved with save_pretrained
+and loaded with load_spec(folder) give transformers' logits and its 16 greedy tokens (the conv and RG-LRU
 states and the attention cache fed back step by step) through the reference interpreter and
 both ONNX targets in ONNX Runtime; Triton (in its interpreter) and the NumPy emitter against
 the reference interpreter; onnx-npu gives transformers' greedy tokens; the default config counts
@@ -16,10 +17,10 @@ import numpy as np
 import pytest
 
 from frontends import load_spec
-from irc.interpreter import Interpreter
-from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, built_once, hf_greedy_tokens, prompts,
-                                            relative_error, save_twin)
-from tests.frontends.test_hf_rwkv import assert_onnx_npu_generates, assert_triton_and_numpy_match, equal_batch, rows
+from tests.frontends.test_hf_models import NEW_TOKENS, TOLERANCE, hf_greedy_tokens, prompts, relative_error
+from tests.frontends.twins import ALONE, family, models_fixture
+from tests.frontends.unmasked import (assert_onnx_npu_generates, assert_ort_rows_match, assert_triton_and_numpy_match,
+                                      hf_logits, plain_causal_lm, rows, run_irc)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -54,45 +55,10 @@ def randomize(model, seed: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=generator) * p.shape[-1] ** -0.5)
 
 
-def build_case(name: str, folder):
-    config = transformers.RecurrentGemmaConfig(**{**SMALL, **CASES[name]})
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    randomize(model, seed=sorted(CASES).index(name))
-    return save_twin(model, folder)
+TWINS = family("RecurrentGemmaConfig", SMALL, CASES, checks=(ALONE,), make=plain_causal_lm, randomizer=randomize)
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return built_once(build_case, tmp_path_factory)
-
-
-def run_irc(graph, ids, mask=None, positions=None) -> dict:
-    """Prefill outputs from zero states and an empty cache."""
-    mask = np.ones_like(ids) if mask is None else mask
-    positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape) if positions is None else positions
-    feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": np.ascontiguousarray(positions)}
-    for value in graph.inputs:
-        if value.name.startswith("past_key_values."):
-            shape = tuple(0 if isinstance(s, str) else s for s in value.shape[1:])
-            feeds[value.name] = np.zeros((len(ids),) + shape, np.float32)
-    return Interpreter(graph).run(feeds)
-
-
-def hf_logits(model, ids, mask=None, positions=None) -> np.ndarray:
-    def tensor(a):
-        return None if a is None else torch.from_numpy(np.ascontiguousarray(a))
-
-    with torch.no_grad():
-        out = model(input_ids=tensor(ids), attention_mask=tensor(mask), position_ids=tensor(positions), use_cache=True)
-    return out.logits.float().numpy()
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_logits_match_rows_and_an_equal_length_batch(models, name):
-    model, folder = models(name)
-    graph = load_spec(folder)
-    for ids in [np.asarray([row]) for row in rows()] + [equal_batch()]:
-        assert relative_error(run_irc(graph, ids)["logits"], hf_logits(model, ids)) <= TOLERANCE
+models = models_fixture(TWINS)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -123,18 +89,10 @@ def test_onnx_runtime_matches_transformers(models, tmp_path, name, target):
     equal-length batch, then the left-padded batch: prefill logits and 16 greedy tokens with
     the states and the cache fed back."""
     from backends.onnx import runtime
-    from irc_cli.commands import main
 
     model, folder = models(name)
-    path = tmp_path / "model.onnx"
-    assert main(["compile", str(folder), "--target", target, "-o", str(path), "--quiet"]) == 0
-    engine, graph = runtime.ort_engine(str(path)), load_spec(folder)
-    for prompts_ in [[row] for row in rows()] + [equal_batch().tolist()]:
-        result = runtime.greedy(engine, graph, prompts_, NEW_TOKENS)
-        want = hf_logits(model, np.asarray(prompts_))[:, -1:]  # the compiled graph's logits: the last token's
-        assert relative_error(result["prefill"]["logits"], want) <= TOLERANCE
-        tokens = np.stack([hf_greedy_tokens(model, prompt, NEW_TOKENS) for prompt in prompts_])
-        np.testing.assert_array_equal(result["tokens"], tokens)
+    assert_ort_rows_match(model, folder, tmp_path, target)
+    path, graph = tmp_path / "model.onnx", load_spec(folder)
     ids, mask, positions = prompts()
     _ort_padded(runtime, str(path), graph, hf_logits(model, ids, mask, positions)[:, -1:], hf_padded_greedy(model))
 

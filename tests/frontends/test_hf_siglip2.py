@@ -27,12 +27,13 @@ from frontends import load_spec  # noqa: E402
 from frontends.hf.dual_text import similarity  # noqa: E402
 from irc.analysis import analyze  # noqa: E402
 from irc.check import relative_error  # noqa: E402
-from irc.errors import SpecError  # noqa: E402
 from irc.interpreter import run  # noqa: E402
 from irc_cli import main  # noqa: E402
+from tests.frontends.refusals import refused_changes  # noqa: E402
 from tests.frontends.test_hf_dual import TEXT, texts, tiny_tokenizer  # noqa: E402
-from tests.frontends.test_hf_models import built_once  # noqa: E402
 from tests.frontends.test_hf_vision import seeded_and_saved  # noqa: E402
+from tests.frontends.twin_fixtures import once_fixture  # noqa: E402
+from tests.frontends.vlm_checks import assert_outputs_match, tower_outputs  # noqa: E402
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -56,9 +57,7 @@ def build(name: str, folder):
     return seeded_and_saved(model, sorted(CASES).index(name), name.endswith("-bf16"), folder)
 
 
-@pytest.fixture(scope="module")
-def twins(tmp_path_factory):
-    return built_once(build, tmp_path_factory)
+twins = once_fixture(build, "twins")
 
 
 def feeds() -> dict:
@@ -75,17 +74,7 @@ def hf_outputs(model, inputs: dict) -> dict:
     tower = getattr(model, "vision_model", model)
     with torch.no_grad():
         out = tower(**{key: torch.from_numpy(value) for key, value in inputs.items()})
-    found = {"last_hidden_state": out.last_hidden_state.numpy()}
-    if out.pooler_output is not None:
-        found["pooler_output"] = out.pooler_output.numpy()
-    return found
-
-
-def assert_outputs_match(got: dict, want: dict) -> None:
-    assert sorted(name for name in got if name in ("last_hidden_state", "pooler_output")) == sorted(want)
-    for name, expected in want.items():
-        actual = got[name] if isinstance(got[name], np.ndarray) else got[name].cpu().float().numpy()
-        assert relative_error(actual, expected) <= TOLERANCE, name
+    return tower_outputs(out)
 
 
 @pytest.mark.parametrize("name", ["siglip2-vision", "siglip2-vision-no-head", "siglip2-vision-bf16"])
@@ -265,10 +254,4 @@ def test_a_whole_image_processor_is_refused_for_naflex(twins, tmp_path, photogra
 ])
 def test_refused_settings_name_config_json_and_the_key(twins, tmp_path, name, change, message):
     _, folder = twins(name)
-    config = json.loads((folder / "config.json").read_text())
-    for key, value in change.items():
-        config[key] = {**config[key], **value} if isinstance(value, dict) else value
-    (tmp_path / "config.json").write_text(json.dumps(config, indent=2))
-    with pytest.raises(SpecError) as err:
-        load_spec(tmp_path)
-    assert message in str(err.value) and "config.json:" in str(err.value)
+    refused_changes(folder, tmp_path, change, message)

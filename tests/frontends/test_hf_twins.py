@@ -3,7 +3,8 @@ its config class, settings and checks) against transformers: the reference inter
 logits on a left-padded batch of two and on each row run alone, its 16-token greedy
 continuation, both ONNX targets in ONNX Runtime (prefill logits and the batch decoded
 left-padded) and onnxruntime-genai on both targets' folders, each where the row asks for it;
-twins with recurrent states against transformers running each row alone.
+twins with recurrent states against transformers running each row alone; twins whose
+transformers ignores the mask on unpadded rows and an equal-length batch (``unmasked``).
 A family is a table here (``family(...)``: its config class, settings and checks); its own
 test module keeps what is the family's alone, on the same built twins. A new family is one
 more table in ``TABLE``."""
@@ -21,20 +22,22 @@ from tests.frontends.test_hf_longrope import TWINS as LONGROPE
 from tests.frontends.test_hf_loops import TWINS as LOOPS
 from tests.frontends.test_hf_phimoe import TWINS as PHIMOE
 from tests.frontends.test_hf_qwen4 import TWINS as QWEN4
-from tests.frontends.twins import (GENAI, GREEDY, LOGITS, ONNX, ROWS, STATES, STATES_ONNX, TARGETS, built, check_genai,
-                                   check_greedy, check_logits, check_onnx, check_rows, check_states, check_states_onnx,
-                                   having, merged)
+from tests.frontends.test_hf_recurrent_gemma import TWINS as RECURRENT_GEMMA
+from tests.frontends.test_hf_rwkv import TWINS as RWKV
+from tests.frontends.test_hf_xlstm import TWINS as XLSTM
+from tests.frontends.twins import (ALONE, GENAI, GREEDY, GREEDY_ALONE, LOGITS, ONNX, ONNX_ALONE, PADDED_AS_HF, ROWS,
+                                   STATES, STATES_ONNX, TARGETS, check_alone, check_genai, check_greedy,
+                                   check_greedy_alone, check_logits, check_onnx, check_onnx_alone, check_padded_as_hf,
+                                   check_rows, check_states, check_states_onnx, having, merged, models_fixture)
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 TABLE = merged(DEEPSEEK_V32, DELTA, DSA, GEMMA3N, GEMMA4, GPT_OSS, HYBRID2, KOLIBRI, LOOPS, PHIMOE, QWEN4,
-               phi3_longrope=LONGROPE)
+               RECURRENT_GEMMA, RWKV, XLSTM, phi3_longrope=LONGROPE)
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return built(TABLE, tmp_path_factory)
+models = models_fixture(TABLE)
 
 
 @pytest.mark.parametrize("name", having(TABLE, ROWS))
@@ -73,3 +76,24 @@ def test_interpreter_matches_transformers(models, name):
 @pytest.mark.parametrize("name", having(TABLE, STATES_ONNX))
 def test_onnx_and_genai_match_transformers(models, tmp_path, name, target):
     check_states_onnx(TABLE[name], models, name, tmp_path, target)
+
+
+@pytest.mark.parametrize("name", having(TABLE, ALONE))
+def test_logits_match_rows_and_an_equal_length_batch(models, name):
+    check_alone(TABLE[name], models, name)
+
+
+@pytest.mark.parametrize("name", having(TABLE, PADDED_AS_HF))
+def test_left_padding_is_ignored_as_transformers_ignores_it(models, name):
+    check_padded_as_hf(models, name)
+
+
+@pytest.mark.parametrize("name", having(TABLE, GREEDY_ALONE))
+def test_greedy_generation_matches_each_row_alone(models, name):
+    check_greedy_alone(models, name)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", having(TABLE, ONNX_ALONE))
+def test_onnx_runtime_matches_each_row_alone(models, tmp_path, name, target):
+    check_onnx_alone(models, name, tmp_path, target)

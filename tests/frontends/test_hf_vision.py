@@ -18,7 +18,10 @@ from irc.check import relative_error
 from irc.errors import SpecError
 from irc.interpreter import run
 from irc_cli import main
+from tests.frontends.refusals import refused_changes
 from tests.frontends.test_hf_models import built_once
+from tests.frontends.twin_fixtures import once_fixture
+from tests.frontends.vlm_checks import assert_outputs_match, tower_outputs
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -62,9 +65,7 @@ def seeded_and_saved(model, seed: int, bf16: bool, folder):
     return model, folder
 
 
-@pytest.fixture(scope="module")
-def twins(tmp_path_factory):
-    return built_once(build, tmp_path_factory)
+twins = once_fixture(build, "twins")
 
 
 def images(config) -> np.ndarray:
@@ -76,16 +77,7 @@ def hf_outputs(model, pixels) -> dict:
     base = getattr(model, "vit", model)  # a classifier's base model
     with torch.no_grad():
         out = base(pixel_values=torch.from_numpy(pixels))
-    found = {"last_hidden_state": out.last_hidden_state.numpy()}
-    if out.pooler_output is not None:
-        found["pooler_output"] = out.pooler_output.numpy()
-    return found
-
-
-def assert_outputs_match(got: dict, want: dict) -> None:
-    assert sorted(name for name in got if name in ("last_hidden_state", "pooler_output")) == sorted(want)
-    for name, expected in want.items():
-        assert relative_error(got[name], expected) <= TOLERANCE, name
+    return tower_outputs(out)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -252,13 +244,7 @@ def test_dual_encoders_give_transformers_image_features(duals, tmp_path, capsys,
 ])
 def test_dual_encoder_config_mistakes_name_the_inner_key(duals, tmp_path, change, message):
     _, folder = duals("clip")
-    config = json.loads((folder / "config.json").read_text())
-    for key, value in change.items():
-        config[key] = {**config[key], **value} if isinstance(value, dict) else value
-    (tmp_path / "config.json").write_text(json.dumps(config, indent=2))
-    with pytest.raises(SpecError) as err:
-        load_spec(tmp_path)
-    assert message in str(err.value) and "config.json:" in str(err.value)
+    refused_changes(folder, tmp_path, change, message)
 
 
 def test_run_gives_a_clip_checkpoints_image_embeds(duals, photographs, tmp_path, capsys):

@@ -22,7 +22,8 @@ from irc.check import relative_error
 from irc.errors import SpecError
 from irc.interpreter import run
 from irc_cli import main
-from tests.frontends.test_hf_models import built_once
+from tests.frontends.twin_fixtures import once_fixture
+from tests.frontends.vlm_checks import assert_features_and_logits_match, assert_folder_matches, folder_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -82,9 +83,7 @@ def randomized(model, seed: int):
     return model
 
 
-@pytest.fixture(scope="module")
-def twins(tmp_path_factory):
-    return built_once(build, tmp_path_factory)
+twins = once_fixture(build, "twins")
 
 
 def tokens_per_image(model) -> int:
@@ -161,32 +160,23 @@ def test_interpreter_matches_transformers(twins, name, images):
     graph = load_spec(folder)
     ids, pixel_values = prompt(model, images), pixels(model, images)
     want_features, want_logits = reference(model, ids, pixel_values)
-    features = run(graph.parts["vision"], {"pixel_values": pixel_values})["image_features"]
-    assert relative_error(features, want_features) <= TOLERANCE
-    logits = run(graph, decoder_feeds(graph, ids, features))["logits"]
-    assert relative_error(logits, want_logits) <= TOLERANCE
+    assert_features_and_logits_match(graph, {"pixel_values": pixel_values},
+                                     lambda features: decoder_feeds(graph, ids, features), want_features, want_logits)
 
 
 @pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_onnx_folder_matches_transformers(twins, tmp_path, name, target):
-    from irc_cli.run_vlm import FolderModel
-
     model, folder = twins(name)
-    out = tmp_path / "out"
-    assert main(["compile", folder, "--target", target, "-o", str(out / "model.onnx"), "--quiet"]) == 0
-    assert sorted(p.name for p in out.glob("*.onnx")) == ["embedding.onnx", "model.onnx", "vision.onnx"]
-    vlm = FolderModel(str(out))
+    vlm = folder_model(folder, tmp_path, target)
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.onnx")) == ["embedding.onnx", "model.onnx", "vision.onnx"]
     assert [v.name for v in vlm.decoder.get_inputs()][0] == "inputs_embeds"
     # Gemma 3's and PaliGemma's decoders read the ids too: the image blocks of their masks
     assert ("input_ids" in {v.name for v in vlm.decoder.get_inputs()}) == (name in ("gemma3", "paligemma"))
     ids, pixel_values = prompt(model, 2), pixels(model, 2)
     want_features, want_logits = reference(model, ids, pixel_values)
-    features = vlm.features(pixel_values)
-    assert relative_error(features, want_features) <= TOLERANCE
-    feeds = {k: v for k, v in decoder_feeds(load_spec(folder), ids, features).items() if k != "image_features"}
-    logits = vlm.step(feeds, features)["logits"]  # the last position's (last-logits)
-    assert relative_error(logits[:, -1], want_logits[:, -1]) <= TOLERANCE
+    assert_folder_matches(vlm, load_spec(folder), decoder_feeds, ids, vlm.features(pixel_values), want_features,
+                          want_logits)
     # a text-only step: no image rows at all
     text = vlm.embedding.run(None, {"input_ids": ids[:, :1], "image_features": np.zeros((0, 48), np.float32)})[0]
     assert text.shape == (1, 1, 48)

@@ -1,6 +1,7 @@
 """xLSTM (``frontends.hf.families_xlstm``) against transformers' ``xLSTMForCausalLM``: tiny random
-twins saved with save_pretrained and loaded with load_spec(folder) give transformers' logits
-and its 16 greedy tokens (the mLSTM states C, n, m fed back step by step) through the
+twins (rows of the twin harness, test_hf_twins.py, held as ``unmasked`` holds them) saved
+with save_pretrained and loaded with load_spec(folder) give transformers' logits and its 16
+greedy tokens (the mLSTM states C, n, m fed back step by step) through the
 reference interpreter and both ONNX targets in ONNX Runtime; Triton (in its interpreter) and
 the NumPy emitter against the reference interpreter; onnx-npu's host loop gives transformers'
 greedy tokens; ``irc show`` counts the states.
@@ -14,10 +15,8 @@ the rest through its step kernel; irc's step form holds against both."""
 import pytest
 
 from frontends import load_spec
-from tests.frontends.test_hf_models import built_once, save_twin
-from tests.frontends.test_hf_rwkv import (assert_greedy_rows_match, assert_onnx_npu_generates, assert_ort_rows_match,
-                                          assert_padded_batch_matches, assert_rows_and_batch_match,
-                                          assert_triton_and_numpy_match)
+from tests.frontends.twins import ALONE, GREEDY_ALONE, ONNX_ALONE, PADDED_AS_HF, family, models_fixture
+from tests.frontends.unmasked import assert_onnx_npu_generates, assert_triton_and_numpy_match, plain_causal_lm
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -57,37 +56,11 @@ def randomize(model, seed: int) -> None:
                 p.copy_(noise * p.shape[-1] ** -0.5)
 
 
-def build_case(name: str, folder):
-    config = transformers.xLSTMConfig(**{**SMALL, **CASES[name]})
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    randomize(model, seed=sorted(CASES).index(name))
-    return save_twin(model, folder)
+TWINS = family("xLSTMConfig", SMALL, CASES, checks=(ALONE, PADDED_AS_HF, GREEDY_ALONE, ONNX_ALONE),
+               make=plain_causal_lm, randomizer=randomize)
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return built_once(build_case, tmp_path_factory)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_logits_match_rows_and_an_equal_length_batch(models, name):
-    assert_rows_and_batch_match(*models(name))
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_left_padding_is_ignored_as_transformers_ignores_it(models, name):
-    assert_padded_batch_matches(*models(name))
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_greedy_generation_matches(models, name):
-    assert_greedy_rows_match(*models(name))
-
-
-@pytest.mark.parametrize("target", ["onnx", "onnx-ort"])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_onnx_runtime_matches_transformers(models, tmp_path, name, target):
-    assert_ort_rows_match(*models(name), tmp_path, target)
+models = models_fixture(TWINS)
 
 
 def test_triton_and_numpy_match_the_reference(models, tmp_path):

@@ -10,17 +10,16 @@ BLOOM's and MPT's ALiBi (``attention.alibi``, ``embedding_norm``). Each tiny exa
 builds the graph the HF frontend builds from the matching config.json, runs and generates;
 the full-size examples' parameter counts are the checkpoints'; mistakes are SpecErrors at
 the key."""
-import json
 from pathlib import Path
 
 import pytest
 
 from frontends import load_spec, yaml_spec
-from frontends.hf import load_hf
 from irc.analysis import analyze
 from irc.errors import SpecError
 from irc.interpreter import generate
-from irc.printer import print_graph
+from tests.frontends.yaml_checks import (assert_hf_builds, assert_refused_and_not_compiled, assert_tiny_example,
+                                         without_meta)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CONFIGS = {  # tiny example -> the config.json of the same model
@@ -67,19 +66,9 @@ PARAMS = {"granite-3.3-8b.yaml": 8.17, "smollm3-3b.yaml": 3.08, "olmo-2-7b.yaml"
           "gemma-3n-e4b.yaml": 6.84, "bloom-7b1.yaml": 7.07, "mpt-7b.yaml": 6.65}
 
 
-def without_meta(graph) -> str:
-    return "\n".join(line for line in print_graph(graph).splitlines() if not line.lstrip().startswith("meta "))
-
-
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_the_tiny_example_is_the_hf_graph_and_generates(tmp_path, name):
-    from_yaml = load_spec(EXAMPLES / name)
-    folder = tmp_path / from_yaml.name
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(CONFIGS[name]))
-    assert without_meta(load_hf(folder, weights=False)) == without_meta(from_yaml)
-    tokens, _ = generate(from_yaml, [1, 2, 3], 4)
-    assert len(tokens) == 4 and all(0 <= t < 256 for t in tokens)
+    assert_tiny_example(tmp_path, EXAMPLES / name, CONFIGS[name])
 
 
 @pytest.mark.parametrize("name", sorted(PARAMS))
@@ -133,11 +122,8 @@ def test_gemma_3n_e4b_is_transformers_default_config_exactly(tmp_path):
     tests/frontends/test_hf_gemma3n.py), 20 of 35 layers holding a cache."""
     transformers = pytest.importorskip("transformers")
     graph = load_spec(EXAMPLES / "gemma-3n-e4b.yaml")
-    folder = tmp_path / graph.name
-    folder.mkdir()
     config = {**transformers.Gemma3nTextConfig().to_dict(), "dtype": "bfloat16"}
-    (folder / "config.json").write_text(json.dumps(config))
-    assert without_meta(load_hf(folder, weights=False)) == without_meta(graph)
+    assert_hf_builds(tmp_path, config, graph)
     assert analyze(graph)["params_total"] == 6_835_235_568
     assert len([v for v in graph.inputs if v.name.startswith("past_key_values.")]) == 2 * 20
 
@@ -184,15 +170,6 @@ GEMMA3N_MISTAKES = [  # (replace, with, the message's start)
 @pytest.mark.parametrize("old, new, message", GEMMA3N_MISTAKES)
 def test_gemma3n_mistakes_are_spec_errors_at_the_key(tmp_path, capsys, old, new, message):
     """One SpecError at the key's file:line; ``irc compile`` exits 2 and writes nothing."""
-    from irc_cli import main
-
     text = (EXAMPLES / "tiny-gemma-3n-e4b.yaml").read_text()
     assert text.count(old) == 1
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(text.replace(old, new))
-    with pytest.raises(SpecError, match=message) as err:
-        load_spec(spec)
-    assert f"{spec}:" in str(err.value)
-    out = tmp_path / "out"
-    assert main(["compile", str(spec), "--target", "onnx", "-o", str(out / "model.onnx")]) == 2
-    assert not out.exists()
+    assert_refused_and_not_compiled(tmp_path, text.replace(old, new), message)

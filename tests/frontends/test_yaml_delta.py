@@ -2,19 +2,17 @@
 layer kind and section, the attention's ``output_gate``. The examples build the graph their
 DSL twins (and the HF frontend) build, the tiny one runs and generates in the reference
 interpreter, and every mistake is a SpecError at the YAML key's file:line:col."""
-import json
+from functools import partial
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from frontends import load_spec, yaml_spec
-from frontends.hf import load_hf
+from frontends import load_spec
 from irc.analysis import analyze
-from irc.errors import SpecError
-from irc.interpreter import generate, random_feeds, run
 from irc.printer import print_graph
 from irc.verify import verify
+from tests.frontends.yaml_checks import (assert_hf_builds, assert_missing_section, assert_mistake,
+                                         assert_prefills_and_generates, build, edited, show_error, spec_error)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PAIRS = [("tiny-qwen3-next-80b-a3b.yaml", "tiny_qwen3_next_dsl.py"),
@@ -38,30 +36,16 @@ def test_the_yaml_examples_build_the_dsl_graph(yaml_name, dsl_name):
     assert from_yaml.meta == from_dsl.meta
 
 
-def without_meta(graph) -> str:
-    return "\n".join(line for line in print_graph(graph).splitlines() if not line.lstrip().startswith("meta "))
-
-
 def test_the_hf_frontend_builds_the_tiny_graph(tmp_path):
     from_yaml = load_spec(EXAMPLES / "tiny-qwen3-next-80b-a3b.yaml")
-    folder = tmp_path / from_yaml.name
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(TINY_CONFIG))
-    assert without_meta(load_hf(folder, weights=False)) == without_meta(from_yaml)
+    assert_hf_builds(tmp_path, TINY_CONFIG, from_yaml)
 
 
 def test_the_tiny_twin_builds_verifies_runs_and_generates():
     graph = load_spec(EXAMPLES / "tiny-qwen3-next-80b-a3b.yaml")
     verify(graph)
     assert graph.meta["layer_kinds"] == ["gated_delta"] * 3 + ["attention"]
-    feeds = random_feeds(graph, batch=2, tokens=3)
-    for value in graph.inputs:  # zero states and empty caches: a prefill
-        if value.name.startswith("past_key_values."):
-            feeds[value.name] = np.zeros_like(feeds[value.name])
-    logits = run(graph, feeds)["logits"]
-    assert logits.shape == (2, 3, 256) and np.isfinite(logits).all()
-    tokens, last = generate(graph, [1, 2, 3], 4)
-    assert len(tokens) == 4 and all(0 <= t < 256 for t in tokens) and np.isfinite(last).all()
+    assert_prefills_and_generates(graph)
 
 
 def test_the_full_size_spec_has_the_published_size():
@@ -100,10 +84,6 @@ model:
 """
 
 
-def build(text: str):
-    return yaml_spec.loads(text, "spec.yaml")
-
-
 def test_split_projections_by_default_and_the_gate_in_wq():
     graph = build(BASE)
     verify(graph)
@@ -129,17 +109,7 @@ def test_defaults_are_qwen3_next_s():
     assert p["layers.0.ssm.conv"].shape[-1] == 4
 
 
-def spec_error(tmp_path, text: str) -> str:
-    path = tmp_path / "bad.yaml"
-    path.write_text(text)
-    with pytest.raises(SpecError) as err:
-        load_spec(path)
-    return str(err.value)
-
-
-def edit(old: str, new: str) -> str:
-    assert old in BASE
-    return BASE.replace(old, new)
+edit = partial(edited, BASE)
 
 
 @pytest.mark.parametrize("old, new, line, key, words", [
@@ -158,16 +128,12 @@ def edit(old: str, new: str) -> str:
      "no layer is gated_delta"),
 ])
 def test_mistakes_name_file_line_and_key(tmp_path, old, new, line, key, words):
-    message = spec_error(tmp_path, edit(old, new))
-    assert message.startswith(f"{tmp_path / 'bad.yaml'}:{line}:"), message
-    assert f"{key}: " in message and words in message, message
+    assert_mistake(tmp_path, edit(old, new), line, key, words)
 
 
 def test_a_missing_section_names_the_layer_that_needs_it():
-    with pytest.raises(SpecError) as err:
-        build(BASE.split("  gated_delta:\n")[0] + "  mlp: {kind: swiglu, d_ff: 48}\n")
-    assert str(err.value).startswith("spec.yaml:1:1: model.gated_delta: missing required key")
-    assert err.value.hint == "layer 0 is gated_delta"
+    assert_missing_section(BASE.split("  gated_delta:\n")[0] + "  mlp: {kind: swiglu, d_ff: 48}\n", "gated_delta",
+                           "gated_delta")
 
 
 def test_output_gate_does_not_apply_to_mla(tmp_path):
@@ -179,11 +145,7 @@ def test_output_gate_does_not_apply_to_mla(tmp_path):
 
 
 def test_the_cli_exits_2_naming_the_key(tmp_path, capsys):
-    from irc_cli.commands import main
-    path = tmp_path / "bad.yaml"
-    path.write_text(edit("linear_num_value_heads: 4", "linear_num_value_heads: 3"))
-    assert main(["show", str(path)]) == 2
-    err = capsys.readouterr().err
+    path, err = show_error(tmp_path, capsys, edit("linear_num_value_heads: 4", "linear_num_value_heads: 3"))
     assert f"{path}:12:5: model.gated_delta.linear_num_value_heads: 3 value heads are not a multiple of 2 key heads" \
         in err
     assert not list(tmp_path.glob("*.onnx"))

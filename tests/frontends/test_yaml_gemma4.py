@@ -5,15 +5,12 @@ layers sharing the caches of layers 2 and 3 with double-wide MLPs, a MoE beside 
 builds the graph the HF frontend builds from the matching config.json (held against
 transformers in tests/frontends/test_hf_gemma4.py), and generates; mistakes are SpecErrors at
 the key."""
-import json
 
 import pytest
 
-from frontends import load_spec, yaml_spec
-from frontends.hf import load_hf
-from irc.errors import SpecError
+from frontends import yaml_spec
 from irc.interpreter import generate
-from tests.frontends.test_yaml_breadth import without_meta
+from tests.frontends.yaml_checks import assert_refused_and_not_compiled, hf_graph, without_meta
 
 SPEC = """model:
   name: tiny-gemma4
@@ -55,13 +52,6 @@ CONFIG = {"model_type": "gemma4_text", "vocab_size": 256, "hidden_size": 64, "in
           "rope_parameters": {SLIDING: {"rope_type": "default", "rope_theta": 10000.0},
                               FULL: {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.5,
                                      "factor": 2.0}}}
-
-
-def hf_graph(tmp_path, config: dict, name: str):
-    folder = tmp_path / name
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(config))
-    return load_hf(folder, weights=False)
 
 
 def test_the_spec_is_the_hf_graph_and_generates(tmp_path):
@@ -110,14 +100,5 @@ MISTAKES = [  # (replace, with, the message's start)
 @pytest.mark.parametrize("old, new, message", MISTAKES)
 def test_mistakes_are_spec_errors_at_the_key(tmp_path, old, new, message):
     """One SpecError at the key's file:line; ``irc compile`` exits 2 and writes nothing."""
-    from irc_cli import main
-
     assert SPEC.count(old) == 1
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(SPEC.replace(old, new))
-    with pytest.raises(SpecError, match=message) as err:
-        load_spec(spec)
-    assert f"{spec}:" in str(err.value)
-    out = tmp_path / "out"
-    assert main(["compile", str(spec), "--target", "onnx", "-o", str(out / "model.onnx")]) == 2
-    assert not out.exists()
+    assert_refused_and_not_compiled(tmp_path, SPEC.replace(old, new), message)

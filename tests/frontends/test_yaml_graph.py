@@ -4,10 +4,10 @@ from pathlib import Path
 import pytest
 
 from frontends import load_spec, yaml_graph
-from irc.errors import SpecError
 from irc.printer import format_node
 from irc.check import check_feeds, run_reference
 from irc.verify import verify
+from tests.frontends.yaml_checks import assert_mistake, edited, spec_error
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -81,11 +81,7 @@ model:
 
 
 def graph_error(tmp_path, text: str) -> str:
-    path = tmp_path / "g.yaml"
-    path.write_text(text)
-    with pytest.raises(SpecError) as err:
-        load_spec(path)
-    return str(err.value)
+    return spec_error(tmp_path, text, "g.yaml")
 
 
 @pytest.mark.parametrize("old, new, line, key, words", [
@@ -113,10 +109,7 @@ def graph_error(tmp_path, text: str) -> str:
     ("{op: add,", "{op: add, attr: {},", 14, "graph.nodes[1].repeat.nodes[1].attr", "did you mean 'attrs'?"),
 ])
 def test_mistakes_name_file_line_and_key(tmp_path, old, new, line, key, words):
-    assert old in SMALL, old
-    message = graph_error(tmp_path, SMALL.replace(old, new, 1))
-    assert message.startswith(f"{tmp_path / 'g.yaml'}:{line}:"), message
-    assert key in message and words in message, message
+    assert_mistake(tmp_path, edited(SMALL, old, new, 1), line, key, words, "g.yaml", after="")
 
 
 def test_repeats_do_not_nest(tmp_path):

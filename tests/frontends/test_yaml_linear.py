@@ -2,16 +2,13 @@
 layer kinds and sections, MLA without RoPE (``rope: null``, ``attention.norm_eps``) and
 MiniMax's ``normed_residual``. Each tiny example builds the graph the HF frontend builds from
 the matching config.json, runs and generates; mistakes are SpecErrors at the key."""
-import json
 from pathlib import Path
 
 import pytest
 
-from frontends import load_spec, yaml_spec
-from frontends.hf import load_hf
+from frontends import yaml_spec
 from irc.errors import SpecError
-from irc.interpreter import generate
-from irc.printer import print_graph
+from tests.frontends.yaml_checks import assert_tiny_example
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CONFIGS = {  # tiny example -> the config.json of the same model
@@ -34,19 +31,9 @@ CONFIGS = {  # tiny example -> the config.json of the same model
 }
 
 
-def without_meta(graph) -> str:
-    return "\n".join(line for line in print_graph(graph).splitlines() if not line.lstrip().startswith("meta "))
-
-
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_the_tiny_example_is_the_hf_graph_and_generates(tmp_path, name):
-    from_yaml = load_spec(EXAMPLES / name)
-    folder = tmp_path / from_yaml.name
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(CONFIGS[name]))
-    assert without_meta(load_hf(folder, weights=False)) == without_meta(from_yaml)
-    tokens, _ = generate(from_yaml, [1, 2, 3], 4)
-    assert len(tokens) == 4 and all(0 <= t < 256 for t in tokens)
+    assert_tiny_example(tmp_path, EXAMPLES / name, CONFIGS[name])
 
 
 BASE = ("model:\n  name: t\n  vocab_size: 16\n  d_model: 16\n  n_layers: 2\n  mlp: {kind: swiglu, d_ff: 32}\n"

@@ -1,14 +1,15 @@
 """The YAML architecture form: every example loads, sizes match the published models, and
 every mistake is a SpecError at file:line:col naming the key."""
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from frontends import load_spec, yaml_spec
-from irc.errors import SpecError
 from irc.verify import verify
+from tests.frontends.yaml_checks import assert_mistake, edited, spec_error
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SPECS = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
@@ -138,17 +139,7 @@ model:
 """
 
 
-def spec_error(tmp_path, text: str) -> str:
-    path = tmp_path / "bad.yaml"
-    path.write_text(text)
-    with pytest.raises(SpecError) as err:
-        load_spec(path)
-    return str(err.value)
-
-
-def edit(old: str, new: str) -> str:
-    assert old in GOOD
-    return GOOD.replace(old, new)
+edit = partial(edited, GOOD)
 
 
 def test_the_base_spec_is_good(tmp_path):
@@ -195,9 +186,7 @@ def test_heads_not_divisible_by_kv_heads(tmp_path):
     ("  vocab_size: 64\n", "  vocab_size: 64\n  vocab_size: 65\n", 4, "", "duplicate key 'vocab_size'"),
 ])
 def test_mistakes_name_file_line_and_key(tmp_path, old, new, line, key, words):
-    message = spec_error(tmp_path, edit(old, new))
-    assert message.startswith(f"{tmp_path / 'bad.yaml'}:{line}:"), message
-    assert key in message and words in message, message
+    assert_mistake(tmp_path, edit(old, new), line, key, words, after="")
 
 
 @pytest.mark.parametrize("moe, line, key, words", [
@@ -211,9 +200,7 @@ def test_mistakes_name_file_line_and_key(tmp_path, old, new, line, key, words):
      "needs shared experts"),
 ])
 def test_moe_mistakes(tmp_path, moe, line, key, words):
-    message = spec_error(tmp_path, GOOD + f"  moe: {moe}\n")
-    assert message.startswith(f"{tmp_path / 'bad.yaml'}:{line}:"), message
-    assert key in message and words in message, message
+    assert_mistake(tmp_path, GOOD + f"  moe: {moe}\n", line, key, words, after="")
 
 
 def test_syntax_errors_and_missing_top_key(tmp_path):

@@ -3,19 +3,17 @@ graph their DSL twins (and the HF frontend) build, every tiny example runs and g
 in the reference interpreter, the full-size specs have the published sizes, and every
 mistake in a layer pattern or a mamba/mamba2 section is a SpecError at file:line:col
 naming the key."""
-import json
+from functools import partial
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from frontends import load_spec, yaml_spec
-from frontends.hf import load_hf
+from frontends import load_spec
 from irc.analysis import analyze
-from irc.errors import SpecError
-from irc.interpreter import generate, random_feeds, run
 from irc.printer import print_graph
 from irc.verify import verify
+from tests.frontends.yaml_checks import (assert_hf_builds, assert_missing_section, assert_mistake,
+                                         assert_prefills_and_generates, build, edited, show_error, spec_error)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MODELS = ["mamba2-2.7b", "jamba-1.5-mini", "granite-4.0-h-small", "falcon-h1-7b", "nemotron-h-8b"]
@@ -34,10 +32,6 @@ def test_dsl_twins_build_the_yaml_graph(yaml_name, dsl_name):
     from_yaml, from_dsl = load_spec(EXAMPLES / yaml_name), load_spec(EXAMPLES / dsl_name)
     assert print_graph(from_dsl) == print_graph(from_yaml)
     assert from_dsl.meta == from_yaml.meta
-
-
-def without_meta(graph) -> str:
-    return "\n".join(line for line in print_graph(graph).splitlines() if not line.lstrip().startswith("meta "))
 
 
 ATTENTION = dict(vocab_size=256, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
@@ -73,10 +67,7 @@ def test_the_hf_frontend_builds_the_same_graph(name, tmp_path):
     """The tiny twin's config.json (multipliers 1) through the HF frontend: the same graph
     but for its meta (which carries generation settings)."""
     from_yaml = load_spec(EXAMPLES / f"tiny-{name}.yaml")
-    folder = tmp_path / from_yaml.name
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(HF_TWINS[name]))
-    assert without_meta(load_hf(folder, weights=False)) == without_meta(from_yaml)
+    assert_hf_builds(tmp_path, HF_TWINS[name], from_yaml)
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -85,14 +76,7 @@ def test_tiny_twins_build_verify_run_and_generate(name):
     verify(graph)
     meta = graph.meta
     assert (meta["vocab_size"], 32 <= meta["d_model"] <= 64, 2 <= meta["n_layers"] <= 8) == (256, True, True)
-    feeds = random_feeds(graph, batch=2, tokens=3)
-    for value in graph.inputs:  # zero states and empty caches: a prefill
-        if value.name.startswith("past_key_values."):
-            feeds[value.name] = np.zeros_like(feeds[value.name])
-    logits = run(graph, feeds)["logits"]
-    assert logits.shape == (2, 3, 256) and np.isfinite(logits).all()
-    tokens, last = generate(graph, [1, 2, 3], 4)
-    assert len(tokens) == 4 and all(0 <= t < 256 for t in tokens) and np.isfinite(last).all()
+    assert_prefills_and_generates(graph)
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -161,10 +145,6 @@ model:
 """
 
 
-def build(text: str):
-    return yaml_spec.loads(text, "spec.yaml")
-
-
 def kinds(text: str) -> list:
     return build(text).meta["layer_kinds"]
 
@@ -225,17 +205,7 @@ def test_mamba1_and_mamba2_defaults():
     assert derived.params["layers.0.ssm.A_log"].shape == (4,)
 
 
-def spec_error(tmp_path, text: str) -> str:
-    path = tmp_path / "bad.yaml"
-    path.write_text(text)
-    with pytest.raises(SpecError) as err:
-        load_spec(path)
-    return str(err.value)
-
-
-def edit(old: str, new: str) -> str:
-    assert old in BASE
-    return BASE.replace(old, new)
+edit = partial(edited, BASE)
 
 
 @pytest.mark.parametrize("old, new, line, key, words", [
@@ -261,17 +231,13 @@ def edit(old: str, new: str) -> str:
     ("  mlp: {kind: swiglu, d_ff: 64}\n", "", 1, "model.mlp", "missing required key"),
 ])
 def test_mistakes_name_file_line_and_key(tmp_path, old, new, line, key, words):
-    message = spec_error(tmp_path, edit(old, new))
-    assert message.startswith(f"{tmp_path / 'bad.yaml'}:{line}:"), message
-    assert f"{key}: " in message and words in message, message
+    assert_mistake(tmp_path, edit(old, new), line, key, words)
 
 
 def test_a_missing_section_names_the_layer_that_needs_it(tmp_path):
-    with pytest.raises(SpecError) as err:
-        build(edit("  mamba2:\n", "  unused:\n").replace("  unused:\n    n_heads: 4\n    head_dim: 16\n    expand: 2\n"
-                                                        "    state_size: 8\n    n_groups: 2\n    conv_kernel: 4\n", ""))
-    assert str(err.value).startswith("spec.yaml:1:1: model.mamba2: missing required key")
-    assert err.value.hint == "layer 0 is mamba2"
+    text = edit("  mamba2:\n", "  unused:\n").replace("  unused:\n    n_heads: 4\n    head_dim: 16\n    expand: 2\n"
+                                                     "    state_size: 8\n    n_groups: 2\n    conv_kernel: 4\n", "")
+    assert_missing_section(text, "mamba2", "mamba2")
 
 
 @pytest.mark.parametrize("moe, key, words", [
@@ -283,9 +249,7 @@ def test_a_missing_section_names_the_layer_that_needs_it(tmp_path):
     ("{experts: 4, top_k: 2, d_ff: 16, layers: {every: 2}}", "model.moe.layers.every", "unknown key"),
 ])
 def test_moe_layer_mistakes(tmp_path, moe, key, words):
-    message = spec_error(tmp_path, BASE + f"  moe: {moe}\n")
-    assert message.startswith(f"{tmp_path / 'bad.yaml'}:18:"), message
-    assert f"{key}: " in message and words in message, message
+    assert_mistake(tmp_path, BASE + f"  moe: {moe}\n", 18, key, words)
 
 
 def test_moe_layers_without_mlp_name_the_mlp_layers(tmp_path):
@@ -303,8 +267,5 @@ def test_state_space_sections_need_their_kinds_in_the_pattern(tmp_path):
 
 
 def test_the_cli_exits_2_naming_the_key(tmp_path, capsys):
-    from irc_cli.commands import main
-    path = tmp_path / "bad.yaml"
-    path.write_text(edit("n_groups: 2", "n_groups: 3"))
-    assert main(["show", str(path)]) == 2
-    assert f"{path}:15:5: model.mamba2.n_groups: 3 groups do not divide 4 heads" in capsys.readouterr().err
+    path, err = show_error(tmp_path, capsys, edit("n_groups: 2", "n_groups: 3"))
+    assert f"{path}:15:5: model.mamba2.n_groups: 3 groups do not divide 4 heads" in err

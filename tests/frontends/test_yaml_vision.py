@@ -11,7 +11,6 @@ import pytest
 from frontends import load_spec
 from frontends.dsl import Model
 from frontends.dsl_vision import VisionSpec, build_vit
-from frontends.hf import load_hf
 from frontends.yaml_spec import loads
 from irc.analysis import analyze
 from irc.errors import SpecError
@@ -19,6 +18,7 @@ from irc.interpreter import run
 from irc.parser import parse_graph
 from irc.printer import print_graph
 from irc.verify import verify
+from tests.frontends.yaml_checks import assert_hf_builds, without_meta
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, image_size=28, patch_size=7)
@@ -57,10 +57,6 @@ model:
 }
 
 
-def without_meta(graph) -> str:
-    return "\n".join(line for line in print_graph(graph).splitlines() if not line.lstrip().startswith("meta "))
-
-
 def from_yaml(name: str):
     text = TWINS[name][0]
     return load_spec(EXAMPLES / f"{name}.yaml") if text is None else loads(text, f"{name}.yaml")
@@ -69,10 +65,7 @@ def from_yaml(name: str):
 @pytest.mark.parametrize("name", sorted(TWINS))
 def test_the_hf_frontend_builds_the_same_graph(name, tmp_path):
     graph = from_yaml(name)
-    folder = tmp_path / graph.name
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(TWINS[name][1]))
-    assert without_meta(load_hf(folder, weights=False)) == without_meta(graph)
+    assert_hf_builds(tmp_path, TWINS[name][1], graph)
     verify(graph)
     outputs = run(graph, {"pixel_values": np.ones((2, 3) + (graph.meta["vision"]["image_size"][0],) * 2,
                                                   np.float32)})

@@ -12,6 +12,10 @@ onnxruntime-genai (``check_genai``).
 Twins with recurrent states (whose padded rows transformers gets wrong: ``unpadded_logits``)
 are held against transformers running each row alone: ``STATES`` the interpreter's logits
 and greedy tokens, ``STATES_ONNX`` both ONNX targets and then genai on the same folder.
+Twins whose transformers ignores the mask (``unmasked``) are held on unpadded rows and an
+equal-length batch: ``ALONE`` the interpreter's logits, ``PADDED_AS_HF`` its logits on the
+left-padded batch against transformers' own (the pads in the state), ``GREEDY_ALONE`` its
+greedy tokens, ``ONNX_ALONE`` both ONNX targets.
 ``test_hf_models`` holds the comparisons themselves and their tolerance; config.json
 mistakes, which need no twin, are ``refusals``'."""
 from __future__ import annotations
@@ -31,9 +35,12 @@ from tests.frontends.test_hf_models import (NEW_TOKENS, TOLERANCE, assert_greedy
                                             save_twin)
 from tests.frontends.test_hf_ssm import unpadded_logits
 from tests.frontends.test_hf_ssm_onnx import assert_genai_generates, emit_genai_folder, genai_greedy, until_eos
+from tests.frontends.unmasked import (assert_greedy_rows_match, assert_ort_rows_match, assert_padded_batch_matches,
+                                      assert_rows_and_batch_match)
 
 ROWS, LOGITS, GREEDY, ONNX, GENAI = "rows", "logits", "greedy", "onnx", "genai"
 STATES, STATES_ONNX = "states", "states-onnx"
+ALONE, PADDED_AS_HF, GREEDY_ALONE, ONNX_ALONE = "alone", "padded-as-hf", "greedy-alone", "onnx-alone"
 CHECKS = (ROWS, GREEDY, ONNX)
 TARGETS = ("onnx", "onnx-ort")
 
@@ -49,7 +56,9 @@ class Twin:
     note; ``emits_alike``: a second emit of the folder must write the same bytes;
     ``genai_layers``: the layer count genai's config must hold; ``genai_until_eos``: genai's
     tokens are transformers' up to the folder's eos; ``batch_tokens(model)``: transformers'
-    greedy tokens of the left-padded batch where generate's own answer other inputs."""
+    greedy tokens of the left-padded batch where generate's own answer other inputs;
+    ``randomizer(model, seed)``: the family's own randomization in place of ``randomize``;
+    ``hf_cache``: transformers runs the ``ALONE`` check with its cache."""
     config: str
     settings: dict
     seed: int
@@ -64,6 +73,8 @@ class Twin:
     genai_layers: Optional[int] = None
     genai_until_eos: bool = False
     batch_tokens: Optional[Callable] = None
+    randomizer: Optional[Callable] = None
+    hf_cache: bool = True
 
 
 def family(config: str, small: dict, cases: dict, rows: Optional[dict] = None, first_seed: int = 0,
@@ -109,7 +120,10 @@ def causal_lm(config: str, settings: dict):
 def model_of(twin: Twin, **changes):
     """The twin's transformers model (its settings updated by ``changes``), randomized."""
     model = (twin.make or causal_lm)(twin.config, {**twin.settings, **changes})
-    randomize(model, seed=twin.seed, norm_centre=twin.norm_centre)
+    if twin.randomizer:
+        twin.randomizer(model, twin.seed)
+    else:
+        randomize(model, seed=twin.seed, norm_centre=twin.norm_centre)
     if twin.tweak:
         twin.tweak(model, twin.name)
     return model
@@ -141,6 +155,15 @@ def built(table: dict, tmp_path_factory):
         return _BUILT[key]
 
     return get
+
+
+def models_fixture(table: dict):
+    """The module's ``models`` fixture over ``table`` (``built``): ``models = models_fixture(TWINS)``."""
+    @pytest.fixture(scope="module", name="models")
+    def models(tmp_path_factory):
+        return built(table, tmp_path_factory)
+
+    return models
 
 
 def batch_greedy(models, name: str):
@@ -254,3 +277,19 @@ def check_states_onnx(twin: Twin, models, name: str, tmp_path, target: str) -> N
     tokens = until_eos(want[0].tolist(), tmp_path) if twin.genai_until_eos else want[0].tolist()
     assert genai_greedy(og, tmp_path, prompts()[0][0], NEW_TOKENS) == tokens
 
+
+
+def check_alone(twin: Twin, models, name: str) -> None:
+    assert_rows_and_batch_match(*models(name), use_cache=twin.hf_cache)
+
+
+def check_padded_as_hf(models, name: str) -> None:
+    assert_padded_batch_matches(*models(name))
+
+
+def check_greedy_alone(models, name: str) -> None:
+    assert_greedy_rows_match(*models(name))
+
+
+def check_onnx_alone(models, name: str, tmp_path, target: str) -> None:
+    assert_ort_rows_match(*models(name), tmp_path, target)
