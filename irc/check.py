@@ -127,13 +127,11 @@ def compare_own_caches(before: Graph, after: Graph, feeds: Optional[Mapping[str,
     private = {c.name for cs in caches for c in cs}
     old, new = _signature(before), _signature(after)
     shared = {name for name in old if old[name] == new.get(name) and name not in private}
-    moved = {present_name(name) for name in set(old) | set(new) if name not in shared}
-
     pair = _own_feeds(graphs, shared, batch, tokens, 0, sizes, seed)
     fixed = _fixed_inputs(before, after, pair[1])
+    pair[0].update(fixed)
     shared |= set(fixed)
     moved = {present_name(name) for name in set(old) | set(new) if name not in shared}
-    pair[0].update(fixed)
     outputs = [_run_named(g, f, seed) for g, f in zip(graphs, pair)]
     error = _named_error(outputs[0], outputs[1], moved)
     if any(caches) and all(present_name(c.name) in out for cs, out in zip(caches, outputs) for c in cs):

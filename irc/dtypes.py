@@ -30,9 +30,12 @@ class DType(enum.Enum):
 
     @property
     def numpy(self) -> np.dtype:
-        """The NumPy dtype (ml_dtypes' for bf16, i4, u4: imported here, once)."""
-        module, _, name = self._source.rpartition(".")
-        return np.dtype(getattr(importlib.import_module(module), name) if module else name)
+        """The NumPy dtype (ml_dtypes' for bf16, i4, u4: imported the first time, then kept)."""
+        found = _NUMPY.get(self)
+        if found is None:
+            module, _, name = self._source.rpartition(".")
+            found = _NUMPY[self] = np.dtype(getattr(importlib.import_module(module), name) if module else name)
+        return found
 
     def __repr__(self) -> str:
         return f"DType.{self.text}"
@@ -63,6 +66,7 @@ class DType(enum.Enum):
         return dtype
 
 
+_NUMPY: dict = {}  # DType -> its NumPy dtype, once asked for
 _BY_TEXT = {d.text: d for d in DType}
 _BY_NUMPY_NAME = {d.numpy_name: d for d in DType}
 

@@ -55,11 +55,17 @@ class Shard:
                        hint="run the sharded graph through irc.world.run_world")
 
 
-def _pieces(cut: dict) -> list:
-    """(start, size) of each of the cut axis's ``segments``."""
+def _shares(cut: dict) -> list:
+    """Each of the cut axis's ``segments``: (start, size, blocks it is cut into, ranks holding
+    each block): ``ways`` / ``world`` where the segments differ (Mamba-2's B and C groups
+    replicated beside heads split N ways), else N / ``rep`` blocks of ``rep`` ranks each."""
     segments = cut["segments"]
     starts = np.cumsum([0] + list(segments[:-1]))
-    return [(int(s), int(n)) for s, n in zip(starts, segments)]
+    if cut.get("ways"):
+        split = [(ways, cut["world"] // ways) for ways in cut["ways"]]
+    else:
+        split = [(sum(segments) // cut["block"], cut.get("rep", 1))] * len(segments)
+    return [(int(start), int(n), ways, every) for start, n, (ways, every) in zip(starts, segments, split)]
 
 
 def block(array: np.ndarray, cut: dict, rank: int) -> np.ndarray:
@@ -70,22 +76,9 @@ def block(array: np.ndarray, cut: dict, rank: int) -> np.ndarray:
     if not cut.get("segments"):
         size, index = cut["block"], rank // cut.get("rep", 1)
         return np.ascontiguousarray(np.take(array, np.arange(index * size, (index + 1) * size), axis=cut["axis"]))
-    rows = [np.arange(start + index * n // ways, start + (index + 1) * n // ways)
-            for (start, n), ways, index in zip(_pieces(cut), _ways(cut), _indices(cut, rank))]
+    rows = [np.arange(start + rank // every * n // ways, start + (rank // every + 1) * n // ways)
+            for start, n, ways, every in _shares(cut)]
     return np.ascontiguousarray(np.take(array, np.concatenate(rows), axis=cut["axis"]))
-
-
-def _ways(cut: dict) -> list:
-    """Into how many blocks each segment is cut: ``ways`` where the segments differ (Mamba-2's
-    B and C groups replicated beside heads split N ways), else the same for all."""
-    return list(cut.get("ways") or [sum(cut["segments"]) // cut["block"]] * len(cut["segments"]))
-
-
-def _indices(cut: dict, rank: int) -> list:
-    """The block of each segment that ``rank`` holds."""
-    if cut.get("ways"):
-        return [rank // (cut["world"] // ways) for ways in cut["ways"]]
-    return [rank // cut.get("rep", 1)] * len(cut["segments"])
 
 
 def join(parts: list, cut: dict) -> np.ndarray:
@@ -93,8 +86,7 @@ def join(parts: list, cut: dict) -> np.ndarray:
     if not cut.get("segments"):
         return np.concatenate(parts[::cut.get("rep", 1)], axis=cut["axis"])
     axis, pieces, offset = cut["axis"], [], 0
-    step = [len(parts) // ways for ways in cut["ways"]] if cut.get("ways") else [cut.get("rep", 1)] * len(_ways(cut))
-    for (_, n), ways, every in zip(_pieces(cut), _ways(cut), step):
+    for _, n, ways, every in _shares(cut):
         share = n // ways
         pieces += [np.take(part, np.arange(offset, offset + share), axis=axis) for part in parts[::every]]
         offset += share

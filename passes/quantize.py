@@ -360,7 +360,7 @@ class Quantize(Pass):
                             "that seeds absent weights")
         names = [p.name for p in params]
         if c["method"] == "awq":  # scales searched and folded into the params now; codes are ort's
-            _, skipped, notes = awq_fold(graph, tokens, params, {**c, "bits_of": self.bits_of}, self.block_size)
+            _, skipped, notes = awq_fold(graph, tokens, params, c, self.block_size, self.bits_of)
             self.notes += notes + [f"quantize: awq leaves @{name} unscaled (ort codes): {why}"
                                    for name, why in sorted(skipped.items())]
             return {}

@@ -238,11 +238,12 @@ def plan_groups(graph: Graph, wanted: set) -> tuple:
     return groups, skipped
 
 
-def awq_fold(graph: Graph, tokens: list, params: list, config: dict, block_size, window: int = 512,
+def awq_fold(graph: Graph, tokens: list, params: list, config: dict, block_size, bits_of=None, window: int = 512,
              seed: int = 0, clip: bool = True) -> tuple:
     """Search and fold every scalable group of ``params`` in ``graph``, then (``clip``) search
     and apply the clip of every clippable linear weight (``passes.quantize_awq_clip``), once
-    its data is final (after the group that divides its rows, if any), on its input / s.
+    its data is final (after the group that divides its rows, if any), on its input / s, at
+    ``bits_of(name)`` (default ``config["bits"]``: a ``mixed`` recipe's 8-bit weights).
     Returns ({weight name: α} for the searched weights (α = 0: nothing folded),
     {weight name: why not scaled}, notes). PassError when the text gives fewer than
     ``calibration_tokens`` tokens."""
@@ -280,7 +281,7 @@ def awq_fold(graph: Graph, tokens: list, params: list, config: dict, block_size,
             pending.append((ready[weight.name], weight, x / scales[weight.name] if weight.name in scales else x))
         del x
         for _, weight, x_scaled in [job for job in pending if job[0] <= index]:
-            _clip_weight(weight, x_scaled, config, block_size, notes)
+            _clip_weight(weight, x_scaled, config, block_size, bits_of, notes)
         pending = [job for job in pending if job[0] > index]
         if index < stop:
             run.run(index, node, {})
@@ -307,9 +308,9 @@ def _scale_group(group: Group, x: np.ndarray, config: dict, block_size, notes: l
     return alpha, s
 
 
-def _clip_weight(weight: Param, x: np.ndarray, config: dict, block_size, notes: list) -> None:
+def _clip_weight(weight: Param, x: np.ndarray, config: dict, block_size, bits_of, notes: list) -> None:
     """Search ``weight``'s clip on its input ``x`` [T, K] (already / s) and apply it when any block shrinks."""
-    bits = config.get("bits_of", lambda name: config["bits"])(weight.name)
+    bits = bits_of(weight.name) if bits_of else config["bits"]
     block = block_size(weight.shape[-1], bits)
     choice, (before, after) = search_clip(x, partial(read_rows, weight), weight.shape[0], weight.dtype,
                                           bits=bits, block_size=block, symmetric=config["symmetric"])

@@ -32,12 +32,13 @@ Every rank runs the same graph on its own blocks of the weights (``irc.world``):
 - everything else (norms, residual adds, RoPE) replicated: every rank computes it on the same
   values.
 
-Refused, naming the node: layers whose weights the pass does not yet split (Kimi's delta rule,
-Mamba-1's selective scan, lightning attention, RWKV, RG-LRU, mLSTM, sorted experts, identity
-experts), block-sparse attention, a norm across
+Refused, naming the node: layers whose weights the pass does not yet split (Mamba-1's
+selective scan, mLSTM; Kimi's and MiniMax's delta rules, whose decay weights are computed;
+identity experts), block-sparse attention, a norm across
 heads between a projection and the attention other than one over all of them (per-head q/k
 norms are kept; OLMo-2's over all heads is summed across ranks, ``passes/shard_norm.py``), and
-a dimension N does not divide.
+a dimension N does not divide. Other layers (RWKV's and RG-LRU's mixers, routers, patch
+embeddings) run whole on every rank: correct, counted in the pass's note.
 
 Guarantees: run as a world (``irc.world.run_world``: the reference interpreter runs every
 sharded graph so), the graph gives the unsharded graph's outputs from its feeds, caches
@@ -64,9 +65,7 @@ from passes.shard_ssm import plan_short_conv, plan_ssd
 
 ELEMENTWISE = ("maximum", "mul", "add", "gelu", "silu", "tanh", "sigmoid", "softcap")  # one operand, constants beside
 THROUGH = ("rope", "reshape", "rms_norm", "slice")  # per-head ops between a projection and the attention
-REFUSED = ("moe_sorted", "kimi_delta_rule", "mamba",
-           "mamba2", "selective_scan", "gated_delta", "lightning_attention", "rwkv", "rglru", "mlstm",
-           "cross_attention")
+REFUSED = ("selective_scan", "mlstm")  # mixers whose weights the pass does not split
 
 
 @register_pass
@@ -151,6 +150,26 @@ class _Plan:
             raise self.error(node, f"@{param.name} is read by two nodes that would cut it differently")
         self.params[param.name] = cut
 
+    def state(self, past: Value, present: Value, axis: int, block: int, rep: int = 1, **segments) -> None:
+        """A cache or state input and its present output cut alike (``irc.world``'s cut)."""
+        self.inputs[past.name] = {"axis": axis, "block": block, "rep": rep, **segments}
+        self.outputs[present.name] = dict(self.inputs[past.name])
+
+    def conv(self, conv: Node, block: int, **segments) -> None:
+        """A causal convolution's channels: its weight, bias, state and present, rank r's ``block``."""
+        for param in conv.inputs[1:3]:  # the weight, and the bias where there is one
+            if param is not None:
+                self.cut(conv, param, 0, block, **segments)
+        if len(conv.inputs) > 3 and conv.inputs[3] is not None:
+            self.state(conv.inputs[3], conv.outputs[1], 1, block, **segments)
+
+    def row_parallel(self, linear: Node, block: int) -> None:
+        """``linear``'s input columns cut (rank r's ``block``), then ``all_reduce`` of the ranks'
+        partial sums, its bias added once after it."""
+        self.cut(linear, linear.inputs[1], 1, block)
+        self.after.append((linear, "all_reduce", {"world": self.tp},
+                           linear.inputs[2] if len(linear.inputs) > 2 else None))
+
     def visit(self, node: Node) -> None:
         if node.op in REFUSED:
             raise self.error(node, "the shard pass splits GQA attention, dense MLPs, the embedding and the head; "
@@ -221,9 +240,8 @@ class _Plan:
         self.cut(up, up.inputs[1], 0, block)
         if len(up.inputs) > 2 and up.inputs[2] is not None:
             self.cut(up, up.inputs[2], 0, block)
-        self.cut(down, down.inputs[1], 1, block)
+        self.row_parallel(down, block)
         self.seen.add(id(down))
-        self.after.append((down, "all_reduce", {"world": self.tp}, down.inputs[2] if len(down.inputs) > 2 else None))
         return True
 
     def mla(self, node: Node) -> None:
@@ -248,8 +266,7 @@ class _Plan:
             self.cut(node, ops_["kv_b"], 0, heads * (nope + v_dim))
             for i, name in ((3, "past_key"), (4, "past_value")):
                 if ops_.get(name) is not None:
-                    self.inputs[ops_[name].name] = {"axis": 1, "block": heads, "rep": 1}
-                    self.outputs[node.outputs[i - 2].name] = {"axis": 1, "block": heads, "rep": 1}
+                    self.state(ops_[name], node.outputs[i - 2], 1, heads)
         elif node.op == "mla_latent_attention":
             self.cut(node, ops_["w_uk"], 0, heads)
             self.cut(node, ops_["w_uv"], 0, heads)
@@ -317,8 +334,7 @@ class _Plan:
                 self.cut(linear, linear.inputs[2], 0, block, r)
         for i in (4, 5):
             if len(node.inputs) > i and node.inputs[i] is not None:
-                self.inputs[node.inputs[i].name] = {"axis": 1, "block": kv, "rep": rep}
-                self.outputs[node.outputs[i - 3].name] = {"axis": 1, "block": kv, "rep": rep}
+                self.state(node.inputs[i], node.outputs[i - 3], 1, kv, rep)
         out = self.graph.users(node.outputs[0])
         if len(out) == 1 and out[0].op == "mul":  # an output gate (Qwen3-Next): its heads follow the query's
             gate = next(v for v in out[0].inputs if v is not node.outputs[0])
@@ -326,9 +342,7 @@ class _Plan:
             out = self.graph.users(out[0].outputs[0])
         if len(out) != 1 or out[0].op != "linear":
             raise self.error(node, "its output is not read by one output projection (linear)")
-        self.cut(out[0], out[0].inputs[1], 1, heads * v_dim)
-        bias = out[0].inputs[2] if len(out[0].inputs) > 2 else None
-        self.after.append((out[0], "all_reduce", {"world": self.tp}, bias))
+        self.row_parallel(out[0], heads * v_dim)
         self.attrs.append((node, {"heads": heads, "kv_heads": kv}))
 
     def per_head(self, node: Node, value: Value, local: int) -> None:

@@ -35,10 +35,8 @@ def plan_delta(plan, node: Node) -> None:
     q, k, v, alpha, beta, a_log, dt_bias = node.inputs[:7]
     for param in (a_log, dt_bias):
         plan.cut(node, param, 0, vh // n)
-    state = node.inputs[7] if len(node.inputs) > 7 else None
-    if state is not None:
-        plan.inputs[state.name] = {"axis": 1, "block": vh // n, "rep": 1}
-        plan.outputs[node.outputs[1].name] = {"axis": 1, "block": vh // n, "rep": 1}
+    if len(node.inputs) > 7 and node.inputs[7] is not None:
+        plan.state(node.inputs[7], node.outputs[1], 1, vh // n)
     plan.attrs.append((node, {"key_heads": kh // n, "value_heads": vh // n}))
     walker = _Walker(plan, node, n)
     segments = [kh * dk, kh * dk, vh * dv]
@@ -51,9 +49,7 @@ def plan_delta(plan, node: Node) -> None:
         raise plan.error(norm, f"its groups of {norm.attrs['group_size']} span value heads of {dv}: no split")
     walker.back(norm.inputs[1])  # the gate z
     walker.back(norm.inputs[2])  # the expanded norm weight
-    out = _single_user(plan, node, norm.outputs[0], "linear")
-    plan.cut(out, out.inputs[1], 1, vh * dv // n)
-    plan.after.append((out, "all_reduce", {"world": n}, out.inputs[2] if len(out.inputs) > 2 else None))
+    plan.row_parallel(_single_user(plan, node, norm.outputs[0], "linear"), vh * dv // n)
 
 
 def _conv_of(plan, node: Node, *values: Value) -> Node:
@@ -84,13 +80,7 @@ class _Walker:
     def conv(self, conv: Node, segments: list) -> None:
         plan, n = self.plan, self.n
         block = sum(segments) // n
-        cut = {"axis": 0, "block": block, "rep": 1, "segments": segments}
-        for param in conv.inputs[1:3]:  # the weight, and the bias where there is one
-            if param is not None:
-                plan.cut(conv, param, 0, block, segments=segments)
-        if len(conv.inputs) > 3 and conv.inputs[3] is not None:
-            plan.inputs[conv.inputs[3].name] = {**cut, "axis": 1}
-            plan.outputs[conv.outputs[1].name] = {**cut, "axis": 1}
+        plan.conv(conv, block, segments=segments)
         for user in plan.graph.users(conv.outputs[0]):
             self.adjust(user)
         source = conv.inputs[0]

@@ -68,20 +68,18 @@ def plan_ssd(plan, node: Node) -> None:
     for param in (node.inputs[2], node.inputs[5], node.inputs[6]):  # A_log, D, dt_bias
         if param is not None:
             plan.cut(node, param, 0, local)
-    past = node.inputs[7] if len(node.inputs) > 7 else None
-    if past is not None:
-        plan.inputs[past.name] = {"axis": 1, "block": local, "rep": 1}
-        plan.outputs[node.outputs[1].name] = {"axis": 1, "block": local, "rep": 1}
+    if len(node.inputs) > 7 and node.inputs[7] is not None:
+        plan.state(node.inputs[7], node.outputs[1], 1, local)
     plan.attrs.append((node, {"heads": local, "groups": groups // group_ways}))
     conv = _source(plan, node, node.inputs[0], node.inputs[3], node.inputs[4], op="causal_conv1d")
     channels = _Segments([d_inner, bc, bc], [n, group_ways, group_ways], n)
-    _plan_conv(plan, conv, channels)
+    plan.conv(conv, channels.block, **channels.cut())
+    _reaim(plan, conv, conv.outputs[0], channels)
     gate, out = _plan_norm(plan, node, d_inner)
     proj_out = _source(plan, node, conv.inputs[0], node.inputs[1], gate, op=None)
     rows = _Segments([d_inner, d_inner, bc, bc, heads], [n, n, group_ways, group_ways, n], n)
     _plan_projection(plan, node, proj_out, rows)
-    plan.cut(out, out.inputs[1], 1, d_inner // n)
-    plan.after.append((out, "all_reduce", {"world": n}, out.inputs[2] if len(out.inputs) > 2 else None))
+    plan.row_parallel(out, d_inner // n)
 
 
 def plan_short_conv(plan, conv: Node) -> bool:
@@ -102,15 +100,9 @@ def plan_short_conv(plan, conv: Node) -> bool:
     if len(out) != 1 or out[0].op != "linear":
         return False
     local = channels // n
-    for param in conv.inputs[1:3]:
-        if param is not None:
-            plan.cut(conv, param, 0, local)
-    if len(conv.inputs) > 3 and conv.inputs[3] is not None:
-        plan.inputs[conv.inputs[3].name] = {"axis": 1, "block": local, "rep": 1}
-        plan.outputs[conv.outputs[1].name] = {"axis": 1, "block": local, "rep": 1}
+    plan.conv(conv, local)
     _plan_projection(plan, conv, proj_out, _Segments([channels] * 3, [n] * 3, n), what="B | C | x")
-    plan.cut(out[0], out[0].inputs[1], 1, local)
-    plan.after.append((out[0], "all_reduce", {"world": n}, out[0].inputs[2] if len(out[0].inputs) > 2 else None))
+    plan.row_parallel(out[0], local)
     return True
 
 
@@ -152,17 +144,6 @@ def _reaim(plan, node: Node, value: Value, segments: _Segments) -> None:
         except ValueError:
             raise plan.error(node, f"%{user.name} slices within a segment of %{value.name}: no split") from None
         plan.attrs.append((user, {key: v for key, v in bounds.items() if v is not None}))
-
-
-def _plan_conv(plan, conv: Node, channels: _Segments) -> None:
-    for param in conv.inputs[1:3]:  # the weight, and the bias where there is one
-        if param is not None:
-            plan.cut(conv, param, 0, channels.block, **channels.cut())
-    if len(conv.inputs) > 3 and conv.inputs[3] is not None:
-        cut = {"axis": 1, "block": channels.block, "rep": 1, **channels.cut()}
-        plan.inputs[conv.inputs[3].name] = cut
-        plan.outputs[conv.outputs[1].name] = dict(cut)
-    _reaim(plan, conv, conv.outputs[0], channels)
 
 
 def _plan_projection(plan, node: Node, proj_out: Value, rows: _Segments, what: str = "z | x | B | C | dt") -> None:

@@ -92,9 +92,7 @@ def build(gguf: GGUFFile, weights="blocks") -> Graph:
     """``load_gguf`` for a file already opened."""
     arch = describe(gguf, graph_name(gguf.path))
     mtp.read_head(gguf, arch)  # the file's multi-token-prediction block: frontends.gguf.mtp
-    attach = None if weights is None or not gguf.tensors else {
-        "keep_blocks": weights in ("blocks", "blocks4", "exact", "int4"), "exact_forms": weights == "exact",
-        "four_bit": weights == "int4", "lossy": weights == "blocks4"}
+    attach = None if weights is None or not gguf.tensors else {"weights": weights}
     try:
         graph = expand(arch, gguf.path)
         if arch.mtp is not None:

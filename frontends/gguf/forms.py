@@ -27,8 +27,7 @@ Q5_1,Q5_K  8-bit codes, float zero points: exact up to float rounding, the same 
            as Q4_1 / Q4_K (ORT's kernel takes u8 zero points, the fractions are added back)
 =========  ===================================================================================
 
-``lossy=True`` (``load_gguf(..., weights="blocks4")``, ``irc compile --gguf-weights
-blocks4``; the default before 2026-12-07) re-expresses Q5_0, Q6_K, Q5_1 and Q5_K as 4-bit
+``weights="blocks4"`` (``irc compile --gguf-weights blocks4``; the default before 2026-12-07) re-expresses Q5_0, Q6_K, Q5_1 and Q5_K as 4-bit
 codes with u8 zero points over the same blocks (``requantize``): a block whose integer levels
 (with 0) span at most 16 values is exact, any other is rounded to 16 levels over its range,
 and Q5_1 / Q5_K blocks are all rounded (their float zero points leave no integer levels).
@@ -37,11 +36,10 @@ values over 512 tokens, perplexity, model bytes): Gemma-3-270M Q4_K_M 95.3% / 75
 kept, 74.8% / 91.99 / 267 MB as 4-bit codes (the file's values: 75.07); Qwen2.5-Coder-0.5B
 Q4_K_M 97.1% / 65.58 / 698 MB kept, 84.3% / 70.16 / 552 MB (65.70). What the kept form still
 differs by is the int8 activations: at level 0 (``exact``) both agree 100%, at level 0-3
-speeds no 8-bit kernel can afford. ``four_bit=True`` (``weights="int4"``) re-expresses Q8_0
+speeds no 8-bit kernel can afford. ``weights="int4"`` re-expresses Q8_0
 too, every projection in 4-bit codes: irc's int4 size and speed, at the cost above (as 4-bit
 codes SmolLM2's tied Q8_0 table and head moved perplexity from 85.06 to 97.8 and top-1
-agreement with the file's float values from 95.7% to 77.1%). ``exact_forms=True``
-(``weights="exact"``) keeps the file's codes and asks for accuracy level 0: the products are
+agreement with the file's float values from 95.7% to 77.1%). ``weights="exact"`` keeps the file's codes and asks for accuracy level 0: the products are
 those of the file's weights in float32, at the 8-bit kernel's level-0 speed (the whole weight
 dequantized per call). A table read only by ``embedding`` (not tied to a head) keeps the
 file's codes in any case: a lookup reads a few rows whatever their form
@@ -59,7 +57,7 @@ from irc.ops.quant import pack_codes, unpack_codes
 
 ACCURACY_LEVEL = 4  # MatMulNBits' int8 activations: the fast kernels for 4-bit and 8-bit codes (module docstring)
 EXACT_LEVEL = 0  # float activations: weights="exact" computes with the file's weights exactly (8-bit codes: slow)
-REQUANTIZED = (T.Q5_0, T.Q6_K, T.Q5_1, T.Q5_K)  # re-expressed as 4-bit codes with lossy=True (blocks4)
+REQUANTIZED = (T.Q5_0, T.Q6_K, T.Q5_1, T.Q5_K)  # re-expressed as 4-bit codes with weights="blocks4"
 
 
 @dataclass(frozen=True)
@@ -79,13 +77,12 @@ class Form:
         return f"{self.bits}-bit codes, block {self.block}, {zero} ({how})"
 
 
-def form(ggml_type: T, exact_forms: bool = False, four_bit: bool = False, lossy: bool = False) -> Form:
-    """The ``Form`` a block type of ``blocks.EXACT`` takes (module docstring): the file's
-    codes, unless ``lossy`` (``weights="blocks4"``: ``REQUANTIZED`` as 4-bit codes) or
-    ``four_bit`` (``weights="int4"``: every type as 4-bit codes) asks otherwise;
-    ``exact_forms``: the file's codes whatever they ask."""
+def form(ggml_type: T, weights: str = "blocks") -> Form:
+    """The ``Form`` a block type of ``blocks.EXACT`` takes under ``load_gguf``'s ``weights``
+    (module docstring): the file's codes (``blocks``, ``exact``), ``REQUANTIZED`` as 4-bit codes
+    (``blocks4``), or every type as 4-bit codes (``int4``)."""
     scheme = EXACT[ggml_type]
-    if not exact_forms and (lossy and ggml_type in REQUANTIZED or four_bit and scheme.bits > 4):
+    if weights == "blocks4" and ggml_type in REQUANTIZED or weights == "int4" and scheme.bits > 4:
         return Form(4, scheme.block, "u8", False)
     return Form(scheme.bits, scheme.block, "float" if scheme.float_zero else "none", True)
 

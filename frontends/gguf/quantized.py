@@ -1,15 +1,15 @@
 """Giving a float graph's params their GGUF data: block codes where the format has a form
 (``frontends.gguf.forms``), dequantized floats elsewhere.
 
-``attach_weights(graph, arch, gguf, keep_blocks, exact_forms, four_bit, lossy)`` checks every param against
+``attach_weights(graph, arch, gguf, weights)`` checks every param against
 its GGUF tensor (present, readable type, shape as the hyperparameters say), sets lazy data,
-and refuses GGUF tensors the model has no place for. With ``keep_blocks``, a param of rank
+and refuses GGUF tensors the model has no place for. Unless ``weights`` is ``"float"``, a param of rank
 >= 2 stored in a format of ``frontends.gguf.blocks.EXACT`` is replaced by
 ``@<name>.qweight``, ``@<name>.scales`` and (for forms with zero points) ``@<name>.zero_points``
-(float, or u8 for a requantized form: ``lossy`` / ``four_bit``), each lazily repacked from the GGUF blocks, and its
+(float, or u8 for a requantized form: ``blocks4`` / ``int4``), each lazily repacked from the GGUF blocks, and its
 readers change as the ``quantize`` pass changes them: ``linear(x, W, b)`` becomes
 ``dequant_linear(x, qweight, scales, zero_points?, b)`` (MatMulNBits at accuracy level 4, or
-0 with ``exact_forms``), ``embedding(ids, W)`` becomes ``dequant_embedding`` (only the
+0 with ``exact``), ``embedding(ids, W)`` becomes ``dequant_embedding`` (only the
 looked-up rows are dequantized: GatherBlockQuantized; a table no linear reads keeps the
 file's codes); a gated MLP (``swiglu``, ``geglu``) is first unfolded into the ``linear`` layers
 ``lower-mlp`` writes (``unfold_gated``), so gate and up pack into one MatMulNBits as irc's
@@ -39,9 +39,7 @@ from irc.rewrite.edit import replace_node
 PARTS = ("qweight", "scales", "zero_points")
 
 
-def attach_weights(graph: Graph, arch: Arch, gguf: GGUFFile, keep_blocks: bool = True,
-                   exact_forms: bool = False, four_bit: bool = False, lossy: bool = False,
-                   layout=None) -> list[str]:
+def attach_weights(graph: Graph, arch: Arch, gguf: GGUFFile, weights: str = "blocks", layout=None) -> list[str]:
     """Point every param at the file (module docstring); returns the notes. ``layout``: the
     names of a graph of part of the file (an MTP head's, ``frontends.gguf.mtp``), whose
     tensors left over are not checked."""
@@ -63,8 +61,8 @@ def attach_weights(graph: Graph, arch: Arch, gguf: GGUFFile, keep_blocks: bool =
                             f"@{param.name} as {list(param.shape)}", location=gguf.path)
         used.update(source.names())
         kind = gguf.tensor(source.names()[0]).ggml_type
-        if keep_blocks and param.rank >= 2 and source.exact(gguf):
-            key = (kind, *use_blocks(graph, param, gguf, source, exact_forms, four_bit, lossy))
+        if weights != "float" and param.rank >= 2 and source.exact(gguf):
+            key = (kind, *use_blocks(graph, param, gguf, source, weights))
             kept[key] += 1
             samples.setdefault(key, source)
             continue
@@ -76,7 +74,8 @@ def attach_weights(graph: Graph, arch: Arch, gguf: GGUFFile, keep_blocks: bool =
         more = f" and {len(spare) - 1} more" if len(spare) > 1 else ""
         raise SpecError(f"tensor {spare[0]}{more} has no place in the model the metadata describes",
                         location=gguf.path, hint="the file has weights irc's model lacks (a bias, another layout?)")
-    level = f"level {EXACT_LEVEL} (float activations)" if exact_forms else f"level {ACCURACY_LEVEL} (int8 activations)"
+    level = f"level {EXACT_LEVEL} (float activations)" if weights == "exact" else \
+        f"level {ACCURACY_LEVEL} (int8 activations)"
     notes = []
     for key, count in sorted(kept.items(), key=lambda item: (item[0][0], item[0][2])):
         kind, held, lookups = key
@@ -84,7 +83,7 @@ def attach_weights(graph: Graph, arch: Arch, gguf: GGUFFile, keep_blocks: bool =
         notes.append(f"{count} {kind.name} tensor(s) kept as {held.describe()}, " +
                      ("read by lookups only (GatherBlockQuantized)" if lookups else f"MatMulNBits at accuracy {level}")
                      + cost)
-    notes += [f"{count} {name} tensor(s) dequantized to float32" + ("" if keep_blocks else " (float weights asked for)")
+    notes += [f"{count} {name} tensor(s) dequantized to float32" + (" (float weights asked for)" if weights == "float" else "")
               for name, count in sorted(converted.items())]
     return notes
 
@@ -98,7 +97,7 @@ def sampled_error(gguf: GGUFFile, source, held) -> str:
     ``source`` in ``held``'s form against the file's own values."""
     rows = (0, min(SAMPLE_ROWS, gguf.tensor(source.name).shape[0]))
     parts = source.read_blocks(gguf, rows)
-    exact = form(gguf.tensor(source.name).ggml_type, exact_forms=True)
+    exact = form(gguf.tensor(source.name).ggml_type, "exact")
     k = gguf.tensor(source.name).shape[-1]
     want = dequantize_blocks(*parts, bits=exact.bits, block_size=exact.block, k=k).astype(np.float64)
     ours = dequantize_blocks(*in_form(parts, held), bits=held.bits, block_size=held.block, k=k).astype(np.float64)
@@ -132,16 +131,15 @@ def unfold_gated(graph: Graph, node: Node) -> Value:
     return down
 
 
-def use_blocks(graph: Graph, param: Param, gguf: GGUFFile, source, exact_forms: bool = False,
-               four_bit: bool = False, lossy: bool = False) -> tuple:
+def use_blocks(graph: Graph, param: Param, gguf: GGUFFile, source, weights: str = "blocks") -> tuple:
     """Replace ``param`` by its blocks in their form (``frontends.gguf.forms``) and rewire its
     readers (module docstring); returns (the form, whether lookups are its only readers)."""
-    level = {"accuracy_level": EXACT_LEVEL if exact_forms else ACCURACY_LEVEL}
+    level = {"accuracy_level": EXACT_LEVEL if weights == "exact" else ACCURACY_LEVEL}
     for node in [n for n in graph.users(param) if n.op in GATED]:
         unfold_gated(graph, node)
     lookups_only = all(node.op == "embedding" for node in graph.users(param))
     # a lookup costs the same in any form: the file's codes
-    held = form(gguf.tensor(source.name).ggml_type, exact_forms or lookups_only, four_bit, lossy)
+    held = form(gguf.tensor(source.name).ggml_type, "exact" if lookups_only else weights)
     *lead, n, k = param.shape
     nb = k // held.block
     shapes = {"qweight": (DType.u8, (*lead, n, nb, held.block * held.bits // 8)),

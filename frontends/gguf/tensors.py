@@ -204,7 +204,7 @@ class BlockData:
 
     def __init__(self, gguf: GGUFFile, source: TensorSource, part: int, held: Optional[Form] = None):
         self.gguf, self.source, self.part = gguf, source, part
-        self.held = held or form(source.ggml_type(gguf), exact_forms=True)
+        self.held = held or form(source.ggml_type(gguf), "exact")
 
     @property
     def share(self) -> TensorSource:

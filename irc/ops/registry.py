@@ -89,13 +89,15 @@ class OpDef:
     # N*K weights, their scales for none); None: the param's own element count
     logical_elements: Optional[Callable[[dict, str, tuple], int]] = None
     _slots: list = field(default_factory=list, repr=False)
-    _counts: Optional[tuple] = field(default=None, repr=False, compare=False)
+    _counts: tuple = field(default=(), repr=False, compare=False)  # (fixed operands, required ones)
 
     def __post_init__(self):
         for i, spec in enumerate(self.operands):
             if spec.startswith("*") and i != len(self.operands) - 1:
                 raise ValueError(f"op {self.name}: variadic operand must be last")
         self.doc = (self.doc or (self.reference.__doc__ or "")).strip()
+        fixed = [s for s in self.operands if not s.startswith("*")]  # counted once: the verifier asks for every node
+        self._counts = (len(fixed), sum(1 for s in fixed if not s.endswith("?")))
 
     @property
     def variadic(self) -> bool:
@@ -109,17 +111,8 @@ class OpDef:
             names += [f"{base}{i}" for i in range(count - len(names))]
         return names
 
-    def _arity(self) -> tuple:
-        """(operands, fixed operands, required operands), worked out once per operands tuple:
-        the verifier asks after every pass for every node."""
-        known = self._counts
-        if known is None or known[0] is not self.operands:
-            fixed = [s for s in self.operands if not s.startswith("*")]
-            known = self._counts = (self.operands, len(fixed), sum(1 for s in fixed if not s.endswith("?")))
-        return known
-
     def check_arity(self, count: int) -> None:
-        _, fixed, required = self._arity()
+        fixed, required = self._counts
         if self.variadic:
             if count < fixed + 1:
                 raise ShapeError(f"{self.name} takes at least {fixed + 1} operands, got {count}")

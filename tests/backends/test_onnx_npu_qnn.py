@@ -147,7 +147,7 @@ def test_smollm2_two_layer_slice_compiles_on_the_htp(smollm2_gguf, tmp_path):
     arch = describe(gguf, "smollm2-2l")
     arch = dataclasses.replace(arch, n_layers=2, layers=arch.layers[:2])
     graph = expand(arch, gguf.path)
-    attach_weights(graph, arch, gguf, keep_blocks=False)
+    attach_weights(graph, arch, gguf, weights="float")
     PassManager(parse_pipeline("retype{dtype=f16},lower-norms,lower-mlp,lower-softcap,fold,dce,cse")).run(graph)
     emit_folder(graph, str(tmp_path / "smol"), chunk=32, context=256)
     for soc, role in ((69, "chunk"),):

@@ -61,7 +61,7 @@ def test_the_default_keeps_every_blocks_values(qtype):
 def test_requantized_kinds_are_exact_where_16_levels_hold_a_block(qtype):
     raw = stored(qtype, np.random.default_rng(qtype.value))
     want = gguf.quants.dequantize(raw, qtype).astype(np.float32)
-    held = form(qtype, lossy=True)
+    held = form(qtype, "blocks4")
     assert (held.bits, held.zero, held.exact) == (4, "u8", False)
     parts = repack(raw, qtype, K)
     ours = dequantized(in_form(parts, held), held)
@@ -73,7 +73,7 @@ def test_requantized_kinds_are_exact_where_16_levels_hold_a_block(qtype):
     step = np.abs(np.repeat(in_form(parts, held)[1], held.block, axis=-1))
     assert np.all(np.abs(ours - want) <= step * (1 + 1e-5))  # rounding, and the zero point's rounding
     assert np.mean(np.abs(ours - want)) <= np.mean(step) / 3
-    exact = dequantized(in_form(parts, form(qtype, exact_forms=True)), form(qtype, exact_forms=True))
+    exact = dequantized(in_form(parts, form(qtype, "exact")), form(qtype, "exact"))
     if EXACT[qtype].float_zero:  # within float rounding (test_gguf_blocks bounds it in ulp)
         np.testing.assert_allclose(exact, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
     else:
@@ -175,9 +175,9 @@ def test_onnx_ort_computes_the_reference(tmp_path):
 
 def test_exact_types_have_exact_forms():
     for qtype in EXACT:
-        assert form(qtype).exact and form(qtype, exact_forms=True).exact
-        assert form(qtype, lossy=True).exact == (qtype not in REQUANTIZED)
-        assert form(qtype, four_bit=True).exact == (EXACT[qtype].bits == 4)
+        assert form(qtype).exact and form(qtype, "exact").exact
+        assert form(qtype, "blocks4").exact == (qtype not in REQUANTIZED)
+        assert form(qtype, "int4").exact == (EXACT[qtype].bits == 4)
 
 
 def test_the_cli_chooses_the_gguf_weights(tmp_path, capsys):
