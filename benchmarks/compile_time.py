@@ -5,19 +5,24 @@ and never asserts on time.
 
 Rows, each a fresh process timed from start to exit (start-up and imports included):
 
-- ``irc fp32``: ``irc compile HF --target onnx -o OUT/model.onnx`` (its report and summary
-  line captured);
-- ``irc int4``: the same with ``--quantize int4``;
+- ``irc onnx-ort fp32`` / ``irc onnx fp32``: ``irc compile HF --target onnx-ort|onnx -o
+  OUT/model.onnx`` (its report and summary line captured). onnx-ort is the builder's like:
+  both write ONNX Runtime's ``com.microsoft`` ops (and it is the target the decode benchmarks
+  run); onnx is the portable target, whose MatMuls need every linear weight transposed;
+- ``irc onnx-ort int4`` / ``irc onnx int4``: the same with ``--quantize int4``;
 - ``builder fp32`` / ``builder int4``: ``python -m onnxruntime_genai.models.builder -i HF -o OUT
   -p fp32|int4 -e cpu -c CACHE`` (as ``builder_compare.py`` and ``onnx_vs_peers.py`` call it);
 - with ``--baseline DIR`` (another checkout of irc, e.g. ``git archive HEAD | tar -x -C DIR``),
-  ``irc@base fp32`` / ``irc@base int4``: the same commands run from that tree (``PYTHONPATH``),
+  ``irc@base ...`` rows: the same commands run from that tree (``PYTHONPATH``),
   so an optimisation is measured against its parent in the same interleaved rounds.
 
 Columns: the median wall seconds of each row (every run listed) and the builder's median over
-it; then the median CPU seconds (user + system of the process and all its threads, from
-``getrusage``) and the same ratio: CPU time moves far less than wall time when other work
-shares the host's two cores, though it leaves out waiting on the disk.
+it; then the median user CPU seconds (the process and all its threads, from ``getrusage``)
+and the same ratio, then the median system seconds. User time is the work a tool does itself and
+moves far less than wall time when other work shares the host's two cores. System time is the
+kernel's page-cache copies and faults: on this VM it swings several-fold from run to run
+(``cat`` of the same cached 2.5 GB file took 1.3 to 5.4 s of system time in a row), which is
+most of the spread of a Qwen row's wall time.
 
 Fairness: runs are interleaved (every tool once per round, each round starting one row later
 and every other round reversed: A B C D, A D C B, C D A B, ...) and medians reported, since the
@@ -33,7 +38,7 @@ compiling every module from source instead).
 
     python benchmarks/compile_time.py [--rounds 3] [--models smollm2,qwen-coder]
         [--smollm2 DIR] [--qwen-coder DIR] [--workdir DIR] [--baseline DIR] [--no-bytecode]
-        [--precisions fp32,int4]
+        [--precisions fp32,int4] [--targets onnx-ort,onnx]
 """
 from __future__ import annotations
 
@@ -50,18 +55,20 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOLDERS = {"smollm2": "/work/cache/smollm2/hf-f32", "qwen-coder": "/work/cache/qwen-coder/hf-f32"}
 PRECISIONS = ("fp32", "int4")
+TARGETS = ("onnx-ort", "onnx")
 
 
-def tools(hf: str, out: str, cache: str, baseline: str | None, precisions=PRECISIONS) -> dict:
+def tools(hf: str, out: str, cache: str, baseline: str | None, precisions=PRECISIONS, targets=TARGETS) -> dict:
     """{row name: (argv, extra PYTHONPATH or None)}; each writes under ``out``/<row>."""
     rows = {}
     trees = [("irc", None)] + ([("irc@base", baseline)] if baseline else [])
     for bits in precisions:
         for label, tree in trees:
-            name = f"{label} {bits}"
-            argv = [sys.executable, "-m", "irc_cli", "compile", hf, "--target", "onnx",
-                    "-o", os.path.join(out, name.replace(" ", "-"), "model.onnx")]
-            rows[name] = (argv + (["--quantize", "int4"] if bits == "int4" else []), tree)
+            for target in targets:
+                name = f"{label} {target} {bits}"
+                argv = [sys.executable, "-m", "irc_cli", "compile", hf, "--target", target,
+                        "-o", os.path.join(out, name.replace(" ", "-"), "model.onnx")]
+                rows[name] = (argv + (["--quantize", "int4"] if bits == "int4" else []), tree)
         rows[f"builder {bits}"] = ([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf, "-o",
                                     os.path.join(out, f"builder-{bits}"), "-p", bits, "-e", "cpu",
                                     "-c", cache], None)
@@ -82,7 +89,7 @@ def environment(work: str, tree: str | None, bytecode: bool) -> dict:
 
 
 def run_once(argv: list, env: dict, cwd: str) -> tuple[float, float, str]:
-    """(wall seconds, CPU seconds (user + system, all its threads), "") of one whole process
+    """(wall seconds, (user, system) CPU seconds of all its threads, "") of one whole process
     writing into an empty folder (removed again after it), or (NaN, NaN, the last line of its
     stderr)."""
     target = argv[argv.index("-o") + 1]
@@ -92,10 +99,10 @@ def run_once(argv: list, env: dict, cwd: str) -> tuple[float, float, str]:
     before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
     seconds, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu = (after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime)
     shutil.rmtree(folder, ignore_errors=True)  # a few GB a row on Qwen: keep one output at a time
     if done.returncode:
-        return float("nan"), float("nan"), (done.stderr.strip().splitlines() or ["failed"])[-1][:120]
+        return float("nan"), (float("nan"), float("nan")), (done.stderr.strip().splitlines() or ["failed"])[-1][:120]
     return seconds, cpu, ""
 
 
@@ -110,13 +117,13 @@ def read_through(folder: str) -> None:
 
 
 def measure(models: dict, rounds: int, work: str, baseline: str | None, bytecode: bool,
-            precisions=PRECISIONS) -> dict:
-    """{(model, row): ([(wall, CPU) seconds per round], note)}; rounds interleave every model
+            precisions=PRECISIONS, targets=TARGETS) -> dict:
+    """{(model, row): ([(wall, user, system) seconds per round], note)}; rounds interleave every model
     and row."""
     jobs = {}
     for model, hf in models.items():
         for row, (argv, tree) in tools(hf, os.path.join(work, model), os.path.join(work, model, "cache"),
-                                       baseline, precisions).items():
+                                       baseline, precisions, targets).items():
             jobs[(model, row)] = (argv, environment(work, tree, bytecode), tree or ROOT, hf)
     results = {key: ([], "") for key in jobs}
     for round_ in range(rounds + 1):  # round 0: the untimed warm-up (bytecode caches, first reads)
@@ -126,11 +133,12 @@ def measure(models: dict, rounds: int, work: str, baseline: str | None, bytecode
             argv, env, cwd, hf = jobs[key]  # cwd: -m irc_cli finds the tree it runs in first
             read_through(hf)  # back in the page cache, whatever the run before pushed out (not timed)
             seconds, cpu, note = run_once(argv, env, cwd)
-            print(f"  round {round_}{' (warm-up)' if round_ == 0 else ''} {key[0]:<11} {key[1]:<14} "
-                  f"{seconds:7.2f} s wall {cpu:7.2f} s CPU {note}", file=sys.stderr, flush=True)
+            print(f"  round {round_}{' (warm-up)' if round_ == 0 else ''} {key[0]:<11} {key[1]:<21} "
+                  f"{seconds:7.2f} s wall {cpu[0]:7.2f} s user {cpu[1]:7.2f} s system {note}", file=sys.stderr,
+                  flush=True)
             if round_:
                 times, first = results[key]
-                results[key] = (times + [(seconds, cpu)], first or note)
+                results[key] = (times + [(seconds, *cpu)], first or note)
             elif note:
                 results[key] = ([], note)
     return results
@@ -143,19 +151,20 @@ def median(values: list) -> float:
 
 def table(results: dict, models: dict, rounds: int) -> list[str]:
     """Per row: median wall seconds (every run's), the builder's median over it; the same for
-    CPU seconds (user + system of the process and its threads: what the run computed, less
-    moved by other work on the host than the wall time)."""
+    user CPU seconds (what the process computed, all its threads), then its median system
+    seconds (the kernel's: page-cache reads and writes, faults)."""
     lines = [f"whole-process compile time, median of {rounds} interleaved rounds (seconds)",
-             f"{'model':<11} {'row':<14} {'wall':>6} {'runs':<22} {'builder/row':>11} {'CPU':>7} {'builder/row':>11}"]
+             f"{'model':<11} {'row':<21} {'wall':>6} {'runs':<22} {'builder/row':>11} {'user':>6} {'builder/row':>11}"
+             f" {'system':>6}"]
     for model in models:
         for row in [row for m, row in results if m == model]:
             runs, note = results[(model, row)]
             builder = results.get((model, f"builder {row.split()[-1]}"), ([], ""))[0]
-            wall, cpu = median([r[0] for r in runs]), median([r[1] for r in runs])
+            wall, user, system = (median([r[i] for r in runs]) for i in range(3))
             ratios = ["", ""] if row.startswith("builder") else [
-                f"{median([r[i] for r in builder]) / value:10.1f}x" for i, value in enumerate((wall, cpu))]
-            lines.append(f"{model:<11} {row:<14} {wall:6.2f} {' '.join(f'{r[0]:.2f}' for r in runs):<22} "
-                         f"{ratios[0]:>11} {cpu:7.2f} {ratios[1]:>11}{'  ' + note if note else ''}")
+                f"{median([r[i] for r in builder]) / value:10.1f}x" for i, value in enumerate((wall, user))]
+            lines.append(f"{model:<11} {row:<21} {wall:6.2f} {' '.join(f'{r[0]:.2f}' for r in runs):<22} "
+                         f"{ratios[0]:>11} {user:6.2f} {ratios[1]:>11} {system:6.2f}{'  ' + note if note else ''}")
     return lines
 
 
@@ -169,6 +178,7 @@ def main() -> None:
     parser.add_argument("--baseline", default=None, help="another irc checkout, timed beside this one")
     parser.add_argument("--no-bytecode", action="store_true", help="compile every module from source in each run")
     parser.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated: fp32, int4")
+    parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated irc targets: onnx-ort, onnx")
     args = parser.parse_args()
     given = {"smollm2": args.smollm2, "qwen-coder": args.qwen_coder}
     models = {}
@@ -183,7 +193,8 @@ def main() -> None:
     os.makedirs(work, exist_ok=True)
     try:
         results = measure(models, args.rounds, work, args.baseline and os.path.abspath(args.baseline),
-                          not args.no_bytecode, [p for p in args.precisions.split(",") if p in PRECISIONS])
+                          not args.no_bytecode, [p for p in args.precisions.split(",") if p in PRECISIONS],
+                          [t for t in args.targets.split(",") if t in TARGETS])
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -386,9 +386,9 @@ def profile_step(folder: str, hf: str, steps: int, context: int = 128) -> dict:
     runs = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])[2:]
     graph = decoder_graph(folder)
     weights = initializer_reads(graph)[2]
-    dims = {t.name: "x".join(map(str, t.dims)) for t in graph.initializer}  # MatMul: B's dims (K x N)
+    dims = {t.name: list(t.dims) for t in graph.initializer}  # MatMul: B's dims (K x N)
     shapes = {n.name: "x".join(str(a.i) for a in n.attribute if a.name in ("K", "N"))
-              or dims.get(n.input[1] if len(n.input) > 1 else "", "") for n in graph.node}
+              or "x".join(map(str, _k_by_n(n, dims))) for n in graph.node}
     nodes = {}
     for e in events:
         if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
@@ -401,6 +401,13 @@ def profile_step(folder: str, hf: str, steps: int, context: int = 128) -> dict:
         row[2] += (weights.get(name, 0) + int(e["args"].get("activation_size", 0))) / len(runs)
     return {"wall": 1000 * sum(walls) / len(walls), "run": sum(r["dur"] for r in runs) / 1000 / len(runs),
             "nodes": nodes}
+
+
+def _k_by_n(node, dims: dict) -> list:
+    """K x N of a (Fused)MatMul's initializer B (stored [N, K] under transB=1), else []."""
+    b = dims.get(node.input[1] if len(node.input) > 1 else "", [])
+    flipped = any(a.name == "transB" and a.i for a in node.attribute)
+    return b[::-1] if flipped and len(b) == 2 else b
 
 
 def print_gap(name: str, model: str, got: dict, genai_ms: float, bytes_per_token: float, limit: float) -> None:

@@ -6,8 +6,8 @@
   row rotates at its own positions exactly as the separate ``RotaryEmbedding`` nodes did.
 - ``pack-qkv``: when the q, k and v projections on one activation are each read only on
   the way to this attention, one product feeds GQA's packed ``query`` input (key and value
-  left empty): for three bias-free f32 ``linear`` nodes, a MatMul with a packed
-  [d, (H + 2K) * D] weight; for three ``dequant_linear`` nodes one ``MatMulNBits`` takes
+  left empty): for three bias-free f32 ``linear`` nodes, a ``FusedMatMul(transB=1)`` with
+  their weights stacked as stored, [(H + 2K) * D, d] (``portable.stored_matmul``); for three ``dequant_linear`` nodes one ``MatMulNBits`` takes
   (``backends.onnx.quant_pack.packable``: same K, bits, block size, accuracy level, scales'
   dtype, zero points or none, biases or none), one MatMulNBits over their codes, scales,
   zero points and biases stacked q|k|v along N (``quant_pack.packed_matmul``). Rows of a
@@ -26,8 +26,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
-
-import numpy as np
 
 from irc.dtypes import DType
 from irc.graph import Graph, Node, Param
@@ -107,7 +105,3 @@ def _projections(node: Node, entry: Absorbed) -> tuple:
         return ()
     return tuple(producers)
 
-
-def packed_transposed(*weights):
-    """[out_q + out_k + out_v, in] -> [in, out_q + out_k + out_v], contiguous."""
-    return np.ascontiguousarray(np.concatenate([np.asarray(w) for w in weights], axis=0).T)

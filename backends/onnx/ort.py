@@ -33,6 +33,8 @@
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 from onnx import TensorProto
 
@@ -48,7 +50,7 @@ from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
 from backends.onnx.fits import gqa_fits
 from backends.onnx.moe import lower_moe_ort
 from backends.onnx.quant import accuracy_level
-from backends.onnx.quant_pack import packed_matmul
+from backends.onnx.quant_pack import packed_matmul, stack_rows
 
 
 def _lengths(b: Builder, batch, seq, total) -> tuple[str, str, str]:
@@ -73,10 +75,10 @@ def packed_qkv(b: Builder, entry: gqa_fuse.Absorbed, out: str) -> str:
         return packed_matmul(b, list(entry.projections), accuracy_level(entry.projections[0].attrs))
     weights = tuple(p.inputs[1] for p in entry.projections)
     rows = sum(w.shape[0] for w in weights)
-    name = b.derived(f"{weights[0].name}+kv.T", weights[0].dtype, (weights[0].shape[1], rows), weights,
-                     gqa_fuse.packed_transposed)
+    name = b.derived(f"{weights[0].name}+kv", weights[0].dtype, (rows, weights[0].shape[1]), weights,
+                     partial(stack_rows), "stacked")
     packed = b.converted(name, weights[0].dtype, DType.f32)
-    return b.op("MatMul", [b.value(entry.projections[0].inputs[0]), packed], f"{out}/qkv")
+    return portable.stored_matmul(b, b.value(entry.projections[0].inputs[0]), packed, b.fresh(f"{out}/qkv"))
 
 
 def lower_attention_ort(b: Builder, node: Node, outs: list[str]) -> None:

@@ -7,7 +7,9 @@ MoE live in their own modules and join the table there.
 
 Semantics are the references' (``irc.ops``): float math in the activation's type, linear
 weights [out, in] (stored transposed, [in, out], as MatMul's right operand, unless the
-param is also read another way, such as a tied embedding: then ``shared_linear``),
+param is also read another way, such as a tied embedding: then ``shared_linear``; onnx-ort
+keeps every f32 linear weight as stored, [out, in], under ``FusedMatMul(transB=1)``:
+``stored_matmul``),
 reshapes with ``allowzero=1`` so that a dim that is 0 at run time (P in a prefill) stays 0.
 """
 from __future__ import annotations
@@ -239,6 +241,8 @@ def linear(b: Builder, x: str, dtype: DType, weight: Value, bias, out: str) -> s
 
         if not matmul_nbits(b, x, dtype, weight, product):
             b.node("MatMul", [x, transposed_weight(b, weight)], [product])
+    elif b.flavour == "ort" and dtype == DType.f32:
+        stored_matmul(b, x, b.weight(weight, dtype=dtype), product)
     elif b.cached(("matrix-only", weight.name), lambda: only_matrix_uses(weight)):
         b.node("MatMul", [x, b.weight(weight, "transposed", dtype)], [product])
     else:
@@ -246,6 +250,16 @@ def linear(b: Builder, x: str, dtype: DType, weight: Value, bias, out: str) -> s
     if bias is not None:
         b.node("Add", [product, b.weight(bias, dtype=dtype)], [out])
     return out
+
+
+def stored_matmul(b: Builder, x: str, weight: str, out: str) -> str:
+    """x @ weight.T for an f32 initializer ``weight`` as the checkpoint stores it, [out, in]:
+    ``com.microsoft.FusedMatMul(transB=1)`` (onnx-ort). ONNX Runtime packs the weight at
+    session load whichever way it is stored (``MatMul`` and ``FusedMatMul`` share the float
+    kernel and its pre-packing), so the compile copies every float weight as it is instead of
+    transposing it: on Qwen2.5-Coder-0.5B (2.5 GB of f32) the transposes were most of the
+    compile's CPU time (``benchmarks/compile_time.py``)."""
+    return b.node("FusedMatMul", [x, weight], [out], domain=MS_DOMAIN, transB=1)[0]
 
 
 def tied_head_layout(b: Builder, dtype: DType) -> str:

@@ -80,11 +80,11 @@ def test_ort_flavour_uses_contrib_ops_and_no_matmulnbits(tmp_path):
     counts = op_counts(compiled(LLAMA, tmp_path, "onnx-ort")[1])
     assert counts["com.microsoft:GroupQueryAttention"] == 2
     assert "com.microsoft:RotaryEmbedding" not in counts  # inside GQA (do_rotary), with q|k|v packed
-    assert counts["MatMul"] == 2 * 5 + 1
+    assert counts["com.microsoft:FusedMatMul"] == 2 * 5 + 1 and "MatMul" not in counts  # weights as stored
     assert counts["com.microsoft:SkipSimplifiedLayerNormalization"] == 4
     assert not any("MatMulNBits" in op for op in counts)
     separate = op_counts(compiled(LLAMA, tmp_path, "onnx-ort", name="u.onnx", unfused={"gqa-rope"})[1])
-    assert separate["com.microsoft:RotaryEmbedding"] == 4 and separate["MatMul"] == 2 * 7 + 1
+    assert separate["com.microsoft:RotaryEmbedding"] == 4 and separate["com.microsoft:FusedMatMul"] == 2 * 7 + 1
 
 
 def test_ort_moe_where_it_fits_and_standard_ops_where_not(tmp_path):
