@@ -115,9 +115,47 @@ def lower_transpose(b: Builder, node: Node, outs: list[str]) -> None:
 
 
 def lower_slice(b: Builder, node: Node, outs: list[str]) -> None:
+    """One ``Slice``; or, when this slice and its siblings (the other slices of the same
+    value) tile an axis end to end, one ``Split`` that writes all of them (LFM2's B | C | x
+    cut of its in-projection: one node where three were, the siblings then skipped)."""
+    parts = tiling_slices(node)
+    if parts:
+        sizes = [_slice_end(p) - p.attrs["start"] for p in parts]
+        b.node("Split", [b.value(node.inputs[0]), b.i64(sizes)], [b.name_for(p.outputs[0]) for p in parts],
+               axis=parts[0].attrs["axis"] % node.inputs[0].rank)
+        b.handled.update(id(p) for p in parts)
+        return
+    lower_plain_slice(b, node, outs)
+
+
+def lower_plain_slice(b: Builder, node: Node, outs: list[str]) -> None:
+    """One ``Slice`` (the NPU target's: its HTP compiler takes Slice, not Split)."""
     a = node.attrs
     end = np.iinfo(np.int64).max if a["end"] is None else a["end"]
     slice_(b, b.value(node.inputs[0]), a["start"], end, a["axis"], outs[0])
+
+
+def _slice_end(node: Node) -> int:
+    x, a = node.inputs[0], node.attrs
+    length = x.shape[a["axis"]]
+    return length if a["end"] is None else min(a["end"], length)
+
+
+def tiling_slices(node: Node) -> list:
+    """The ``slice`` users of ``node``'s input, ordered by start, when there are two or more
+    and they cut one static axis into consecutive parts from 0 to its end; else []."""
+    x = node.inputs[0]
+    axis = node.attrs["axis"] % x.rank
+    if not isinstance(x.shape[axis], int):
+        return []
+    parts = sorted({id(u): u for u in x.uses if u.op == "slice"}.values(), key=lambda u: u.attrs["start"])
+    if len(parts) < 2 or any(p.inputs[0] is not x or p.attrs["axis"] % x.rank != axis or p.attrs["start"] < 0
+                             or (p.attrs["end"] is not None and p.attrs["end"] < 0) for p in parts):
+        return []
+    edges = [(p.attrs["start"], _slice_end(p)) for p in parts]
+    if edges[0][0] != 0 or edges[-1][1] != x.shape[axis] or any(e <= s for s, e in edges):
+        return []
+    return parts if all(edges[i][1] == edges[i + 1][0] for i in range(len(edges) - 1)) else []
 
 
 def slice_(b: Builder, x: str, start: int, end: int, axis: int, out: str) -> str:

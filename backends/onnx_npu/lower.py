@@ -422,7 +422,8 @@ def lower_constant(b: NpuBuilder, node: Node, outs: list[str]) -> None:
     b.node("Identity", [b.const(value, value.dtype, f"{outs[0]}/value")], outs)
 
 
-LOWERINGS = {**{op: portable.LOWERINGS[op] for op in ACCEPTED}, "cast": lower_cast, "embedding": lower_embedding,
+LOWERINGS = {**{op: portable.LOWERINGS[op] for op in ACCEPTED}, "slice": portable.lower_plain_slice,
+             "cast": lower_cast, "embedding": lower_embedding,
              **activations.LOWERINGS,  # softplus, xielu (irc.ops.activations): standard ops, static
              "rope": lower_rope, "sinusoidal_positions": lower_sinusoidal, "attention": lower_attention,
              "linear": lower_linear, "moe": lower_moe,
