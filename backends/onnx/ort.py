@@ -6,9 +6,10 @@
   right padding; the ONNX Runtime GenAI builder's graphs pass the real lengths there and
   go wrong on a left-padded row. Here every row is declared full (``seqlens_k = P+T-1``,
   ``query_seqlens = T``, so batched prefill and decode with a past both run) and the
-  padding, causal and window masks arrive as ``attention_bias`` (0 or float32 min,
-  [B, 1, T, P+T]; with ALiBi slopes the bias itself where visible, [B, H, T, P+T]), added
-  after the softcap as in the reference. Rows are then exact for
+  padding and window masks arrive as ``attention_bias`` (0 or float32 min, [B, 1, T, P+T];
+  with ALiBi slopes the bias itself where visible, [B, H, T, P+T]), added after the softcap
+  as in the reference. GQA masks causally itself (query t sees keys up to P + t), so the bias
+  repeats the causal mask only beside a window or chunks, where it is built as one. Rows are then exact for
   every real token; a padding query row that sees no key is left unspecified (the
   standard path gives zeros there), which no real token reads.
   Because GQA updates a max-length cache in place when past and present share a buffer,
@@ -86,7 +87,10 @@ def lower_attention_ort(b: Builder, node: Node, outs: list[str]) -> None:
         lower_attention(b, node, outs)
         return
     o, a = attention_operands(node), node.attrs
-    visible = visibility(b, o["mask"], o["seq"], o["total"], True, a["window"], chunk=a.get("chunk"))
+    # GQA is causal itself (query t sees keys up to seqlens_k - T + 1 + t, every row full), so
+    # without a window or chunks the bias carries the padding alone: fewer nodes per step
+    plain = a["window"] is None and a.get("chunk") is None
+    visible = visibility(b, o["mask"], o["seq"], o["total"], not plain, a["window"], chunk=a.get("chunk"))
     alibi = alibi_bias(b, o["alibi"], o["heads"], o["seq"], o["total"])
     bias = b.cached(("gqa-bias", visible, alibi), lambda: b.op(
         "Where", [visible, alibi or b.const(0.0, np.float32, "zero"), b.const(NEG, np.float32, "mask/neg")],
