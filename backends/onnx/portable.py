@@ -14,9 +14,12 @@ reshapes with ``allowzero=1`` so that a dim that is 0 at run time (P in a prefil
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 from onnx import TensorProto
 
+from irc import dims
 from irc.dtypes import DType
 from irc.errors import BackendError
 from irc.graph import Node, Param, Value
@@ -103,7 +106,34 @@ def lower_matmul(b: Builder, node: Node, outs: list[str]) -> None:
 
 
 def lower_reshape(b: Builder, node: Node, outs: list[str]) -> None:
-    b.node("Reshape", [b.value(node.inputs[0]), b.shape(node.attrs["shape"])], outs, allowzero=1)
+    """``Reshape``: to a constant shape where every symbolic dim is the input's own at the same
+    index (written 0, ONNX's "copy this dim", with ``allowzero=0``; exact even when that dim
+    is 0 at run time): [B, T, 512] -> [B, T, 8, 64] needs no Shape/Concat nodes per step. Else
+    the shape is computed from the inputs' dims and ``allowzero=1`` keeps a 0 a 0."""
+    x = node.inputs[0]
+    copied = copied_shape(x.shape, node.attrs["shape"])
+    if copied is not None:
+        b.node("Reshape", [b.value(x), b.i64(copied)], outs)
+        return
+    b.node("Reshape", [b.value(x), b.shape(node.attrs["shape"])], outs, allowzero=1)
+
+
+def copied_shape(source, target) -> Optional[list]:
+    """``target`` with each symbolic dim that equals ``source``'s at its index as 0, when every
+    other entry is a positive int and at least one is copied; else None."""
+    source = [dims.canonical(d) for d in source]
+    target = [dims.canonical(d) for d in target]
+    out = []
+    for i, d in enumerate(target):
+        if isinstance(d, int):
+            if d <= 0:
+                return None
+            out.append(d)
+        elif i < len(source) and source[i] == d:
+            out.append(0)
+        else:
+            return None
+    return out if 0 in out else None
 
 
 def lower_expand(b: Builder, node: Node, outs: list[str]) -> None:

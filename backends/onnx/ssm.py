@@ -203,21 +203,24 @@ def lower_causal_conv1d(b: Builder, node: Node, outs: list[str]) -> None:
 
 def lower_causal_conv1d_ort(b: Builder, node: Node, outs: list[str]) -> None:
     """``com.microsoft.CausalConvWithState`` on x [B, T, C] (channels_last: its state is
-    [B, K-1, C], so ours is transposed in and out) with the padding mask around it."""
+    [B, K-1, C], so ours is transposed in and out), SiLU fused in the op. x is masked (a
+    padded token leaves the state as it was); the output at a padded position is left as
+    computed, not zeroed: no real token reads it (the next conv masks its input, attention
+    its keys), as GQA leaves a padded query row."""
     if node.inputs[1].shape[2] == 1:
         lower_causal_conv1d(b, node, outs)  # no state to carry
         return
     o, real, x = _conv_parts(b, node, outs)
     past = "" if o["past_state"] is None else b.op("Transpose", [as_f32(b, o["past_state"])],
                                                     f"{outs[0]}/past_state", perm=[0, 2, 1])
-    y, state = b.fresh(f"{outs[0]}/conv"), b.fresh(f"{outs[0]}/present")
-    b.node("CausalConvWithState", [x, as_f32(b, o["weight"]), as_f32(b, o["bias"]), past], [y, state],
-           domain=MS_DOMAIN, channels_last=1)
+    target, state = _target(b, node.outputs[0], outs[0]), b.fresh(f"{outs[0]}/present")
+    b.node("CausalConvWithState", [x, as_f32(b, o["weight"]), as_f32(b, o["bias"]), past], [target, state],
+           domain=MS_DOMAIN, channels_last=1, activation="silu" if node.attrs["activation"] == "silu" else None)
     if o["past_state"] is not None:
         present = _present_name(b, node, outs, f"{outs[0]}/present_state")
         b.node("Transpose", [state], [present], perm=[0, 2, 1])
         _present(b, node, outs, present)
-    _conv_out(b, node, outs, y, real)
+    _finish(b, node.outputs[0], target, outs[0])
 
 
 # ---- selective_scan (Mamba-1) ----------------------------------------------------------------
