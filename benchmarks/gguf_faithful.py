@@ -29,8 +29,6 @@ a 128-token prompt, onnxruntime-genai's loop, ``--threads`` threads), medians ov
 """
 from __future__ import annotations
 
-import argparse
-import fcntl
 import os
 import shutil
 import sys
@@ -38,18 +36,12 @@ import tempfile
 
 import numpy as np
 
-from common import NEW, PROMPT, ROOT, GenaiStepper, disk_bytes, median, set_threads, timed_process, timed_rounds
+import gguf_speed
+from common import NEW, PROMPT, ROOT, disk_bytes, median, timed_process
+from gguf_speed import EVAL_TOKENS, INT4, measure, model_arguments, prompt_ids
 
-MODELS = {
-    "smollm2": ("/work/cache/smollm2/gguf/SmolLM2-135M-Instruct.Q4_1.gguf", "/work/cache/smollm2/hf-f32"),
-    "qwen-coder": ("/work/cache/qwen-coder/gguf/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-                   "/work/cache/qwen-coder/hf-f32"),
-    "gemma3": ("/work/cache/gemma3/gguf/gemma-3-270m-q4_k_m.gguf", "/work/cache/gemma3/hf-f32"),
-}
-SEED_TEXT = os.path.join(os.path.dirname(ROOT), "shared", "seeds", "001_03b3848d8222c4ff.txt")
-INT4 = "lower-mlp,quantize{bits=4},dce"
-EVAL_TOKENS = 512
-LOCK = "/tmp/bench.lock"
+MODELS = {**gguf_speed.MODELS,
+          "gemma3": ("/work/cache/gemma3/gguf/gemma-3-270m-q4_k_m.gguf", "/work/cache/gemma3/hf-f32")}
 SPEED_ROWS = ("blocks", "blocks4", "irc int4")
 
 
@@ -75,14 +67,6 @@ def compile_all(work: str, name: str, rows=("blocks", "blocks4", "exact", "float
         if not note:
             folders[row] = folder
     return folders
-
-
-def eval_ids(gguf: str) -> list:
-    from frontends.gguf.reader import GGUFFile
-    from frontends.gguf.tokenizer import build_tokenizer
-
-    with open(SEED_TEXT, encoding="utf-8") as f:
-        return build_tokenizer(GGUFFile.open(gguf))[0].encode(f.read()).ids[:EVAL_TOKENS]
 
 
 def prefill_logits(folder: str, ids: list, threads: int) -> np.ndarray:
@@ -126,20 +110,9 @@ def quality(folders: dict, ids: list, threads: int) -> dict:
 
 def speed(folders: dict, ids: list, rounds: int, threads: int, exact: bool = False) -> dict:
     """{row: (tok/s median, [per-round tok/s])} for ``SPEED_ROWS`` (and ``exact``: the exact
-    row too), module docstring."""
-    import onnxruntime_genai as og
-
-    rows = [row for row in SPEED_ROWS + (("exact",) if exact else ()) if row in folders]
-    for row in rows:
-        set_threads(folders[row], threads)
-
-    def open_stepper(row):
-        model = og.Model(folders[row])
-        return GenaiStepper(model), model
-
-    with open(LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        timings = timed_rounds(open_stepper, rows, np.asarray([ids[:PROMPT]], np.int64), rounds)
+    row too), module docstring: ``gguf_speed.measure``'s interleaved rounds."""
+    rows = {row: folders[row] for row in SPEED_ROWS + (("exact",) if exact else ()) if row in folders}
+    timings = measure(rows, np.asarray([ids[:PROMPT]], np.int64), rounds, threads)
     return {row: (1 / median(steps), [1 / median(steps[i:i + NEW]) for i in range(0, len(steps), NEW)])
             for row, (_, steps) in timings.items()}
 
@@ -167,11 +140,7 @@ def report(name: str, sizes: dict, scores: dict, speeds: dict) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", action="append", choices=sorted(MODELS))
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--workdir", default=None)
+    parser = model_arguments(__doc__, MODELS)
     parser.add_argument("--no-speed", action="store_true")
     parser.add_argument("--no-quality", action="store_true")
     parser.add_argument("--exact-speed", action="store_true", help="time the exact row's decode too (slow)")
@@ -182,7 +151,7 @@ def main(argv=None) -> int:
         if not os.path.exists(MODELS[name][0]):
             print(f"{name}: no {MODELS[name][0]}: skipped")
             continue
-        ids = eval_ids(MODELS[name][0])
+        ids = prompt_ids(MODELS[name][0])
         rows = ("blocks", "blocks4") + (("exact", "float") if not args.no_quality else
                                         ("exact",) if args.exact_speed else ())
         folders = compile_all(work, name, rows)

@@ -286,12 +286,19 @@ def extra_rows(items: list) -> list:
     return rows
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", action="append", choices=sorted(MODELS))
+def model_arguments(description: str, models: dict) -> argparse.ArgumentParser:
+    """The options every GGUF benchmark takes: ``--model`` (of ``models``), ``--rounds``,
+    ``--threads``, ``--workdir``."""
+    parser = argparse.ArgumentParser(description=description.split("\n\n")[0])
+    parser.add_argument("--model", action="append", choices=sorted(models))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--workdir", default=None)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = model_arguments(__doc__, MODELS)
     parser.add_argument("--extra", action="append", default=[], help="MODEL:ROW=FOLDER, another compiled folder")
     parser.add_argument("--quality", action="store_true")
     parser.add_argument("--no-speed", action="store_true")

@@ -23,7 +23,7 @@ from passes.quantize_gptq import SpilledWeight, calibrated_codes
 from passes.quantize_delta import DELTA_OPERANDS, delta_rows, recurrence_params, split_rows
 from passes.quantize_kv import CACHE_OPERANDS, cache_refusal, quantize_caches
 from passes.quantize_methods import CALIBRATED, METHODS, QuantizedWeight, is_embedding_or_head, quantized_params
-from passes.quantize_mixed import RECIPES, more_bits, wide_lines
+from passes.quantize_mixed import MORE_BITS, RECIPES, more_bits, wide_lines
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +203,8 @@ class Quantize(Pass):
         self.eval_tokens = list(tokens)
 
     def bits_of(self, name: str) -> int:
-        """The bits of param ``name``: 8 where the ``mixed`` recipe chose it, else ``bits``."""
-        return 8 if name in self.wide else self.config["bits"]
+        """The bits of param ``name``: ``MORE_BITS`` where the ``mixed`` recipe chose it, else ``bits``."""
+        return MORE_BITS if name in self.wide else self.config["bits"]
 
     def block_size(self, k: int, bits: Optional[int] = None) -> int:
         """The block along the input dim for a weight with ``k`` inputs: ``group``, but never
@@ -459,7 +459,7 @@ def float_summary(graph: Graph, quantized: list, reasons: dict, config: dict, bl
              f"{len(narrow)} weights, {format_bytes(sum(p.nbytes for p in parts_of(set(narrow))))}"
              if narrow else f"quantize: no int{config['bits']} codes"]
     if wide:
-        lines[0] += (f"; int8 ({block(blocks[8])}) for {len(wide)} more, "
+        lines[0] += (f"; int{MORE_BITS} ({block(blocks[MORE_BITS])}) for {len(wide)} more, "
                      f"{format_bytes(sum(p.nbytes for p in parts_of(set(wide))))} (mixed={config['mixed']})")
         lines += wide_lines(wide)
     floats = [p for p in graph.params.values() if p.dtype.is_float and p not in parts]

@@ -100,7 +100,7 @@ def wide_lines(wide: dict) -> list[str]:
         label = f"@{names[0]}" if len(names) == 1 else \
             f"{len(names)} weights (layers {', '.join(map(str, layers))})" if None not in layers else \
             f"{len(names)} weights ({', '.join('@' + n for n in names)})"
-        lines.append(f"  int8: {label}: {reason}")
+        lines.append(f"  int{MORE_BITS}: {label}: {reason}")
     return lines
 
 

@@ -34,8 +34,6 @@
 """
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 from onnx import TensorProto
 
@@ -51,7 +49,7 @@ from backends.onnx.builder import MS_DOMAIN, ONNX_TYPES, Builder
 from backends.onnx.fits import gqa_fits
 from backends.onnx.moe import lower_moe_ort
 from backends.onnx.quant import accuracy_level
-from backends.onnx.quant_pack import packed_matmul, stack_rows
+from backends.onnx.quant_pack import packed_matmul, stacked
 
 
 def _lengths(b: Builder, batch, seq, total) -> tuple[str, str, str]:
@@ -74,11 +72,8 @@ def packed_qkv(b: Builder, entry: gqa_fuse.Absorbed, out: str) -> str:
     MatMulNBits over the q|k|v codes."""
     if entry.projections[0].op == "dequant_linear":
         return packed_matmul(b, list(entry.projections), accuracy_level(entry.projections[0].attrs))
-    weights = tuple(p.inputs[1] for p in entry.projections)
-    rows = sum(w.shape[0] for w in weights)
-    name = b.derived(f"{weights[0].name}+kv", weights[0].dtype, (rows, weights[0].shape[1]), weights,
-                     partial(stack_rows), "stacked")
-    packed = b.converted(name, weights[0].dtype, DType.f32)
+    weights = [p.inputs[1] for p in entry.projections]
+    packed = b.converted(stacked(b, weights, f"{weights[0].name}+kv"), weights[0].dtype, DType.f32)
     return portable.stored_matmul(b, b.value(entry.projections[0].inputs[0]), packed, b.fresh(f"{out}/qkv"))
 
 

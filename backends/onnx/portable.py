@@ -179,7 +179,7 @@ def tiling_slices(node: Node) -> list:
     if not isinstance(x.shape[axis], int):
         return []
     parts = sorted({id(u): u for u in x.uses if u.op == "slice"}.values(), key=lambda u: u.attrs["start"])
-    if len(parts) < 2 or any(p.inputs[0] is not x or p.attrs["axis"] % x.rank != axis or p.attrs["start"] < 0
+    if len(parts) < 2 or any(p.attrs["axis"] % x.rank != axis or p.attrs["start"] < 0
                              or (p.attrs["end"] is not None and p.attrs["end"] < 0) for p in parts):
         return []
     edges = [(p.attrs["start"], _slice_end(p)) for p in parts]
@@ -309,12 +309,12 @@ def linear(b: Builder, x: str, dtype: DType, weight: Value, bias, out: str) -> s
 
         if not matmul_nbits(b, x, dtype, weight, product):
             b.node("MatMul", [x, transposed_weight(b, weight)], [product])
+    elif not b.cached(("matrix-only", weight.name), lambda: only_matrix_uses(weight)):
+        shared_linear(b, x, dtype, weight, product)  # a tied head: --tied-head's layout
     elif b.flavour == "ort" and dtype == DType.f32:
         stored_matmul(b, x, b.weight(weight, dtype=dtype), product)
-    elif b.cached(("matrix-only", weight.name), lambda: only_matrix_uses(weight)):
-        b.node("MatMul", [x, b.weight(weight, "transposed", dtype)], [product])
     else:
-        shared_linear(b, x, dtype, weight, product)
+        b.node("MatMul", [x, b.weight(weight, "transposed", dtype)], [product])
     if bias is not None:
         b.node("Add", [product, b.weight(bias, dtype=dtype)], [out])
     return out
@@ -358,7 +358,7 @@ def shared_linear(b: Builder, x: str, dtype: DType, weight: Param, out: str) -> 
     if layout == "fused":
         if b.flavour != "ort":
             raise BackendError("--tied-head fused needs com.microsoft.FusedMatMul", hint="use --target onnx-ort")
-        return b.node("FusedMatMul", [x, stored], [out], domain=MS_DOMAIN, transB=1)[0]
+        return stored_matmul(b, x, stored, out)
     if layout == "transpose":
         flipped = b.cached(("transpose-node", weight.name, dtype), lambda: b.op("Transpose", [stored],
                                                                                  f"{weight.name}.T", perm=[1, 0]))

@@ -66,10 +66,12 @@ def stack_rows(*arrays) -> np.ndarray:
     return np.concatenate(arrays, axis=0)
 
 
-def _stacked(b: Builder, params: list, hint: str) -> str:
+def stacked(b: Builder, params: list, hint: str) -> str:
+    """One initializer of ``params`` stacked along their rows, streamed by the writer param by
+    param at its place (no stacked copy in memory)."""
     rows = sum(p.shape[0] for p in params)
     return b.derived(hint, params[0].dtype, (rows, *params[0].shape[1:]), tuple(params), partial(stack_rows),
-                     "stacked")  # the writer streams each param's rows at its place
+                     "stacked")
 
 
 def packed_matmul(b: Builder, group: list[Node], accuracy: dict) -> str:
@@ -90,10 +92,10 @@ def packed_matmul(b: Builder, group: list[Node], accuracy: dict) -> str:
         elif index == 3 and float_zero:
             inputs.append(zero_codes(b, zero_points, scales, a["bits"], f"{stem}.zero_points.codes"))
         else:
-            inputs.append(_stacked(b, [c[index] for c in columns], f"{stem}.{part}"))
+            inputs.append(stacked(b, [c[index] for c in columns], f"{stem}.{part}"))
     inputs.append("")  # g_idx
     if columns[0][4] is not None:
-        inputs.append(_stacked(b, [c[4] for c in columns], f"{stem}.bias"))
+        inputs.append(stacked(b, [c[4] for c in columns], f"{stem}.bias"))
     sizes = [n.attrs["N"] for n in group]
     out = b.fresh(f"{stem}/packed")
     product = b.fresh(f"{stem}/packed_codes") if float_zero else out

@@ -210,7 +210,7 @@ def lower_causal_conv1d_ort(b: Builder, node: Node, outs: list[str]) -> None:
     if node.inputs[1].shape[2] == 1:
         lower_causal_conv1d(b, node, outs)  # no state to carry
         return
-    o, real, x = _conv_parts(b, node, outs)
+    o, _, x = _conv_parts(b, node, outs)  # x masked; the output is not (docstring)
     past = "" if o["past_state"] is None else b.op("Transpose", [as_f32(b, o["past_state"])],
                                                     f"{outs[0]}/past_state", perm=[0, 2, 1])
     target, state = _target(b, node.outputs[0], outs[0]), b.fresh(f"{outs[0]}/present")
