@@ -2,8 +2,9 @@
 RoPE and q|k|v inside GroupQueryAttention or not, and last-position logits, on a
 left-padded batch and a greedy decode with the KV cache (``test_onnx_models`` helpers).
 Their speed is measured in ``benchmarks/cpu_speed.py``; their graphs are held by
-``test_onnx_op_histogram``."""
+``test_onnx_op_histogram``, and each tied-head layout's reader of the table here."""
 import numpy as np
+import onnx
 import pytest
 
 import passes  # noqa: F401  (registers the passes)
@@ -35,6 +36,20 @@ def run(spec, target, tmp_path, options, **emit_options):
                                            ("onnx", "gemm"), ("onnx", "transpose")])
 def test_tied_head_layouts_match_the_reference(tmp_path, target, layout):
     assert_matches(run(TIED, target, tmp_path, ALL, tied_head=layout), reference(TIED))
+    assert head_reader(next(tmp_path.glob("*.onnx"))) == HEAD_READER[layout]
+
+
+HEAD_READER = {"fused": "FusedMatMul", "gemm": "Gemm", "transpose": "Transpose"}  # the layout asked for
+
+
+def head_reader(path) -> str:
+    """The op that reads the embedding table as the head: each ``--tied-head`` layout has its
+    own (a layout silently replaced by another would still match the reference)."""
+    model = onnx.load(str(path), load_external_data=False)
+    table = next(n.input[0] for n in model.graph.node if n.op_type == "Gather" and n.input[1] == "input_ids")
+    readers = {n.op_type for n in model.graph.node if table in n.input and n.op_type != "Gather"}
+    assert len(readers) == 1, readers
+    return readers.pop()
 
 
 @pytest.mark.parametrize("unfused", [frozenset({"gqa-rope"}), frozenset({"pack-qkv"})])
