@@ -31,7 +31,11 @@ What that costs, and what was tried (SmolLM2-135M's Q4_1 file, onnxruntime-genai
 ``benchmarks/gguf_speed.py``, 2026-12-02): the corrections are 480 of the decode graph's 837
 nodes and about 15% of a step (79.9 tok/s; 94.8 with them deleted, wrong values, against irc's
 int4 at 103.2). Block sums from a MatMulNBits over indicator codes instead of Reshape and
-ReduceSum (one op for two) measured the same (76.1 against 77.9). Dropping the fractions, each
+ReduceSum (one op for two) measured the same (76.1 against 77.9), and so did the other one-op
+block sums (2026-12-07, 6 interleaved rounds, 120 fewer nodes): 157.1 tok/s as written,
+153.6 with ``AveragePool`` (kernel and stride one block, the offsets times the block) and
+151.8 with a float MatMul by a 0/1 block indicator, each prefilling 128 tokens slower (150 and
+142 ms against 136): the correction's cost is not its node count. Dropping the fractions, each
 block's zero point rounded or its 16 levels refitted on an integer zero point, costs
 perplexity 85.06 -> 111.6 or, searched, 98.7, and top-1 agreement with the file 95.7% -> 69%:
 so the file's values are kept and the correction paid.
