@@ -1,7 +1,8 @@
 """A text through the reference interpreter: token ids, perplexity, top-1 agreement.
 
-- ``text_tokens(text_file, tokenizer_json)``: the text's token ids under a Hugging Face
-  ``tokenizer.json`` (the ``tokenizers`` library, imported only here and only when called);
+- ``text_tokens(text_file, tokenizer_json, chat=False)``: the text's token ids under a Hugging
+  Face ``tokenizer.json`` (the ``tokenizers`` library, imported only here and only when
+  called; ``chat``: the text as conversations in the model's chat template, ``irc.chat``);
   missing files, an unreadable tokenizer and a text of fewer than 2 tokens are
   ``EvalTextError`` (a user error: exit 2 through the CLI).
 - ``StreamingInterpreter``: the reference interpreter holding one node's weights at a time
@@ -55,9 +56,12 @@ def load_tokenizer(source, error=None):
                     os.fspath(source)) from None
 
 
-def text_tokens(path: str, tokenizer: str, limit: Optional[int] = None, what: str = "eval text") -> list[int]:
+def text_tokens(path: str, tokenizer: str, limit: Optional[int] = None, what: str = "eval text",
+                chat: bool = False) -> list[int]:
     """The token ids of the text in ``path`` (its first ``limit`` when given) under the
-    ``tokenizer.json`` at ``tokenizer``; at least 2 of them, or EvalTextError."""
+    ``tokenizer.json`` at ``tokenizer``; at least 2 of them, or EvalTextError. ``chat``: the
+    text laid out as conversations by the chat template beside the tokenizer
+    (``irc.chat.chat_text``), tokenized without adding special tokens (the template wrote them)."""
     for name, file in ((what, path), ("tokenizer", tokenizer)):
         if not file or not os.path.isfile(file):
             hint = "the tokenizer is the model folder's tokenizer.json" if name == "tokenizer" else None
@@ -68,7 +72,11 @@ def text_tokens(path: str, tokenizer: str, limit: Optional[int] = None, what: st
             text = f.read()
     except UnicodeDecodeError as err:
         raise EvalTextError(f"{what} is not UTF-8 text: {err}", location=path) from None
-    ids = encoder.encode(text).ids
+    if chat:
+        from irc.chat import chat_text
+
+        text = chat_text(text, os.path.dirname(os.path.abspath(tokenizer)), path)
+    ids = encoder.encode(text, add_special_tokens=not chat).ids
     ids = ids[:limit] if limit else ids
     if len(ids) < 2:
         raise EvalTextError(f"{what} has {len(ids)} token(s); perplexity needs at least 2", location=path,

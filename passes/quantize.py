@@ -20,7 +20,7 @@ from irc.rewrite.edit import is_graph_output, replace_node
 from passes.quantize_awq import awq_fold
 from passes.quantize_calibrate import importance, unobserved
 from passes.quantize_gptq import SpilledWeight, calibrated_codes
-from passes.quantize_delta import DELTA_OPERANDS, delta_rows, recurrence_params, split_rows
+from passes.quantize_delta import DELTA_OPERANDS, DELTA_WHY, STATE_REFUSAL, delta_rows, recurrence_params, split_rows
 from passes.quantize_kv import CACHE_OPERANDS, cache_refusal, quantize_caches
 from passes.quantize_methods import CALIBRATED, METHODS, QuantizedWeight, is_embedding_or_head, quantized_params
 from passes.quantize_mixed import MORE_BITS, RECIPES, more_bits, wide_lines
@@ -49,12 +49,6 @@ DEFAULT_METHOD = "ort"  # the builder's scheme, compiled; mse degenerates on Smo
 # it), its calibration at 1.86 GB peak RSS on the Llama-3-8B shape (benchmarks/big_checkpoint.py's
 # 2-layer cut, /usr/bin/time -v)
 METHOD_DEFAULTS = {"gptq": {"calibration_tokens": 4096, "act_order": True}}
-
-DELTA_WHY = "its error would enter the state at every step and compound along the sequence " \
-            "(quantize{recurrent=true} quantizes it)"
-STATE_REFUSAL = ("an int8 recurrent state is not built: the state is a graph input/output read by every backend "
-                 "(reference, ONNX, ORT, genai's declared states) as float, and its per-head scales would have "
-                 "to travel beside it through all of them")
 
 
 @register_pass
@@ -88,7 +82,8 @@ class Quantize(Pass):
     ``passes.quantize_ort``), ``rtn`` (max-abs round-to-nearest), ``mse`` (each group's
     scale, and zero point when asymmetric, searched to minimise its squared error),
     ``imatrix`` (that search weighted by each input channel's mean squared activation over
-    ``calibration``, a text file tokenized with ``tokenizer``, a tokenizer.json; its first
+    ``calibration``, a text file tokenized with ``tokenizer``, a tokenizer.json, laid out as
+    chat turns by the model's chat template with ``calibration_chat=true`` (``irc.chat``); its first
     ``calibration_tokens`` tokens, run through the reference interpreter layer by layer:
     ``passes.quantize_calibrate``) or ``gptq`` (error feedback with each weight's Hessian
     from the same calibration run through the quantized layers before it:
@@ -149,7 +144,8 @@ class Quantize(Pass):
     exact = False
     options = {"bits": 4, "group": None, "symmetric": True, "method": DEFAULT_METHOD, "accuracy_level": None,
                "embeddings": True, "lm_head": False, "kv_cache": False, "weights": True,
-               "calibration": None, "tokenizer": None, "calibration_tokens": 1024, "recurrent": False,
+               "calibration": None, "tokenizer": None, "calibration_tokens": 1024, "calibration_chat": False,
+               "recurrent": False,
                "recurrent_state": False, "positions": 4096, "act_order": False, "mixed": "none"}
 
     def __init__(self, **options):
@@ -163,7 +159,8 @@ class Quantize(Pass):
                                                    and group > 0 and group * c["bits"] % 8 == 0):
             raise PassError(f"pass quantize: group must be a positive block size filling whole bytes, "
                             f"'channel' or null, got {group!r}", hint="group=32, group=128 or group=channel")
-        for key in ("symmetric", "embeddings", "lm_head", "kv_cache", "weights", "recurrent", "act_order"):
+        for key in ("symmetric", "embeddings", "lm_head", "kv_cache", "weights", "recurrent", "act_order",
+                    "calibration_chat"):
             if not isinstance(c[key], bool):
                 raise PassError(f"pass quantize: {key} must be true or false, got {c[key]!r}")
         if c["mixed"] not in RECIPES:
@@ -172,6 +169,9 @@ class Quantize(Pass):
             raise PassError(f"pass quantize: unknown method {c['method']!r}", hint=f"one of {', '.join(METHODS)}")
         if c["accuracy_level"] not in ACCURACY_LEVELS:
             raise PassError(f"pass quantize: accuracy_level must be 0, 1, 2, 3 or 4, got {c['accuracy_level']!r}")
+        if c["calibration_chat"] and c["method"] not in CALIBRATED:
+            raise PassError(f"pass quantize: calibration_chat=true lays out a calibration text; method={c['method']} "
+                            "reads none", hint=f"a calibrated method ({', '.join(sorted(CALIBRATED))}), or drop it")
         if c["method"] in CALIBRATED and not (c["calibration"] and c["tokenizer"]):
             raise PassError(f"pass quantize: method={c['method']} needs a calibration text and its tokenizer",
                             hint="quantize{method=imatrix,calibration=TEXT_FILE,tokenizer=MODEL/tokenizer.json}")
@@ -348,7 +348,8 @@ class Quantize(Pass):
         c = self.config
         if c["method"] not in CALIBRATED or not params:
             return {}
-        tokens = text_tokens(c["calibration"], c["tokenizer"], c["calibration_tokens"], what="calibration text")
+        tokens = text_tokens(c["calibration"], c["tokenizer"], c["calibration_tokens"], what="calibration text",
+                             chat=c["calibration_chat"])
         vocab = graph.meta.get("vocab_size")
         if vocab and max(tokens) >= vocab:
             raise PassError(f"quantize: calibration token id {max(tokens)} is outside the vocabulary of {vocab}",

@@ -18,6 +18,11 @@ RECURRENCE_OPS = ("causal_conv1d", *DELTA_OPERANDS)
 # what the trace walks through from a Δ operand to a projection: views, scales and norms;
 # it stops at anything else (a causal conv: what enters it is the content path)
 PATH_OPS = {"slice", "reshape", "concat", "mul", "add", "constant", "expand", "rms_norm", "rsqrt", "reduce_mean"}
+DELTA_WHY = "its error would enter the state at every step and compound along the sequence " \
+            "(quantize{recurrent=true} quantizes it)"
+STATE_REFUSAL = ("an int8 recurrent state is not built: the state is a graph input/output read by every backend "
+                 "(reference, ONNX, ORT, genai's declared states) as float, and its per-head scales would have "
+                 "to travel beside it through all of them")
 OWN_WHY = "the recurrence's own parameter ({op} {operand}), a vector or a short filter, not a matrix " \
           "the block layout quantizes (kept float even with recurrent=true)"
 
@@ -138,4 +143,5 @@ def split_rows(graph: Graph, param: Param, ranges: list) -> list[tuple]:
     return pieces
 
 
-__all__ = ["DELTA_OPERANDS", "RECURRENCE_OPS", "recurrence_params", "delta_rows", "split_rows"]
+__all__ = ["DELTA_OPERANDS", "RECURRENCE_OPS", "DELTA_WHY", "STATE_REFUSAL", "recurrence_params", "delta_rows",
+           "split_rows"]
