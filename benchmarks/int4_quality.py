@@ -123,31 +123,22 @@ def load_prompts(hf: str, model: str) -> tuple:
 
 
 def chat_renderer(hf: str, model: str) -> tuple:
-    """(function from a user message to the rendered chat text, a word on how)."""
-    with open(os.path.join(hf, "tokenizer_config.json"), encoding="utf-8") as f:
-        config = json.load(f)
-    path = os.path.join(hf, "chat_template.jinja")
-    source = open(path, encoding="utf-8").read() if os.path.exists(path) else config.get("chat_template")
+    """(function from a user message to the rendered chat text, a word on how): the folder's
+    template through ``irc.chat`` (as ``irc run --chat`` renders it), else ``FIXED_CHAT``."""
+    from irc.chat import TOKENIZER_CONFIG, read_config, render, template_of
+
+    config = read_config(os.path.join(hf, TOKENIZER_CONFIG))
+    source = template_of(config, hf)
     try:
-        from jinja2.ext import loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        import jinja2  # noqa: F401
     except ImportError:
         return FIXED_CHAT[model].format, "fixed format (jinja2 missing)"
     if not source:
         return FIXED_CHAT[model].format, "fixed format (no chat template in the folder)"
 
-    def raise_exception(message):
-        raise ValueError(message)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    env.globals["raise_exception"] = raise_exception
-    template = env.from_string(source)
-    special = {k: v if isinstance(v, str) else (v or {}).get("content", "") for k, v in config.items()
-               if k in ("bos_token", "eos_token")}
-
-    def render(text: str) -> str:
-        return template.render(messages=[{"role": "user", "content": text}], add_generation_prompt=True, **special)
-    return render, "the folder's chat template (jinja2)"
+    def chat(text: str) -> str:
+        return render(source, [{"role": "user", "content": text}], config, True, hf, "chat prompts")
+    return chat, "the folder's chat template (jinja2)"
 
 
 def eos_ids(hf: str, tokenizer) -> set:
