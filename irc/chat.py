@@ -12,7 +12,9 @@ special tokens by name. Two readers:
   system prompt, turn ends) as the model meets them in a chat. Its paragraphs (blocks
   between blank lines; a text without blank lines, its lines) pair up in order, each pair one
   conversation of a user turn and the assistant's answer, rendered without a generation
-  prompt and joined; an odd last paragraph is left out.
+  prompt and joined; an odd last paragraph is left out. A template that prints today's date
+  (``strftime_now``) prints ``FIXED_DATE``, so the same text calibrates to the same codes on
+  any day.
 
 Errors are ``ChatError`` (an ``IRCError``: one message naming the file, exit 2 through the CLI).
 """
@@ -29,6 +31,7 @@ from irc.inputs import read_json
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
 CHAT_TEMPLATE = "chat_template.jinja"
+FIXED_DATE = datetime(2026, 1, 1)  # what a template's strftime_now prints in a calibration text
 SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
 
 
@@ -68,9 +71,11 @@ def special_tokens(config: dict) -> dict:
     return tokens
 
 
-def render(template: str, messages: list, config: dict, generation_prompt: bool, where: str, what: str) -> str:
+def render(template: str, messages: list, config: dict, generation_prompt: bool, where: str, what: str,
+           now: Optional[datetime] = None) -> str:
     """``messages`` ([{"role", "content"}]) laid out by ``template``; ``what`` names the caller
-    in errors (``--chat``, ``calibration_chat``)."""
+    in errors (``--chat``, ``calibration_chat``); ``now``: the time ``strftime_now`` formats
+    (None: the clock)."""
     try:
         import jinja2
         from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -83,7 +88,7 @@ def render(template: str, messages: list, config: dict, generation_prompt: bool,
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
-    env.globals.update(raise_exception=raise_exception, strftime_now=lambda f: datetime.now().strftime(f))
+    env.globals.update(raise_exception=raise_exception, strftime_now=lambda f: (now or datetime.now()).strftime(f))
     try:
         return env.from_string(template).render(messages=messages, add_generation_prompt=generation_prompt,
                                                 **special_tokens(config))
@@ -113,7 +118,8 @@ def chat_text(text: str, folder: str, where: str) -> str:
                         location=where, hint="separate paragraphs with blank lines")
     turns = [[{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
              for user, answer in zip(parts[0::2], parts[1::2])]
-    return "".join(render(template, messages, config, False, where, "calibration_chat") for messages in turns)
+    return "".join(render(template, messages, config, False, where, "calibration_chat", FIXED_DATE)
+                   for messages in turns)
 
 
 __all__ = ["ChatError", "read_config", "template_of", "special_tokens", "render", "paragraphs", "chat_text",

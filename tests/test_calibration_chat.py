@@ -66,6 +66,26 @@ def test_the_text_becomes_user_and_assistant_turns_in_the_template(chat_files):
     assert laid == expected  # no generation prompt; the odd last paragraph left out
 
 
+def test_a_template_that_prints_the_date_prints_a_fixed_one(chat_files):
+    """Compiles are deterministic: a calibration text renders the same on any day."""
+    text, tokenizer, _ = chat_files
+    folder = os.path.dirname(tokenizer)
+    dated = tmp_template(folder, "{{ strftime_now('%Y-%m-%d') }}" + TEMPLATE)
+    laid = chat_text("\n\n".join(PARAGRAPHS[:2]), dated, text)
+    assert laid.startswith("2026-01-01<|im_start|>user\n")
+
+
+def tmp_template(folder, template):
+    """A copy of the tokenizer folder whose chat_template.jinja is ``template``."""
+    import shutil
+
+    copy = folder + "-dated"
+    shutil.copytree(folder, copy, dirs_exist_ok=True)
+    with open(os.path.join(copy, "chat_template.jinja"), "w") as f:
+        f.write(template)
+    return copy
+
+
 def test_chat_tokens_carry_the_templates_special_tokens_and_no_added_bos(chat_files):
     text, tokenizer, vocab = chat_files
     plain = text_tokens(text, tokenizer, 64)
