@@ -21,7 +21,9 @@ CALIBRATED = ("imatrix", "gptq", "awq")
 MODELS = {"smollm2": "SmolLM2-135M-Instruct", "gemma3": "Gemma-3-270M", "qwen-coder": "Qwen2.5-Coder-0.5B-Instruct"}
 
 
-def irc_argv(hf: str, out: str, method: str | None = None, group: int = 32) -> list:
+def irc_argv(hf: str, out: str, method: str | None = None, group: int = 32, tokenizer: str | None = None) -> list:
+    """``irc compile`` of ``hf`` with ``method`` (``name:option=value:...``) at ``group``; a
+    calibrated method reads ``CALIBRATION`` with ``tokenizer`` (the folder's by default)."""
     argv = [sys.executable, "-m", "irc_cli", "compile", hf, "--target", "onnx-ort", "--logits", "all",
             "--quiet", "-o", os.path.join(out, "model.onnx")]
     if method is None:
@@ -29,7 +31,7 @@ def irc_argv(hf: str, out: str, method: str | None = None, group: int = 32) -> l
     name, *more = method.split(":")  # "ort:symmetric=false": a method with more quantize options
     extra = "".join("," + option for option in more)
     if name in CALIBRATED:
-        extra += f",calibration={CALIBRATION},tokenizer={os.path.join(hf, 'tokenizer.json')}"
+        extra += f",calibration={CALIBRATION},tokenizer={tokenizer or os.path.join(hf, 'tokenizer.json')}"
     return argv + ["--passes", f"lower-mlp,quantize{{bits=4,group={group},embeddings=true,method={name}{extra}}},dce"]
 
 

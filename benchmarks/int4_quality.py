@@ -10,8 +10,10 @@ Instruct (``real_model``), Gemma-3-270M (``real_gemma3``), Qwen2.5-Coder-0.5B-In
   (16 greedy tokens) and on the first text's perplexity, printed above the table;
 - ``irc M g32`` for every method M in ``METHODS``: ``--passes "lower-mlp,quantize{bits=4,
   group=32,embeddings=true,method=M},dce"`` (imatrix, gptq and awq add ``calibration=CALIBRATION,
-  tokenizer=HF/tokenizer.json``), MatMulNBits at the target's default accuracy level
-  (printed); a method that fails to compile or to run is "not available" with its error;
+  tokenizer=HF/tokenizer.json``; a ``calibration_chat=true`` row where the folder has no chat
+  template calibrates with a copy of its tokenizer beside ``FIXED_TEMPLATE``, ``chat_tokenizer``),
+  MatMulNBits at the target's default accuracy level (printed); a method that fails to
+  compile or to run is "not available" with its error;
 - ``builder int4``: ``python -m onnxruntime_genai.models.builder -i HF -o OUT -p int4 -e cpu``;
 - for the best irc method (the one passing the verdict with the lowest mean perplexity,
   else the lowest mean perplexity), group 64 and 128, and a copy of its g32 model at
@@ -29,7 +31,8 @@ Columns, all measured afresh on every run (only compiled models are cached):
 - top-1: over both texts' positions, the fraction whose argmax equals fp32's;
 - greedy: of the 32 prompts in ``prompts_int4.json`` (16 plain texts, tokenized as they are;
   16 chat requests, one user turn rendered with the folder's chat template through jinja2,
-  generation prompt on, tokenized without added special tokens), how many give the same
+  or ``FIXED_CHAT`` where the folder has none (Gemma-3-270M's), generation prompt on,
+  tokenized without added special tokens), how many give the same
   first ``NEW_TOKENS`` greedy tokens as fp32; greedy is onnxruntime-genai's generator
   (``do_sample=False``), one loop for irc's and the builder's models, each output cut after
   its first end-of-sequence token (the HF config's ``eos_token_id`` or one of ``END_TOKENS``,
@@ -72,6 +75,7 @@ import gc
 import json
 import os
 import re
+import shutil
 import sys
 import time
 
@@ -90,12 +94,20 @@ METHODS = ("rtn", "ort", "mse", "imatrix", "gptq", "awq", "ort:mixed=q4_k_m")
 PROMPTS = os.path.join(HERE, "prompts_int4.json")
 LOCK = "/tmp/bench.lock"
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<eos>")  # an output ends after the first
-FIXED_CHAT = {  # used only where jinja2 is missing: each model's own template, rendered by hand
+FIXED_CHAT = {  # where jinja2 or the folder's template is missing: each model's own layout, by hand
     "smollm2": "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
                "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
     "gemma3": "<bos><start_of_turn>user\n{}<end_of_turn>\n<start_of_turn>model\n",
     "qwen-coder": "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
                   "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
+}
+
+# the same layouts as jinja, for calibration_chat where the folder has no template (Gemma-3-270M's,
+# prepared from a GGUF that carries none): a copy of its tokenizer with this chat_template.jinja
+FIXED_TEMPLATE = {
+    "gemma3": "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' "
+              "else m['role'] }}\n{{ m['content'] }}<end_of_turn>\n{% endfor %}"
+              "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}",
 }
 
 
@@ -139,6 +151,23 @@ def chat_renderer(hf: str, model: str) -> tuple:
     def chat(text: str) -> str:
         return render(source, [{"role": "user", "content": text}], config, True, hf, "chat prompts")
     return chat, "the folder's chat template (jinja2)"
+
+
+def chat_tokenizer(hf: str, model: str, work: str) -> str:
+    """The tokenizer.json that ``calibration_chat`` rows calibrate with: the folder's own when
+    it has a chat template (or no ``FIXED_TEMPLATE`` stands in), else a copy in ``work``
+    beside a chat_template.jinja holding ``FIXED_TEMPLATE[model]``."""
+    from irc.chat import CHAT_TEMPLATE, TOKENIZER_CONFIG, read_config, template_of
+
+    if template_of(read_config(os.path.join(hf, TOKENIZER_CONFIG)), hf) or model not in FIXED_TEMPLATE:
+        return os.path.join(hf, "tokenizer.json")
+    folder = os.path.join(work, "chat-tokenizer")
+    os.makedirs(folder, exist_ok=True)
+    for name in ("tokenizer.json", TOKENIZER_CONFIG):
+        shutil.copyfile(os.path.join(hf, name), os.path.join(folder, name))
+    with open(os.path.join(folder, CHAT_TEMPLATE), "w", encoding="utf-8") as f:
+        f.write(FIXED_TEMPLATE[model])
+    return os.path.join(folder, "tokenizer.json")
 
 
 def eos_ids(hf: str, tokenizer) -> set:
@@ -345,8 +374,11 @@ def run_model(model: str, args, rebuild: set) -> dict:
     data = model_data(hf, model)
     print(f"\n{model}: {hf}; chat prompts: {data['chat']}; work dir {work}", flush=True)
     jobs = {"irc fp32": ("irc-fp32", lambda out: irc_argv(hf, out), False)}
+    chat = chat_tokenizer(hf, model, work) if any("calibration_chat" in m for m in args.methods) else None
+    tokenizer_of = {m: chat if "calibration_chat" in m else None for m in args.methods}
     for method in args.methods:
-        jobs[f"irc {method} g32"] = (f"irc-{slug(method)}-g32", lambda out, m=method: irc_argv(hf, out, m), True)
+        jobs[f"irc {method} g32"] = (f"irc-{slug(method)}-g32",
+                                     lambda out, m=method: irc_argv(hf, out, m, tokenizer=tokenizer_of[m]), True)
     jobs["builder int4"] = ("builder-int4", lambda out: builder_argv(hf, out), False)
     old = load_saved(work) if args.only else None
     wanted = set(args.only) if old else set(jobs)
@@ -366,7 +398,8 @@ def run_model(model: str, args, rebuild: set) -> dict:
         extra = {}
         for group in (64, 128):
             extra[f"irc {best} g{group}"] = build(work, f"irc-{slug(best)}-g{group}",
-                                                  lambda out, g=group: irc_argv(hf, out, best, g), True, rebuild)
+                                                  lambda out, g=group: irc_argv(hf, out, best, g, tokenizer_of[best]),
+                                                  True, rebuild)
         extra[f"irc {best} g32 acc0"] = (with_level(rows[f"irc {best} g32"][0], 0, args.threads), "")
         with Locked():
             scores.update(evaluate(extra, data, args.threads, fp32))
