@@ -7,7 +7,8 @@
 - ``pack-qkv``: when the q, k and v projections on one activation are each read only on
   the way to this attention, one product feeds GQA's packed ``query`` input (key and value
   left empty): for three bias-free f32 ``linear`` nodes, a ``FusedMatMul(transB=1)`` with
-  their weights stacked as stored, [(H + 2K) * D, d] (``portable.stored_matmul``); for three ``dequant_linear`` nodes one ``MatMulNBits`` takes
+  their weights stacked as stored, [(H + 2K) * D, d] (``portable.stored_matmul``); for three
+  ``dequant_linear`` nodes one ``MatMulNBits`` takes
   (``backends.onnx.quant_pack.packable``: same K, bits, block size, accuracy level, scales'
   dtype, zero points or none, biases or none), one MatMulNBits over their codes, scales,
   zero points and biases stacked q|k|v along N (``quant_pack.packed_matmul``). Rows of a

@@ -144,15 +144,9 @@ def _zeros(b: Builder, shape: tuple, hint: str) -> str:
     return b.op("ConstantOfShape", [b.shape(shape)], hint, value=helper.make_tensor("zero", TensorProto.FLOAT, [1], [0.0]))
 
 
-def _present_name(b: Builder, node: Node, outs: list, hint: str) -> str:
-    """Where a lowering writes its f32 final state: the present state's own name when that is
-    f32 (no copy after it), else a fresh one that ``_present`` casts."""
-    return outs[1] if len(node.outputs) > 1 and node.outputs[1].dtype == F32 else b.fresh(hint)
-
-
 def _present(b: Builder, node: Node, outs: list, state: str) -> None:
     """Write the f32 final ``state`` as the node's present state (when it has one)."""
-    if len(node.outputs) < 2 or state == outs[1]:
+    if len(node.outputs) < 2:
         return
     if node.outputs[1].dtype == F32:
         b.node("Identity", [state], [outs[1]])
@@ -192,9 +186,10 @@ def lower_causal_conv1d(b: Builder, node: Node, outs: list[str]) -> None:
     conv = dict(group=channels, kernel_shape=[kernel])
     if o["past_state"] is not None:
         window = b.op("Concat", [as_f32(b, o["past_state"]), x_bct], f"{outs[0]}/window", axis=2)
-        state = _present_name(b, node, outs, f"{outs[0]}/present")
-        b.node("Slice", [window, b.dim(o["x"].shape[1]), b.i64([INT64_MAX]), b.i64([2])], [state])
-        _present(b, node, outs, state)
+        if len(node.outputs) > 1:  # written as the present state itself (_target), cast when not f32
+            state = _target(b, node.outputs[1], outs[1])
+            b.node("Slice", [window, b.dim(o["x"].shape[1]), b.i64([INT64_MAX]), b.i64([2])], [state])
+            _finish(b, node.outputs[1], state, outs[1])
     else:
         window, conv["pads"] = x_bct, [kernel - 1, 0]
     y = b.op("Conv", [window, as_f32(b, o["weight"]), as_f32(b, o["bias"])], f"{outs[0]}/conv", **conv)
@@ -216,10 +211,10 @@ def lower_causal_conv1d_ort(b: Builder, node: Node, outs: list[str]) -> None:
     target, state = _target(b, node.outputs[0], outs[0]), b.fresh(f"{outs[0]}/present")
     b.node("CausalConvWithState", [x, as_f32(b, o["weight"]), as_f32(b, o["bias"]), past], [target, state],
            domain=MS_DOMAIN, channels_last=1, activation="silu" if node.attrs["activation"] == "silu" else None)
-    if o["past_state"] is not None:
-        present = _present_name(b, node, outs, f"{outs[0]}/present_state")
+    if o["past_state"] is not None and len(node.outputs) > 1:
+        present = _target(b, node.outputs[1], outs[1])
         b.node("Transpose", [state], [present], perm=[0, 2, 1])
-        _present(b, node, outs, present)
+        _finish(b, node.outputs[1], present, outs[1])
     _finish(b, node.outputs[0], target, outs[0])
 
 
