@@ -1,7 +1,7 @@
 """A model's chat template: a conversation laid out as the model reads one.
 
 The template is ``chat_template.jinja`` in the tokenizer's folder, else ``tokenizer_config.json``'s
-``chat_template`` (a list of named templates: the ``default`` one). ``render`` renders it with
+``chat_template`` (a list of named templates: the ``default`` one). ``renderer`` compiles it with
 jinja2 (the ``text`` extra) as transformers does: a sandboxed environment with
 ``trim_blocks`` and ``lstrip_blocks``, ``raise_exception`` and ``strftime_now``, and the
 special tokens by name. Two readers:
@@ -71,11 +71,10 @@ def special_tokens(config: dict) -> dict:
     return tokens
 
 
-def render(template: str, messages: list, config: dict, generation_prompt: bool, where: str, what: str,
-           now: Optional[datetime] = None) -> str:
-    """``messages`` ([{"role", "content"}]) laid out by ``template``; ``what`` names the caller
-    in errors (``--chat``, ``calibration_chat``); ``now``: the time ``strftime_now`` formats
-    (None: the clock)."""
+def renderer(template: str, config: dict, where: str, what: str, now: Optional[datetime] = None):
+    """``template`` compiled once: a function from ``messages`` ([{"role", "content"}]) and
+    ``generation_prompt`` to the text. ``what`` names the caller in errors (``--chat``,
+    ``calibration_chat``); ``now``: the time ``strftime_now`` formats (None: the clock)."""
     try:
         import jinja2
         from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -86,14 +85,29 @@ def render(template: str, messages: list, config: dict, generation_prompt: bool,
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
 
+    def failed(err):
+        return ChatError(f"{what}: the chat template fails: {err}", location=where)
+
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
     env.globals.update(raise_exception=raise_exception, strftime_now=lambda f: (now or datetime.now()).strftime(f))
     try:
-        return env.from_string(template).render(messages=messages, add_generation_prompt=generation_prompt,
-                                                **special_tokens(config))
+        compiled = env.from_string(template)
     except jinja2.exceptions.TemplateError as err:
-        raise ChatError(f"{what}: the chat template fails: {err}", location=where) from None
+        raise failed(err) from None
+    tokens = special_tokens(config)
+
+    def render_messages(messages: list, generation_prompt: bool) -> str:
+        try:
+            return compiled.render(messages=messages, add_generation_prompt=generation_prompt, **tokens)
+        except jinja2.exceptions.TemplateError as err:
+            raise failed(err) from None
+    return render_messages
+
+
+def render(template: str, messages: list, config: dict, generation_prompt: bool, where: str, what: str) -> str:
+    """``messages`` laid out by ``template`` (``renderer``, for one conversation)."""
+    return renderer(template, config, where, what)(messages, generation_prompt)
 
 
 def paragraphs(text: str) -> list[str]:
@@ -118,9 +132,9 @@ def chat_text(text: str, folder: str, where: str) -> str:
                         location=where, hint="separate paragraphs with blank lines")
     turns = [[{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
              for user, answer in zip(parts[0::2], parts[1::2])]
-    return "".join(render(template, messages, config, False, where, "calibration_chat", FIXED_DATE)
-                   for messages in turns)
+    conversation = renderer(template, config, where, "calibration_chat", FIXED_DATE)
+    return "".join(conversation(messages, False) for messages in turns)
 
 
-__all__ = ["ChatError", "read_config", "template_of", "special_tokens", "render", "paragraphs", "chat_text",
+__all__ = ["ChatError", "read_config", "template_of", "special_tokens", "renderer", "render", "paragraphs", "chat_text",
            "TOKENIZER_CONFIG", "CHAT_TEMPLATE"]
