@@ -31,7 +31,7 @@ Columns, all measured afresh on every run (only compiled models are cached):
 - top-1: over both texts' positions, the fraction whose argmax equals fp32's;
 - greedy: of the 32 prompts in ``prompts_int4.json`` (16 plain texts, tokenized as they are;
   16 chat requests, one user turn rendered with the folder's chat template through jinja2,
-  or ``FIXED_CHAT`` where the folder has none (Gemma-3-270M's), generation prompt on,
+  or ``FIXED_TEMPLATE`` where the folder has none (Gemma-3-270M's), generation prompt on,
   tokenized without added special tokens), how many give the same
   first ``NEW_TOKENS`` greedy tokens as fp32; greedy is onnxruntime-genai's generator
   (``do_sample=False``), one loop for irc's and the builder's models, each output cut after
@@ -94,7 +94,7 @@ METHODS = ("rtn", "ort", "mse", "imatrix", "gptq", "awq", "ort:mixed=q4_k_m")
 PROMPTS = os.path.join(HERE, "prompts_int4.json")
 LOCK = "/tmp/bench.lock"
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<eos>")  # an output ends after the first
-FIXED_CHAT = {  # where jinja2 or the folder's template is missing: each model's own layout, by hand
+FIXED_CHAT = {  # where jinja2 is missing: each model's own layout, by hand
     "smollm2": "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
                "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
     "gemma3": "<bos><start_of_turn>user\n{}<end_of_turn>\n<start_of_turn>model\n",
@@ -102,8 +102,9 @@ FIXED_CHAT = {  # where jinja2 or the folder's template is missing: each model's
                   "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
 }
 
-# the same layouts as jinja, for calibration_chat where the folder has no template (Gemma-3-270M's,
-# prepared from a GGUF that carries none): a copy of its tokenizer with this chat_template.jinja
+# a model's layout as jinja where its folder has no template (Gemma-3-270M's, prepared from a GGUF
+# that carries none): its chat prompts render it, and calibration_chat rows calibrate with a copy
+# of its tokenizer beside it as chat_template.jinja (chat_tokenizer)
 FIXED_TEMPLATE = {
     "gemma3": "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' "
               "else m['role'] }}\n{{ m['content'] }}<end_of_turn>\n{% endfor %}"
@@ -136,21 +137,22 @@ def load_prompts(hf: str, model: str) -> tuple:
 
 def chat_renderer(hf: str, model: str) -> tuple:
     """(function from a user message to the rendered chat text, a word on how): the folder's
-    template through ``irc.chat`` (as ``irc run --chat`` renders it), else ``FIXED_CHAT``."""
-    from irc.chat import TOKENIZER_CONFIG, read_config, render, template_of
+    template through ``irc.chat`` (as ``irc run --chat`` renders it), else ``FIXED_TEMPLATE``
+    (the template ``calibration_chat`` rows calibrate with), else ``FIXED_CHAT``."""
+    from irc.chat import TOKENIZER_CONFIG, read_config, renderer, template_of
 
     config = read_config(os.path.join(hf, TOKENIZER_CONFIG))
-    source = template_of(config, hf)
+    source, how = template_of(config, hf), "the folder's chat template (jinja2)"
+    if not source and model in FIXED_TEMPLATE:
+        source, how = FIXED_TEMPLATE[model], "FIXED_TEMPLATE (no chat template in the folder)"
     try:
         import jinja2  # noqa: F401
     except ImportError:
         return FIXED_CHAT[model].format, "fixed format (jinja2 missing)"
     if not source:
         return FIXED_CHAT[model].format, "fixed format (no chat template in the folder)"
-
-    def chat(text: str) -> str:
-        return render(source, [{"role": "user", "content": text}], config, True, hf, "chat prompts")
-    return chat, "the folder's chat template (jinja2)"
+    conversation = renderer(source, config, hf, "chat prompts")
+    return (lambda text: conversation([{"role": "user", "content": text}], True)), how
 
 
 def chat_tokenizer(hf: str, model: str, work: str) -> str:
@@ -375,10 +377,12 @@ def run_model(model: str, args, rebuild: set) -> dict:
     print(f"\n{model}: {hf}; chat prompts: {data['chat']}; work dir {work}", flush=True)
     jobs = {"irc fp32": ("irc-fp32", lambda out: irc_argv(hf, out), False)}
     chat = chat_tokenizer(hf, model, work) if any("calibration_chat" in m for m in args.methods) else None
-    tokenizer_of = {m: chat if "calibration_chat" in m else None for m in args.methods}
+
+    def tokenizer_of(method: str):  # calibration_chat rows: a folder with a chat template
+        return chat if "calibration_chat" in method else None
     for method in args.methods:
         jobs[f"irc {method} g32"] = (f"irc-{slug(method)}-g32",
-                                     lambda out, m=method: irc_argv(hf, out, m, tokenizer=tokenizer_of[m]), True)
+                                     lambda out, m=method: irc_argv(hf, out, m, tokenizer=tokenizer_of(m)), True)
     jobs["builder int4"] = ("builder-int4", lambda out: builder_argv(hf, out), False)
     old = load_saved(work) if args.only else None
     wanted = set(args.only) if old else set(jobs)
@@ -398,7 +402,7 @@ def run_model(model: str, args, rebuild: set) -> dict:
         extra = {}
         for group in (64, 128):
             extra[f"irc {best} g{group}"] = build(work, f"irc-{slug(best)}-g{group}",
-                                                  lambda out, g=group: irc_argv(hf, out, best, g, tokenizer_of[best]),
+                                                  lambda out, g=group: irc_argv(hf, out, best, g, tokenizer_of(best)),
                                                   True, rebuild)
         extra[f"irc {best} g32 acc0"] = (with_level(rows[f"irc {best} g32"][0], 0, args.threads), "")
         with Locked():
