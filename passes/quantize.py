@@ -145,8 +145,7 @@ class Quantize(Pass):
     options = {"bits": 4, "group": None, "symmetric": True, "method": DEFAULT_METHOD, "accuracy_level": None,
                "embeddings": True, "lm_head": False, "kv_cache": False, "weights": True,
                "calibration": None, "tokenizer": None, "calibration_tokens": 1024, "calibration_chat": False,
-               "recurrent": False,
-               "recurrent_state": False, "positions": 4096, "act_order": False, "mixed": "none"}
+               "recurrent": False, "recurrent_state": False, "positions": 4096, "act_order": False, "mixed": "none"}
 
     def __init__(self, **options):
         super().__init__(**options)
